@@ -1,0 +1,255 @@
+"""Token-budgeted recursive splitting with exact offsets and heading paths.
+
+The algorithm of the design note (shared/seeds/000: "How it works" 1-4), LangChain's
+RecursiveCharacterTextSplitter idea made exact:
+
+1. Atomize: cut on "\\n\\n", then "\\n", ". ", " " (separator kept on the left piece so offsets
+   stay contiguous), descending only where a piece is over budget; below " ", cut between
+   grapheme clusters, so the budget holds for any text.
+2. Pack: greedily join consecutive atoms while the *joined* text fits (token counts are not
+   additive across a join; see ``measure.py`` for how joins are counted without re-encoding).
+3. Overlap: the next chunk re-reads trailing atoms of the previous one while they fit
+   ``overlap`` and the next new atom still fits ``max_tokens``.
+4. Headings: a Markdown heading starts a new chunk, so every chunk's heading path is true for
+   all of its text.
+
+Invariants (tested as properties): ``text[c.start:c.end]`` is the chunk; the first chunk starts
+at 0 and the last ends at ``len(text)``; starts and ends strictly increase and each start is at or
+before the previous end; ``c.tokens`` is the exact count of the chunk and is <= ``max_tokens``
+unless ``c.oversized`` (a single grapheme over budget).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import regex
+
+from chunkline.markdown import sections
+from chunkline.measure import Measure, TiktokenMeasure
+from chunkline.tokenizers import Tokenizer, get_tokenizer
+
+SEPARATORS = ("\n\n", "\n", ". ", " ")
+_GRAPHEME = regex.compile(r"\X")
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """``text[start:end]`` (str indices, end-exclusive) under ``headings`` (outermost first),
+    ``tokens`` long by the splitter's tokenizer; ``oversized`` only when one grapheme alone is
+    over budget."""
+
+    start: int
+    end: int
+    headings: tuple[str, ...]
+    tokens: int
+    oversized: bool = False
+
+
+@dataclass(slots=True)
+class _Atoms:
+    """Atoms of one section as parallel lists (cheaper than an object per atom)."""
+
+    starts: list[int]
+    ends: list[int]
+    counts: list[int]
+
+    def add(self, start: int, end: int, count: int) -> None:
+        self.starts.append(start)
+        self.ends.append(end)
+        self.counts.append(count)
+
+
+def split(
+    text: str,
+    max_tokens: int = 256,
+    overlap: int = 0,
+    tokenizer: Tokenizer | str = "words",
+    markdown: bool = True,
+) -> list[Chunk]:
+    """Split ``text`` into chunks of at most ``max_tokens`` tokens of ``tokenizer``.
+
+    >>> [(c.start, c.end, c.headings) for c in split("# A\\nx y\\n# B\\nz", 5)]
+    [(0, 8, ('A',)), (8, 13, ('B',))]
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise ValueError(f"max_tokens must be an int >= 1, got {max_tokens!r}")
+    if isinstance(overlap, bool) or not isinstance(overlap, int) or not 0 <= overlap < max_tokens:
+        raise ValueError(f"overlap must be an int with 0 <= overlap < max_tokens, got {overlap!r}")
+    if isinstance(tokenizer, str):
+        tokenizer = get_tokenizer(tokenizer)
+    if not text:
+        return []
+    measure = tokenizer.measure(text)
+    chunks: list[Chunk] = []
+    for section in sections(text, markdown):
+        atoms = _atomize(measure, section.start, section.end, max_tokens)
+        chunks.extend(_pack(measure, atoms, max_tokens, overlap, section.headings))
+    return chunks
+
+
+# ------------------------------------------------------------------------------------ atomize
+
+
+def _atomize(measure: Measure, lo: int, hi: int, limit: int) -> _Atoms:
+    atoms = _Atoms([], [], [])
+    (count,) = measure.piece_counts([(lo, hi)], limit)
+    if count is not None and count <= limit:
+        atoms.add(lo, hi, count)
+    else:
+        _descend(measure, lo, hi, 0, limit, atoms)
+    return atoms
+
+
+def _descend(measure: Measure, lo: int, hi: int, level: int, limit: int, atoms: _Atoms) -> None:
+    """Cut ``text[lo:hi]``, known to be over budget, on SEPARATORS[level] and below."""
+    if level == len(SEPARATORS):
+        _grapheme_atoms(measure, lo, hi, limit, atoms)
+        return
+    text = measure.text
+    separator = SEPARATORS[level]
+    width = len(separator)
+    pieces: list[tuple[int, int]] = []
+    start = lo
+    found = text.find(separator, lo, hi)
+    while found >= 0:
+        end = found + width
+        pieces.append((start, end))
+        start = end
+        found = text.find(separator, start, hi)
+    if start < hi:
+        pieces.append((start, hi))
+    if len(pieces) == 1:  # separator absent, or only trailing: same range, next level
+        _descend(measure, lo, hi, level + 1, limit, atoms)
+        return
+    for (start, end), count in zip(pieces, measure.piece_counts(pieces, limit)):
+        if count is not None and count <= limit:
+            atoms.add(start, end, count)
+        else:
+            _descend(measure, start, end, level + 1, limit, atoms)
+
+
+def _grapheme_atoms(measure: Measure, lo: int, hi: int, limit: int, atoms: _Atoms) -> None:
+    """Below the last separator: maximal runs of whole grapheme clusters that fit.
+
+    Equivalent to packing single graphemes greedily, without an object per grapheme: the
+    document-wide token positions say roughly where the budget runs out, and exact counts of
+    the candidate run (encoding at most about one chunk) settle it.
+    """
+    bounds = [lo] + [m.end() for m in _GRAPHEME.finditer(measure.text, lo, hi)]
+    token_starts = measure.token_starts_in(lo, hi)
+    last = len(bounds) - 1
+    first = 0
+    while first < last:
+        start = bounds[first]
+        at = int(np.searchsorted(token_starts, start))
+        if at + limit < len(token_starts):
+            guess = bisect_right(bounds, int(token_starts[at + limit])) - 1
+        else:
+            guess = last
+        guess = min(max(guess, first + 1), last)
+        end_index = _largest_fitting(
+            first + 1, last, guess, lambda j: measure.count(start, bounds[j]) <= limit
+        )
+        if end_index is None:  # one grapheme alone is over budget
+            end_index = first + 1
+        atoms.add(start, bounds[end_index], measure.count(start, bounds[end_index]))
+        first = end_index
+
+
+def _largest_fitting(lo: int, hi: int, guess: int, fits: Callable[[int], bool]) -> int | None:
+    """Largest j in [lo, hi] with fits(j), searching out from ``guess`` (galloping, then
+    bisecting), or None if fits(lo) is false. Counts grow with the slice in practice; the
+    result is verified either way, so a non-monotone tokenizer can only cost budget, never
+    exceed it."""
+    if fits(guess):
+        good, step = guess, 1
+        while True:
+            if good == hi:
+                return good
+            probe = min(good + step, hi)
+            if not fits(probe):
+                bad = probe
+                break
+            good, step = probe, step * 2
+    else:
+        bad, step = guess, 1
+        while True:
+            if bad == lo:
+                return None
+            probe = max(bad - step, lo)
+            if fits(probe):
+                good = probe
+                break
+            bad, step = probe, step * 2
+    while bad - good > 1:
+        middle = (good + bad) // 2
+        if fits(middle):
+            good = middle
+        else:
+            bad = middle
+    return good
+
+
+# --------------------------------------------------------------------------------------- pack
+
+
+def _pack(
+    measure: Measure, atoms: _Atoms, limit: int, overlap: int, headings: tuple[str, ...]
+) -> list[Chunk]:
+    starts, ends, counts = atoms.starts, atoms.ends, atoms.counts
+    n = len(starts)
+    # Joins across additive cuts are plain sums; the rest are counted by the measure.
+    prefix = [0]
+    unsafe = [0]
+    for k in range(n):
+        prefix.append(prefix[-1] + counts[k])
+        if k:
+            unsafe.append(unsafe[-1] + (not measure.additive_at(starts[k])))
+    unsafe.append(unsafe[-1])
+    if isinstance(measure, TiktokenMeasure):
+        # Where joins are not additive the sums overshoot (a space merges into the next word);
+        # the document-wide pass is the closer guide.
+        guide = measure.tokens_before([starts[0]] + ends)
+    else:
+        guide = prefix
+
+    def joined(i: int, j: int) -> int:
+        """Exact tokens of atoms i..j-1 joined."""
+        if j - i == 1:
+            return counts[i]
+        if unsafe[j - 1] == unsafe[i]:
+            return prefix[j] - prefix[i]
+        return measure.count(starts[i], ends[j - 1])
+
+    chunks: list[Chunk] = []
+    i = 0
+    while i < n:
+        j = min(max(bisect_right(guide, guide[i] + limit) - 1, i + 1), n)
+        tokens = joined(i, j)
+        if tokens > limit:
+            while j > i + 1:
+                j -= 1
+                tokens = joined(i, j)
+                if tokens <= limit:
+                    break
+        else:
+            while j < n:
+                wider = joined(i, j + 1)
+                if wider > limit:
+                    break
+                j, tokens = j + 1, wider
+        chunks.append(Chunk(starts[i], ends[j - 1], headings, tokens, tokens > limit))
+        if j == n:
+            break
+        k = j
+        if overlap:
+            while k > i + 1 and joined(k - 1, j) <= overlap and joined(k - 1, j + 1) <= limit:
+                k -= 1
+        i = k
+    return chunks

