@@ -22,6 +22,7 @@ unless ``c.oversized`` (a single grapheme over budget).
 from __future__ import annotations
 
 from bisect import bisect_right
+from itertools import accumulate
 from dataclasses import dataclass
 from typing import Callable
 
@@ -98,7 +99,7 @@ def split(
 
 def _atomize(measure: Measure, lo: int, hi: int, limit: int) -> _Atoms:
     atoms = _Atoms([], [], [])
-    (count,) = measure.piece_counts([(lo, hi)], limit)
+    (count,) = measure.piece_counts([lo], [hi], limit)
     if count is not None and count <= limit:
         atoms.add(lo, hi, count)
     else:
@@ -114,22 +115,22 @@ def _descend(measure: Measure, lo: int, hi: int, level: int, limit: int, atoms: 
     text = measure.text
     separator = SEPARATORS[level]
     width = len(separator)
-    pieces: list[tuple[int, int]] = []
-    start = lo
+    ends: list[int] = []
     found = text.find(separator, lo, hi)
     while found >= 0:
-        end = found + width
-        pieces.append((start, end))
-        start = end
-        found = text.find(separator, start, hi)
-    if start < hi:
-        pieces.append((start, hi))
-    if len(pieces) == 1:  # separator absent, or only trailing: same range, next level
+        ends.append(found + width)
+        found = text.find(separator, found + width, hi)
+    if not ends or ends[-1] != hi:
+        ends.append(hi)
+    if len(ends) == 1:  # separator absent, or only trailing: same range, next level
         _descend(measure, lo, hi, level + 1, limit, atoms)
         return
-    for (start, end), count in zip(pieces, measure.piece_counts(pieces, limit)):
+    starts = [lo] + ends[:-1]
+    counts = measure.piece_counts(starts, ends, limit)
+    add = atoms.add
+    for start, end, count in zip(starts, ends, counts):
         if count is not None and count <= limit:
-            atoms.add(start, end, count)
+            add(start, end, count)
         else:
             _descend(measure, start, end, level + 1, limit, atoms)
 
@@ -205,13 +206,11 @@ def _pack(
     starts, ends, counts = atoms.starts, atoms.ends, atoms.counts
     n = len(starts)
     # Joins across additive cuts are plain sums; the rest are counted by the measure.
-    prefix = [0]
-    unsafe = [0]
-    for k in range(n):
-        prefix.append(prefix[-1] + counts[k])
-        if k:
-            unsafe.append(unsafe[-1] + (not measure.additive_at(starts[k])))
-    unsafe.append(unsafe[-1])
+    prefix = list(accumulate(counts, initial=0))
+    additive = measure.additive_cuts(starts)
+    additive[0] = True  # the section start is not a join
+    # unsafe[m]: non-additive joins among atom starts 0..m-1
+    unsafe = list(accumulate((not ok for ok in additive), initial=0))
     if isinstance(measure, TiktokenMeasure):
         # Where joins are not additive the sums overshoot (a space merges into the next word);
         # the document-wide pass is the closer guide.
@@ -223,7 +222,7 @@ def _pack(
         """Exact tokens of atoms i..j-1 joined."""
         if j - i == 1:
             return counts[i]
-        if unsafe[j - 1] == unsafe[i]:
+        if unsafe[j] == unsafe[i + 1]:
             return prefix[j] - prefix[i]
         return measure.count(starts[i], ends[j - 1])
 

@@ -97,7 +97,7 @@ class CharsTokenizer(Tokenizer):
     def measure(self, text: str) -> "Measure":
         from chunkline.measure import AdditiveMeasure
 
-        return AdditiveMeasure(text, self, cut_is_additive=lambda t, p: True)
+        return AdditiveMeasure(text, self, whitespace=None)
 
 
 _WORD = re.compile(r"\S+")
@@ -117,12 +117,15 @@ class WordsTokenizer(Tokenizer):
     def measure(self, text: str) -> "Measure":
         from chunkline.measure import AdditiveMeasure
 
-        return AdditiveMeasure(text, self, cut_is_additive=_beside_whitespace)
+        return AdditiveMeasure(text, self, whitespace=PYTHON_WHITESPACE)
 
 
-def _beside_whitespace(text: str, pos: int) -> bool:
-    """A cut next to whitespace never splits a word (nor a BERT pre-token)."""
-    return pos <= 0 or pos >= len(text) or text[pos - 1].isspace() or text[pos].isspace()
+# Every character str.split() splits on (tests check this against str.isspace): a cut beside
+# one never splits a word.
+PYTHON_WHITESPACE = (
+    "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005"
+    "\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+)
 
 
 # ------------------------------------------------------------------------------------ tiktoken
@@ -318,17 +321,14 @@ class HFTokenizer(Tokenizer):
         from chunkline.measure import AdditiveMeasure, SliceMeasure
 
         if self.whitespace_additive:
-            return AdditiveMeasure(text, self, cut_is_additive=_beside_bert_whitespace)
+            return AdditiveMeasure(text, self, whitespace=BERT_SEPARATORS)
         return SliceMeasure(text, self)
 
 
-def _beside_bert_whitespace(text: str, pos: int) -> bool:
-    # BERT's own whitespace: space, tab, newline, carriage return and category Zs. Python's
-    # isspace() also accepts \x1c-\x1f, which BERT deletes as control characters instead, so a
-    # cut there could join two words.
-    if pos <= 0 or pos >= len(text):
-        return True
-    return text[pos - 1] in " \t\n\r" or text[pos] in " \t\n\r"
+# Characters BERT surely splits on. Python's isspace() also accepts \x1c-\x1f, which BERT's
+# normalizer deletes as control characters instead, so a cut there could join two words; rarer
+# Unicode spaces are left out too: a cut beside them is simply counted by re-encoding.
+BERT_SEPARATORS = " \t\n\r"
 
 
 def get_tokenizer(spec: str) -> Tokenizer:

@@ -1,0 +1,13 @@
+import os
+
+from hypothesis import HealthCheck, settings
+
+# CI runs on 2 cores: keep property runs bounded but meaningful; `HYPOTHESIS_PROFILE=deep`
+# for a longer local hunt.
+settings.register_profile(
+    "ci", max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile(
+    "deep", max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

@@ -1,0 +1,47 @@
+"""Shared test helpers: tokenizers built once per session, and the reference heading paths."""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from markdown_it import MarkdownIt
+
+from chunkline import Tokenizer, get_tokenizer
+
+TOKENIZER_SPECS = (
+    "words",
+    "chars",
+    "tiktoken:cl100k_base",
+    "tiktoken:o200k_base",
+    "hf:all-MiniLM-L6-v2",
+)
+
+
+@lru_cache(maxsize=None)
+def tokenizer(spec: str) -> Tokenizer:
+    return get_tokenizer(spec)
+
+
+def reference_headings(text: str) -> list[tuple[int, int, str]]:
+    """(line start offset, level, title) of top-level headings, straight from markdown-it-py's
+    full CommonMark token stream: the oracle the splitter's heading paths must equal."""
+    tokens = MarkdownIt("commonmark").parse(text)
+    line_starts = [0] + [m.end() for m in re.finditer(r"\r\n|\r|\n", text)]
+    out = []
+    for index, token in enumerate(tokens):
+        if token.type == "heading_open" and token.level == 0:
+            title = " ".join(tokens[index + 1].content.split())
+            out.append((line_starts[token.map[0]], int(token.tag[1]), title))
+    return out
+
+
+def reference_path(found: list[tuple[int, int, str]], position: int) -> tuple[str, ...]:
+    stack: list[tuple[int, str]] = []
+    for start, level, title in found:
+        if start > position:
+            break
+        while stack and stack[-1][0] >= level:
+            stack.pop()
+        stack.append((level, title))
+    return tuple(title for _, title in stack)

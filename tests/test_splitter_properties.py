@@ -1,0 +1,108 @@
+"""Invariants of split() over generated text, for every tokenizer kind."""
+
+from __future__ import annotations
+
+import regex
+from hypothesis import given, strategies as st
+
+from chunkline import split
+from tests.helpers import TOKENIZER_SPECS, reference_headings, reference_path, tokenizer
+
+import pytest
+
+GRAPHEME = regex.compile(r"\X")
+
+# Fragments that stress offsets, token edges and Markdown structure.
+FRAGMENTS = [
+    "word", "Word", "words", "the", "a", "42", "3.14", "x_y", "it's", "don't", "URL:",
+    " ", "  ", "\t", "\n", "\n\n", "\r\n", "\r\n\r\n", "\r", ". ", "! ", "? ", ", ", "/",
+    "\x00", "\x0b", "\x1c", "\xa0", "\u2028", "\u3000",
+    "日本語のテキスト", "中文", "한국어", "שלום עולם", "مرحبا بالعالم", "Ελληνικά",
+    "e\u0301", "a\u0308\u0323", "👨‍👩‍👧‍👦", "🇫🇷", "👍🏽", "🙂", "\ufeff",
+    "<|endoftext|>", "##", "#", "===", "---", "***", "|", "`", "```", "~~~",
+    "# Title\n", "## Section two\n", "### Deep *emphasis*\n", "#hashtag\n", "#\n",
+    "Setext title\n===\n", "Setext sub\n---\n", "  ## indented heading ##\n",
+    "```python\n# not a heading\nx = 1\n```\n", "~~~\n# also code\n~~~\n",
+    "    # indented code, not a heading\n", "> # quoted heading\n",
+    "- item one\n- item two\n", "1. first\n2. second\n",
+    "| a | b |\n|---|---|\n| 1 | 2 |\n", "<div>\n# in html\n</div>\n",
+    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+    "https://example.com/a/very/long/path?with=query&and=more#fragment",
+]
+
+fragment_text = st.lists(
+    st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=12)), max_size=60
+).map("".join)
+any_text = st.one_of(fragment_text, st.text(max_size=300))
+
+
+def _budget(data) -> tuple[int, int]:
+    max_tokens = data.draw(st.one_of(st.integers(1, 8), st.integers(9, 80)), label="max_tokens")
+    overlap = data.draw(st.integers(0, max_tokens - 1), label="overlap")
+    return max_tokens, overlap
+
+
+def check_invariants(text: str, spec: str, max_tokens: int, overlap: int, markdown: bool) -> None:
+    tok = tokenizer(spec)
+    chunks = split(text, max_tokens, overlap, tok, markdown=markdown)
+    if not text:
+        assert chunks == []
+        return
+    assert chunks[0].start == 0
+    assert chunks[-1].end == len(text)
+    found = reference_headings(text) if markdown else []
+    heading_starts = [start for start, _, _ in found]
+    for n, chunk in enumerate(chunks):
+        piece = text[chunk.start : chunk.end]
+        assert piece, chunk
+        assert chunk.tokens == tok.count(piece), (chunk, piece)
+        if chunk.oversized:
+            assert chunk.tokens > max_tokens
+            assert [m.group() for m in GRAPHEME.finditer(piece)] == [piece], "oversized > 1 grapheme"
+        else:
+            assert chunk.tokens <= max_tokens
+        assert chunk.headings == reference_path(found, chunk.start)
+        assert not any(chunk.start < h < chunk.end for h in heading_starts), "chunk spans a heading"
+        if n:
+            previous = chunks[n - 1]
+            assert chunk.start > previous.start and chunk.end > previous.end
+            assert chunk.start <= previous.end
+            if chunk.start < previous.end:
+                assert tok.count(text[chunk.start : previous.end]) <= overlap
+    # Graphemes are never cut.
+    bounds = {0} | {m.end() for m in GRAPHEME.finditer(text)}
+    assert all(c.start in bounds and c.end in bounds for c in chunks)
+
+
+@pytest.mark.parametrize("spec", TOKENIZER_SPECS)
+@given(data=st.data(), text=any_text, markdown=st.booleans())
+def test_invariants(spec: str, data, text: str, markdown: bool) -> None:
+    max_tokens, overlap = _budget(data)
+    check_invariants(text, spec, max_tokens, overlap, markdown)
+
+
+prose = st.lists(
+    st.sampled_from(
+        ["The", "quick", "brown", "fox", "jumps", "over", "lazy", "dogs", "and", "runs", "far",
+         "1999", "co-op", "e-mail", "naïve", "Straße", "über", "(aside)", "\"quoted\"", "end."]
+    ),
+    min_size=1, max_size=40,
+).map(" ".join)
+markdown_doc = st.lists(
+    st.one_of(
+        prose.map(lambda p: p + "\n\n"),
+        prose.map(lambda p: p + ".\n"),
+        st.sampled_from(FRAGMENTS[46:]),
+        st.tuples(st.integers(1, 6), prose).map(lambda t: "#" * t[0] + " " + t[1] + "\n"),
+        prose.map(lambda p: p + "\n" + "=" * 3 + "\n"),
+        prose.map(lambda p: "```\n# " + p + "\n```\n"),
+    ),
+    max_size=30,
+).map("".join)
+
+
+@pytest.mark.parametrize("spec", TOKENIZER_SPECS)
+@given(data=st.data(), text=markdown_doc)
+def test_invariants_markdown_documents(spec: str, data, text: str) -> None:
+    max_tokens, overlap = _budget(data)
+    check_invariants(text, spec, max_tokens, overlap, markdown=True)
