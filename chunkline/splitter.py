@@ -35,6 +35,7 @@ from chunkline.tokenizers import Tokenizer, get_tokenizer
 
 SEPARATORS = ("\n\n", "\n", ". ", " ")
 _GRAPHEME = regex.compile(r"\X")
+_CLUSTER_CONTINUES = regex.compile(r"[\p{Grapheme_Cluster_Break=Extend}\p{Grapheme_Cluster_Break=SpacingMark}\u200d]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,9 +118,14 @@ def _descend(measure: Measure, lo: int, hi: int, level: int, limit: int, atoms: 
     width = len(separator)
     ends: list[int] = []
     found = text.find(separator, lo, hi)
+    # A space followed by a combining mark (or ZWJ) is one grapheme cluster: no cut inside it.
+    # Newlines never join the next character (UAX #29 GB4), so only space separators check.
+    check_cluster = separator.endswith(" ")
     while found >= 0:
-        ends.append(found + width)
-        found = text.find(separator, found + width, hi)
+        end = found + width
+        if not (check_cluster and end < hi and _CLUSTER_CONTINUES.match(text, end)):
+            ends.append(end)
+        found = text.find(separator, end, hi)
     if not ends or ends[-1] != hi:
         ends.append(hi)
     if len(ends) == 1:  # separator absent, or only trailing: same range, next level
