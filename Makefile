@@ -1,0 +1,31 @@
+# One command sets up and runs the demo, one sets up and runs the tests. Both build the virtual
+# environment from nothing: torch==2.13.0 first (a CPU wheel on local disk here; a bare `torch`
+# requirement would pull a multi-GB CUDA build), then the project with its dev extras.
+
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup demo test bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/chunkline split examples/guide.md --max-tokens 64 --overlap 8 --view
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+bench: $(STAMP)
+	$(PY) bench/split_bench.py --out bench/results_split.md
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

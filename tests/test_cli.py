@@ -1,0 +1,73 @@
+"""The chunkline command: JSON lines that round-trip to the file's text, and clear errors."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+
+from pipeline.cli import main
+
+
+def run(argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(argv, out, err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_split_jsonl_round_trips(tmp_path) -> None:
+    text = "# Title\n\nFirst paragraph here.\n\n## Part\n\n```\n# code\n```\n" * 3
+    path = tmp_path / "doc.md"
+    path.write_text(text, encoding="utf-8")
+    code, out, err = run(["split", str(path), "--max-tokens", "8", "--tokenizer", "words"])
+    assert code == 0, err
+    records = [json.loads(line) for line in out.splitlines()]
+    assert set(records[0]) == {"doc", "start", "end", "headings", "tokens", "oversized", "text"}
+    assert all(text[r["start"] : r["end"]] == r["text"] for r in records)
+    assert records[0]["start"] == 0 and records[-1]["end"] == len(text)
+    assert all(r["tokens"] <= 8 for r in records)
+    assert ["Title", "Part"] in [r["headings"] for r in records]
+    assert not any("code" in r["headings"] for r in records)
+
+
+def test_split_view_marks_chunks_and_overlap(tmp_path) -> None:
+    path = tmp_path / "doc.md"
+    path.write_text("# A\n" + "one two three four. " * 20, encoding="utf-8")
+    code, out, _ = run(["split", str(path), "--max-tokens", "10", "--overlap", "5",
+                        "--tokenizer", "words", "--view"])
+    assert code == 0
+    assert out.count("────") >= 5
+    assert "┆ overlap ┆" in out
+    assert "· A" in out
+
+
+def test_split_reports_bad_files_and_continues(tmp_path) -> None:
+    good = tmp_path / "good.txt"
+    good.write_text("fine text", encoding="utf-8")
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"\xff\xfe\x00 not utf-8 \xc3")
+    code, out, err = run(["split", str(bad), str(good), "--tokenizer", "words"])
+    assert code == 1
+    assert "bad.txt" in err
+    assert json.loads(out.splitlines()[0])["text"] == "fine text"
+
+
+def test_split_rejects_bad_arguments(tmp_path) -> None:
+    path = tmp_path / "doc.md"
+    path.write_text("text", encoding="utf-8")
+    code, _, err = run(["split", str(path), "--tokenizer", "nope"])
+    assert code == 2 and "valid forms" in err
+    code, _, err = run(["split", str(path), "--max-tokens", "4", "--overlap", "4",
+                        "--tokenizer", "words"])
+    assert code == 2 and "overlap" in err
+
+
+def test_console_script_is_installed(tmp_path) -> None:
+    path = tmp_path / "doc.md"
+    path.write_text("# Hello\nworld\n", encoding="utf-8")
+    result = subprocess.run(
+        [sys.executable, "-m", "pipeline.cli", "split", str(path), "--tokenizer", "words"],
+        capture_output=True, text=True, check=True,
+    )
+    assert json.loads(result.stdout)["headings"] == ["Hello"]
