@@ -42,6 +42,9 @@ class Measure:
         """Per position: True when count(a, b) == count(a, p) + count(p, b) for all a <= p <= b."""
         return [False] * len(positions)
 
+    def descending(self, lo: int, hi: int) -> None:
+        """The splitter is about to cut ``text[lo:hi]`` (over budget) into smaller pieces."""
+
     def token_starts_in(self, lo: int, hi: int) -> np.ndarray:
         """Token start offsets within ``text[lo:hi]``: a guide to where a budget runs out inside
         a long unbroken run (the caller verifies with :meth:`count`)."""
@@ -64,6 +67,29 @@ class AdditiveMeasure(Measure):
     def __init__(self, text: str, tokenizer: "Tokenizer", whitespace: str | None) -> None:
         super().__init__(text, tokenizer)
         self._whitespace = whitespace
+        # An over-budget piece being cut: its token starts, from one encode, answer the counts
+        # of all the smaller pieces inside it (exact where both edges are additive cuts).
+        self._region: tuple[int, int, list[int]] | None = None
+
+    def descending(self, lo: int, hi: int) -> None:
+        region = self._region
+        if region is not None and region[0] <= lo and hi <= region[1]:
+            return
+        self._region = (lo, hi, (self.tokenizer.token_starts(self.text[lo:hi]) + lo).tolist())
+
+    def piece_counts(self, starts: list[int], ends: list[int], limit: int) -> list[int | None]:
+        region = self._region
+        if region is None or not (region[0] <= starts[0] and ends[-1] <= region[1]):
+            return super().piece_counts(starts, ends, limit)
+        token_starts = region[2]
+        additive = self.additive_cuts(starts + ends[-1:])
+        out: list[int | None] = []
+        for k, (a, b) in enumerate(zip(starts, ends)):
+            if additive[k] and additive[k + 1]:
+                out.append(bisect_left(token_starts, b) - bisect_left(token_starts, a))
+            else:
+                out.append(self.count(a, b))
+        return out
 
     def additive_cuts(self, positions: list[int]) -> list[bool]:
         separators = self._whitespace
@@ -111,11 +137,11 @@ _ADDITIVE_CUT = r"(?<=\n)(?=[^\s/])|(?<=\S)(?= [A-Za-z])"
 _NEXT_CUT = regex.compile(_ADDITIVE_CUT)
 _PREV_CUT = regex.compile("(?r)" + _ADDITIVE_CUT)
 # What tiktoken's regex engine takes for \s (Unicode White_Space).
-_WHITESPACE = np.array(
+_WHITESPACE_TABLE = np.zeros(0x3001, dtype=bool)
+_WHITESPACE_TABLE[
     [0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x20, 0x85, 0xA0, 0x1680, *range(0x2000, 0x200B),
-     0x2028, 0x2029, 0x202F, 0x205F, 0x3000],
-    dtype=np.int64,
-)
+     0x2028, 0x2029, 0x202F, 0x205F, 0x3000]
+] = True
 
 
 class TiktokenMeasure(Measure):
@@ -234,7 +260,7 @@ def _tiktoken_additive_mask(code_points: np.ndarray) -> np.ndarray:
     if n < 2:
         return mask
     cp = code_points.astype(np.int64, copy=False)
-    space = np.isin(cp, _WHITESPACE)
+    space = _WHITESPACE_TABLE[np.minimum(cp, 0x3000)] & (cp <= 0x3000)
     letter = ((cp >= 0x41) & (cp <= 0x5A)) | ((cp >= 0x61) & (cp <= 0x7A))
     solid = ~space & (cp != 0x2F)
     newline_before = cp[:-1] == 0x0A  # for cuts 1..n-1

@@ -88,33 +88,98 @@ def split(
     if not text:
         return []
     measure = tokenizer.measure(text)
+    parts = sections(text, markdown)
     chunks: list[Chunk] = []
-    for section in sections(text, markdown):
-        atoms = _atomize(measure, section.start, section.end, max_tokens)
-        chunks.extend(_pack(measure, atoms, max_tokens, overlap, section.headings))
+    bounds = [(part.start, part.end) for part in parts]
+    for part, atoms in zip(parts, _atomize(measure, bounds, max_tokens)):
+        chunks.extend(_pack(measure, atoms, max_tokens, overlap, part.headings))
     return chunks
 
 
 # ------------------------------------------------------------------------------------ atomize
 
 
-def _atomize(measure: Measure, lo: int, hi: int, limit: int) -> _Atoms:
-    atoms = _Atoms([], [], [])
-    (count,) = measure.piece_counts([lo], [hi], limit)
-    if count is not None and count <= limit:
-        atoms.add(lo, hi, count)
-    else:
-        _descend(measure, lo, hi, 0, limit, atoms)
-    return atoms
+def _atomize(measure: Measure, bounds: list[tuple[int, int]], limit: int) -> list[_Atoms]:
+    """Atoms of every section. The first level of all sections is counted in one batch, and a
+    section's own fit is judged from its pieces' counts, so no text is encoded twice just to
+    learn that it is too long."""
+    text = measure.text
+    first = SEPARATORS[0]
+    plans = [_cut_ends(text, lo, hi, first) for lo, hi in bounds]
+    all_starts: list[int] = []
+    all_ends: list[int] = []
+    for (lo, _), ends in zip(bounds, plans):
+        all_starts.append(lo)
+        all_starts.extend(ends[:-1])
+        all_ends.extend(ends)
+    all_counts = measure.piece_counts(all_starts, all_ends, limit)
+    out: list[_Atoms] = []
+    offset = 0
+    for (lo, hi), ends in zip(bounds, plans):
+        atoms = _Atoms([], [], [])
+        starts = all_starts[offset : offset + len(ends)]
+        counts = all_counts[offset : offset + len(ends)]
+        offset += len(ends)
+        whole = _whole_count(measure, lo, hi, starts, counts, limit)
+        if whole is not None and whole <= limit:
+            atoms.add(lo, hi, whole)
+        elif len(ends) == 1:
+            _descend(measure, lo, hi, 1, limit, atoms)
+        else:
+            _place(measure, starts, ends, counts, 1, limit, atoms)
+        out.append(atoms)
+    return out
+
+
+def _whole_count(
+    measure: Measure, lo: int, hi: int, starts: list[int], counts: list[int | None], limit: int
+) -> int | None:
+    """Count of text[lo:hi] from its pieces' counts; None when surely over ``limit``."""
+    if len(counts) == 1:
+        return counts[0]
+    if any(c is None for c in counts):
+        return None
+    total = sum(counts)  # type: ignore[arg-type]
+    if all(measure.additive_cuts(starts[1:])):
+        return total
+    if total > 2 * limit + 16:
+        return None
+    return measure.count(lo, hi)
+
+
+def _place(
+    measure: Measure,
+    starts: list[int],
+    ends: list[int],
+    counts: list[int | None],
+    next_level: int,
+    limit: int,
+    atoms: _Atoms,
+) -> None:
+    add = atoms.add
+    for start, end, count in zip(starts, ends, counts):
+        if count is not None and count <= limit:
+            add(start, end, count)
+        else:
+            _descend(measure, start, end, next_level, limit, atoms)
 
 
 def _descend(measure: Measure, lo: int, hi: int, level: int, limit: int, atoms: _Atoms) -> None:
     """Cut ``text[lo:hi]``, known to be over budget, on SEPARATORS[level] and below."""
+    measure.descending(lo, hi)
     if level == len(SEPARATORS):
         _grapheme_atoms(measure, lo, hi, limit, atoms)
         return
-    text = measure.text
-    separator = SEPARATORS[level]
+    ends = _cut_ends(measure.text, lo, hi, SEPARATORS[level])
+    if len(ends) == 1:  # separator absent, or only trailing: same range, next level
+        _descend(measure, lo, hi, level + 1, limit, atoms)
+        return
+    starts = [lo] + ends[:-1]
+    _place(measure, starts, ends, measure.piece_counts(starts, ends, limit), level + 1, limit, atoms)
+
+
+def _cut_ends(text: str, lo: int, hi: int, separator: str) -> list[int]:
+    """Ends of the pieces of text[lo:hi] cut after each ``separator`` (kept on the left)."""
     width = len(separator)
     ends: list[int] = []
     found = text.find(separator, lo, hi)
@@ -128,17 +193,7 @@ def _descend(measure: Measure, lo: int, hi: int, level: int, limit: int, atoms: 
         found = text.find(separator, end, hi)
     if not ends or ends[-1] != hi:
         ends.append(hi)
-    if len(ends) == 1:  # separator absent, or only trailing: same range, next level
-        _descend(measure, lo, hi, level + 1, limit, atoms)
-        return
-    starts = [lo] + ends[:-1]
-    counts = measure.piece_counts(starts, ends, limit)
-    add = atoms.add
-    for start, end, count in zip(starts, ends, counts):
-        if count is not None and count <= limit:
-            add(start, end, count)
-        else:
-            _descend(measure, start, end, level + 1, limit, atoms)
+    return ends
 
 
 def _grapheme_atoms(measure: Measure, lo: int, hi: int, limit: int, atoms: _Atoms) -> None:

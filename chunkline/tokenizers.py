@@ -232,7 +232,10 @@ class TiktokenTokenizer(Tokenizer):
         return self._token_bytes
 
     def token_ids(self, text: str) -> np.ndarray:
-        return self.encoding.encode_to_numpy(text, allowed_special=set(), disallowed_special=())
+        # encode_ordinary is tiktoken's fast path; encode_to_numpy goes through the special-token
+        # scan and measured ~1.7x slower here, more than the list-to-array copy costs.
+        ids = self.encoding.encode_ordinary(text)
+        return np.fromiter(ids, dtype=np.int64, count=len(ids))
 
     def token_starts(self, text: str) -> np.ndarray:
         from chunkline.measure import byte_to_char_starts
