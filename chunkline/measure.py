@@ -102,27 +102,6 @@ class AdditiveMeasure(Measure):
         ]
 
 
-def byte_to_char_starts(text: str, byte_starts: np.ndarray) -> np.ndarray:
-    """Map UTF-8 byte offsets into ``text`` to the index of the character holding each byte.
-
-    Lone surrogates count 3 bytes: tiktoken replaces them with U+FFFD, which is 3 bytes too.
-    """
-    if text.isascii():
-        return byte_starts.astype(np.int64, copy=False)
-    char_of_byte = np.repeat(np.arange(len(text), dtype=np.int64), _utf8_lengths(text))
-    return char_of_byte[byte_starts]
-
-
-def _utf8_lengths(text: str) -> np.ndarray:
-    code_points = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-    return (
-        1
-        + (code_points >= 0x80).astype(np.int64)
-        + (code_points >= 0x800)
-        + (code_points >= 0x10000)
-    )
-
-
 # Cuts where a tiktoken count (cl100k_base and o200k_base pre-token regexes) is additive:
 #  (A) after a newline, before a character that is neither whitespace nor "/": no pre-token
 #      crosses a newline into non-space text (o200k's punctuation pre-token may swallow "\n/");
@@ -137,11 +116,13 @@ _ADDITIVE_CUT = r"(?<=\n)(?=[^\s/])|(?<=\S)(?= [A-Za-z])"
 _NEXT_CUT = regex.compile(_ADDITIVE_CUT)
 _PREV_CUT = regex.compile("(?r)" + _ADDITIVE_CUT)
 # What tiktoken's regex engine takes for \s (Unicode White_Space).
+_WHITESPACE_CODES = (0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x20, 0x85, 0xA0, 0x1680,
+                     *range(0x2000, 0x200B), 0x2028, 0x2029, 0x202F, 0x205F, 0x3000)
 _WHITESPACE_TABLE = np.zeros(0x3001, dtype=bool)
-_WHITESPACE_TABLE[
-    [0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x20, 0x85, 0xA0, 0x1680, *range(0x2000, 0x200B),
-     0x2028, 0x2029, 0x202F, 0x205F, 0x3000]
-] = True
+_WHITESPACE_TABLE[list(_WHITESPACE_CODES)] = True
+_WHITESPACE_CHARS = frozenset(map(chr, _WHITESPACE_CODES))
+_NOT_SOLID = _WHITESPACE_CHARS | {"/"}
+_ASCII_LETTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
 
 
 class TiktokenMeasure(Measure):
@@ -151,57 +132,65 @@ class TiktokenMeasure(Measure):
 
     def __init__(self, text: str, tokenizer: "TiktokenTokenizer") -> None:
         super().__init__(text, tokenizer)
-        ids = tokenizer.token_ids(text)
-        lengths = tokenizer.token_byte_lengths()[ids]
-        self._token_byte_starts = np.cumsum(lengths) - lengths
+        self._starts = tokenizer.token_starts(text)
+        self._starts_list: list[int] | None = None
+        # Code points for vectorized cut checks; ASCII text is its own byte string.
         if text.isascii():
-            self._char_bytes = None
-            code_points = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
+            self._code_points = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
         else:
-            code_points = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), np.uint32)
-            self._char_bytes = np.concatenate(([0], np.cumsum(_utf8_lengths(text))))
-        self._additive = _tiktoken_additive_mask(code_points).tobytes()
-        self._starts: np.ndarray | None = None
-        self._byte_starts_list: list[int] | None = None
+            self._code_points = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), np.uint32)
         self._left_fix: dict[int, tuple[int, int]] = {}
         self._right_fix: dict[int, tuple[int, int]] = {}
         self._encode = tokenizer.encoding.encode_ordinary
 
     def _before(self, pos: int) -> int:
         """Document tokens starting before ``pos``."""
-        if self._byte_starts_list is None:
+        if self._starts_list is None:
             # bisect on a list beats a scalar numpy call by ~10x; built once, on first use.
-            self._byte_starts_list = self._token_byte_starts.tolist()
-        byte = pos if self._char_bytes is None else int(self._char_bytes[pos])
-        return bisect_left(self._byte_starts_list, byte)
-
-    def _tokens_before(self, positions: list[int]) -> np.ndarray:
-        where = np.asarray(positions, dtype=np.int64)
-        if self._char_bytes is not None:
-            where = self._char_bytes[where]
-        return np.searchsorted(self._token_byte_starts, where)
+            self._starts_list = self._starts.tolist()
+        return bisect_left(self._starts_list, pos)
 
     def tokens_before(self, positions: list[int]) -> list[int]:
         """Document tokens starting before each position: the estimate the packer searches."""
-        return self._tokens_before(positions).tolist()
+        return np.searchsorted(self._starts, positions).tolist()
 
     def token_starts_in(self, lo: int, hi: int) -> np.ndarray:
-        if self._starts is None:
-            self._starts = byte_to_char_starts(self.text, self._token_byte_starts)
-        return self._starts[np.searchsorted(self._starts, lo) : np.searchsorted(self._starts, hi)]
+        starts = self._starts
+        return starts[np.searchsorted(starts, lo) : np.searchsorted(starts, hi)]
+
+    def _additive(self, positions: np.ndarray) -> np.ndarray:
+        return _tiktoken_additive(self.text, self._code_points, positions)
 
     def additive_cuts(self, positions: list[int]) -> list[bool]:
-        additive = self._additive
-        return [additive[p] == 1 for p in positions]
+        return self._additive(np.asarray(positions, dtype=np.int64)).tolist()
+
+    def _is_additive(self, pos: int) -> bool:
+        """Scalar twin of :func:`_tiktoken_additive` (a numpy call costs more than it saves)."""
+        text = self.text
+        n = len(text)
+        if pos <= 0 or pos >= n:
+            return True
+        previous, current = text[pos - 1], text[pos]
+        if previous == "\n":
+            if current == " " or current == "\t":
+                end = pos
+                while end < n and (text[end] == " " or text[end] == "\t"):
+                    end += 1
+                return end < n and text[end] not in _NOT_SOLID
+            return current not in _NOT_SOLID
+        return (
+            current == " " and previous not in _WHITESPACE_CHARS and pos + 1 < n
+            and text[pos + 1] in _ASCII_LETTERS
+        )
 
     def _next_cut(self, pos: int, limit: int) -> int | None:
-        if self._additive[pos]:
+        if self._is_additive(pos):
             return pos
         found = _NEXT_CUT.search(self.text, pos, min(limit + 2, len(self.text)))
         return found.start() if found is not None and found.start() <= limit else None
 
     def _prev_cut(self, pos: int, limit: int) -> int | None:
-        if self._additive[pos]:
+        if self._is_additive(pos):
             return pos
         # endpos=pos+1 hides text past pos from the lookaheads: a miss is possible, a false
         # cut is not, and pos itself was checked above.
@@ -240,40 +229,54 @@ class TiktokenMeasure(Measure):
         return left[1] + self._before(right[0]) - self._before(left[0]) + right[1]
 
     def piece_counts(self, starts: list[int], ends: list[int], limit: int) -> list[int | None]:
-        estimates = self._tokens_before(ends) - self._tokens_before(starts)
-        additive = self._additive
+        edges = np.asarray(starts + ends[-1:], dtype=np.int64)
+        before = np.searchsorted(self._starts, edges)
+        estimates = before[1:] - before[:-1]
+        additive = self._additive(edges)
+        exact = additive[:-1] & additive[1:]  # both edges additive: the estimate is the count
+        far = estimates > 2 * limit + 16  # far over by the document pass: no exact figure needed
         out: list[int | None] = estimates.tolist()
-        for k in np.flatnonzero(estimates > 2 * limit + 16).tolist():
-            out[k] = None  # far over by the document pass: an exact figure is not needed
-        for k, (a, b) in enumerate(zip(starts, ends)):
-            # The estimate is exact when both edges are additive cuts.
-            if out[k] is not None and not (additive[a] and additive[b]):
-                out[k] = self.count(a, b)
+        for k in np.flatnonzero(far).tolist():
+            out[k] = None
+        for k in np.flatnonzero(~exact & ~far).tolist():
+            out[k] = self.count(starts[k], ends[k])
         return out
 
 
-def _tiktoken_additive_mask(code_points: np.ndarray) -> np.ndarray:
-    """uint8 per cut position 0..n: 1 where a tiktoken count is additive (see _ADDITIVE_CUT)."""
+def _tiktoken_additive(text: str, code_points: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """Per cut position: True where a tiktoken count is additive (rules A-C above). Evaluated
+    only where asked, so no pass over the whole document is needed."""
     n = len(code_points)
-    mask = np.zeros(n + 1, dtype=np.uint8)
-    mask[0] = mask[n] = 1
-    if n < 2:
-        return mask
-    cp = code_points.astype(np.int64, copy=False)
-    space = _WHITESPACE_TABLE[np.minimum(cp, 0x3000)] & (cp <= 0x3000)
-    letter = ((cp >= 0x41) & (cp <= 0x5A)) | ((cp >= 0x61) & (cp <= 0x7A))
-    solid = ~space & (cp != 0x2F)
-    newline_before = cp[:-1] == 0x0A  # for cuts 1..n-1
-    mask[1:n] |= newline_before & solid[1:]  # (A)
-    blank = (cp == 0x20) | (cp == 0x09)
-    candidates = np.flatnonzero(newline_before & blank[1:]) + 1  # (B): cuts before a blank run
-    if len(candidates):
-        not_blank = np.flatnonzero(~blank)
-        after = np.searchsorted(not_blank, candidates)
-        inside = after < len(not_blank)
-        # A run that reaches the end of the text is not a cut: there "\s++$" takes the newline
-        # and the run as one pre-token.
-        run_end = not_blank[after[inside]]
-        mask[candidates[inside][solid[run_end]]] = 1
-    mask[1 : n - 1] |= ~space[:-2] & (cp[1:-1] == 0x20) & letter[2:]  # (C)
-    return mask
+    out = (positions <= 0) | (positions >= n)
+    inner = ~out
+    at = positions[inner]
+    if not len(at):
+        return out
+    previous = code_points[at - 1].astype(np.int64)
+    current = code_points[at].astype(np.int64)
+    following = code_points[np.minimum(at + 1, n - 1)].astype(np.int64)
+    following[at + 1 >= n] = 0x20  # nothing after the text: never a letter
+    newline_before = previous == 0x0A
+    rule_a = newline_before & _solid(current)
+    rule_c = (current == 0x20) & ~_space(previous) & _ascii_letter(following)
+    result = rule_a | rule_c
+    blank_run = newline_before & ((current == 0x20) | (current == 0x09))
+    for k in np.flatnonzero(blank_run).tolist():  # rule B: the blank run is short, scan it
+        end = int(at[k])
+        while end < n and (text[end] == " " or text[end] == "\t"):
+            end += 1
+        result[k] = end < n and text[end] not in _NOT_SOLID
+    out[inner] = result
+    return out
+
+
+def _space(cp: np.ndarray) -> np.ndarray:
+    return _WHITESPACE_TABLE[np.minimum(cp, 0x3000)] & (cp <= 0x3000)
+
+
+def _solid(cp: np.ndarray) -> np.ndarray:
+    return ~_space(cp) & (cp != 0x2F)
+
+
+def _ascii_letter(cp: np.ndarray) -> np.ndarray:
+    return ((cp >= 0x41) & (cp <= 0x5A)) | ((cp >= 0x61) & (cp <= 0x7A))

@@ -212,7 +212,7 @@ class TiktokenTokenizer(Tokenizer):
     def __init__(self, spec: str, encoding) -> None:
         self.spec = spec
         self.encoding = encoding
-        self._token_bytes: np.ndarray | None = None
+        self._char_tables: tuple[np.ndarray, np.ndarray] | None = None
 
     def count(self, text: str) -> int:
         return len(self.encoding.encode_ordinary(text))
@@ -221,15 +221,20 @@ class TiktokenTokenizer(Tokenizer):
         encode = self.encoding.encode_ordinary
         return [len(encode(t)) for t in texts]
 
-    def token_byte_lengths(self) -> np.ndarray:
-        """UTF-8 byte length of every token id, built once per tokenizer (~0.1 s)."""
-        if self._token_bytes is None:
+    def token_char_tables(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per token id: how many characters start in its bytes (UTF-8 lead bytes), and whether
+        its first byte continues a character begun in the previous token. Together they place
+        every token in characters without decoding (tiktoken's decode_with_offsets rule), built
+        once per tokenizer (~0.1 s)."""
+        if self._char_tables is None:
             enc = self.encoding
-            lengths = np.zeros(enc.n_vocab, dtype=np.int64)
+            leads = np.zeros(enc.n_vocab, dtype=np.int64)
+            continues = np.zeros(enc.n_vocab, dtype=np.int64)
             for token, rank in enc._mergeable_ranks.items():
-                lengths[rank] = len(token)
-            self._token_bytes = lengths
-        return self._token_bytes
+                leads[rank] = sum(1 for byte in token if not 0x80 <= byte < 0xC0)
+                continues[rank] = 0x80 <= token[0] < 0xC0
+            self._char_tables = (leads, continues)
+        return self._char_tables
 
     def token_ids(self, text: str) -> np.ndarray:
         # encode_ordinary is tiktoken's fast path; encode_to_numpy goes through the special-token
@@ -238,11 +243,11 @@ class TiktokenTokenizer(Tokenizer):
         return np.fromiter(ids, dtype=np.int64, count=len(ids))
 
     def token_starts(self, text: str) -> np.ndarray:
-        from chunkline.measure import byte_to_char_starts
-
         ids = self.token_ids(text)
-        byte_starts = np.cumsum(self.token_byte_lengths()[ids]) - self.token_byte_lengths()[ids]
-        return byte_to_char_starts(text, byte_starts)
+        leads, continues = self.token_char_tables()
+        lead_counts = leads[ids]
+        # A token that begins inside a character is placed at that character.
+        return np.cumsum(lead_counts) - lead_counts - continues[ids]
 
     def measure(self, text: str) -> "Measure":
         from chunkline.measure import TiktokenMeasure
