@@ -17,6 +17,19 @@ from markdown_it import MarkdownIt
 # the parse entirely.
 _HEADING_CANDIDATE = re.compile(r"^ {0,3}(?:#{1,6}(?:[ \t]|$)|=+[ \t]*$|-+[ \t]*$)", re.M)
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
+# YAML front matter (Jekyll, Hugo, MkDocs): not CommonMark, which would read its closing "---"
+# as a setext underline and make the metadata a heading.
+_FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(?:.*?\r?\n)?(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)", re.S)
+
+
+def mask_front_matter(text: str) -> str:
+    """``text`` with a leading YAML front matter block blanked out (line breaks kept, so every
+    offset and line number is unchanged); other text is returned as is."""
+    found = _FRONT_MATTER.match(text)
+    if found is None:
+        return text
+    block = found.group()
+    return re.sub(r"[^\r\n]", " ", block) + text[found.end() :]
 
 
 @dataclass(frozen=True)
@@ -78,7 +91,8 @@ def _clean_title(raw: str) -> str:
 
 
 def headings(text: str) -> list[Heading]:
-    """Top-level ATX and setext headings of ``text`` in document order."""
+    """Top-level ATX and setext headings of ``text`` in document order (front matter aside)."""
+    text = mask_front_matter(text)
     if not _HEADING_CANDIDATE.search(text.replace("\r", "\n") if "\r" in text else text):
         return []
     parser = _block_parser()
@@ -86,14 +100,19 @@ def headings(text: str) -> list[Heading]:
         return _headings_markdown_it_py(text)
     found: list[Heading] = []
     encoded = text.encode("utf-8", "surrogatepass") if not text.isascii() else None
+    byte_seen = char_seen = 0  # srcmap is in UTF-8 bytes: convert incrementally, in order
     for node in parser.tree(text).children:
         if node.name != "heading" and node.name != "lheading":
             continue
         first, last = node.srcmap
-        if encoded is not None:  # srcmap is in UTF-8 bytes
-            first = len(encoded[:first].decode("utf-8", "surrogatepass"))
-            last = first + len(encoded[node.srcmap[0] : last].decode("utf-8", "surrogatepass"))
-        line_start = max(text.rfind("\n", 0, first), text.rfind("\r", 0, first)) + 1
+        if encoded is not None:
+            char_seen += len(encoded[byte_seen:first].decode("utf-8", "surrogatepass"))
+            byte_seen = first
+            first, last = char_seen, char_seen + len(
+                encoded[node.srcmap[0] : last].decode("utf-8", "surrogatepass")
+            )
+        line_start = text.rfind("\n", 0, first) + 1
+        line_start = text.rfind("\r", line_start, first) + 1 or line_start  # lone-CR lines
         if node.name == "heading":
             line_end = _LINE_BREAK.search(text, first)
             raw = _atx_title(text[line_start : line_end.start() if line_end else len(text)])

@@ -8,6 +8,7 @@ from functools import lru_cache
 from markdown_it import MarkdownIt
 
 from chunkline import Tokenizer, get_tokenizer
+from chunkline.markdown import mask_front_matter
 
 TOKENIZER_SPECS = (
     "words",
@@ -26,6 +27,7 @@ def tokenizer(spec: str) -> Tokenizer:
 def reference_headings(text: str) -> list[tuple[int, int, str]]:
     """(line start offset, level, title) of top-level headings, straight from markdown-it-py's
     full CommonMark token stream: the oracle the splitter's heading paths must equal."""
+    text = mask_front_matter(text)  # the one extension to CommonMark, tested on its own
     tokens = MarkdownIt("commonmark").parse(text)
     line_starts = [0] + [m.end() for m in re.finditer(r"\r\n|\r|\n", text)]
     out = []

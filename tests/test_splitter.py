@@ -181,3 +181,19 @@ def test_deterministic() -> None:
     text = "\n\n".join(f"Paragraph {i} " + "word " * (i % 37) for i in range(200))
     tok = tokenizer("tiktoken:cl100k_base")
     assert split(text, 64, 8, tok) == split(text, 64, 8, tok)
+
+
+@pytest.mark.parametrize(
+    "front",
+    ["---\ntitle: A page\ntags: [x]\n---\n", "---\r\ntitle: x\r\n...\r\n", "---\n---\n"],
+)
+def test_front_matter_is_not_a_heading(front: str) -> None:
+    text = front + "Body text.\n\n# Real\nmore\n"
+    chunks = split(text, 1000, 0, tokenizer("words"))
+    assert [c.headings for c in chunks] == [(), ("Real",)]
+    assert chunks[0].start == 0 and text[chunks[0].start : chunks[0].end].startswith("---")
+
+
+def test_thematic_break_later_is_still_commonmark() -> None:
+    text = "intro\n\n---\ntitle\n---\nbody\n"
+    assert [c.headings for c in split(text, 1000, 0, tokenizer("words"))] == [(), ("title",)]
