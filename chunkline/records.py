@@ -1,0 +1,142 @@
+"""The records that flow through the pipeline, and the Parquet schemas they are written with.
+
+Defined once, here, next to each other: a schema is never inferred from a first batch
+(datatrove's inferred Parquet schema broke on later batches). Records are frozen; a stage that
+changes one returns a new record (``dataclasses.replace``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import unicodedata
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+KEPT = "kept"
+DUPLICATE = "duplicate"
+REJECTED = "rejected"
+
+
+@dataclass(frozen=True)
+class Document:
+    """One document: ``text`` is the text every chunk offset refers to."""
+
+    doc_id: str
+    uri: str
+    text: str
+    metadata: tuple[tuple[str, str], ...] = ()  # sorted (key, JSON value) pairs: hashable, stable
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """A document (or record) that could not be read, with the reason. Never dropped silently."""
+
+    uri: str
+    doc_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class DocumentStatus:
+    """What became of one document read: kept, a duplicate of another, or rejected."""
+
+    doc_id: str
+    uri: str
+    text: str
+    doc_hash: str
+    status: str
+    duplicate_of: str | None = None
+
+
+@dataclass(frozen=True)
+class ChunkRecord:
+    """One chunk of a kept document; ``embedding`` is None until the embed stage (or when
+    embedding is switched off)."""
+
+    doc_id: str
+    chunk_id: str
+    chunk_index: int
+    start: int
+    end: int
+    headings: tuple[str, ...]
+    text: str
+    tokens: int
+    embedding: tuple[float, ...] | None = field(default=None, compare=False)
+    # Prepended for embedding only (the heading path, cut to its token reserve); not stored.
+    prefix: str = ""
+
+    def embed_text(self) -> str:
+        """What the embedder reads: the prefix, then the chunk text."""
+        return self.prefix + self.text
+
+
+def normalize_for_hash(text: str) -> str:
+    """Exact-duplicate key text: NFC, lines stripped of trailing space, runs of blank lines and
+    all whitespace inside a line collapsed, case kept."""
+    text = unicodedata.normalize("NFC", text)
+    lines = (" ".join(line.split()) for line in text.splitlines())
+    return "\n".join(line for line in lines if line)
+
+
+def doc_hash(text: str) -> str:
+    """sha256 hex of :func:`normalize_for_hash`: equal for texts that differ only in spacing."""
+    return hashlib.sha256(normalize_for_hash(text).encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def chunk_id(doc_id: str, start: int, end: int) -> str:
+    """Deterministic chunk id from the document id and the span: a retried bundle gives the same
+    ids (Beam's own ``uuid4`` chunk ids do not)."""
+    return f"{doc_id}#{start}-{end}"
+
+
+def chunk_schema(dim: int | None) -> pa.Schema:
+    """Chunks table; ``embedding`` is fixed_size_list<float32>[dim], or absent-valued (null
+    list) when ``dim`` is None (embedding switched off)."""
+    vector = pa.list_(pa.float32(), dim) if dim else pa.list_(pa.float32())
+    return pa.schema(
+        [
+            pa.field("doc_id", pa.string(), nullable=False),
+            pa.field("chunk_id", pa.string(), nullable=False),
+            pa.field("chunk_index", pa.int32(), nullable=False),
+            pa.field("start", pa.int64(), nullable=False),
+            pa.field("end", pa.int64(), nullable=False),
+            pa.field("headings", pa.list_(pa.string()), nullable=False),
+            pa.field("text", pa.string(), nullable=False),
+            pa.field("tokens", pa.int32(), nullable=False),
+            pa.field("embedding", vector, nullable=dim is None),
+        ]
+    )
+
+
+def document_schema() -> pa.Schema:
+    return pa.schema(
+        [
+            pa.field("doc_id", pa.string(), nullable=False),
+            pa.field("uri", pa.string(), nullable=False),
+            pa.field("text", pa.string(), nullable=False),
+            pa.field("doc_hash", pa.string(), nullable=False),
+            pa.field("status", pa.string(), nullable=False),
+            pa.field("duplicate_of", pa.string(), nullable=True),
+        ]
+    )
+
+
+def rejected_schema() -> pa.Schema:
+    return pa.schema(
+        [
+            pa.field("uri", pa.string(), nullable=False),
+            pa.field("doc_id", pa.string(), nullable=False),
+            pa.field("reason", pa.string(), nullable=False),
+        ]
+    )
+
+
+def as_row(record: Any, schema: pa.Schema) -> dict[str, Any]:
+    """A record as a dict with exactly the schema's columns (tuples as lists)."""
+    row = {}
+    for name in schema.names:
+        value = getattr(record, name)
+        row[name] = list(value) if isinstance(value, tuple) else value
+    return row
