@@ -315,3 +315,25 @@ def _pack(
                 k -= 1
         i = k
     return chunks
+
+
+def heading_prefix(headings: tuple[str, ...], tokenizer: Tokenizer, reserve: int) -> str:
+    """The heading path embedded before a chunk (``"Guide > Setup\\n"``), at most ``reserve``
+    tokens: outer headings are dropped first, then the innermost title is cut by words.
+
+    The split budget leaves ``reserve`` tokens free, so prefix + chunk never exceeds the
+    embedder's input (seed: "Budget = the embedder's max input minus anything you prepend").
+    """
+    if not headings or reserve <= 0:
+        return ""
+    for first in range(len(headings)):
+        text = " > ".join(headings[first:]) + "\n"
+        if tokenizer.count(text) <= reserve:
+            return text
+    words = headings[-1].split()[:64]
+    while words:
+        words.pop()
+        text = " ".join(words) + "\n"
+        if words and tokenizer.count(text) <= reserve:
+            return text
+    return ""

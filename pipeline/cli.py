@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from pathlib import Path
 from typing import Iterable, Sequence, TextIO
@@ -74,6 +75,49 @@ def _write_view(
         previous_end = chunk.end
 
 
+def _run_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from pipeline.config import ConfigError, load_config
+
+    overrides = list(args.set or [])
+    if args.input:
+        overrides.append(f"input.pattern={json.dumps(args.input)}")
+    if args.output:
+        overrides.append(f"output.path={json.dumps(args.output)}")
+    try:
+        config = load_config(args.config, overrides)
+    except ConfigError as exc:
+        print(f"chunkline run: {exc}", file=err)
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s",
+                        datefmt="%H:%M:%S")
+    from pipeline.run import format_summary, run
+
+    try:
+        summary = run(config, args.beam_args)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"chunkline run: {exc}", file=err)
+        return 2
+    print(format_summary(summary), file=out)
+    return 0 if summary.reconciled else 1
+
+
+def _query_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from pipeline.query import search
+
+    try:
+        hits = search(args.output, args.question, args.k)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"chunkline query: {exc}", file=err)
+        return 2
+    for rank, hit in enumerate(hits, 1):
+        path = " › ".join(hit.headings) or "(no heading)"
+        snippet = " ".join(hit.text.split())
+        snippet = snippet if len(snippet) <= 240 else snippet[:239] + "…"
+        print(f"{rank}. {hit.score:.3f}  {hit.doc_id} [{hit.start}:{hit.end}]  {path}", file=out)
+        print(f"   {snippet}", file=out)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="chunkline", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -95,12 +139,39 @@ def build_parser() -> argparse.ArgumentParser:
     split_parser.add_argument("--view", action="store_true",
                               help="human-readable view instead of JSON lines")
     split_parser.set_defaults(handler=_split_command)
+
+    run_parser = commands.add_parser(
+        "run", help="run the ingestion pipeline: read, dedupe, split, embed, write Parquet",
+        description="Run the pipeline. Arguments after -- are passed to Beam as pipeline "
+        "options (e.g. -- --direct_num_workers=2 --direct_running_mode=multi_processing).",
+    )
+    run_parser.add_argument("--config", default=None, help="YAML config (configs/local.yaml)")
+    run_parser.add_argument("--input", help="file pattern; overrides input.pattern")
+    run_parser.add_argument("--output", help="output directory; overrides output.path")
+    run_parser.add_argument("--set", action="append", metavar="KEY=VALUE",
+                            help="override a config key, e.g. split.overlap=16 (repeatable)")
+    run_parser.set_defaults(handler=_run_command, beam_args=[])
+
+    query_parser = commands.add_parser(
+        "query", help="search an index's Parquet shards with the index's own model",
+    )
+    query_parser.add_argument("output", help="output directory (holding LATEST) or a run directory")
+    query_parser.add_argument("question")
+    query_parser.add_argument("-k", type=int, default=5)
+    query_parser.set_defaults(handler=_query_command)
     return parser
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
          err: TextIO | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    beam_args: list[str] = []
+    if "--" in argv:  # everything after -- belongs to Beam
+        beam_args = argv[argv.index("--") + 1 :]
+        argv = argv[: argv.index("--")]
     args = build_parser().parse_args(argv)
+    if beam_args:
+        args.beam_args = beam_args
     try:
         return args.handler(args, out or sys.stdout, err or sys.stderr)
     except BrokenPipeError:  # `chunkline split ... | head` is normal use, not an error

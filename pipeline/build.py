@@ -1,0 +1,88 @@
+"""Assemble the job graph: read -> dedupe -> split -> embed -> write, from a validated config."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import apache_beam as beam
+
+from chunkline.embedder import EmbedOptions
+from chunkline.readers import ReadOptions
+from chunkline.records import REJECTED, DocumentStatus, Rejected, chunk_schema, document_schema, rejected_schema
+from pipeline.config import Config
+from transforms.dedupe import ExactDedupe
+from transforms.read import ReadDocuments
+from transforms.split import SplitDocuments
+from transforms.write import WriteParquetShards
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the driver decided before building: where, and the derived split budget."""
+
+    run_dir: str
+    tokenizer_spec: str
+    max_tokens: int
+    dim: int | None
+
+
+def read_options(config: Config) -> ReadOptions:
+    source = config.input
+    return ReadOptions(
+        jsonl_id_field=source.jsonl.id_field,
+        jsonl_text_field=source.jsonl.text_field,
+        jsonl_metadata_field=source.jsonl.metadata_field,
+        parquet_id_column=source.parquet.id_column,
+        parquet_text_column=source.parquet.text_column,
+        parquet_metadata_columns=tuple(source.parquet.metadata_columns),
+        max_document_bytes=source.max_document_bytes,
+    )
+
+
+def embed_options(config: Config) -> EmbedOptions | None:
+    if config.embed is None:
+        return None
+    e = config.embed
+    return EmbedOptions(model=e.model, device=e.device, dtype=e.dtype, normalize=e.normalize,
+                        batch_size=e.batch_size, max_seq_length=e.max_seq_length)
+
+
+def _rejected_status(record: Rejected) -> DocumentStatus:
+    return DocumentStatus(record.doc_id, record.uri, "", "", REJECTED, None)
+
+
+def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
+    """Add the whole job to ``pipeline``; every document read ends in the documents table."""
+    read = pipeline | "Read" >> ReadDocuments(config.input.pattern, read_options(config))
+    deduped = read.documents | "Dedupe" >> ExactDedupe(config.dedupe.exact)
+    chunks = deduped["kept"] | "Split" >> SplitDocuments(
+        plan.tokenizer_spec,
+        plan.max_tokens,
+        config.split.overlap,
+        config.split.markdown,
+        heading_reserve=config.split.heading_reserve if config.embed is not None else 0,
+    )
+    options = embed_options(config)
+    if options is not None:
+        from transforms.embed import EmbedChunks  # torch loads only when embedding is on
+
+        chunks = chunks | "Embed" >> EmbedChunks(options)
+
+    rejected = (read.rejected, deduped["rejected"]) | "AllRejected" >> beam.Flatten()
+    statuses = (
+        deduped["statuses"],
+        rejected | "RejectedStatus" >> beam.Map(_rejected_status),
+    ) | "AllStatuses" >> beam.Flatten()
+
+    chunks | "WriteChunks" >> WriteParquetShards(
+        plan.run_dir, "chunks", chunk_schema(plan.dim), config.output.chunk_shards,
+        shard_key=lambda r: r.doc_id, sort_key=lambda r: (r.doc_id, r.chunk_index),
+    )
+    statuses | "WriteDocuments" >> WriteParquetShards(
+        plan.run_dir, "documents", document_schema(), 1,
+        shard_key=lambda r: r.doc_id, sort_key=lambda r: (r.doc_id, r.uri, r.status),
+    )
+    rejected | "WriteRejected" >> WriteParquetShards(
+        plan.run_dir, "rejected", rejected_schema(), 1,
+        shard_key=lambda r: r.doc_id, sort_key=lambda r: (r.doc_id, r.uri, r.reason),
+    )

@@ -1,0 +1,11 @@
+"""Beam test support: pipelines on the in-process FnApiRunner (the plain DirectRunner name
+first tries to download the Prism binary, which this machine cannot)."""
+
+from __future__ import annotations
+
+from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+from apache_beam.testing.test_pipeline import TestPipeline
+
+
+def fnapi_pipeline() -> TestPipeline:
+    return TestPipeline(runner=FnApiRunner())
