@@ -7,7 +7,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo split-demo test bench clean
 
 setup: $(STAMP)
 
@@ -19,6 +19,10 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
+	$(VENV)/bin/chunkline run --config configs/local.yaml
+	$(VENV)/bin/chunkline query out "how do I calibrate the arm?" -k 3
+
+split-demo: $(STAMP)
 	$(VENV)/bin/chunkline split examples/guide.md --max-tokens 64 --overlap 8 --view
 
 test: $(STAMP)
@@ -26,6 +30,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/split_bench.py --out bench/results_split.md
+	$(PY) bench/pipeline_bench.py --out bench/results_pipeline.md
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,0 +1,161 @@
+"""The whole job on examples/corpus, read back with pyarrow."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from chunkline.records import chunk_schema, document_schema, rejected_schema
+from pipeline.config import load_config
+from pipeline.query import search
+from pipeline.run import format_summary, run
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT / "examples" / "corpus"
+pytestmark = pytest.mark.slow
+
+
+def run_job(output: Path, *overrides: str, beam_args: tuple[str, ...] = (), config: str = "local.yaml"):
+    cfg = load_config(ROOT / "configs" / config,
+                      [f"input.pattern={CORPUS}/**", f"output.path={output}", *overrides])
+    return run(cfg, beam_args)
+
+
+def table(run_dir: str, name: str):
+    files = sorted(Path(run_dir).glob(f"{name}-*.parquet"))
+    return [pq.read_table(f) for f in files]
+
+
+def rows(run_dir: str, name: str) -> list[dict]:
+    return [r for t in table(run_dir, name) for r in t.to_pylist()]
+
+
+def comparable(run_dir: str) -> tuple[list, list, list]:
+    """Rows without vectors (compared separately, with a float tolerance), sorted."""
+    chunks = sorted(rows(run_dir, "chunks"), key=lambda r: r["chunk_id"])
+    vectors = np.asarray([r.pop("embedding") for r in chunks], dtype=np.float32)
+    documents = sorted(rows(run_dir, "documents"), key=lambda r: (r["doc_id"], r["uri"]))
+    rejected = sorted(rows(run_dir, "rejected"), key=lambda r: (r["doc_id"], r["uri"]))
+    return chunks, documents, rejected, vectors
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory):
+    return run_job(tmp_path_factory.mktemp("first"))
+
+
+def test_schemas_are_the_defined_ones(first_run) -> None:
+    for t in table(first_run.run_dir, "chunks"):
+        assert t.schema.equals(chunk_schema(384))
+    for t in table(first_run.run_dir, "documents"):
+        assert t.schema.equals(document_schema())
+    for t in table(first_run.run_dir, "rejected"):
+        assert t.schema.equals(rejected_schema())
+    assert len(table(first_run.run_dir, "chunks")) == 4
+
+
+def test_counts_reconcile_and_manifest_is_complete(first_run) -> None:
+    manifest = json.loads((Path(first_run.run_dir) / "manifest.json").read_text())
+    counts = manifest["counts"]
+    files_in_corpus = [p for p in CORPUS.rglob("*") if p.is_file()]
+    assert manifest["reconciled"] and first_run.reconciled
+    assert counts["documents"] == counts["kept"] + counts["duplicate"] + counts["rejected"]
+    assert counts["read"] == counts["documents"]
+    assert counts["duplicate"] >= 1  # manuals/arm-calibration-copy.md
+    assert counts["rejected"] >= 1  # the malformed line of data/faq.jsonl
+    assert counts["documents"] > len(files_in_corpus)  # JSONL records are documents
+    assert (Path(first_run.output) / "LATEST").read_text().strip() == first_run.run_id
+    assert manifest["model"]["dim"] == 384
+    assert manifest["split"]["max_tokens"] == 256 - 2 - 32
+    summary = format_summary(first_run)
+    assert "reconciled" in summary and "chunkline query" in summary
+
+
+def test_every_chunk_is_its_documents_text(first_run) -> None:
+    documents = {r["doc_id"]: r for r in rows(first_run.run_dir, "documents") if r["status"] == "kept"}
+    chunks = rows(first_run.run_dir, "chunks")
+    assert chunks
+    for r in chunks:
+        assert documents[r["doc_id"]]["text"][r["start"] : r["end"]] == r["text"]
+        assert r["chunk_id"] == f"{r['doc_id']}#{r['start']}-{r['end']}"
+        assert r["tokens"] <= 256 - 2 - 32
+    kept_with_text = {d for d, r in documents.items() if r["text"].strip()}
+    assert {r["doc_id"] for r in chunks} == kept_with_text
+
+
+def test_duplicates_and_rejections_are_recorded(first_run) -> None:
+    documents = rows(first_run.run_dir, "documents")
+    by_id = {r["doc_id"]: r for r in documents}
+    assert by_id["manuals/arm-calibration-copy.md"]["status"] == "duplicate"
+    assert by_id["manuals/arm-calibration-copy.md"]["duplicate_of"] == "manuals/arm-calibration.md"
+    rejected = rows(first_run.run_dir, "rejected")
+    assert any(r["doc_id"].startswith("data/faq.jsonl#L") for r in rejected)
+    assert all(r["reason"] for r in rejected)
+
+
+def test_vectors_have_model_dim_and_unit_norm(first_run) -> None:
+    *_, vectors = comparable(first_run.run_dir)
+    assert vectors.shape[1] == 384
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-3)
+
+
+def test_query_from_a_chunk_sentence_ranks_that_chunk_first(first_run) -> None:
+    chunks = rows(first_run.run_dir, "chunks")
+    probe = next(r for r in chunks if r["doc_id"] == "manuals/arm-calibration.md" and r["tokens"] > 80)
+    sentences = [s for s in re.split(r"(?<=[.!?])\s+", probe["text"]) if len(s.split()) >= 10]
+    hits = search(first_run.output, sentences[0], k=3)
+    assert hits[0].chunk_id == probe["chunk_id"]
+
+
+def test_two_runs_give_identical_rows(first_run, tmp_path) -> None:
+    second = run_job(tmp_path)
+    a, b = comparable(first_run.run_dir), comparable(second.run_dir)
+    assert a[:3] == b[:3]
+    assert np.array_equal(a[3], b[3])
+
+
+def test_multiprocess_run_gives_the_same_rows(first_run, tmp_path) -> None:
+    other = run_job(tmp_path, beam_args=("--direct_num_workers=2", "--direct_running_mode=multi_processing"))
+    a, b = comparable(first_run.run_dir), comparable(other.run_dir)
+    assert a[:3] == b[:3]
+    assert np.allclose(a[3], b[3], atol=1e-5)
+
+
+def test_portable_runner_gives_the_same_rows(first_run, tmp_path) -> None:
+    other = run_job(tmp_path, config="portable.yaml")
+    a, b = comparable(first_run.run_dir), comparable(other.run_dir)
+    assert a[:3] == b[:3]
+    assert np.allclose(a[3], b[3], atol=1e-5)
+
+
+def test_hostile_files_land_in_rejected_and_counts_reconcile(tmp_path) -> None:
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "good.md").write_text("# Good\nA fine document.\n", encoding="utf-8")
+    (corpus / "image.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(64))
+    (corpus / "binary.txt").write_bytes(b"text\x00\x00\x00more")
+    (corpus / "latin1.txt").write_bytes("caf\xe9 cr\xe8me".encode("latin-1"))
+    (corpus / "empty.md").write_bytes(b"")
+    (corpus / "records.jsonl").write_text(
+        '{"id": "r1", "text": "first record"}\n{"id": "r2", "text": \n{"id": "r3"}\n',
+        encoding="utf-8",
+    )
+    cfg = load_config(ROOT / "configs" / "local.yaml",
+                      [f"input.pattern={corpus}/**", f"output.path={tmp_path / 'out'}", "embed=null"])
+    summary = run(cfg)
+    assert summary.reconciled
+    c = summary.counts
+    assert c["documents"] == c["kept"] + c["duplicate"] + c["rejected"] == 8
+    assert c["kept"] == 2  # good.md and r1
+    reasons = {r["doc_id"]: r["reason"] for r in rows(summary.run_dir, "rejected")}
+    assert set(reasons) == {"image.png", "binary.txt", "latin1.txt", "empty.md",
+                            "records.jsonl#L2", "records.jsonl#L3"}
+    assert "UTF-8" in reasons["latin1.txt"]
+    assert "empty" in reasons["empty.md"]
+    assert all(t.column("embedding").null_count == t.num_rows for t in table(summary.run_dir, "chunks"))

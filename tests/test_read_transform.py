@@ -1,0 +1,144 @@
+"""ReadDocuments on a real directory: exact documents, exact rejections, counters."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable
+
+import apache_beam as beam
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
+from apache_beam.testing.util import BeamAssertException, assert_that, equal_to
+
+from chunkline.readers import ReadOptions
+from chunkline.records import Document, Rejected
+from transforms.read import ReadDocuments
+
+PAGE = "<html><head><title>T</title></head><body><h1>Page</h1><p>Hello &amp; bye.</p></body></html>"
+LIMIT = 200
+
+
+def pipeline() -> BeamTestPipeline:
+    # In-process runner: the default DirectRunner of Beam 2.77 would first try to fetch Prism.
+    return BeamTestPipeline(runner=FnApiRunner())
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    (tmp_path / "guide.md").write_text("# Guide\n\nHello.\n", encoding="utf-8")
+    (tmp_path / "crlf.txt").write_bytes(b"line one\r\nline two\r\n")
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "page.html").write_text(PAGE, encoding="utf-8")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "records.jsonl").write_text(
+        "\n".join([
+            json.dumps({"id": "a", "text": "Alpha.", "metadata": {"lang": "en"}}),
+            json.dumps({"id": 2, "text": "Two."}),
+            '{"id": "broken", "text": ',
+            json.dumps({"id": "c", "body": "no text field"}),
+            "",
+        ]),
+        encoding="utf-8",
+    )
+    pq.write_table(
+        pa.table({"id": ["p1", "p2"], "text": ["Row one.", "Row two."]}),
+        tmp_path / "data" / "table.parquet",
+    )
+    (tmp_path / "binary.txt").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00")
+    (tmp_path / "latin1.txt").write_bytes(b"caf\xe9")
+    (tmp_path / "empty.md").write_bytes(b"")
+    (tmp_path / "big.txt").write_text("x" * (LIMIT + 1), encoding="utf-8")
+    (tmp_path / "manual.pdf").write_bytes(b"%PDF-1.7\n")
+    return tmp_path
+
+
+def rejections_are(expected: dict[str, str]) -> Callable[[list[Rejected]], None]:
+    """Matcher: exactly these doc ids are rejected, each reason containing its substring."""
+
+    def check(actual: list[Rejected]) -> None:
+        found = {r.doc_id: r.reason for r in actual}
+        if len(found) != len(actual) or set(found) != set(expected):
+            raise BeamAssertException(f"rejected ids {sorted(found)} != {sorted(expected)}")
+        for doc_id, part in expected.items():
+            if part not in found[doc_id]:
+                raise BeamAssertException(f"{doc_id}: {found[doc_id]!r} lacks {part!r}")
+
+    return check
+
+
+def counter(result, name: str) -> int:
+    query = result.metrics().query(MetricsFilter().with_namespace("read").with_name(name))
+    return sum(c.committed for c in query["counters"])
+
+
+def test_read_directory(corpus: Path) -> None:
+    root = str(corpus)
+    p = pipeline()
+    outputs = p | "Read" >> ReadDocuments(f"{root}/**", ReadOptions(max_document_bytes=LIMIT))
+    assert_that(outputs.documents, equal_to([
+        Document("guide.md", f"{root}/guide.md", "# Guide\n\nHello.\n"),
+        Document("crlf.txt", f"{root}/crlf.txt", "line one\r\nline two\r\n"),
+        Document("site/page.html", f"{root}/site/page.html", "# Page\n\nHello & bye."),
+        Document("a", f"{root}/data/records.jsonl", "Alpha.", (("lang", '"en"'),)),
+        Document("2", f"{root}/data/records.jsonl", "Two."),
+        Document("p1", f"{root}/data/table.parquet", "Row one."),
+        Document("p2", f"{root}/data/table.parquet", "Row two."),
+    ]), label="Documents")
+    assert_that(outputs.rejected, rejections_are({
+        "data/records.jsonl#L3": "line 3: not valid JSON",
+        "data/records.jsonl#L4": "line 4: no 'text' field",
+        "binary.txt": "binary file",
+        "latin1.txt": "not valid UTF-8 at byte 3",
+        "empty.md": "empty document",
+        "big.txt": f"document is {LIMIT + 1} bytes, over the limit of {LIMIT}",
+        "manual.pdf": "unsupported file type .pdf",
+    }), label="Rejected")
+    assert_that(outputs.rejected | beam.Map(lambda r: r.uri), equal_to([
+        f"{root}/data/records.jsonl", f"{root}/data/records.jsonl", f"{root}/binary.txt",
+        f"{root}/latin1.txt", f"{root}/empty.md", f"{root}/big.txt", f"{root}/manual.pdf",
+    ]), label="RejectedUris")
+    result = p.run()
+    result.wait_until_finish()
+    assert (counter(result, "documents"), counter(result, "rejected")) == (7, 7)
+
+
+def test_several_patterns_each_with_its_own_root(corpus: Path) -> None:
+    root = str(corpus)
+    with pipeline() as p:
+        outputs = p | ReadDocuments([f"{root}/*.md", f"{root}/site/*.html", f"{root}/nothing/*"])
+        ids = outputs.documents | beam.Map(lambda d: d.doc_id)
+        assert_that(ids, equal_to(["guide.md", "page.html"]), label="Ids")
+        assert_that(outputs.rejected, rejections_are({"empty.md": "empty document"}),
+                    label="Rejected")
+
+
+def test_unreadable_file_is_rejected_not_a_failed_job(tmp_path: Path) -> None:
+    # A directory named like a document: matched by its exact path, then it cannot be read.
+    (tmp_path / "folder.md").mkdir()
+    (tmp_path / "ok.md").write_text("fine", encoding="utf-8")
+    with pipeline() as p:
+        outputs = (
+            p | "Dir" >> ReadDocuments([str(tmp_path / "folder.md"), str(tmp_path / "ok.md")])
+        )
+        assert_that(outputs.documents | beam.Map(lambda d: d.doc_id), equal_to(["ok.md"]),
+                    label="Ids")
+        assert_that(outputs.rejected, rejections_are({"folder.md": "could not read file"}),
+                    label="Rejected")
+
+
+def test_pattern_matching_nothing_reads_nothing(tmp_path: Path) -> None:
+    with pipeline() as p:
+        outputs = p | ReadDocuments(str(tmp_path / "*.md"), ReadOptions())
+        assert_that(outputs.documents, equal_to([]), label="Documents")
+        assert_that(outputs.rejected, equal_to([]), label="Rejected")
+
+
+@pytest.mark.parametrize("patterns", ["", [], [""]])
+def test_patterns_are_required(patterns) -> None:
+    with pytest.raises(ValueError):
+        ReadDocuments(patterns, ReadOptions())

@@ -1,0 +1,521 @@
+"""chunkline.readers: bytes to Documents, and a Rejected with its reason for everything else."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from chunkline.readers import (
+    ReadOptions,
+    decode_file,
+    extension,
+    html_to_text,
+    input_root,
+    reject_before_reading,
+    relative_id,
+)
+from chunkline.records import Document, Rejected
+
+ROOT = "gs://bucket/corpus"
+OPTIONS = ReadOptions()
+
+
+def decode(name: str, data: bytes, options: ReadOptions = OPTIONS) -> list[Document | Rejected]:
+    return decode_file(f"{ROOT}/{name}", data, ROOT, options)
+
+
+def only(records: list[Document | Rejected]) -> Document | Rejected:
+    assert len(records) == 1, records
+    return records[0]
+
+
+def rejection(name: str, data: bytes, options: ReadOptions = OPTIONS) -> str:
+    record = only(decode(name, data, options))
+    assert isinstance(record, Rejected), record
+    assert record.uri == f"{ROOT}/{name}" and record.doc_id == name
+    return record.reason
+
+
+def parquet_bytes(table: pa.Table) -> bytes:
+    sink = io.BytesIO()
+    pq.write_table(table, sink)
+    return sink.getvalue()
+
+
+def jsonl(*lines: object) -> bytes:
+    return "\n".join(line if isinstance(line, str) else json.dumps(line) for line in lines).encode()
+
+
+# --- Paths -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("pattern", "root"),
+    [
+        ("corpus/*.md", "corpus"),
+        ("corpus/**", "corpus"),
+        ("corpus/**/*.md", "corpus"),
+        ("corpus/man*/x.md", "corpus"),
+        ("corpus/a?.md", "corpus"),
+        ("corpus/[ab].md", "corpus"),
+        ("corpus/sub/file.md", "corpus/sub"),  # no glob: the file's directory
+        ("/abs/path/*.txt", "/abs/path"),
+        ("/*.txt", "/"),
+        ("*.md", ""),
+        ("./docs/*", "./docs"),
+        ("gs://bucket/docs/**/*.md", "gs://bucket/docs"),
+        ("gs://bucket/*.md", "gs://bucket"),
+        ("gs://bucket/a.md", "gs://bucket"),
+    ],
+)
+def test_input_root(pattern: str, root: str) -> None:
+    assert input_root(pattern) == root
+
+
+@pytest.mark.parametrize(
+    ("uri", "root", "expected"),
+    [
+        ("gs://bucket/corpus/manuals/arm.md", "gs://bucket/corpus", "manuals/arm.md"),
+        ("corpus/a.md", "corpus", "a.md"),
+        ("corpus/a.md", "corpus/", "a.md"),
+        ("a.md", "", "a.md"),
+        ("/a.md", "/", "a.md"),
+        ("corpus-other/a.md", "corpus", "corpus-other/a.md"),  # not under root: kept whole
+    ],
+)
+def test_relative_id(uri: str, root: str, expected: str) -> None:
+    assert relative_id(uri, root) == expected
+
+
+@given(st.lists(st.text("abcxyz-_.", min_size=1), min_size=1, max_size=4))
+def test_root_of_a_glob_pattern_gives_the_path_below_it(segments: list[str]) -> None:
+    assume(all(s not in (".", "..") for s in segments))
+    rel = "/".join(segments)
+    for root in ("gs://bucket/corpus", "corpus", "/data/corpus"):
+        assert relative_id(f"{root}/{rel}", input_root(f"{root}/**")) == rel
+
+
+@pytest.mark.parametrize(
+    ("uri", "ext"),
+    [("a/b.MD", ".md"), ("gs://b/x.tar.gz", ".gz"), ("a.d/README", ""), ("a/.hidden", "")],
+)
+def test_extension(uri: str, ext: str) -> None:
+    assert extension(uri) == ext
+
+
+# --- Text files --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["notes.txt", "guide.md", "guide.markdown", "UPPER.TXT", "a/b.Md"])
+def test_text_file_is_one_document(name: str) -> None:
+    doc = only(decode(name, "# Title\n\nÜber text.\n".encode()))
+    assert doc == Document(doc_id=name, uri=f"{ROOT}/{name}", text="# Title\n\nÜber text.\n")
+
+
+def test_line_endings_are_kept() -> None:
+    assert only(decode("a.txt", b"one\r\ntwo\rthree\n")).text == "one\r\ntwo\rthree\n"
+
+
+def test_bom_is_dropped() -> None:
+    assert only(decode("a.md", b"\xef\xbb\xbf# Hi\n")).text == "# Hi\n"
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "reason"),
+    [
+        ("empty.md", b"", "empty document"),
+        ("blank.txt", b" \r\n\t\n", "empty document"),
+        ("bom-only.txt", b"\xef\xbb\xbf\n", "empty document"),
+        ("image.txt", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "binary file"),
+        ("controls.md", bytes(range(1, 8)) * 10 + b"some text", "binary file"),
+        ("latin1.txt", b"caf\xe9 au lait", "not valid UTF-8 at byte 3"),
+        ("bom-latin1.txt", b"\xef\xbb\xbfab\xff", "not valid UTF-8 at byte 5"),
+        ("truncated.md", "ab€".encode()[:-1], "not valid UTF-8 at byte 2"),
+        ("surrogate.txt", b"a\xed\xa0\x80b", "not valid UTF-8 at byte 1"),
+        ("paper.pdf", b"%PDF-1.7", "unsupported file type .pdf"),
+        ("README", b"text", "unsupported file type (no extension)"),
+        ("archive.jsonl.gz", b"\x1f\x8b", "unsupported file type .gz"),
+    ],
+)
+def test_bad_files_are_rejected_with_the_reason(name: str, data: bytes, reason: str) -> None:
+    assert rejection(name, data) == reason
+
+
+def test_a_text_with_some_controls_is_not_binary() -> None:
+    data = b"\x1b[31mred\x1b[0m\tand a form feed\x0c " + b"plain words " * 5
+    assert isinstance(only(decode("log.txt", data)), Document)
+
+
+@pytest.mark.parametrize("name", ["big.txt", "big.html"])
+def test_oversized_document_is_rejected(name: str) -> None:
+    options = ReadOptions(max_document_bytes=10)
+    assert rejection(name, b"x" * 11, options) == "document is 11 bytes, over the limit of 10"
+    assert isinstance(only(decode(name, b"x" * 10, options)), Document)
+
+
+def test_no_size_limit() -> None:
+    options = ReadOptions(max_document_bytes=None)
+    assert only(decode("big.txt", b"x" * 20_000_000, options)).text == "x" * 20_000_000
+
+
+@pytest.mark.parametrize(
+    ("name", "size", "reason"),
+    [
+        ("big.md", 11, "document is 11 bytes, over the limit of 10"),
+        ("empty.jsonl", 0, "empty document"),
+        ("x.pdf", 5, "unsupported file type .pdf"),
+    ],
+)
+def test_reject_before_reading(name: str, size: int, reason: str) -> None:
+    record = reject_before_reading(f"{ROOT}/{name}", ROOT, size, ReadOptions(max_document_bytes=10))
+    assert record == Rejected(f"{ROOT}/{name}", name, reason)
+
+
+@pytest.mark.parametrize(("name", "size"), [("ok.md", 10), ("big.jsonl", 11), ("big.parquet", 99)])
+def test_reject_before_reading_lets_through(name: str, size: int) -> None:
+    # A JSONL or Parquet file holds many documents: the limit applies to each, after reading.
+    assert reject_before_reading(name, "", size, ReadOptions(max_document_bytes=10)) is None
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"max_document_bytes": 0},
+        {"max_document_bytes": True},
+        {"jsonl_id_field": ""},
+        {"jsonl_metadata_field": ""},
+        {"parquet_metadata_columns": ["a"]},
+    ],
+)
+def test_options_are_validated(bad: dict) -> None:
+    with pytest.raises(ValueError):
+        ReadOptions(**bad)
+
+
+# --- HTML --------------------------------------------------------------------------------------
+
+PAGE = """<!doctype html>
+<html><head><title>Not text</title><style>p { color: red }</style>
+<script>var x = "<p>no</p>";</script></head>
+<body>
+  <nav><ul><li><a href="/">Home</a></li><li>Docs</li></ul></nav>
+  <h1>Arm   calibration</h1>
+  <p>Warm up for <b>20</b> minutes &amp; check
+     the &lt;zero&gt; pose.<br>Then start.</p>
+  <h3>Steps</h3>
+  <table><tr><th>Step</th><th>Time</th></tr><tr><td>Home</td><td>1 min</td></tr></table>
+  <pre><code># not a heading
+  indented();</code></pre>
+  <!-- a comment -->
+  <noscript>Enable JavaScript</noscript>
+</body></html>"""
+
+
+def test_html_to_text() -> None:
+    assert html_to_text(PAGE) == (
+        "- Home\n- Docs\n\n"
+        "# Arm calibration\n\n"
+        "Warm up for 20 minutes & check the <zero> pose.\nThen start.\n\n"
+        "### Steps\n\n"
+        "Step | Time\nHome | 1 min\n\n"
+        "```\n# not a heading\n  indented();\n```"
+    )
+
+
+@pytest.mark.parametrize(
+    ("html", "text"),
+    [
+        ("plain text, no tags", "plain text, no tags"),
+        ("<head><title>t</title><p>body without </head> or <body>", "body without or"),
+        ("<div>a<div>b</div>c</div>", "a\n\nb\n\nc"),
+        ("<p>one<p>two", "one\n\ntwo"),
+        ("<h2>a<br>b</h2>", "## a b"),
+        ("<pre>x = ```y```</pre>", "````\nx = ```y```\n````"),
+        ("&eacute;&#233;&#xE9; &nbsp;x", "ééé x"),
+        ("<script>unclosed", ""),
+        ("<ul><li>a<ul><li>b</li></ul></li></ul>", "- a\n- b"),
+    ],
+)
+def test_html_cases(html: str, text: str) -> None:
+    assert html_to_text(html) == text
+
+
+def test_html_file_is_one_document() -> None:
+    doc = only(decode("site/page.HTM", PAGE.encode()))
+    assert doc.doc_id == "site/page.HTM" and doc.text == html_to_text(PAGE)
+
+
+def test_html_with_no_text_is_empty() -> None:
+    assert rejection("blank.html", b"<html><head><title>x</title></head><body> </body>") == (
+        "empty document"
+    )
+
+
+@given(st.text())
+def test_html_to_text_never_raises(html: str) -> None:
+    assert isinstance(html_to_text(html), str)
+
+
+@given(st.lists(st.sampled_from(["<p>", "</p>", "<h2>", "</h2>", "<pre>", "</pre>", "<br>",
+                                 "<li>", "<script>", "</script>", "<head>", "<td>", "<tr>",
+                                 "</tr>", "word", " ", "\n", "&amp;", "<!--", "-->", "<![CDATA["]),
+                max_size=40))
+def test_html_tag_soup_never_raises(pieces: list[str]) -> None:
+    text = html_to_text("".join(pieces))
+    assert text == text.strip() and "\n\n\n" not in text
+
+
+# --- JSON lines --------------------------------------------------------------------------------
+
+
+def test_jsonl_records() -> None:
+    data = jsonl(
+        {"id": "a", "text": "Alpha.", "metadata": {"lang": "en", "tags": ["x", "é"], "n": 1}},
+        "",
+        {"id": 7, "text": "Seven.\r\nLines kept."},
+        "   ",
+        {"id": "a", "text": "Same id again.", "metadata": None},
+    )
+    assert decode("data/docs.jsonl", data) == [
+        Document("a", f"{ROOT}/data/docs.jsonl", "Alpha.",
+                 (("lang", '"en"'), ("n", "1"), ("tags", '["x", "é"]'))),
+        Document("7", f"{ROOT}/data/docs.jsonl", "Seven.\r\nLines kept."),
+        Document("a", f"{ROOT}/data/docs.jsonl", "Same id again."),
+    ]
+
+
+def test_jsonl_metadata_values_are_canonical_json() -> None:
+    data = jsonl({"id": "a", "text": "t", "metadata": {"z": {"b": 1, "a": [True, None]}, "a": 1.5}})
+    assert only(decode("m.jsonl", data)).metadata == (
+        ("a", "1.5"), ("z", '{"a": [true, null], "b": 1}'),
+    )
+
+
+def test_jsonl_crlf_and_bom() -> None:
+    data = b'\xef\xbb\xbf{"id": "a", "text": "A"}\r\n{"id": "b", "text": "B"}\r\n'
+    assert [d.doc_id for d in decode("w.jsonl", data)] == ["a", "b"]
+
+
+def test_jsonl_line_separator_inside_a_string_is_not_a_line_break() -> None:
+    data = jsonl({"id": "a", "text": "one\u2028two\x85three"}).replace(b"\\u2028", "\u2028".encode())
+    assert only(decode("s.jsonl", data)).text == "one\u2028two\x85three"
+
+
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        ('{"id": "a", "text": ', "line 2: not valid JSON (Expecting value, column 21)"),
+        ("[1, 2]", "line 2: not a JSON object (got an array)"),
+        ('"just a string"', "line 2: not a JSON object (got a string)"),
+        ('{"text": "no id"}', "line 2: no 'id' field"),
+        ('{"id": "b"}', "line 2: no 'text' field"),
+        ('{"id": "b", "text": 3}', "line 2: 'text' is an integer, not a string"),
+        ('{"id": "b", "text": null}', "line 2: 'text' is null, not a string"),
+        ('{"id": "b", "text": ["x"]}', "line 2: 'text' is an array, not a string"),
+        ('{"id": null, "text": "x"}', "line 2: 'id' is null, not a string or integer"),
+        ('{"id": 1.5, "text": "x"}', "line 2: 'id' is a number, not a string or integer"),
+        ('{"id": true, "text": "x"}', "line 2: 'id' is a boolean, not a string or integer"),
+        ('{"id": {"k": 1}, "text": "x"}', "line 2: 'id' is an object, not a string or integer"),
+        ('{"id": "", "text": "x"}', "line 2: 'id' is an empty string"),
+        ('{"id": "b", "text": " \\n "}', "line 2: empty document (id 'b')"),
+        ('{"id": "b", "text": "x", "metadata": [1]}', "line 2: 'metadata' is an array, not an object"),
+        ('{"id": "b", "text": "\\ud800"}', "line 2: 'text' contains an unpaired surrogate escape (id 'b')"),
+        ('{"id": "\\udc00", "text": "x"}', "line 2: 'id' contains an unpaired surrogate escape"),
+        ('{"id": "b", "text": "x", "metadata": {"k": "\\ud800"}}',
+         "line 2: 'metadata' contains an unpaired surrogate escape"),
+        ("[" * 100_000, "line 2: not valid JSON (nested too deeply)"),
+        ('{"id": ' + "9" * 5000 + ', "text": "x"}', "line 2: not valid JSON (Exceeds the limit"),
+    ],
+)
+def test_bad_jsonl_line_is_rejected_alone(line: str, reason: str) -> None:
+    good = {"id": "ok", "text": "Fine."}
+    records = decode("data/x.jsonl", jsonl(good, line, good))
+    assert records[0] == records[2] == Document("ok", f"{ROOT}/data/x.jsonl", "Fine.")
+    bad = records[1]
+    assert isinstance(bad, Rejected)
+    assert bad.doc_id == "data/x.jsonl#L2" and bad.uri == f"{ROOT}/data/x.jsonl"
+    assert bad.reason.startswith(reason), bad.reason
+
+
+def test_jsonl_invalid_utf8_rejects_only_its_line_with_the_file_offset() -> None:
+    data = b'{"id": "a", "text": "A"}\n{"id": "b", "text": "caf\xe9"}\n'
+    records = decode("x.jsonl", data)
+    assert records[0].doc_id == "a"
+    assert records[1] == Rejected(f"{ROOT}/x.jsonl", "x.jsonl#L2", "line 2: not valid UTF-8 at byte 49")
+    assert data[49:50] == b"\xe9"
+
+
+def test_jsonl_record_over_the_limit() -> None:
+    data = jsonl({"id": "big", "text": "é" * 6}, {"id": "ok", "text": "é" * 5})
+    records = decode("x.jsonl", data, ReadOptions(max_document_bytes=10))
+    assert records[0].reason == "line 1: document is 12 bytes, over the limit of 10 (id 'big')"
+    assert records[1].doc_id == "ok"
+
+
+def test_jsonl_custom_fields() -> None:
+    options = ReadOptions(jsonl_id_field="key", jsonl_text_field="body", jsonl_metadata_field=None)
+    data = jsonl({"key": "k", "body": "B", "metadata": "ignored, not an object"})
+    assert only(decode("x.jsonl", data, options)) == Document("k", f"{ROOT}/x.jsonl", "B")
+
+
+@pytest.mark.parametrize("data", [b"\n\n  \n", b"\xef\xbb\xbf"])
+def test_jsonl_with_no_lines_is_empty(data: bytes) -> None:
+    assert rejection("e.jsonl", data).startswith("empty document")
+
+
+def test_binary_jsonl_is_rejected_whole() -> None:
+    assert rejection("x.jsonl", b'{"id": "a", "text": "\x00"}') == "binary file"
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=8,
+)
+json_lines = st.one_of(
+    json_values.map(json.dumps),
+    st.fixed_dictionaries({"id": json_values, "text": json_values},
+                          optional={"metadata": json_values}).map(json.dumps),
+    st.text(),
+)
+
+
+def blank(raw: bytes) -> bool:
+    try:
+        return not raw.removeprefix(b"\xef\xbb\xbf").decode("utf-8").strip()
+    except UnicodeDecodeError:
+        return False
+
+
+@given(st.lists(json_lines, max_size=8))
+def test_every_jsonl_line_is_a_document_or_a_rejection(lines: list[str]) -> None:
+    data = "\n".join(line.replace("\n", " ") for line in lines).encode("utf-8", "surrogatepass")
+    records = decode("p.jsonl", data)
+    assert all(isinstance(r, (Document, Rejected)) for r in records)
+    if records and isinstance(records[0], Rejected) and records[0].doc_id == "p.jsonl":
+        return  # judged as a whole file: binary, or no lines at all
+    nonblank = [n for n, raw in enumerate(data.split(b"\n"), 1) if not blank(raw)]
+    assert len(records) == len(nonblank)
+    for number, record in zip(nonblank, records):
+        if isinstance(record, Rejected):
+            assert record.doc_id == f"p.jsonl#L{number}" and record.reason.startswith(f"line {number}: ")
+        else:
+            record.text.encode("utf-8")  # every document can be written as UTF-8
+
+
+# --- Parquet -----------------------------------------------------------------------------------
+
+
+def test_parquet_rows() -> None:
+    table = pa.table({
+        "id": pa.array([1, 2, 3, 4], pa.int64()),
+        "text": ["One.", None, "Three.", "  "],
+        "lang": ["en", "de", None, "fr"],
+    })
+    records = decode("t.parquet", parquet_bytes(table), ReadOptions(parquet_metadata_columns=("lang",)))
+    uri = f"{ROOT}/t.parquet"
+    assert records == [
+        Document("1", uri, "One.", (("lang", '"en"'),)),
+        Rejected(uri, "t.parquet#row1", "row 1: 'text' is null, not a string"),
+        Document("3", uri, "Three.", (("lang", "null"),)),
+        Rejected(uri, "t.parquet#row3", "row 3: empty document (id '4')"),
+    ]
+
+
+def test_parquet_custom_columns_and_typed_metadata() -> None:
+    import datetime
+
+    table = pa.table({
+        "doc": ["a"], "body": ["Body."], "when": [datetime.date(2024, 6, 1)], "tags": [["x", "y"]],
+    })
+    options = ReadOptions(parquet_id_column="doc", parquet_text_column="body",
+                          parquet_metadata_columns=("when", "tags"))
+    assert only(decode("t.parquet", parquet_bytes(table), options)) == Document(
+        "a", f"{ROOT}/t.parquet", "Body.", (("tags", '["x", "y"]'), ("when", '"2024-06-01"'))
+    )
+
+
+def test_parquet_dictionary_encoded_text() -> None:
+    table = pa.table({"id": ["a"], "text": pa.array(["Dict."]).dictionary_encode()})
+    assert only(decode("t.parquet", parquet_bytes(table))).text == "Dict."
+
+
+def test_parquet_missing_columns_reject_the_file() -> None:
+    table = pa.table({"key": ["a"], "text": ["x"]})
+    options = ReadOptions(parquet_metadata_columns=("lang",))
+    assert rejection("t.parquet", parquet_bytes(table), options) == (
+        "Parquet file has no column 'id', 'lang'"
+    )
+
+
+def test_parquet_bad_id_and_text_types() -> None:
+    table = pa.table({"id": [1.5, None], "text": [1, 2]})
+    assert [r.reason for r in decode("t.parquet", parquet_bytes(table))] == [
+        "row 0: 'id' is a number, not a string or integer",
+        "row 1: 'id' is null, not a string or integer",
+    ]
+    table = pa.table({"id": ["a"], "text": [1]})
+    assert only(decode("t.parquet", parquet_bytes(table))).reason == (
+        "row 0: 'text' is an integer, not a string"
+    )
+
+
+@pytest.mark.parametrize("data", [b"not parquet at all", b"PAR1" + b"\x00" * 20 + b"PAR1"])
+def test_unreadable_parquet_is_rejected(data: bytes) -> None:
+    assert rejection("t.parquet", data).startswith("not a readable Parquet file (")
+
+
+def test_parquet_row_over_the_limit() -> None:
+    table = pa.table({"id": ["a", "b"], "text": ["x" * 11, "x" * 10]})
+    records = decode("t.parquet", parquet_bytes(table), ReadOptions(max_document_bytes=10))
+    assert records[0].reason == "row 0: document is 11 bytes, over the limit of 10 (id 'a')"
+    assert records[1].doc_id == "b"
+
+
+def test_parquet_without_rows_holds_no_documents() -> None:
+    table = pa.table({"id": pa.array([], pa.string()), "text": pa.array([], pa.string())})
+    assert decode("t.parquet", parquet_bytes(table)) == []
+
+
+# --- Properties --------------------------------------------------------------------------------
+
+# Text a person writes: no C0 controls but tab and the line endings (they would make it
+# "binary" by design), and no leading BOM (it is dropped, by design).
+written_text = st.text(
+    st.characters(codec="utf-8", exclude_categories=("Cc",)) | st.sampled_from("\t\n\r")
+).filter(lambda t: t.strip() and not t.startswith("\ufeff"))
+
+
+@given(written_text, st.sampled_from(["a.txt", "b.md", "c.markdown", "D.TXT"]))
+def test_any_written_text_round_trips(text: str, name: str) -> None:
+    assert only(decode(name, text.encode("utf-8"))) == Document(name, f"{ROOT}/{name}", text)
+
+
+@given(st.binary(max_size=2000),
+       st.sampled_from(["a.txt", "a.md", "a.html", "a.jsonl", "a.parquet", "a.bin"]),
+       st.sampled_from([None, 1, 100]))
+def test_any_bytes_never_raise(data: bytes, name: str, limit: int | None) -> None:
+    records = decode(name, data, ReadOptions(max_document_bytes=limit))
+    assert all(isinstance(r, (Document, Rejected)) for r in records)
+    assert records or name.endswith(".parquet")
+    for record in records:
+        if isinstance(record, Document):
+            record.text.encode("utf-8")
+            assert record.text.strip()
+            # The limit is on the file's bytes; an HTML page's text may differ from them.
+            assert limit is None or name == "a.html" or len(record.text.encode("utf-8")) <= limit
+        else:
+            assert record.reason
+
+
+def test_readers_do_not_import_beam() -> None:
+    code = "import sys, chunkline.readers; sys.exit('apache_beam' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
