@@ -34,20 +34,24 @@ def mask_front_matter(text: str) -> str:
 
 @dataclass(frozen=True)
 class Heading:
-    """A heading whose line starts at ``start`` (a str index of the document)."""
+    """A heading whose line starts at ``start`` (a str index of the document) and whose source
+    (the underline of a setext heading included) ends by ``end``."""
 
     start: int
     level: int
     title: str
+    end: int
 
 
 @dataclass(frozen=True)
 class Section:
-    """``text[start:end]`` belongs under ``headings`` (outermost first)."""
+    """``text[start:end]`` belongs under ``headings`` (outermost first); ``heading_end`` is
+    where the heading that opens the section ends (None before the first heading)."""
 
     start: int
     end: int
     headings: tuple[str, ...]
+    heading_end: int | None = None
 
 
 def _block_parser():
@@ -118,7 +122,7 @@ def headings(text: str) -> list[Heading]:
             raw = _atx_title(text[line_start : line_end.start() if line_end else len(text)])
         else:
             raw = " ".join(_LINE_BREAK.split(text[line_start:last])[:-1])
-        found.append(Heading(line_start, int(node.meta["level"]), _clean_title(raw)))
+        found.append(Heading(line_start, int(node.meta["level"]), _clean_title(raw), last))
     return found
 
 
@@ -133,7 +137,8 @@ def _headings_markdown_it_py(text: str) -> list[Heading]:
             # markdown-it counts lines after turning \r\n and \r into \n; count them the same.
             line_starts = [0] + [m.end() for m in _LINE_BREAK.finditer(text)]
         title = _clean_title(tokens[index + 1].content)
-        found.append(Heading(line_starts[token.map[0]], int(token.tag[1]), title))
+        end = line_starts[token.map[1]] if token.map[1] < len(line_starts) else len(text)
+        found.append(Heading(line_starts[token.map[0]], int(token.tag[1]), title, end))
     return found
 
 
@@ -149,12 +154,16 @@ def sections(text: str, markdown: bool = True) -> list[Section]:
     out: list[Section] = []
     stack: list[Heading] = []
     start = 0
+    opened_by: Heading | None = None
     for heading in found:
         if heading.start > start:
-            out.append(Section(start, heading.start, tuple(h.title for h in stack)))
+            out.append(Section(start, heading.start, tuple(h.title for h in stack),
+                               opened_by.end if opened_by else None))
             start = heading.start
         while stack and stack[-1].level >= heading.level:
             stack.pop()
         stack.append(heading)
-    out.append(Section(start, len(text), tuple(h.title for h in stack)))
+        opened_by = heading
+    out.append(Section(start, len(text), tuple(h.title for h in stack),
+                       opened_by.end if opened_by else None))
     return out

@@ -92,8 +92,27 @@ def split(
     chunks: list[Chunk] = []
     bounds = [(part.start, part.end) for part in parts]
     for part, atoms in zip(parts, _atomize(measure, bounds, max_tokens)):
+        if part.heading_end is not None:
+            _keep_heading_with_text(measure, atoms, part.heading_end, max_tokens)
         chunks.extend(_pack(measure, atoms, max_tokens, overlap, part.headings))
     return chunks
+
+
+def _keep_heading_with_text(measure: Measure, atoms: _Atoms, heading_end: int, limit: int) -> None:
+    """A heading alone makes a chunk that matches every query about its section and answers
+    none. When the heading's atom cannot join the next atom whole, cut that atom finer (it
+    fits, but its pieces let the heading take the first sentences along)."""
+    text = measure.text
+    if len(atoms.starts) < 2 or text[heading_end : atoms.ends[0]].strip():
+        return  # the first atom already holds more than the heading
+    while len(atoms.starts) >= 2 and measure.count(atoms.starts[0], atoms.ends[1]) > limit:
+        finer = _Atoms([], [], [])
+        _descend(measure, atoms.starts[1], atoms.ends[1], 0, limit, finer)
+        if len(finer.starts) <= 1:
+            return
+        atoms.starts[1:2] = finer.starts
+        atoms.ends[1:2] = finer.ends
+        atoms.counts[1:2] = finer.counts
 
 
 # ------------------------------------------------------------------------------------ atomize

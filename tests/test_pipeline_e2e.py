@@ -92,8 +92,10 @@ def test_every_chunk_is_its_documents_text(first_run) -> None:
 def test_duplicates_and_rejections_are_recorded(first_run) -> None:
     documents = rows(first_run.run_dir, "documents")
     by_id = {r["doc_id"]: r for r in documents}
-    assert by_id["manuals/arm-calibration-copy.md"]["status"] == "duplicate"
-    assert by_id["manuals/arm-calibration-copy.md"]["duplicate_of"] == "manuals/arm-calibration.md"
+    # Byte-identical copies: the smallest doc_id survives ("-" sorts before ".").
+    assert by_id["manuals/arm-calibration-copy.md"]["status"] == "kept"
+    assert by_id["manuals/arm-calibration.md"]["status"] == "duplicate"
+    assert by_id["manuals/arm-calibration.md"]["duplicate_of"] == "manuals/arm-calibration-copy.md"
     rejected = rows(first_run.run_dir, "rejected")
     assert any(r["doc_id"].startswith("data/faq.jsonl#L") for r in rejected)
     assert all(r["reason"] for r in rejected)
@@ -106,11 +108,24 @@ def test_vectors_have_model_dim_and_unit_norm(first_run) -> None:
 
 
 def test_query_from_a_chunk_sentence_ranks_that_chunk_first(first_run) -> None:
-    chunks = rows(first_run.run_dir, "chunks")
-    probe = next(r for r in chunks if r["doc_id"] == "manuals/arm-calibration.md" and r["tokens"] > 80)
-    sentences = [s for s in re.split(r"(?<=[.!?])\s+", probe["text"]) if len(s.split()) >= 10]
-    hits = search(first_run.output, sentences[0], k=3)
-    assert hits[0].chunk_id == probe["chunk_id"]
+    """Ten chunks, each queried with its longest plain sentence: each comes back first (the
+    corpus restates a few facts in an FAQ, so allow one miss, but never outside the top 3)."""
+    chunks = sorted(rows(first_run.run_dir, "chunks"), key=lambda r: r["chunk_id"])
+    probes = []
+    for r in chunks:
+        if r["doc_id"].startswith(("runbooks/database-failover", "manuals/arm-calibration")):
+            continue  # planted duplicates: two chunks are equally right
+        sentences = [s for s in re.split(r"(?<=[.!?])\s+", r["text"])
+                     if len(s.split()) >= 12 and "#" not in s and "|" not in s]
+        if sentences:
+            probes.append((r["chunk_id"], max(sentences, key=len)))
+    probes = probes[:: max(1, len(probes) // 10)][:10]
+    ranks = []
+    for chunk_id, sentence in probes:
+        hits = [h.chunk_id for h in search(first_run.output, sentence, k=3)]
+        ranks.append(hits.index(chunk_id) if chunk_id in hits else None)
+    assert None not in ranks, ranks
+    assert ranks.count(0) >= len(ranks) - 1, ranks
 
 
 def test_two_runs_give_identical_rows(first_run, tmp_path) -> None:

@@ -197,3 +197,16 @@ def test_front_matter_is_not_a_heading(front: str) -> None:
 def test_thematic_break_later_is_still_commonmark() -> None:
     text = "intro\n\n---\ntitle\n---\nbody\n"
     assert [c.headings for c in split(text, 1000, 0, tokenizer("words"))] == [(), ("title",)]
+
+
+@pytest.mark.parametrize("spec", ["words", "tiktoken:cl100k_base", "hf:all-MiniLM-L6-v2"])
+def test_heading_takes_the_first_sentences_along(spec: str) -> None:
+    """A heading never ends up alone when the paragraph after it is just too big to join."""
+    tok = tokenizer(spec)
+    paragraph = "This sentence explains one step of the procedure in detail. " * 12
+    text = "## Procedure\n\n" + paragraph + "\n"
+    budget = tok.count(paragraph) + 1  # the paragraph fits alone, not with the heading
+    chunks = split(text, budget, 0, tok)
+    first = text[chunks[0].start : chunks[0].end]
+    assert first.startswith("## Procedure") and "This sentence" in first
+    assert all(c.tokens <= budget for c in chunks)

@@ -1,0 +1,285 @@
+"""Sentence embeddings for chunks with a local sentence-transformers model, never downloaded.
+
+The pure half of the embed stage: options, where a model lives, what it is (read from its config
+files, without loading weights), loading it, and embedding a list of texts. The Beam half
+(``transforms/embed.py``) wraps these in a RunInference model handler so that the model is
+loaded once per worker.
+
+>>> options = EmbedOptions()                      # packaged all-MiniLM-L6-v2, cpu, float32
+>>> model_info(options)
+ModelInfo(name='all-MiniLM-L6-v2', dim=384, max_seq_length=256, special_tokens_count=2)
+>>> vectors = embed_texts(load_model(options), ["A first chunk.", "A second."], options)
+>>> vectors.shape, vectors.dtype
+((2, 384), dtype('float32'))
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
+
+import numpy as np
+
+from chunkline.tokenizers import PACKAGED_HF_MODELS, TokenizerNotAvailable, hf_model_dir
+
+if TYPE_CHECKING:  # heavy imports (torch) happen only when a model is actually loaded
+    from sentence_transformers import SentenceTransformer
+
+DTYPES = ("float32", "bfloat16")
+
+
+class ModelNotAvailable(RuntimeError):
+    """An embedding model is neither a local model directory nor an installed packaged model."""
+
+
+@dataclass(frozen=True)
+class EmbedOptions:
+    """How chunks are embedded.
+
+    model: a packaged model name (``all-MiniLM-L6-v2``, see ``PACKAGED_HF_MODELS``) or a local
+        sentence-transformers model directory; nothing is ever fetched from a hub.
+    device: a torch device string: ``cpu``, ``cuda``, ``cuda:1``, ``mps``.
+    dtype: ``float32`` or ``bfloat16`` weights and activations; vectors come out float32 either way.
+    normalize: scale every vector to unit L2 norm (cosine = dot product). With ``False`` the
+        vectors are what the model outputs; a model whose pipeline ends in a Normalize module
+        (all-MiniLM-L6-v2 does) gives unit vectors regardless.
+    batch_size: texts per forward pass.
+    max_seq_length: tokens (special tokens included) the model reads of a text, the rest being
+        cut off; None keeps the model's own (256 for all-MiniLM-L6-v2). It may not exceed the
+        model's position table (512 for BERT-style models).
+    """
+
+    model: str = "all-MiniLM-L6-v2"
+    device: str = "cpu"
+    dtype: str = "float32"
+    normalize: bool = True
+    batch_size: int = 64
+    max_seq_length: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.model:
+            raise ValueError("EmbedOptions.model must name a packaged model or a model directory")
+        if not self.device:
+            raise ValueError("EmbedOptions.device must be a torch device string such as 'cpu'")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"EmbedOptions.dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if self.batch_size < 1:
+            raise ValueError(f"EmbedOptions.batch_size must be >= 1, got {self.batch_size}")
+        if self.max_seq_length is not None and self.max_seq_length < 1:
+            raise ValueError(
+                f"EmbedOptions.max_seq_length must be None or >= 1, got {self.max_seq_length}"
+            )
+
+
+class ModelInfo(NamedTuple):
+    """What the driver needs to know of a model before the job runs: the split budget is
+    ``max_seq_length - special_tokens_count - heading reserve`` and the Parquet vector is
+    ``fixed_size_list<float32>[dim]``."""
+
+    name: str
+    dim: int
+    max_seq_length: int
+    special_tokens_count: int
+
+
+def resolve_model_dir(model: str) -> Path:
+    """The local directory of ``model``: a directory as given, or a packaged model's.
+
+    Raises ModelNotAvailable when it is neither; models are never downloaded.
+    """
+    path = Path(model).expanduser()
+    if path.is_dir():
+        if not ((path / "modules.json").is_file() or (path / "config.json").is_file()):
+            raise ModelNotAvailable(
+                f"{model} is a directory but not a model directory (no modules.json or config.json)"
+            )
+        return path
+    if model.lower() not in PACKAGED_HF_MODELS:
+        raise ModelNotAvailable(
+            f"embedding model {model!r} is not a local model directory (no such directory) nor a "
+            f"packaged model ({', '.join(sorted(PACKAGED_HF_MODELS))}); models are never "
+            f"downloaded: pass a local sentence-transformers model directory or install its package"
+        )
+    try:
+        return hf_model_dir(model)
+    except TokenizerNotAvailable as exc:
+        raise ModelNotAvailable(str(exc)) from exc
+
+
+def model_info(options: EmbedOptions) -> ModelInfo:
+    """Name, output dimension, effective max sequence length and special-token count of
+    ``options.model``, read from its config files and tokenizer; the weights are loaded only for
+    a module pipeline whose output dimension the config files do not tell."""
+    model_dir = resolve_model_dir(options.model)
+    max_seq_length = _max_seq_length(model_dir, options)
+    dim = _dim_from_configs(model_dir)
+    if dim is None:
+        dim = _dimension(load_model(options))
+        if dim is None:
+            raise ModelNotAvailable(f"cannot tell the output dimension of {options.model}")
+    return ModelInfo(options.model, dim, max_seq_length, _special_tokens_count(model_dir))
+
+
+def load_model(options: EmbedOptions) -> "SentenceTransformer":
+    """The model, from local files only, on ``options.device`` in ``options.dtype``, in eval mode,
+    reading at most ``options.max_seq_length`` tokens of a text when that is set."""
+    model_dir = resolve_model_dir(options.model)
+    max_seq_length = _max_seq_length(model_dir, options)
+    # Belt and braces against a hub call: the offline switches (read by huggingface_hub when it
+    # is first imported, so set before the import below) plus local_files_only on the load.
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(model_dir), device=options.device, local_files_only=True)
+    if options.dtype == "bfloat16":
+        model.to(torch.bfloat16)
+    model.max_seq_length = max_seq_length
+    model.eval()
+    return model
+
+
+def embed_texts(
+    model: "SentenceTransformer", texts: Sequence[str], options: EmbedOptions
+) -> np.ndarray:
+    """float32 array ``[len(texts), dim]``, row i the embedding of ``texts[i]``, unit L2 norm when
+    ``options.normalize``; forward passes of ``options.batch_size`` texts.
+
+    sentence-transformers sorts the texts by length before cutting them into batches, so a batch
+    pads to similar lengths; rows come back in input order.
+    """
+    if not texts:
+        return np.zeros((0, _dimension(model)), dtype=np.float32)
+    vectors = model.encode(
+        list(texts),
+        batch_size=options.batch_size,
+        convert_to_numpy=True,
+        show_progress_bar=False,
+        # Normalized below, in float32: in a bfloat16 model the norm would be ~1 +- 1e-2.
+        normalize_embeddings=False,
+    )
+    vectors = np.asarray(vectors, dtype=np.float32)
+    if options.normalize:
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+        vectors = vectors / np.maximum(norms, np.float32(1e-12))
+    return vectors
+
+
+def token_lengths(model: "SentenceTransformer", texts: Sequence[str]) -> list[int]:
+    """Tokens of each text as the model's tokenizer makes them, special tokens included, before
+    truncation: above ``model.max_seq_length`` the model reads only the beginning."""
+    if not texts:
+        return []
+    encoded = model.tokenizer(
+        list(texts),
+        add_special_tokens=True,
+        truncation=False,
+        return_attention_mask=False,
+        return_token_type_ids=False,
+        return_length=True,
+        verbose=False,  # the "longer than the maximum" warning is what this function measures
+    )
+    return [int(n) for n in encoded["length"]]
+
+
+def _dimension(model: "SentenceTransformer") -> int | None:
+    # sentence-transformers 6 renamed get_sentence_embedding_dimension (now deprecated, with a
+    # FutureWarning); 3.x-5.x have only the old name.
+    getter = getattr(model, "get_embedding_dimension", None)
+    return getter() if getter else model.get_sentence_embedding_dimension()
+
+
+# ------------------------------------------------------------------------------ config reading
+
+
+def _read_json(path: Path) -> dict[str, Any] | list[Any] | None:
+    if not path.is_file():
+        return None
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _max_positions(model_dir: Path) -> int | None:
+    config = _read_json(model_dir / "config.json")
+    if isinstance(config, dict) and isinstance(config.get("max_position_embeddings"), int):
+        return config["max_position_embeddings"]
+    return None
+
+
+def _max_seq_length(model_dir: Path, options: EmbedOptions) -> int:
+    """``options.max_seq_length`` checked against the position table, or the model's own
+    (sentence_bert_config.json, as sentence-transformers reads it), or the position table."""
+    positions = _max_positions(model_dir)
+    if options.max_seq_length is not None:
+        if positions is not None and options.max_seq_length > positions:
+            raise ValueError(
+                f"max_seq_length {options.max_seq_length} exceeds the {positions} positions of "
+                f"{options.model}"
+            )
+        return options.max_seq_length
+    st_config = _read_json(model_dir / "sentence_bert_config.json")
+    if isinstance(st_config, dict) and isinstance(st_config.get("max_seq_length"), int):
+        return st_config["max_seq_length"]
+    if positions is not None:
+        return positions
+    raise ModelNotAvailable(f"cannot tell the max sequence length of {options.model}; set it")
+
+
+# Modules that leave the vector's dimension as it is.
+_SAME_DIM_MODULES = ("Normalize", "Dropout", "LayerNorm")
+_LEGACY_POOLING_FLAGS = (
+    "pooling_mode_cls_token",
+    "pooling_mode_mean_tokens",
+    "pooling_mode_max_tokens",
+    "pooling_mode_mean_sqrt_len_tokens",
+    "pooling_mode_weightedmean_tokens",
+    "pooling_mode_lasttoken",
+)
+
+
+def _dim_from_configs(model_dir: Path) -> int | None:
+    """Output dimension from the last module that sets it (Dense, Pooling, Transformer), walking
+    modules.json backwards; None when a module it does not know stands in the way."""
+    modules = _read_json(model_dir / "modules.json")
+    config = _read_json(model_dir / "config.json")
+    hidden = config.get("hidden_size") if isinstance(config, dict) else None
+    if not isinstance(modules, list):
+        # A plain transformers checkpoint: sentence-transformers adds mean pooling.
+        return hidden if isinstance(hidden, int) else None
+    for module in reversed(modules):
+        kind = str(module.get("type", "")).rsplit(".", 1)[-1]
+        module_config = _read_json(model_dir / module.get("path", "") / "config.json")
+        if kind in _SAME_DIM_MODULES:
+            continue
+        if kind == "Dense" and isinstance(module_config, dict):
+            return module_config.get("out_features")
+        if kind == "Pooling" and isinstance(module_config, dict):
+            width = module_config.get("embedding_dimension",
+                                      module_config.get("word_embedding_dimension"))
+            mode = module_config.get("pooling_mode")
+            if isinstance(mode, str):
+                modes = 1
+            elif isinstance(mode, list):
+                modes = len(mode)
+            else:
+                modes = sum(bool(module_config.get(flag)) for flag in _LEGACY_POOLING_FLAGS) or 1
+            return width * modes if isinstance(width, int) else None
+        if kind == "Transformer":
+            return hidden if isinstance(hidden, int) else None
+        return None
+    return None
+
+
+def _special_tokens_count(model_dir: Path) -> int:
+    """Tokens the tokenizer adds around every text ([CLS] and [SEP] for BERT: 2)."""
+    if (model_dir / "tokenizer.json").is_file():
+        from chunkline.tokenizers import HFTokenizer
+
+        return HFTokenizer(f"hf:{model_dir}", model_dir / "tokenizer.json").special_tokens_count()
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+    return len(tokenizer("", add_special_tokens=True)["input_ids"])
