@@ -60,7 +60,7 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
         plan.max_tokens,
         config.split.overlap,
         config.split.markdown,
-        heading_reserve=config.split.heading_reserve if config.embed is not None else 0,
+        heading_reserve=config.split.heading_reserve,
     )
     options = embed_options(config)
     if options is not None:

@@ -88,8 +88,11 @@ def _run_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     except ConfigError as exc:
         print(f"chunkline run: {exc}", file=err)
         return 2
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s",
+    # Our progress lines at INFO; Beam's own chatter (type-hint notes, state cache) only when it
+    # matters.
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s",
                         datefmt="%H:%M:%S")
+    logging.getLogger("chunkline").setLevel(logging.INFO)
     from pipeline.run import format_summary, run
 
     try:

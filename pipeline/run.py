@@ -46,7 +46,9 @@ def plan(config: Config, run_id: str) -> Plan:
     options = embed_options(config) or EmbedOptions()  # embed: null still budgets for the model
     _, dim, max_seq_length, special = model_info(options)
     tokenizer_spec = config.split.tokenizer or f"hf:{resolve_model_dir(options.model)}"
-    reserve = config.split.heading_reserve if config.embed is not None else 0
+    # The same budget with embed: null, so a dry run shows exactly the chunks that would be
+    # embedded.
+    reserve = config.split.heading_reserve
     max_tokens = config.split.max_tokens or (max_seq_length - special - reserve)
     if config.split.max_tokens is None and max_tokens < 8:
         raise ValueError(

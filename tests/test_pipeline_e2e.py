@@ -39,7 +39,8 @@ def rows(run_dir: str, name: str) -> list[dict]:
 def comparable(run_dir: str) -> tuple[list, list, list]:
     """Rows without vectors (compared separately, with a float tolerance), sorted."""
     chunks = sorted(rows(run_dir, "chunks"), key=lambda r: r["chunk_id"])
-    vectors = np.asarray([r.pop("embedding") for r in chunks], dtype=np.float32)
+    vectors = [r.pop("embedding") for r in chunks]
+    vectors = np.asarray([v for v in vectors if v is not None], dtype=np.float32)
     documents = sorted(rows(run_dir, "documents"), key=lambda r: (r["doc_id"], r["uri"]))
     rejected = sorted(rows(run_dir, "rejected"), key=lambda r: (r["doc_id"], r["uri"]))
     return chunks, documents, rejected, vectors
@@ -174,3 +175,12 @@ def test_hostile_files_land_in_rejected_and_counts_reconcile(tmp_path) -> None:
     assert "UTF-8" in reasons["latin1.txt"]
     assert "empty" in reasons["empty.md"]
     assert all(t.column("embedding").null_count == t.num_rows for t in table(summary.run_dir, "chunks"))
+
+
+def test_embed_null_writes_the_same_chunks_without_vectors(first_run, tmp_path) -> None:
+    dry = run_job(tmp_path, "embed=null")
+    a, b = comparable(first_run.run_dir), comparable(dry.run_dir)
+    assert a[:3] == b[:3]
+    for t in table(dry.run_dir, "chunks"):
+        assert t.schema.equals(chunk_schema(None))
+        assert t.column("embedding").null_count == t.num_rows

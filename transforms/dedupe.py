@@ -1,6 +1,5 @@
 """Exact duplicates: one survivor per normalized text, the rest recorded, never lost."""
 
-from __future__ import annotations
 
 from typing import Iterable
 

@@ -6,7 +6,6 @@ chunks stay together), and each shard is sorted before it is written: the same i
 give the same files, on any runner.
 """
 
-from __future__ import annotations
 
 import hashlib
 from typing import Any, Callable, Iterable
