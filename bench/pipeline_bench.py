@@ -11,7 +11,9 @@ the model. Run on a generated Markdown corpus of a few MB, one process, float32 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
 import platform
 import random
 import sys
@@ -29,7 +31,6 @@ from chunkline import get_tokenizer  # noqa: E402
 from chunkline.embedder import EmbedOptions, embed_texts, load_model, resolve_model_dir  # noqa: E402
 from chunkline.splitter import heading_prefix  # noqa: E402
 from pipeline.config import load_config  # noqa: E402
-from pipeline.run import run  # noqa: E402
 
 WORDS = (
     "the robot arm joint torque sensor calibration controller firmware update network "
@@ -76,30 +77,41 @@ def embedded_texts(run_dir: str, tokenizer_spec: str, reserve: int) -> list[str]
     return texts
 
 
-def bare_loop(texts: list[str], options: EmbedOptions) -> float:
-    started = time.perf_counter()
+def bare_loop(texts_file: Path, dtype: str, batch_size: int) -> None:
+    """The baseline, run in a fresh process like the pipeline: import, load, embed in batches."""
+    texts = json.loads(texts_file.read_text(encoding="utf-8"))
+    options = EmbedOptions(dtype=dtype, batch_size=batch_size)
     model = load_model(options)
     for first in range(0, len(texts), options.batch_size):
         embed_texts(model, texts[first : first + options.batch_size], options)
+
+
+def timed(command: list[str]) -> float:
+    started = time.perf_counter()
+    subprocess.run(command, check=True, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return time.perf_counter() - started
 
 
 def bench(corpus: Path, dtype: str, batch_size: int, out_dir: Path) -> dict:
-    config = load_config(ROOT / "configs" / "local.yaml", [
-        f"input.pattern={corpus}/**", f"output.path={out_dir}",
-        f"embed.dtype={dtype}", f"embed.batch_size={batch_size}",
-    ])
-    started = time.perf_counter()
-    summary = run(config)
-    pipeline_seconds = time.perf_counter() - started
-    options = EmbedOptions(dtype=dtype, batch_size=batch_size)
-    texts = embedded_texts(summary.run_dir, f"hf:{resolve_model_dir(options.model)}",
+    """Both sides in fresh processes, so each pays its own imports and model load."""
+    overrides = [f"input.pattern={corpus}/**", f"output.path={out_dir}",
+                 f"embed.dtype={dtype}", f"embed.batch_size={batch_size}"]
+    command = [sys.executable, "-m", "pipeline.cli", "run", "--config", "configs/local.yaml"]
+    for item in overrides:
+        command += ["--set", item]
+    pipeline_seconds = timed(command)
+    config = load_config(ROOT / "configs" / "local.yaml", overrides)
+    run_dir = str(out_dir / (out_dir / "LATEST").read_text().strip())
+    texts = embedded_texts(run_dir, f"hf:{resolve_model_dir(config.embed.model)}",
                            config.split.heading_reserve)
-    loop_seconds = bare_loop(texts, options)
-    return {
-        "dtype": dtype, "batch": batch_size, "chunks": summary.counts["chunks"],
-        "tokens": summary.counts["tokens"], "pipeline": pipeline_seconds, "loop": loop_seconds,
-    }
+    texts_file = out_dir / "texts.json"
+    texts_file.write_text(json.dumps(texts), encoding="utf-8")
+    loop_seconds = timed([sys.executable, __file__, "--bare-loop", str(texts_file),
+                          "--dtype", dtype, "--batch-size", str(batch_size)])
+    tokens = sum(pq.read_table(p, columns=["tokens"]).column("tokens").to_numpy().sum()
+                 for p in Path(run_dir).glob("chunks-*.parquet"))
+    return {"dtype": dtype, "batch": batch_size, "chunks": len(texts), "tokens": int(tokens),
+            "pipeline": pipeline_seconds, "loop": loop_seconds}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -108,7 +120,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--dtypes", default="float32,bfloat16")
     parser.add_argument("--out")
+    parser.add_argument("--bare-loop", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--dtype", default="float32", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.bare_loop:
+        bare_loop(args.bare_loop, args.dtype, args.batch_size)
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
         corpus = Path(tmp) / "corpus"
         corpus.mkdir()
@@ -118,10 +135,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     lines = [
         f"- corpus: {documents} generated Markdown documents, {args.mb} MB",
         f"- machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
-        "- pipeline: `chunkline run` with configs/local.yaml (FnApiRunner, in process), wall time "
-        "incl. model load, read, dedupe, split, embed, Parquet write, manifest",
-        "- bare loop: load the same model, embed the same texts (heading prefix + chunk) in "
-        "consecutive batches of the same size, same dtype",
+        "- pipeline: `chunkline run` with configs/local.yaml (FnApiRunner, in process), a fresh "
+        "process, wall time incl. imports, model load, read, dedupe, split, embed, Parquet write, "
+        "manifest",
+        "- bare loop: a fresh process that imports, loads the same model and embeds the same texts "
+        "(heading prefix + chunk) in consecutive batches of the same size, same dtype",
         "",
         "| dtype | batch | chunks | tokens | pipeline s | bare loop s | pipeline / loop |",
         "|---|---:|---:|---:|---:|---:|---:|",
