@@ -24,14 +24,20 @@ if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
 METRICS_NAMESPACE = "chunkline.embed"
+# Texts handed to the model per call, in forward passes of ``batch_size``: sentence-transformers
+# sorts a call's texts by length before cutting them into passes, so a window of several
+# batches pads far less than batches taken in arrival order (measured 7-16% on real chunks).
+LENGTH_WINDOW = 4
 
 
 class SentenceTransformerHandler(ModelHandler[str, np.ndarray, "SentenceTransformer"]):
     """RunInference model handler: texts in, float32 vectors (``[dim]`` each) out, in order.
 
-    Batches hold exactly ``options.batch_size`` texts (fewer only at a bundle's end): Beam's
-    adaptive BatchElements would otherwise start at one text per forward pass and ramp up, and
-    a model's best batch size is a property of the model and the device, known up front.
+    Each call gets ``LENGTH_WINDOW * options.batch_size`` texts (fewer only at a bundle's end)
+    and the model runs them as forward passes of ``options.batch_size``, sorted by length:
+    batching by length without holding a whole bundle back. The window is fixed because Beam's
+    adaptive BatchElements would start at one text per call and ramp up, and a model's best
+    batch size is a property of the model and the device, known up front.
     """
 
     def __init__(self, options: EmbedOptions) -> None:
@@ -78,8 +84,8 @@ class SentenceTransformerHandler(ModelHandler[str, np.ndarray, "SentenceTransfor
         return METRICS_NAMESPACE
 
     def batch_elements_kwargs(self) -> Mapping[str, Any]:
-        return {"min_batch_size": self._options.batch_size,
-                "max_batch_size": self._options.batch_size}
+        window = LENGTH_WINDOW * self._options.batch_size
+        return {"min_batch_size": window, "max_batch_size": window}
 
     def share_model_across_processes(self) -> bool:
         # A small model: one copy per process costs less than cross-process calls would.
@@ -111,10 +117,10 @@ class EmbedChunks(beam.PTransform[beam.PCollection[ChunkRecord], beam.PCollectio
     ``record.embed_text()`` (heading prefix + text), float32 values as a tuple of floats.
 
     Each chunk is its own key through RunInference (KeyedModelHandler), so the vector comes
-    back attached to its record with no join. Batches are formed in arrival order by
-    BatchElements (bounded memory, nothing held back to a bundle's end, no shuffle); grouping
-    by length across batches would need a sort over a window of several batches (Beam's
-    SortAndBatchElements holds a whole bundle) and measured only ~10% on real chunk lengths.
+    back attached to its record with no join. BatchElements hands the handler windows of
+    ``LENGTH_WINDOW`` batches in arrival order (bounded memory, no shuffle); inside a window the
+    model sorts by length, so passes pad little (Beam's SortAndBatchElements would hold a whole
+    bundle instead).
     """
 
     def __init__(self, options: EmbedOptions = EmbedOptions(), label: str | None = None) -> None:
