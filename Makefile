@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(VENV)/bin/chunkline run --config configs/local.yaml
-	$(VENV)/bin/chunkline query out "how do I calibrate the arm?" -k 3
+	$(VENV)/bin/chunkline query out "how long should the arm warm up before calibration?" -k 3
 
 split-demo: $(STAMP)
 	$(VENV)/bin/chunkline split examples/guide.md --max-tokens 64 --overlap 8 --view

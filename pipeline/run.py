@@ -182,5 +182,5 @@ def format_summary(summary: RunSummary) -> str:
         f"  output     {summary.run_dir}  (named in {summary.output}/LATEST)",
     ]
     if summary.model:
-        lines.append(f'  next       chunkline query {summary.output} "how do I calibrate the arm?"')
+        lines.append(f'  next       chunkline query {summary.output} "how long should the arm warm up before calibration?"')
     return "\n".join(lines)
