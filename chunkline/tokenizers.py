@@ -212,7 +212,7 @@ class TiktokenTokenizer(Tokenizer):
     def __init__(self, spec: str, encoding) -> None:
         self.spec = spec
         self.encoding = encoding
-        self._char_tables: tuple[np.ndarray, np.ndarray] | None = None
+        self._char_tables = self._build_char_tables()
 
     def count(self, text: str) -> int:
         return len(self.encoding.encode_ordinary(text))
@@ -224,17 +224,24 @@ class TiktokenTokenizer(Tokenizer):
     def token_char_tables(self) -> tuple[np.ndarray, np.ndarray]:
         """Per token id: how many characters start in its bytes (UTF-8 lead bytes), and whether
         its first byte continues a character begun in the previous token. Together they place
-        every token in characters without decoding (tiktoken's decode_with_offsets rule), built
-        once per tokenizer (~0.1 s)."""
-        if self._char_tables is None:
-            enc = self.encoding
-            leads = np.zeros(enc.n_vocab, dtype=np.int64)
-            continues = np.zeros(enc.n_vocab, dtype=np.int64)
-            for token, rank in enc._mergeable_ranks.items():
-                leads[rank] = sum(1 for byte in token if not 0x80 <= byte < 0xC0)
-                continues[rank] = 0x80 <= token[0] < 0xC0
-            self._char_tables = (leads, continues)
+        every token in characters without decoding (tiktoken's decode_with_offsets rule)."""
         return self._char_tables
+
+    def _build_char_tables(self) -> tuple[np.ndarray, np.ndarray]:
+        # Built with the tokenizer (one vectorized pass over the vocabulary, ~20 ms), not on the
+        # first split: a per-document caller must not pay it inside its first document.
+        ranks = self.encoding._mergeable_ranks
+        tokens = list(ranks)
+        blob = np.frombuffer(b"".join(tokens), dtype=np.uint8)
+        lengths = np.fromiter(map(len, tokens), dtype=np.int64, count=len(tokens))
+        offsets = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+        is_lead = ((blob & 0xC0) != 0x80).astype(np.int64)
+        ids = np.fromiter(ranks.values(), dtype=np.int64, count=len(tokens))
+        leads = np.zeros(self.encoding.n_vocab, dtype=np.int64)
+        continues = np.zeros(self.encoding.n_vocab, dtype=np.int64)
+        leads[ids] = np.add.reduceat(is_lead, offsets)
+        continues[ids] = 1 - is_lead[offsets]
+        return leads, continues
 
     def token_ids(self, text: str) -> np.ndarray:
         # encode_ordinary is tiktoken's fast path; encode_to_numpy goes through the special-token
