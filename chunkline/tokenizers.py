@@ -222,9 +222,10 @@ class TiktokenTokenizer(Tokenizer):
         return [len(encode(t)) for t in texts]
 
     def token_char_tables(self) -> tuple[np.ndarray, np.ndarray]:
-        """Per token id: how many characters start in its bytes (UTF-8 lead bytes), and whether
-        its first byte continues a character begun in the previous token. Together they place
-        every token in characters without decoding (tiktoken's decode_with_offsets rule)."""
+        """Per token id: how many characters start in its bytes (UTF-8 lead bytes), and that
+        plus one if its first byte continues a character begun in the previous token. Together
+        they place every token in characters without decoding (tiktoken's decode_with_offsets
+        rule)."""
         return self._char_tables
 
     def _build_char_tables(self) -> tuple[np.ndarray, np.ndarray]:
@@ -241,7 +242,8 @@ class TiktokenTokenizer(Tokenizer):
         continues = np.zeros(self.encoding.n_vocab, dtype=np.int64)
         leads[ids] = np.add.reduceat(is_lead, offsets)
         continues[ids] = 1 - is_lead[offsets]
-        return leads, continues
+        # Returned as (leads, leads + continues) in int32, the two lookups token_starts needs.
+        return leads.astype(np.int32), (leads + continues).astype(np.int32)
 
     def token_ids(self, text: str) -> np.ndarray:
         # encode_ordinary is tiktoken's fast path; encode_to_numpy goes through the special-token
@@ -251,10 +253,10 @@ class TiktokenTokenizer(Tokenizer):
 
     def token_starts(self, text: str) -> np.ndarray:
         ids = self.token_ids(text)
-        leads, continues = self.token_char_tables()
-        lead_counts = leads[ids]
-        # A token that begins inside a character is placed at that character.
-        return np.cumsum(lead_counts) - lead_counts - continues[ids]
+        leads, leads_and_continues = self.token_char_tables()
+        # start = characters begun before the token, minus one when the token begins inside a
+        # character (it is placed at that character). int32: half the memory traffic.
+        return np.cumsum(leads[ids], dtype=np.int32) - leads_and_continues[ids]
 
     def measure(self, text: str) -> "Measure":
         from chunkline.measure import TiktokenMeasure
