@@ -12,7 +12,7 @@ edges that are not.
 from __future__ import annotations
 
 from bisect import bisect_left
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import regex

@@ -8,7 +8,7 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from chunkline import split
 from chunkline.records import (
-    DUPLICATE, KEPT, ChunkRecord, Document, DocumentStatus, Rejected, chunk_schema, doc_hash,
+    DUPLICATE, KEPT, ChunkRecord, Document, chunk_schema, doc_hash,
 )
 from tests.beam_helpers import fnapi_pipeline
 from tests.helpers import tokenizer
