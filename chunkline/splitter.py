@@ -98,6 +98,14 @@ def split(
     return chunks
 
 
+def _first_two(measure: Measure, atoms: _Atoms) -> int:
+    """Tokens of the first two atoms joined: their sum where the cut between them is additive
+    (no re-encoding, as in the packer), else counted by the measure."""
+    if measure.additive_cuts([atoms.starts[1]])[0]:
+        return atoms.counts[0] + atoms.counts[1]
+    return measure.count(atoms.starts[0], atoms.ends[1])
+
+
 def _keep_heading_with_text(measure: Measure, atoms: _Atoms, heading_end: int, limit: int) -> None:
     """A heading alone makes a chunk that matches every query about its section and answers
     none. When the heading's atom cannot join the next atom whole, cut that atom finer (it
@@ -105,7 +113,7 @@ def _keep_heading_with_text(measure: Measure, atoms: _Atoms, heading_end: int, l
     text = measure.text
     if len(atoms.starts) < 2 or text[heading_end : atoms.ends[0]].strip():
         return  # the first atom already holds more than the heading
-    while len(atoms.starts) >= 2 and measure.count(atoms.starts[0], atoms.ends[1]) > limit:
+    while len(atoms.starts) >= 2 and _first_two(measure, atoms) > limit:
         finer = _Atoms([], [], [])
         _descend(measure, atoms.starts[1], atoms.ends[1], 0, limit, finer)
         if len(finer.starts) <= 1:

@@ -61,7 +61,7 @@ def test_tiktoken_file_path_form(tmp_path) -> None:
     assert by_path.count(sample) == by_name.count(sample)
 
 
-def test_o200k_differs_from_cl100k() -> None:
+def test_o200k_is_its_own_vocabulary() -> None:
     sample = "Ünïcödé and ordinary English words tokenize differently in these two vocabularies."
     assert tokenizer("tiktoken:o200k_base").encoding.n_vocab > 190_000
     assert tokenizer("tiktoken:cl100k_base").encoding.n_vocab < 110_000
@@ -140,3 +140,17 @@ def test_additive_cuts_are_additive(spec: str, text: str, data) -> None:
         start = data.draw(st.integers(0, cut))
         end = data.draw(st.integers(cut, len(text)))
         assert tok.count(text[start:end]) == tok.count(text[start:cut]) + tok.count(text[cut:end])
+
+
+@pytest.mark.parametrize("spec", ["tiktoken:cl100k_base", "tiktoken:o200k_base"])
+@given(
+    text=st.lists(
+        st.sampled_from(["word", " ", "\n", "  \n", "\n  x", "\n\t/", "\n/", "é", "日本", ". ",
+                         "\u3000", "\xa0", "x1", "\t", "\r\n"]),
+        max_size=40,
+    ).map("".join)
+)
+def test_scalar_and_vectorized_cut_checks_agree(spec: str, text: str) -> None:
+    measure = tokenizer(spec).measure(text)
+    positions = list(range(len(text) + 1))
+    assert measure.additive_cuts(positions) == [measure._is_additive(p) for p in positions]

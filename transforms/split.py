@@ -32,7 +32,10 @@ class _SplitDocument(beam.DoFn):
 
     def setup(self) -> None:
         self.tokenizer = get_tokenizer(self.tokenizer_spec)
-        self.prefix_tokenizer = get_tokenizer(self.prefix_tokenizer_spec)
+        self.prefix_tokenizer = (
+            self.tokenizer if self.prefix_tokenizer_spec == self.tokenizer_spec
+            else get_tokenizer(self.prefix_tokenizer_spec)
+        )
         self._seen = [0, 0]
         self._last_log = time.monotonic()
 
