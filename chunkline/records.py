@@ -66,10 +66,25 @@ class ChunkRecord:
     embedding: tuple[float, ...] | None = field(default=None, compare=False)
     # Prepended for embedding only (the heading path, cut to its token reserve); not stored.
     prefix: str = ""
+    # LLM-written header situating the chunk in its document (contextual retrieval), and what
+    # became of the request: "off" (stage disabled), "ok", "cached", "failed".
+    context: str = ""
+    context_status: str = "off"
+    # A table split between rows repeats its header row(s) in the embedded text; the chunk's own
+    # span stays exact, so the header lives here, not in ``text``.
+    table_header: str = ""
+    # hash(model, dtype, mode, embed_text()): equal keys may reuse a previous run's vector.
+    content_key: str = ""
 
     def embed_text(self) -> str:
-        """What the embedder reads: the prefix, then the chunk text."""
-        return self.prefix + self.text
+        """What the embedder reads: heading path, contextual header, repeated table header,
+        then the chunk text. Also the ``search_text`` column (for BM25)."""
+        context = self.context + "\n\n" if self.context else ""
+        return self.prefix + context + self.table_header + self.text
+
+    @property
+    def search_text(self) -> str:
+        return self.embed_text()
 
 
 def normalize_for_hash(text: str) -> str:
@@ -105,6 +120,11 @@ def chunk_schema(dim: int | None) -> pa.Schema:
             pa.field("headings", pa.list_(pa.string()), nullable=False),
             pa.field("text", pa.string(), nullable=False),
             pa.field("tokens", pa.int32(), nullable=False),
+            pa.field("table_header", pa.string(), nullable=False),
+            pa.field("context", pa.string(), nullable=False),
+            pa.field("context_status", pa.string(), nullable=False),
+            pa.field("search_text", pa.string(), nullable=False),
+            pa.field("content_key", pa.string(), nullable=False),
             pa.field("embedding", vector, nullable=dim is None),
         ]
     )
