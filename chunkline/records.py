@@ -106,6 +106,17 @@ def chunk_id(doc_id: str, start: int, end: int) -> str:
     return f"{doc_id}#{start}-{end}"
 
 
+def content_key(embedding_signature: str, embedded_text: str) -> str:
+    """Key of a vector: what made it (model, weights, dtype, mode; see
+    ``pipeline.run.embedding_signature``) and exactly what it read. Equal keys give equal vectors,
+    so a reindex reuses the previous run's vector instead of embedding again."""
+    digest = hashlib.sha256()
+    digest.update(embedding_signature.encode("utf-8"))
+    digest.update(b"\x00")
+    digest.update(embedded_text.encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()
+
+
 def chunk_schema(dim: int | None) -> pa.Schema:
     """Chunks table; ``embedding`` is fixed_size_list<float32>[dim], or absent-valued (null
     list) when ``dim`` is None (embedding switched off)."""

@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import apache_beam as beam
 
 from chunkline.embedder import EmbedOptions
 from chunkline.readers import ReadOptions
-from chunkline.records import REJECTED, DocumentStatus, Rejected, chunk_schema, document_schema, rejected_schema
+from chunkline.records import (
+    REJECTED,
+    ChunkRecord,
+    DocumentStatus,
+    Rejected,
+    chunk_schema,
+    content_key,
+    document_schema,
+    rejected_schema,
+)
 from pipeline.config import Config
 from transforms.dedupe import ExactDedupe
 from transforms.read import ReadDocuments
+from transforms.reuse import ReusePreviousEmbeddings
 from transforms.split import SplitDocuments
 from transforms.write import WriteParquetShards
 
@@ -24,6 +35,8 @@ class Plan:
     tokenizer_spec: str
     max_tokens: int
     dim: int | None
+    embedding_signature: str = "none"
+    previous_chunks: str | None = None  # chunk files of the run whose vectors may be reused
 
 
 def read_options(config: Config) -> ReadOptions:
@@ -51,6 +64,10 @@ def _rejected_status(record: Rejected) -> DocumentStatus:
     return DocumentStatus(record.doc_id, record.uri, "", "", REJECTED, None)
 
 
+def _with_content_key(record: ChunkRecord, signature: str) -> ChunkRecord:
+    return dataclasses.replace(record, content_key=content_key(signature, record.embed_text()))
+
+
 def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
     """Add the whole job to ``pipeline``; every document read ends in the documents table."""
     read = pipeline | "Read" >> ReadDocuments(config.input.pattern, read_options(config))
@@ -62,11 +79,17 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
         config.split.markdown,
         heading_reserve=config.split.heading_reserve,
     )
+    chunks = chunks | "ContentKey" >> beam.Map(_with_content_key, plan.embedding_signature)
     options = embed_options(config)
     if options is not None:
         from transforms.embed import EmbedChunks  # torch loads only when embedding is on
 
-        chunks = chunks | "Embed" >> EmbedChunks(options)
+        if plan.previous_chunks:
+            reuse = chunks | "Reuse" >> ReusePreviousEmbeddings(plan.previous_chunks)
+            embedded = reuse.missing | "Embed" >> EmbedChunks(options)
+            chunks = (reuse.reused, embedded) | "ReusedAndEmbedded" >> beam.Flatten()
+        else:
+            chunks = chunks | "Embed" >> EmbedChunks(options)
 
     rejected = (read.rejected, deduped["rejected"]) | "AllRejected" >> beam.Flatten()
     statuses = (

@@ -83,6 +83,8 @@ def _run_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         overrides.append(f"input.pattern={json.dumps(args.input)}")
     if args.output:
         overrides.append(f"output.path={json.dumps(args.output)}")
+    if args.previous:
+        overrides.append(f"output.previous={json.dumps(args.previous)}")
     try:
         config = load_config(args.config, overrides)
     except ConfigError as exc:
@@ -100,6 +102,9 @@ def _run_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     except (ValueError, FileNotFoundError) as exc:
         print(f"chunkline run: {exc}", file=err)
         return 2
+    except RuntimeError as exc:
+        print(f"chunkline run: {exc}", file=err)
+        return 1
     print(format_summary(summary), file=out)
     return 0 if summary.reconciled else 1
 
@@ -151,6 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
     run_parser.add_argument("--config", default=None, help="YAML config (configs/local.yaml)")
     run_parser.add_argument("--input", help="file pattern; overrides input.pattern")
     run_parser.add_argument("--output", help="output directory; overrides output.path")
+    run_parser.add_argument("--previous", metavar="OUTPUT",
+                            help="reuse unchanged chunks' vectors from this index (an output "
+                            "root or a run directory); default: the output's own LATEST run")
     run_parser.add_argument("--set", action="append", metavar="KEY=VALUE",
                             help="override a config key, e.g. split.overlap=16 (repeatable)")
     run_parser.set_defaults(handler=_run_command, beam_args=[])

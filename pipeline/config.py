@@ -59,6 +59,14 @@ class InputConfig(_Section):
 class OutputConfig(_Section):
     path: str = Field("out", description="Directory (local or gs://) that receives <run_id>/.")
     chunk_shards: int = Field(4, ge=1, le=10_000, description="Number of chunk Parquet files.")
+    previous: str | None = Field(
+        None,
+        description="Reuse vectors from this index: an output root (its LATEST run) or a run "
+        "directory. None: this output's own LATEST run when reuse_latest is on.",
+    )
+    reuse_latest: bool = Field(
+        True, description="With previous unset, reuse the vectors of this output's LATEST run."
+    )
 
 
 class DedupeConfig(_Section):

@@ -3,11 +3,13 @@ document and write the manifest (last) and LATEST."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from datetime import datetime, timezone
 from typing import Any, Sequence
 
@@ -36,16 +38,78 @@ class RunSummary:
     reconciled: bool
     problems: list[str] = field(default_factory=list)
     model: dict[str, Any] | None = None
+    previous: str | None = None
+    published: bool = False
+
+
+def _fingerprint(model_dir: Path) -> str:
+    """Which weights: file names and sizes of the model directory (cheap, and a replaced model
+    under the same name changes it)."""
+    listing = sorted((str(p.relative_to(model_dir)), p.stat().st_size)
+                     for p in model_dir.rglob("*") if p.is_file())
+    return hashlib.sha256(repr(listing).encode()).hexdigest()[:16]
+
+
+def embedding_signature(config: Config, model_dir: Path, max_seq_length: int) -> str:
+    """Everything besides the text that decides a vector; part of every chunk's content key."""
+    if config.embed is None:
+        return "none"
+    e = config.embed
+    return json.dumps({"model": e.model, "weights": _fingerprint(model_dir), "dtype": e.dtype,
+                       "normalize": e.normalize, "max_seq_length": max_seq_length,
+                       "mode": "standard"}, sort_keys=True)
+
+
+def resolve_previous(path: str) -> str | None:
+    """The run directory to reuse vectors from: ``path`` itself when it holds a manifest, else
+    the run its LATEST names; None when there is none yet (a first run)."""
+    if FileSystems.exists(FileSystems.join(path, "manifest.json")):
+        return path
+    latest = FileSystems.join(path, "LATEST")
+    if not FileSystems.exists(latest):
+        return None
+    with FileSystems.open(latest) as handle:
+        run_id = handle.read().decode("utf-8").strip()
+    run_dir = FileSystems.join(path, run_id)
+    if not run_id or not FileSystems.exists(FileSystems.join(run_dir, "manifest.json")):
+        raise ValueError(f"{latest} names {run_id!r}, which has no manifest.json")
+    return run_dir
+
+
+def previous_chunks(config: Config) -> tuple[str | None, str | None]:
+    """(run directory, chunk file pattern) of the previous run whose vectors can be reused, or
+    (None, None): embedding off, reuse off, no previous run, or one written without vectors or
+    content keys (an index from before keys existed is read, never trusted blindly)."""
+    if config.embed is None:
+        return None, None
+    source = config.output.previous or (config.output.path if config.output.reuse_latest else None)
+    run_dir = resolve_previous(source) if source else None
+    if run_dir is None:
+        return None, None
+    with FileSystems.open(FileSystems.join(run_dir, "manifest.json")) as handle:
+        manifest = json.load(handle)
+    if not manifest.get("model") or not manifest.get("files", {}).get("chunks"):
+        return run_dir, None
+    first = FileSystems.join(run_dir, manifest["files"]["chunks"][0])
+    with FileSystems.open(first) as handle:
+        names = pq.read_schema(handle).names
+    if "content_key" not in names:
+        log.warning("%s has no content keys (an older index): embedding everything", run_dir)
+        return run_dir, None
+    return run_dir, FileSystems.join(run_dir, "chunks-*.parquet")
 
 
 def plan(config: Config, run_id: str) -> Plan:
     """Decide the split tokenizer and budget from the embedder, on the driver, before the job:
     budget = model max input - its special tokens - the heading reserve."""
     from chunkline.embedder import EmbedOptions, model_info, resolve_model_dir
+    from transforms.model_cache import local_model_dir
 
     options = embed_options(config) or EmbedOptions()  # embed: null still budgets for the model
-    _, dim, max_seq_length, special = model_info(options)
-    tokenizer_spec = config.split.tokenizer or f"hf:{resolve_model_dir(options.model)}"
+    local = dataclasses.replace(options, model=local_model_dir(options.model))
+    _, dim, max_seq_length, special = model_info(local)
+    # A packaged name stays a name, so each worker resolves it in its own site-packages.
+    tokenizer_spec = config.split.tokenizer or f"hf:{local.model}"
     # The same budget with embed: null, so a dry run shows exactly the chunks that would be
     # embedded.
     reserve = config.split.heading_reserve
@@ -58,7 +122,10 @@ def plan(config: Config, run_id: str) -> Plan:
     if config.split.overlap >= max_tokens:
         raise ValueError(f"split.overlap ({config.split.overlap}) must be below the chunk budget ({max_tokens})")
     run_dir = FileSystems.join(config.output.path, run_id)
-    return Plan(run_dir, tokenizer_spec, max_tokens, dim if config.embed is not None else None)
+    signature = embedding_signature(config, resolve_model_dir(local.model), max_seq_length)
+    _, previous = previous_chunks(config)
+    return Plan(run_dir, tokenizer_spec, max_tokens, dim if config.embed is not None else None,
+                signature, previous)
 
 
 def new_run_id(config: Config) -> str:
@@ -93,7 +160,7 @@ def _metric(result, namespace: str, name: str) -> int | None:
     return sum(values) if values else None
 
 
-def account(run_dir: str, result) -> tuple[dict[str, int], dict[str, list[str]], list[str]]:
+def account(run_dir: str, result, embedding: bool = True) -> tuple[dict[str, int], dict[str, list[str]], list[str]]:
     """Counts from the files actually written (and the read stage's counters): documents in =
     kept + duplicate + rejected, checked."""
     files = {table: _files(run_dir, table) for table in ("chunks", "documents", "rejected")}
@@ -119,12 +186,33 @@ def account(run_dir: str, result) -> tuple[dict[str, int], dict[str, list[str]],
         problems.append("documents table has rows with an unknown status")
     if rejected_rows != counts["rejected"]:
         problems.append(f"{rejected_rows} rejected rows but {counts['rejected']} rejected documents")
+    embedded = _metric(result, "chunkline.embed", "chunks_embedded")
+    reused = _metric(result, "reindex", "chunks_reused")
+    # A counter never incremented is not reported: zero, as long as the runner reports metrics.
+    if embedding and read_docs is not None:
+        embedded, reused = embedded or 0, reused or 0
+        counts["embedded"], counts["reused"] = embedded, reused
+        if embedded + reused != counts["chunks"]:
+            problems.append(f"{counts['chunks']} chunks written but {embedded} embedded + {reused} reused")
     return counts, files, problems
 
 
 def _write_text(path: str, text: str) -> None:
     with FileSystems.create(path) as handle:
         handle.write(text.encode("utf-8"))
+
+
+def publish(output: str, run_id: str) -> None:
+    """Point ``output/LATEST`` at ``run_id`` so that a reader (or a crash) sees the old name or
+    the new one, never a torn file: an object store's write is atomic by itself; a local file is
+    written beside and renamed over (Beam's local rename is ``os.rename``, atomic on POSIX)."""
+    latest = FileSystems.join(output, "LATEST")
+    if "://" in output:
+        _write_text(latest, run_id + "\n")
+        return
+    staged = FileSystems.join(output, f".LATEST.{run_id}")
+    _write_text(staged, run_id + "\n")
+    FileSystems.rename([staged], [latest])
 
 
 def run(config: Config, beam_args: Sequence[str] = ()) -> RunSummary:
@@ -137,8 +225,10 @@ def run(config: Config, beam_args: Sequence[str] = ()) -> RunSummary:
     build(pipeline, config, job)
     log.info("running %s on %s into %s", run_id, config.runner.name, job.run_dir)
     result = pipeline.run()
-    result.wait_until_finish()
-    counts, files, problems = account(job.run_dir, result)
+    state = result.wait_until_finish()
+    if state is not None and str(state).upper().endswith(("FAILED", "CANCELLED")):
+        raise RuntimeError(f"run {run_id} ended {state}; {config.output.path}/LATEST unchanged")
+    counts, files, problems = account(job.run_dir, result, config.embed is not None)
     model = None
     if config.embed is not None:
         model = {"name": config.embed.model, "dim": job.dim, "dtype": config.embed.dtype,
@@ -153,23 +243,32 @@ def run(config: Config, beam_args: Sequence[str] = ()) -> RunSummary:
         "split": {"tokenizer": job.tokenizer_spec, "max_tokens": job.max_tokens,
                   "overlap": config.split.overlap, "markdown": config.split.markdown},
         "model": model,
+        "embedding_signature": job.embedding_signature,
+        "previous": job.previous_chunks.rsplit("/", 1)[0] if job.previous_chunks else None,
         "counts": counts,
         "reconciled": not problems,
         "problems": problems,
         "files": {table: [p.rsplit("/", 1)[-1] for p in paths] for table, paths in files.items()},
     }
+    # Manifest last among the run's files, LATEST after it, and only for a run that accounts for
+    # every document: a crashed or unreconciled run leaves LATEST on the previous good run.
     _write_text(FileSystems.join(job.run_dir, "manifest.json"), json.dumps(manifest, indent=2) + "\n")
-    _write_text(FileSystems.join(config.output.path, "LATEST"), run_id + "\n")
+    if not problems:
+        publish(config.output.path, run_id)
     return RunSummary(run_id, job.run_dir, config.output.path, config.runner.name,
-                      time.monotonic() - started, counts, files, not problems, problems, model)
+                      time.monotonic() - started, counts, files, not problems, problems, model,
+                      manifest["previous"], not problems)
 
 
 def format_summary(summary: RunSummary) -> str:
     c = summary.counts
     check = "reconciled" if summary.reconciled else "NOT RECONCILED: " + "; ".join(summary.problems)
     if summary.model:
-        embedded = (f"{c['tokens']:,} tokens embedded ({summary.model['name']}, "
+        embedded = (f"{c['tokens']:,} tokens ({summary.model['name']}, "
                     f"{summary.model['dim']}-d, {summary.model['dtype']})")
+        if "embedded" in c:
+            source = f" from {summary.previous}" if summary.previous else ""
+            embedded += f"; vectors: {c['embedded']:,} embedded, {c['reused']:,} reused{source}"
     else:
         embedded = f"{c['tokens']:,} tokens (embedding off)"
     lines = [
@@ -179,7 +278,9 @@ def format_summary(summary: RunSummary) -> str:
         f"  chunks     {c['chunks']:,}, {embedded}",
         f"  shards     {len(summary.files['chunks'])} chunk, {len(summary.files['documents'])} "
         f"document, {len(summary.files['rejected'])} rejected Parquet files + manifest.json",
-        f"  output     {summary.run_dir}  (named in {summary.output}/LATEST)",
+        f"  output     {summary.run_dir}  " + (
+            f"(named in {summary.output}/LATEST)" if summary.published
+            else f"(NOT published: {summary.output}/LATEST still names the previous run)"),
     ]
     if summary.model:
         lines.append(f'  next       chunkline query {summary.output} "how long should the arm warm up before calibration?"')

@@ -179,6 +179,9 @@ def test_hostile_files_land_in_rejected_and_counts_reconcile(tmp_path) -> None:
 def test_embed_null_writes_the_same_chunks_without_vectors(first_run, tmp_path) -> None:
     dry = run_job(tmp_path, "embed=null")
     a, b = comparable(first_run.run_dir), comparable(dry.run_dir)
+    # The content key names what made the vector, so it differs where there is none.
+    for chunk in a[0] + b[0]:
+        chunk.pop("content_key")
     assert a[:3] == b[:3]
     for t in table(dry.run_dir, "chunks"):
         assert t.schema.equals(chunk_schema(None))

@@ -19,6 +19,7 @@ from apache_beam.ml.inference.base import KeyedModelHandler, ModelHandler, RunIn
 
 from chunkline.embedder import EmbedOptions, embed_texts, load_model, token_lengths
 from chunkline.records import ChunkRecord
+from transforms.model_cache import local_model_dir
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -51,7 +52,10 @@ class SentenceTransformerHandler(ModelHandler[str, np.ndarray, "SentenceTransfor
         return self._options
 
     def load_model(self) -> "SentenceTransformer":
-        return load_model(self._options)
+        # A gs:// (any Beam filesystem) model is copied to this worker's disk once, here in the
+        # worker, where the model is needed; the driver only read its config files.
+        local = dataclasses.replace(self._options, model=local_model_dir(self._options.model))
+        return load_model(local)
 
     def run_inference(
         self,
