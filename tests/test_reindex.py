@@ -1,0 +1,157 @@
+"""Incremental reindex: only changed text is embedded, the result equals a full rebuild, and a
+run that dies leaves LATEST on the last complete run."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.config import load_config
+from pipeline.run import run
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+WORDS = ("robot arm calibration sensor firmware battery dock mission route map lidar torque "
+         "encoder gripper payload controller network latency safety zone charger floor aisle "
+         "shelf pallet scanner camera operator ticket alert restart update rollback").split()
+
+
+def paragraph(rng: random.Random, sentences: int) -> str:
+    return " ".join(
+        " ".join(rng.choice(WORDS) for _ in range(rng.randint(8, 16))).capitalize() + "."
+        for _ in range(sentences)
+    )
+
+
+def write_corpus(root: Path, count: int, seed: int = 7) -> None:
+    rng = random.Random(seed)
+    root.mkdir(parents=True, exist_ok=True)
+    for i in range(count):
+        sections = [f"# Manual {i:03d}\n\n{paragraph(rng, 3)}"]
+        for s in range(rng.randint(1, 3)):
+            sections.append(f"## Part {s}\n\n{paragraph(rng, rng.randint(2, 8))}")
+        (root / f"doc{i:03d}.md").write_text("\n\n".join(sections) + "\n", encoding="utf-8")
+
+
+def job(corpus: Path, output: Path, *overrides: str):
+    config = load_config(ROOT / "configs" / "local.yaml",
+                         [f"input.pattern={corpus}/**", f"output.path={output}",
+                          "dedupe.exact=false", *overrides])
+    return run(config)
+
+
+def chunk_rows(run_dir: str) -> list[dict]:
+    rows = [r for f in sorted(Path(run_dir).glob("chunks-*.parquet")) for r in pq.read_table(f).to_pylist()]
+    return sorted(rows, key=lambda r: r["chunk_id"])
+
+
+def assert_same_rows(a: list[dict], b: list[dict]) -> None:
+    assert [{k: v for k, v in r.items() if k != "embedding"} for r in a] == \
+           [{k: v for k, v in r.items() if k != "embedding"} for r in b]
+    # A reused vector was computed in another batch; padding makes float noise, nothing more.
+    np.testing.assert_allclose(np.array([r["embedding"] for r in a]),
+                               np.array([r["embedding"] for r in b]), atol=2e-5)
+
+
+@pytest.fixture(scope="module")
+def reindexed(tmp_path_factory):
+    base = tmp_path_factory.mktemp("reindex")
+    corpus, output = base / "corpus", base / "index"
+    write_corpus(corpus, 100)
+    first = job(corpus, output)
+    old_keys = {r["content_key"] for r in chunk_rows(first.run_dir)}
+
+    changed = corpus / "doc010.md"
+    changed.write_text(changed.read_text().replace("## Part 0", "## Part 0\n\nA brand new sentence about the dock.", 1))
+    (corpus / "doc020.md").unlink()
+    (corpus / "doc100.md").write_text("# Manual 100\n\nAn added manual on pallet scanners.\n")
+    second = job(corpus, output)
+    return base, corpus, output, first, second, old_keys
+
+
+def test_first_run_embeds_everything(reindexed) -> None:
+    _, _, _, first, _, _ = reindexed
+    assert first.counts["documents"] == 100
+    assert first.counts["embedded"] == first.counts["chunks"] and first.counts["reused"] == 0
+
+
+def test_only_new_text_is_embedded(reindexed) -> None:
+    _, _, _, first, second, old_keys = reindexed
+    rows = chunk_rows(second.run_dir)
+    new = [r for r in rows if r["content_key"] not in old_keys]
+    assert {r["doc_id"] for r in new} <= {"doc010.md", "doc100.md"}
+    assert {r["doc_id"] for r in new} == {"doc010.md", "doc100.md"}
+    assert second.counts["embedded"] == len(new)
+    assert second.counts["reused"] == len(rows) - len(new)
+    assert second.counts["embedded"] + second.counts["reused"] == second.counts["chunks"]
+    assert second.previous == first.run_dir
+
+
+def test_deleted_document_is_gone(reindexed) -> None:
+    _, _, _, _, second, _ = reindexed
+    doc_ids = {r["doc_id"] for r in chunk_rows(second.run_dir)}
+    assert "doc020.md" not in doc_ids and "doc100.md" in doc_ids
+    assert len({r["doc_id"] for r in chunk_rows(second.run_dir)}) == 100
+
+
+def test_reindex_equals_a_full_rebuild(reindexed) -> None:
+    base, corpus, _, _, second, _ = reindexed
+    rebuild = job(corpus, base / "rebuild")
+    assert rebuild.counts["reused"] == 0
+    assert_same_rows(chunk_rows(second.run_dir), chunk_rows(rebuild.run_dir))
+
+
+def test_rerun_with_nothing_changed_embeds_nothing(reindexed) -> None:
+    _, corpus, output, _, second, _ = reindexed
+    third = job(corpus, output)
+    assert third.counts["embedded"] == 0
+    assert third.counts["reused"] == third.counts["chunks"] == second.counts["chunks"]
+    assert_same_rows(chunk_rows(third.run_dir), chunk_rows(second.run_dir))
+    assert (output / "LATEST").read_text().strip() == third.run_id
+
+
+def test_explicit_previous_and_reuse_off(reindexed, tmp_path) -> None:
+    _, corpus, output, _, _, _ = reindexed
+    elsewhere = job(corpus, tmp_path / "fresh", f"output.previous={output}")
+    assert elsewhere.counts["embedded"] == 0
+    off = job(corpus, tmp_path / "fresh", "output.reuse_latest=false")
+    assert off.counts["reused"] == 0 and off.counts["embedded"] == off.counts["chunks"]
+
+
+def test_killed_run_leaves_latest_on_the_last_complete_run(reindexed, tmp_path) -> None:
+    _, corpus, output, _, _, _ = reindexed
+    before = (output / "LATEST").read_text()
+    runs_before = {p.name for p in output.iterdir() if p.is_dir()}
+    # Reuse off, so the job still has real work to do when it is killed mid-way.
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pipeline.cli", "run", "--config", str(ROOT / "configs" / "local.yaml"),
+         "--input", f"{corpus}/**", "--output", str(output), "--set", "output.reuse_latest=false"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline and process.poll() is None:
+            new = [p for p in output.iterdir() if p.is_dir() and p.name not in runs_before]
+            if any(any(d.iterdir()) for d in new):
+                break  # the run has started writing shards
+            time.sleep(0.05)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    assert process.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+    assert (output / "LATEST").read_text() == before
+    crashed = [p for p in output.iterdir() if p.is_dir() and p.name not in runs_before]
+    assert crashed and not any((d / "manifest.json").exists() for d in crashed)
+    # The next run reuses the last complete run, not the crashed one.
+    after = job(corpus, output)
+    assert after.previous == str(output / before.strip())
