@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
 from chunkline.embedder import EmbedOptions, embed_texts, load_model
+from transforms.model_cache import local_model_dir
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,8 @@ def search(output: str, question: str, k: int = 5) -> list[Hit]:
     if not rows:
         return []
     matrix = np.asarray([row["embedding"] for row in rows], dtype=np.float32)
-    query = embed_texts(load_model(options), [question], options)[0]
+    local = EmbedOptions(**{**options.__dict__, "model": local_model_dir(options.model)})
+    query = embed_texts(load_model(local), [question], options)[0]
     if not options.normalize:  # cosine, whatever the index stored
         matrix = matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
         query = query / np.linalg.norm(query)
