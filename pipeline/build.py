@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 
 import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
 
 from chunkline.embedder import EmbedOptions
 from chunkline.readers import ReadOptions
@@ -22,7 +23,7 @@ from chunkline.records import (
 from pipeline.config import Config
 from transforms.dedupe import ExactDedupe
 from transforms.read import ReadDocuments
-from transforms.reuse import ReusePreviousEmbeddings
+from transforms.reuse import LateContentKeys, ReusePreviousEmbeddings
 from transforms.split import SplitDocuments
 from transforms.write import WriteParquetShards
 
@@ -64,6 +65,41 @@ def _rejected_status(record: Rejected) -> DocumentStatus:
     return DocumentStatus(record.doc_id, record.uri, "", "", REJECTED, None)
 
 
+def context_options(config: Config):
+    from chunkline.context import ContextOptions
+
+    return ContextOptions(**config.context.model_dump()) if config.context is not None else None
+
+
+def context_cache_dir(config: Config) -> str:
+    """Next to the index, shared by every run that writes there: a rerun pays for no header twice."""
+    return FileSystems.join(config.output.path, "_cache", "context")
+
+
+class _EmbedTheirDocuments(beam.PTransform):
+    """Late chunking needs each chunk's whole document beside it."""
+
+    def __init__(self, options: EmbedOptions, late, documents) -> None:
+        super().__init__()
+        self.options, self.late, self.documents = options, late, documents
+
+    def expand(self, chunks):
+        from transforms.late_embed import LateEmbedChunks
+
+        return {"documents": self.documents, "chunks": chunks} | LateEmbedChunks(self.options, self.late)
+
+
+def _embedder(config: Config, options: EmbedOptions, documents) -> beam.PTransform:
+    if config.embed.mode == "late":
+        from chunkline.late import LateOptions
+
+        late = LateOptions(window=config.embed.late_window, stride=config.embed.late_stride)
+        return _EmbedTheirDocuments(options, late, documents)
+    from transforms.embed import EmbedChunks  # torch loads only when embedding is on
+
+    return EmbedChunks(options)
+
+
 def _with_content_key(record: ChunkRecord, signature: str) -> ChunkRecord:
     return dataclasses.replace(record, content_key=content_key(signature, record.embed_text()))
 
@@ -79,17 +115,29 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
         config.split.markdown,
         heading_reserve=config.split.heading_reserve,
     )
-    chunks = chunks | "ContentKey" >> beam.Map(_with_content_key, plan.embedding_signature)
+    kept = deduped["kept"]
+    if config.context is not None:
+        from transforms.context import ContextualHeaders  # the LLM SDKs load only when on
+
+        chunks = {"documents": kept, "chunks": chunks} | "Context" >> ContextualHeaders(
+            context_options(config), context_cache_dir(config), plan.run_dir.rstrip("/").rsplit("/", 1)[-1],
+            plan.tokenizer_spec,
+        )
+    late = config.embed is not None and config.embed.mode == "late"
+    if late:
+        chunks = {"documents": kept, "chunks": chunks} | "ContentKey" >> LateContentKeys(
+            plan.embedding_signature)
+    else:
+        chunks = chunks | "ContentKey" >> beam.Map(_with_content_key, plan.embedding_signature)
     options = embed_options(config)
     if options is not None:
-        from transforms.embed import EmbedChunks  # torch loads only when embedding is on
-
+        to_embed = chunks
         if plan.previous_chunks:
             reuse = chunks | "Reuse" >> ReusePreviousEmbeddings(plan.previous_chunks)
-            embedded = reuse.missing | "Embed" >> EmbedChunks(options)
-            chunks = (reuse.reused, embedded) | "ReusedAndEmbedded" >> beam.Flatten()
-        else:
-            chunks = chunks | "Embed" >> EmbedChunks(options)
+            to_embed = reuse.missing
+        embedded = to_embed | "Embed" >> _embedder(config, options, kept)
+        chunks = ((reuse.reused, embedded) | "ReusedAndEmbedded" >> beam.Flatten()
+                  if plan.previous_chunks else embedded)
 
     rejected = (read.rejected, deduped["rejected"]) | "AllRejected" >> beam.Flatten()
     statuses = (

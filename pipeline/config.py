@@ -73,7 +73,21 @@ class DedupeConfig(_Section):
     exact: bool = Field(True, description="Drop documents whose normalized text repeats.")
 
 
+class SemanticConfig(_Section):
+    rule: Literal["percentile", "gradient"] = Field(
+        "percentile", description="Cut where neighbour distance (percentile) or its rise "
+        "(gradient) is above the percentile of the document's values.")
+    percentile: float = Field(90.0, ge=0, le=100, description="Higher cuts less.")
+    buffer: int = Field(1, ge=0, le=8, description="Neighbouring sentences embedded with each.")
+
+
 class SplitConfig(_Section):
+    mode: Literal["recursive", "semantic"] = Field(
+        "recursive", description="semantic: cut at topic shifts found with the embedder, "
+        "never over the budget (needs embed).")
+    semantic: SemanticConfig = SemanticConfig()
+    code: bool = Field(True, description="Split source files (.py, .js, .ts, .go, .java, .rs) "
+                       "by syntax tree; the heading path is the enclosing definitions.")
     max_tokens: int | None = Field(
         None, ge=1,
         description="Chunk budget. None: the embedder's max input minus its special tokens "
@@ -106,6 +120,44 @@ class EmbedConfig(_Section):
     max_seq_length: int | None = Field(
         None, ge=8, description="Model input limit in tokens. None: the model's own."
     )
+    mode: Literal["standard", "late"] = Field(
+        "standard", description="late: embed the whole document (in overlapping windows) and "
+        "mean-pool each chunk's token vectors (late chunking); the heading path and context "
+        "header are then not part of the vector.")
+    late_window: int | None = Field(None, ge=8, description="Late mode: content tokens per "
+                                    "window. None: the model's max input.")
+    late_stride: int | None = Field(None, ge=1, description="Late mode: tokens between window "
+                                    "starts. None: half a window.")
+
+
+class ContextConfig(_Section):
+    """LLM-written contextual headers (contextual retrieval); the section's presence turns the
+    stage on. The API key is read from the environment variable named here, never from config."""
+
+    provider: Literal["anthropic", "openai"] = Field(
+        "anthropic", description="openai: any OpenAI-compatible server (vLLM, llama.cpp, Ollama).")
+    model: str = "claude-haiku-4-5"
+    base_url: str | None = Field(None, description="Server URL. None: the SDK's default.")
+    api_key_env: str | None = Field(
+        None, description="Environment variable holding the key. None: ANTHROPIC_API_KEY or "
+        "OPENAI_API_KEY.")
+    max_concurrency: int = Field(8, ge=1, le=256, description="Requests in flight per worker.")
+    max_header_tokens: int = Field(
+        100, ge=8, le=1000, description="Header length cap; the split budget reserves it.")
+    prompt_version: str = Field("v1", description="Versioned prompt template (cache key part).")
+    timeout_s: float = Field(60.0, gt=0)
+    max_retries: int = Field(6, ge=0, le=20)
+    backoff_base_s: float = Field(1.0, gt=0)
+    backoff_max_s: float = Field(60.0, gt=0)
+    max_retry_after_s: float = Field(120.0, gt=0)
+    max_failures: int | None = Field(
+        100, ge=0, description="Failure budget: more failed chunks and the run is not published.")
+    prime_cache: bool = Field(True, description="First request of a document alone, so the "
+                              "rest read the provider's prompt cache.")
+    price_input: float | None = Field(None, ge=0, description="USD per million input tokens.")
+    price_cached_input: float | None = Field(None, ge=0)
+    price_cache_write: float | None = Field(None, ge=0)
+    price_output: float | None = Field(None, ge=0)
 
 
 class Config(_Section):
@@ -117,6 +169,14 @@ class Config(_Section):
     embed: EmbedConfig | None = Field(
         EmbedConfig(), description="null writes the same shards without vectors."
     )
+    context: ContextConfig | None = Field(
+        None, description="LLM contextual headers; null (the default): off.")
+
+    @model_validator(mode="after")
+    def _modes_need_the_model(self) -> "Config":
+        if self.split.mode == "semantic" and self.embed is None:
+            raise ValueError("split.mode: semantic needs the embedding model (embed is null)")
+        return self
 
 
 def _format(error: ValidationError) -> str:

@@ -20,7 +20,9 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 import chunkline
 from chunkline.records import DUPLICATE, KEPT, REJECTED
-from pipeline.build import Plan, build, embed_options
+from chunkline.context import COUNTERS as CONTEXT_COUNTERS
+from chunkline.context import context_reserve, estimate_cost, over_failure_budget, resolve_api_key, summary_lines
+from pipeline.build import Plan, build, context_options, embed_options
 from pipeline.config import Config, to_dict
 
 log = logging.getLogger("chunkline.run")
@@ -40,6 +42,7 @@ class RunSummary:
     model: dict[str, Any] | None = None
     previous: str | None = None
     published: bool = False
+    context_lines: list[str] = field(default_factory=list)
 
 
 def _fingerprint(model_dir: Path) -> str:
@@ -55,9 +58,11 @@ def embedding_signature(config: Config, model_dir: Path, max_seq_length: int) ->
     if config.embed is None:
         return "none"
     e = config.embed
-    return json.dumps({"model": e.model, "weights": _fingerprint(model_dir), "dtype": e.dtype,
-                       "normalize": e.normalize, "max_seq_length": max_seq_length,
-                       "mode": "standard"}, sort_keys=True)
+    signature = {"model": e.model, "weights": _fingerprint(model_dir), "dtype": e.dtype,
+                 "normalize": e.normalize, "max_seq_length": max_seq_length, "mode": e.mode}
+    if e.mode == "late":
+        signature.update(late_window=e.late_window, late_stride=e.late_stride)
+    return json.dumps(signature, sort_keys=True)
 
 
 def resolve_previous(path: str) -> str | None:
@@ -112,13 +117,24 @@ def plan(config: Config, run_id: str) -> Plan:
     tokenizer_spec = config.split.tokenizer or f"hf:{local.model}"
     # The same budget with embed: null, so a dry run shows exactly the chunks that would be
     # embedded.
-    reserve = config.split.heading_reserve
+    # Late chunking embeds the document itself, not prefix + chunk: nothing to reserve for.
+    late = config.embed is not None and config.embed.mode == "late"
+    reserve = 0 if late else config.split.heading_reserve + context_reserve(context_options(config))
     max_tokens = config.split.max_tokens or (max_seq_length - special - reserve)
     if config.split.max_tokens is None and max_tokens < 8:
         raise ValueError(
             f"derived chunk budget is {max_tokens} tokens (max_seq_length {max_seq_length} - "
-            f"{special} special - heading_reserve {reserve}); lower split.heading_reserve"
+            f"{special} special - {reserve} reserved for the heading path and context header); "
+            f"lower split.heading_reserve or context.max_header_tokens"
         )
+    if config.split.max_tokens is not None and config.embed is not None and \
+            config.split.max_tokens + reserve > max_seq_length - special:
+        raise ValueError(
+            f"split.max_tokens {config.split.max_tokens} + {reserve} reserved for the heading path "
+            f"and context header exceeds the model's input ({max_seq_length} - {special} special "
+            f"tokens): embedded text would be truncated")
+    if config.context is not None:
+        resolve_api_key(context_options(config))  # a missing key fails here, not on every worker
     if config.split.overlap >= max_tokens:
         raise ValueError(f"split.overlap ({config.split.overlap}) must be below the chunk budget ({max_tokens})")
     run_dir = FileSystems.join(config.output.path, run_id)
@@ -229,6 +245,15 @@ def run(config: Config, beam_args: Sequence[str] = ()) -> RunSummary:
     if state is not None and str(state).upper().endswith(("FAILED", "CANCELLED")):
         raise RuntimeError(f"run {run_id} ended {state}; {config.output.path}/LATEST unchanged")
     counts, files, problems = account(job.run_dir, result, config.embed is not None)
+    context = None
+    if config.context is not None:
+        counters = {name: _metric(result, "context", name) or 0 for name in CONTEXT_COUNTERS}
+        context_opts = context_options(config)
+        context = {"counters": counters, "estimated_cost_usd": estimate_cost(counters, context_opts),
+                   "summary": summary_lines(counters, context_opts)}
+        if over_failure_budget(counters, context_opts):
+            problems.append(f"context: {counters['chunks_failed']} chunks failed, over the failure "
+                            f"budget of {context_opts.max_failures}")
     model = None
     if config.embed is not None:
         model = {"name": config.embed.model, "dim": job.dim, "dtype": config.embed.dtype,
@@ -246,6 +271,8 @@ def run(config: Config, beam_args: Sequence[str] = ()) -> RunSummary:
         "embedding_signature": job.embedding_signature,
         "previous": job.previous_chunks.rsplit("/", 1)[0] if job.previous_chunks else None,
         "counts": counts,
+        "context": context and {k: v for k, v in context.items() if k != "summary"},
+        "embed_mode": config.embed.mode if config.embed is not None else None,
         "reconciled": not problems,
         "problems": problems,
         "files": {table: [p.rsplit("/", 1)[-1] for p in paths] for table, paths in files.items()},
@@ -257,7 +284,7 @@ def run(config: Config, beam_args: Sequence[str] = ()) -> RunSummary:
         publish(config.output.path, run_id)
     return RunSummary(run_id, job.run_dir, config.output.path, config.runner.name,
                       time.monotonic() - started, counts, files, not problems, problems, model,
-                      manifest["previous"], not problems)
+                      manifest["previous"], not problems, context["summary"] if context else [])
 
 
 def format_summary(summary: RunSummary) -> str:
@@ -276,6 +303,7 @@ def format_summary(summary: RunSummary) -> str:
         f"  documents  read {c['documents']} = kept {c['kept']} + duplicate {c['duplicate']} "
         f"+ rejected {c['rejected']}  ({check})",
         f"  chunks     {c['chunks']:,}, {embedded}",
+        *summary.context_lines,
         f"  shards     {len(summary.files['chunks'])} chunk, {len(summary.files['documents'])} "
         f"document, {len(summary.files['rejected'])} rejected Parquet files + manifest.json",
         f"  output     {summary.run_dir}  " + (

@@ -21,6 +21,7 @@ from apache_beam.utils.shared import Shared
 from chunkline.embedder import EmbedOptions, load_model
 from chunkline.late import LateChunker, LateOptions
 from chunkline.records import ChunkRecord, Document
+from transforms.model_cache import local_model_dir
 
 # The same namespace and counter names as the standard embed stage, so a run reports
 # "tokens embedded" whichever mode made the vectors.
@@ -46,7 +47,8 @@ class _LateEmbedDocument(beam.DoFn):
         self._chunker = self._shared.acquire(self._load, tag=repr((self._options, self._late)))
 
     def _load(self) -> LateChunker:
-        return LateChunker(load_model(self._options), self._late)
+        local = dataclasses.replace(self._options, model=local_model_dir(self._options.model))
+        return LateChunker(load_model(local), self._late)
 
     def process(
         self, element: tuple[str, dict[str, Iterable]]

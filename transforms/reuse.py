@@ -16,7 +16,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.pvalue import PCollection, TaggedOutput
 
-from chunkline.records import ChunkRecord
+from chunkline.records import ChunkRecord, content_key, doc_hash
 
 NAMESPACE = "reindex"
 PREVIOUS_COLUMNS = ["content_key", "chunk_id", "embedding"]
@@ -79,3 +79,36 @@ class ReusePreviousEmbeddings(beam.PTransform):
             | "Attach" >> beam.ParDo(_AttachPrevious()).with_outputs("missing", main="reused")
         )
         return ReuseOutputs(split.reused, split.missing)
+
+
+class _LateKey(beam.DoFn):
+    def __init__(self, signature: str) -> None:
+        self.signature = signature
+
+    def process(self, joined: tuple[str, dict[str, list]]):
+        _, groups = joined
+        documents = list(groups["documents"])
+        text_hash = doc_hash(documents[0].text) if documents else ""
+        for record in groups["chunks"]:
+            span = f"late:{text_hash}:{record.start}:{record.end}"
+            yield dataclasses.replace(record, content_key=content_key(self.signature, span))
+
+
+class LateContentKeys(beam.PTransform):
+    """Content keys for late chunking: a late vector reads the whole document, so its key is the
+    document's text hash plus the chunk's span, not the chunk's own text. An edit anywhere in a
+    document re-embeds all of its chunks; untouched documents are reused whole."""
+
+    def __init__(self, signature: str) -> None:
+        super().__init__()
+        self.signature = signature
+
+    def expand(self, inputs: dict[str, PCollection]) -> PCollection[ChunkRecord]:
+        return (
+            {
+                "documents": inputs["documents"] | "DocById" >> beam.Map(lambda d: (d.doc_id, d)),
+                "chunks": inputs["chunks"] | "ChunkById" >> beam.Map(lambda r: (r.doc_id, r)),
+            }
+            | "JoinDocument" >> beam.CoGroupByKey()
+            | "LateKey" >> beam.ParDo(_LateKey(self.signature))
+        )
