@@ -5,7 +5,10 @@ Which decoder runs is decided by the file extension, case-insensitive:
 
     .txt .md .markdown   one document, the UTF-8 text as it is (line endings kept: chunk
                          offsets refer to this text; cleaning is another stage's job)
-    .html .htm           one document, plain text from :func:`html_to_text`
+    .py .js .mjs .ts     one document, the source code as it is, like a text file (the uri
+    .tsx .go .java .rs   keeps the extension, so a code splitter can pick its grammar)
+    .html .htm           one document, the page's main content as Markdown
+                         (:func:`html_to_markdown`: trafilatura); a page with none is rejected
     .jsonl               one document per non-blank line (a JSON object)
     .parquet             one document per row
 
@@ -31,16 +34,19 @@ import pyarrow.parquet as pq
 from chunkline.records import Document, Rejected
 
 TEXT_EXTENSIONS = frozenset({".txt", ".md", ".markdown"})
+# Source code is read as text, verbatim; the extension stays in the uri and the doc_id.
+CODE_EXTENSIONS = frozenset({".py", ".js", ".mjs", ".ts", ".tsx", ".go", ".java", ".rs"})
 HTML_EXTENSIONS = frozenset({".html", ".htm"})
 JSONL_EXTENSIONS = frozenset({".jsonl"})
 PARQUET_EXTENSIONS = frozenset({".parquet"})
 # One file, one document: the file's size is the document's size, so an oversized file can be
 # rejected from its metadata without reading it.
-SINGLE_DOCUMENT_EXTENSIONS = TEXT_EXTENSIONS | HTML_EXTENSIONS
+SINGLE_DOCUMENT_EXTENSIONS = TEXT_EXTENSIONS | CODE_EXTENSIONS | HTML_EXTENSIONS
 SUPPORTED_EXTENSIONS = SINGLE_DOCUMENT_EXTENSIONS | JSONL_EXTENSIONS | PARQUET_EXTENSIONS
 
 EMPTY = "empty document"
 BINARY = "binary file"
+NO_MAIN_CONTENT = "no main content"
 
 _GLOB_CHARS = re.compile(r"[*?\[]")
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
@@ -166,7 +172,12 @@ def decode_file(
     if error is not None:
         return [Rejected(uri, doc_id, error)]
     if ext in HTML_EXTENSIONS:
-        text = html_to_text(text)
+        plain = html_to_text(text)
+        if not plain.strip():
+            return [Rejected(uri, doc_id, EMPTY)]  # no text at all, not even page chrome
+        text = _main_content(text, plain)
+        if text is None:
+            return [Rejected(uri, doc_id, NO_MAIN_CONTENT)]
     if not text.strip():
         return [Rejected(uri, doc_id, EMPTY)]
     return [Document(doc_id=doc_id, uri=uri, text=text)]
@@ -364,8 +375,60 @@ def _encodable(text: str) -> bool:
 
 # --- HTML --------------------------------------------------------------------------------------
 
-# Placeholder until trafilatura: enough structure for the splitter (paragraphs, headings as
-# Markdown lines, code kept verbatim), none of the page chrome that is not text.
+# Pages with less visible text than this are converted whole by html_to_text. It is trafilatura's
+# own MIN_EXTRACTED_SIZE: below it, trafilatura's cascade replaces its structured extraction with
+# a structure-less dump of the page (core.trafilatura_sequence, stage 3 "baseline rescue"), so a
+# small page would lose its headings, lists and code fences; and a page that small has no chrome
+# worth separating from its content.
+SHORT_PAGE_CHARS = 250
+_TRAFILATURA_OPTIONS: dict[str, Any] = {
+    "output_format": "markdown",
+    "include_formatting": True,  # headings as "#" lines, code as fences, emphasis kept
+    "include_tables": True,  # pipe tables
+    "include_comments": False,  # reader comments are not the page's content
+    "include_links": False,  # link text stays, targets go: URLs are noise to an embedder
+    "include_images": False,
+    # trafilatura's dedup keeps a process-wide LRU: results would depend on what else the worker
+    # read; duplicates are the dedupe stage's job.
+    "deduplicate": False,
+    "with_metadata": False,
+    # Precision skips the cascade's "baseline rescue", which on a page of navigation, footer and
+    # cookie banner only would return that chrome as the content; with it such a page has no
+    # main content and is rejected. On examples/corpus/site the output is identical to the
+    # default focus.
+    "favor_precision": True,
+}
+
+
+def html_to_markdown(html: str) -> str | None:
+    """The main content of an HTML page as Markdown (``#`` headings, pipe tables, fenced code),
+    without navigation, headers, footers and cookie banners; None when the page has no main
+    content. Never raises.
+
+    Extraction is trafilatura's (Barbaresi 2021); a page with under :data:`SHORT_PAGE_CHARS` of
+    visible text is converted whole by :func:`html_to_text` instead (see there why), and so is a
+    page trafilatura's parser raises on.
+    """
+    return _main_content(html, html_to_text(html))
+
+
+def _main_content(html: str, plain: str) -> str | None:
+    if not plain.strip():
+        return None
+    if len(plain) < SHORT_PAGE_CHARS:
+        return plain
+    import trafilatura  # heavy (lxml, justext, htmldate): only where HTML is read
+
+    try:
+        extracted = trafilatura.extract(html, **_TRAFILATURA_OPTIONS)
+    except Exception:  # noqa: BLE001 - lxml raises many types on hostile markup; never fail a read
+        return plain
+    return extracted if extracted and extracted.strip() else None
+
+
+# Structural converter for short pages (and trafilatura failures): enough structure for the
+# splitter (paragraphs, headings as Markdown lines, code kept verbatim), none of the page chrome
+# that is not text.
 _SKIPPED = frozenset({"script", "style", "head", "noscript", "template"})
 _IN_HEAD = frozenset({"title", "meta", "link", "style", "script", "base", "noscript", "template"})
 _HEADINGS = {f"h{level}": level for level in range(1, 7)}

@@ -8,7 +8,10 @@ from dataclasses import dataclass
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
+from chunkline.boilerplate import BoilerplateOptions
+from chunkline.clean import CleanOptions
 from chunkline.embedder import EmbedOptions
+from chunkline.minhash import MinHashOptions
 from chunkline.readers import ReadOptions
 from chunkline.records import (
     REJECTED,
@@ -21,7 +24,8 @@ from chunkline.records import (
     rejected_schema,
 )
 from pipeline.config import Config
-from transforms.dedupe import ExactDedupe
+from transforms.clean import CleanDocuments, RemoveBoilerplate
+from transforms.dedupe import Dedupe
 from transforms.read import ReadDocuments
 from transforms.reuse import LateContentKeys, ReusePreviousEmbeddings
 from transforms.split import SplitDocuments
@@ -107,7 +111,21 @@ def _with_content_key(record: ChunkRecord, signature: str) -> ChunkRecord:
 def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
     """Add the whole job to ``pipeline``; every document read ends in the documents table."""
     read = pipeline | "Read" >> ReadDocuments(config.input.pattern, read_options(config))
-    deduped = read.documents | "Dedupe" >> ExactDedupe(config.dedupe.exact)
+    documents, rejected_parts = read.documents, [read.rejected]
+    # Clean, then drop corpus boilerplate, then dedupe: duplicates are judged on the text that
+    # is chunked, and the documents table stores exactly the text chunk offsets refer to.
+    if config.clean is not None:
+        cleaned = documents | "Clean" >> CleanDocuments(CleanOptions(**config.clean.model_dump()))
+        documents = cleaned.documents
+        rejected_parts.append(cleaned.rejected)
+    if config.boilerplate is not None:
+        stripped = documents | "Boilerplate" >> RemoveBoilerplate(
+            BoilerplateOptions(**config.boilerplate.model_dump()))
+        documents = stripped.documents
+        rejected_parts.append(stripped.rejected)
+    near = config.dedupe.near
+    deduped = documents | "Dedupe" >> Dedupe(
+        config.dedupe.exact, MinHashOptions(**near.model_dump()) if near is not None else None)
     chunks = deduped["kept"] | "Split" >> SplitDocuments(
         plan.tokenizer_spec,
         plan.max_tokens,
@@ -139,7 +157,7 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
         chunks = ((reuse.reused, embedded) | "ReusedAndEmbedded" >> beam.Flatten()
                   if plan.previous_chunks else embedded)
 
-    rejected = (read.rejected, deduped["rejected"]) | "AllRejected" >> beam.Flatten()
+    rejected = (*rejected_parts, deduped["rejected"]) | "AllRejected" >> beam.Flatten()
     statuses = (
         deduped["statuses"],
         rejected | "RejectedStatus" >> beam.Map(_rejected_status),

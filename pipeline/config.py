@@ -7,6 +7,7 @@ each field with its help text; ``None`` means "off" or "derive it", never ``-1``
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -69,8 +70,54 @@ class OutputConfig(_Section):
     )
 
 
+class CleanConfig(_Section):
+    """Per-document cleaning before anything else; the cleaned text is what offsets refer to."""
+
+    nfc: bool = Field(True, description="Unicode NFC, so equal text has equal code points.")
+    drop_control: bool = Field(True, description="Control characters and ANSI escapes (tab and "
+                               "newline stay).")
+    drop_page_numbers: bool = Field(True, description='"Page 3 of 10", "- 3 -" and running '
+                                    "page-number lines.")
+    patterns: tuple[str, ...] = Field((), description="Regexes: a line fully matching one is "
+                                      "dropped (e.g. '^CONFIDENTIAL$').")
+
+    @model_validator(mode="after")
+    def _patterns_compile(self) -> "CleanConfig":
+        for pattern in self.patterns:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"pattern {pattern!r} does not compile: {exc}") from None
+        return self
+
+
+class BoilerplateConfig(_Section):
+    """Lines and short blocks repeated across the corpus (headers, footers, licences)."""
+
+    min_docs: int = Field(5, ge=2, description="A line is boilerplate in at least this many "
+                          "documents...")
+    min_fraction: float = Field(0.001, ge=0, le=1, description="...and this fraction of them.")
+    min_line_chars: int = Field(20, ge=1, description="Shorter lines never count ('Returns', "
+                                "'Example' survive).")
+    max_block_lines: int = Field(6, ge=1, description="Paragraphs up to this many lines also "
+                                 "count whole (signatures of short lines).")
+
+
+class NearDedupeConfig(_Section):
+    """MinHash LSH near-duplicate removal (bands and rows derived from the threshold)."""
+
+    shingle_size: int = Field(5, ge=1, le=32, description="Words per shingle.")
+    num_perm: int = Field(256, ge=16, le=4096, description="Signature length.")
+    threshold: float = Field(0.8, gt=0, lt=1, description="Estimated Jaccard at or above which "
+                             "two documents are duplicates.")
+    seed: int = Field(1, ge=0, description="Permutation seed.")
+    survivor: Literal["smallest_doc_id", "longest"] = Field(
+        "smallest_doc_id", description="Which document of a duplicate cluster is kept.")
+
+
 class DedupeConfig(_Section):
     exact: bool = Field(True, description="Drop documents whose normalized text repeats.")
+    near: NearDedupeConfig | None = Field(NearDedupeConfig(), description="null: off.")
 
 
 class SemanticConfig(_Section):
@@ -164,6 +211,8 @@ class Config(_Section):
     runner: RunnerConfig = RunnerConfig()
     input: InputConfig = InputConfig()
     output: OutputConfig = OutputConfig()
+    clean: CleanConfig | None = Field(CleanConfig(), description="null: off.")
+    boilerplate: BoilerplateConfig | None = Field(BoilerplateConfig(), description="null: off.")
     dedupe: DedupeConfig = DedupeConfig()
     split: SplitConfig = SplitConfig()
     embed: EmbedConfig | None = Field(

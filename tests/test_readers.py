@@ -13,10 +13,14 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from chunkline.markdown import headings
 from chunkline.readers import (
+    NO_MAIN_CONTENT,
+    SHORT_PAGE_CHARS,
     ReadOptions,
     decode_file,
     extension,
+    html_to_markdown,
     html_to_text,
     input_root,
     reject_before_reading,
@@ -118,6 +122,16 @@ def test_extension(uri: str, ext: str) -> None:
 def test_text_file_is_one_document(name: str) -> None:
     doc = only(decode(name, "# Title\n\nÜber text.\n".encode()))
     assert doc == Document(doc_id=name, uri=f"{ROOT}/{name}", text="# Title\n\nÜber text.\n")
+
+
+@pytest.mark.parametrize(
+    "name", ["pkg/mod.py", "web/app.js", "web/esm.mjs", "web/types.ts", "web/View.tsx",
+             "cmd/main.go", "src/Main.java", "src/lib.rs", "UPPER.PY"],
+)
+def test_source_code_file_is_one_document_verbatim(name: str) -> None:
+    code = "# not a heading\r\n\tdef f():\n    return '<p>'  # ü\n"
+    doc = only(decode(name, code.encode()))
+    assert doc == Document(doc_id=name, uri=f"{ROOT}/{name}", text=code)
 
 
 def test_line_endings_are_kept() -> None:
@@ -257,6 +271,83 @@ def test_html_with_no_text_is_empty() -> None:
     assert rejection("blank.html", b"<html><head><title>x</title></head><body> </body>") == (
         "empty document"
     )
+
+
+# A page as sites serve them: cookie banner, header and navigation, the article, a footer.
+CHROME_HEAD = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Gripper G2 | Northwind</title>
+<style>body{font-family:sans-serif}</style><script>window.dataLayer=[];</script></head><body>
+<div id="cookie-banner" class="cookie-consent"><p>We use cookies to improve your experience. By
+continuing to browse you accept our cookie policy.</p><button>Accept all</button></div>
+<header class="site-header"><a href="/">Northwind Robotics</a><nav class="main-nav"><ul>
+<li><a href="/products/">Products</a></li><li><a href="/support/">Support</a></li>
+<li><a href="/company/">Company</a></li><li><a href="/careers/">Careers</a></li></ul></nav></header>
+"""
+CHROME_FOOT = """<footer class="site-footer"><p>Northwind Robotics GmbH, Hafenstrasse 12, 20457 Hamburg.
+All rights reserved.</p><ul><li><a href="/imprint">Imprint</a></li><li><a href="/privacy">Privacy</a></li>
+</ul></footer></body></html>"""
+ARTICLE = """<main id="main"><article>
+<h1>Gripper G2 maintenance</h1>
+<p>The G2 adaptive gripper needs little maintenance, but its fingertips wear with use and the force
+sensor drifts slowly over months of operation. This guide explains what to check and how often.</p>
+<h2>Maintenance intervals</h2>
+<p>Follow the intervals in the table below; shorten them in dusty environments or when the gripper
+handles abrasive parts.</p>
+<table><thead><tr><th>Task</th><th>Interval</th></tr></thead>
+<tbody><tr><td>Inspect fingertips</td><td>Weekly</td></tr>
+<tr><td>Recalibrate force sensor</td><td>Every 3 months</td></tr></tbody></table>
+<h2>Recalibrating the force sensor</h2>
+<p>Run the calibration routine from the controller shell. The gripper must be empty and closed
+before you start, otherwise the zero point is wrong.</p>
+<pre><code>nwctl gripper calibrate --force
+# wait until the LED turns green
+nwctl gripper status</code></pre>
+<p>When the routine reports a drift above two newtons, replace the sensor module instead of
+calibrating again.</p>
+</article></main>
+"""
+
+
+def test_trafilatura_page_keeps_headings_table_and_code() -> None:
+    doc = only(decode("site/gripper.html", (CHROME_HEAD + ARTICLE + CHROME_FOOT).encode()))
+    assert isinstance(doc, Document)
+    lines = doc.text.split("\n")
+    # As the splitter reads them (CommonMark: the "#" line in the code block is code).
+    assert [(h.level, h.title) for h in headings(doc.text)] == [
+        (1, "Gripper G2 maintenance"), (2, "Maintenance intervals"), (2, "Recalibrating the force sensor"),
+    ]
+    table = [line.strip() for line in lines if line.lstrip().startswith("|")]
+    assert table == ["| Task | Interval |", "|---|---|", "| Inspect fingertips | Weekly |",
+                     "| Recalibrate force sensor | Every 3 months |"]
+    fence = lines.index("```")
+    assert lines[fence + 1 : fence + 5] == [
+        "nwctl gripper calibrate --force", "# wait until the LED turns green", "nwctl gripper status", "```",
+    ]
+    for chrome in ("cookies", "Careers", "Hafenstrasse", "Imprint", "Northwind Robotics", "dataLayer"):
+        assert chrome not in doc.text
+    assert "replace the sensor module instead of calibrating again." in doc.text
+
+
+def test_page_of_chrome_only_has_no_main_content() -> None:
+    page = CHROME_HEAD + "<main></main>" + CHROME_FOOT
+    assert len(html_to_text(page)) >= SHORT_PAGE_CHARS  # long enough to go to trafilatura
+    assert rejection("site/empty-shell.html", page.encode()) == NO_MAIN_CONTENT
+    assert html_to_markdown(page) is None
+
+
+def test_short_page_keeps_its_structure() -> None:
+    # Under SHORT_PAGE_CHARS of text trafilatura would return a structure-less dump; the
+    # structural converter keeps the heading.
+    page = "<html><head><title>T</title></head><body><h1>Page</h1><p>Hello &amp; bye.</p></body></html>"
+    assert html_to_markdown(page) == "# Page\n\nHello & bye."
+
+
+@given(st.lists(st.sampled_from(["<p>", "</p>", "<h2>", "</h2>", "<pre>", "<table><tr><td>", "</td>",
+                                 "<nav>", "</nav>", "<article>", "<script>", "</script>", "<!--",
+                                 "-->", "&amp;", "<![CDATA[", "\x00", "<", ">", "\"", "word " * 30]),
+                max_size=40))
+def test_html_to_markdown_never_raises(pieces: list[str]) -> None:
+    text = html_to_markdown("".join(pieces))
+    assert text is None or (isinstance(text, str) and text.strip())
 
 
 @given(st.text())

@@ -1,12 +1,51 @@
-"""Exact duplicates: one survivor per normalized text, the rest recorded, never lost."""
+"""DEDUPE: exact duplicates (same normalized text) and near duplicates (MinHash LSH), one survivor
+per cluster, every other document recorded with ``duplicate_of``; never lost.
 
+Near duplicates, as a graph of shuffles (no step ever sees all documents at once):
 
+    documents -> signatures (batched numpy MinHash)             (node, signature)
+              -> band keys -> GroupByKey per band key            candidate pairs per bucket
+              -> join each pair with both signatures             verified: est. Jaccard >= threshold
+              -> edges only -> union-find combine                node -> smallest node of its component
+              -> join with the exact stage's statuses            kept | duplicate_of = final survivor
+
+A node is ``chunkline.minhash.survivor_key(...)``: a sortable tuple ending with the doc_id, so
+"the smallest node of a component" is the survivor under the configured rule, whatever order
+the runner groups in.
+"""
+
+from __future__ import annotations
+
+import dataclasses
 from typing import Iterable
 
 import apache_beam as beam
+import numpy as np
 from apache_beam.metrics import Metrics
 
-from chunkline.records import DUPLICATE, KEPT, Document, DocumentStatus, Rejected, doc_hash
+from chunkline.minhash import (
+    Components,
+    MinHasher,
+    MinHashOptions,
+    band_keys,
+    bucket_pairs,
+    estimate_jaccard,
+    is_empty,
+    survivor_key,
+)
+from chunkline.records import (
+    DUPLICATE,
+    KEPT,
+    Document,
+    DocumentStatus,
+    Rejected,
+    doc_hash,
+)
+
+# Documents per signature batch: numpy's per-call overhead is paid once per batch (~2.5x the
+# throughput of one document per call, bench/dedupe_bench.py).
+_SIGNATURE_BATCH = 64
+_SIGNATURE_DTYPE = "<u4"  # fixed byte order: signatures travel between workers as bytes
 
 
 def _status(doc: Document, digest: str, status: str, duplicate_of: str | None = None) -> DocumentStatus:
@@ -52,15 +91,205 @@ class _PickSurvivor(beam.DoFn):
             )
 
 
-class ExactDedupe(beam.PTransform):
-    """``PCollection[Document]`` -> outputs ``kept`` (Documents), ``statuses``
-    (a DocumentStatus for every input document) and ``rejected`` (id conflicts).
+# --- Near duplicates ---------------------------------------------------------------------------
 
-    With ``enabled=False`` every document is kept (ids are still made unique)."""
 
-    def __init__(self, enabled: bool = True) -> None:
+class _Signatures(beam.DoFn):
+    """A batch of documents -> ``(node, signature bytes)`` for each document with shingles; a
+    document without any (no words at all) takes no part in near-duplicate detection."""
+
+    def __init__(self, options: MinHashOptions) -> None:
+        self._options = options
+        self._unsigned = Metrics.counter("dedupe", "near_unsigned")
+
+    def setup(self) -> None:
+        self._hasher = MinHasher(self._options)  # permutations drawn once per worker
+
+    def process(self, batch: list[Document]) -> Iterable[tuple[tuple, bytes]]:
+        signatures = self._hasher.signatures([doc.text for doc in batch])
+        for doc, signature in zip(batch, signatures, strict=True):
+            if is_empty(signature):
+                self._unsigned.inc()
+                continue
+            node = survivor_key(doc.doc_id, len(doc.text), self._options.survivor)
+            yield node, signature.astype(_SIGNATURE_DTYPE).tobytes()
+
+
+def _signature(data: bytes) -> np.ndarray:
+    return np.frombuffer(data, dtype=_SIGNATURE_DTYPE)
+
+
+class _PairsOfBucket(beam.DoFn):
+    def __init__(self, max_bucket_pairs: int) -> None:
+        self._max = max_bucket_pairs
+        self._buckets = Metrics.counter("dedupe", "near_buckets_shared")
+
+    def process(self, bucket: tuple[bytes, Iterable[tuple]]) -> Iterable[tuple[tuple, tuple]]:
+        _, members = bucket
+        members = list(members)
+        if len(members) < 2:
+            # Nearly every bucket: a band that no other document shares.
+            return
+        self._buckets.inc()
+        yield from bucket_pairs(members, self._max)  # (smaller node, larger node)
+
+
+class _HalfPairs(beam.DoFn):
+    """Node a, its signature and its partners -> (b, (a, signature of a)), each partner once
+    (a pair sharing several bands arrives several times)."""
+
+    def __init__(self) -> None:
+        self._candidates = Metrics.counter("dedupe", "candidate_pairs")
+
+    def process(self, joined: tuple[tuple, dict]) -> Iterable[tuple[tuple, tuple[tuple, bytes]]]:
+        node, groups = joined
+        partners = set(groups["partner"])
+        if not partners:
+            return
+        (signature,) = groups["signature"]  # every paired node was signed, once
+        self._candidates.inc(len(partners))
+        for partner in sorted(partners):
+            yield partner, (node, signature)
+
+
+class _Verify(beam.DoFn):
+    """Node b, its signature, and the (a, signature of a) of each candidate pair -> the edge
+    (a, b) of each pair whose estimated Jaccard reaches the threshold."""
+
+    def __init__(self, threshold: float) -> None:
+        self._threshold = threshold
+        self._verified = Metrics.counter("dedupe", "verified_pairs")
+
+    def process(self, joined: tuple[tuple, dict]) -> Iterable[tuple[tuple, tuple]]:
+        node, groups = joined
+        halves = list(groups["half"])
+        if not halves:
+            return
+        (data,) = groups["signature"]
+        signature = _signature(data)
+        for other, other_data in halves:
+            if estimate_jaccard(_signature(other_data), signature) >= self._threshold:
+                self._verified.inc()
+                yield other, node
+
+
+class _ComponentsFn(beam.CombineFn):
+    """Edges -> {node: smallest node of its component}. Partial union-finds merge, so edges
+    combine before the shuffle; only the nodes that have an edge are ever held."""
+
+    def create_accumulator(self) -> Components:
+        return Components()
+
+    def add_input(self, found: Components, edge: tuple[tuple, tuple]) -> Components:
+        found.union(*edge)
+        return found
+
+    def merge_accumulators(self, accumulators: Iterable[Components]) -> Components:
+        merged = Components()
+        for found in accumulators:
+            merged.merge(found)
+        return merged
+
+    def extract_output(self, found: Components) -> dict:
+        return found.roots()
+
+
+def _duplicate_links(roots: dict) -> Iterable[tuple[str, str]]:
+    """{node: root} -> (doc_id, survivor doc_id) for every node that is not its own root."""
+    for node, root in roots.items():
+        if node != root:
+            yield node[-1], root[-1]
+
+
+class NearDuplicates(beam.PTransform):
+    """``PCollection[Document]`` -> ``PCollection[tuple[doc_id, survivor doc_id]]``: one pair for
+    every document that is a near duplicate, the survivor being the smallest node (by the
+    survivor rule) of its connected component of verified pairs. Survivors and documents
+    without a near duplicate yield nothing.
+
+    Counters: ``dedupe/candidate_pairs`` (distinct pairs compared), ``dedupe/verified_pairs``,
+    ``dedupe/near_buckets_shared``, ``dedupe/near_unsigned`` (documents without words).
+    """
+
+    def __init__(self, options: MinHashOptions) -> None:
         super().__init__()
-        self.enabled = enabled
+        self._options = options
+
+    def expand(self, documents):
+        options = self._options
+        bands, rows = options.lsh()  # derived once, on the driver
+
+        def keyed_bands(signed: tuple[tuple, bytes]) -> list[tuple[bytes, tuple]]:
+            node, data = signed
+            return [(key, node) for key in band_keys(_signature(data), bands, rows)]
+
+        signed = (
+            documents
+            | "Batch" >> beam.BatchElements(min_batch_size=_SIGNATURE_BATCH, max_batch_size=_SIGNATURE_BATCH)
+            | "Signatures" >> beam.ParDo(_Signatures(options))
+        )
+        pairs = (
+            signed
+            | "BandKeys" >> beam.FlatMap(keyed_bands)
+            | "GroupByBand" >> beam.GroupByKey()
+            | "CandidatePairs" >> beam.ParDo(_PairsOfBucket(options.max_bucket_pairs))
+        )
+        halves = (
+            {"signature": signed, "partner": pairs}
+            | "JoinFirst" >> beam.CoGroupByKey()
+            | "HalfPairs" >> beam.ParDo(_HalfPairs())
+        )
+        edges = (
+            {"signature": signed, "half": halves}
+            | "JoinSecond" >> beam.CoGroupByKey()
+            | "Verify" >> beam.ParDo(_Verify(options.threshold))
+        )
+        return (
+            edges
+            | "Components" >> beam.CombineGlobally(_ComponentsFn())
+            | "DuplicateLinks" >> beam.FlatMap(_duplicate_links)
+        )
+
+
+class _ApplySurvivors(beam.DoFn):
+    """One exact-stage survivor with its statuses (its own and its exact duplicates') and, if it
+    is a near duplicate, its final survivor: every status then points at that survivor."""
+
+    def __init__(self) -> None:
+        self.near = Metrics.counter("dedupe", "near_duplicates")
+
+    def process(self, joined: tuple[str, dict]):
+        _, groups = joined
+        survivor = next(iter(groups["survivor"]), None)
+        if survivor is None:
+            yield from groups["doc"]
+            for status in groups["status"]:
+                yield beam.pvalue.TaggedOutput("statuses", status)
+            return
+        for status in groups["status"]:
+            if status.status == KEPT:
+                self.near.inc()
+            yield beam.pvalue.TaggedOutput(
+                "statuses", dataclasses.replace(status, status=DUPLICATE, duplicate_of=survivor)
+            )
+
+
+class Dedupe(beam.PTransform):
+    """``PCollection[Document]`` -> dict of ``kept`` (Documents), ``statuses`` (exactly one
+    DocumentStatus for every input document that is not rejected) and ``rejected`` (id
+    conflicts).
+
+    ``exact``: documents with the same normalized text (``chunkline.records.doc_hash``) keep the
+    smallest doc_id. ``near``: MinHash LSH over the exact survivors (see the module docstring);
+    a near duplicate, and every exact duplicate of it, gets ``duplicate_of`` = its cluster's
+    survivor, so chains (A~B, B~C) collapse to one survivor. Counters ``dedupe/exact_duplicates``,
+    ``dedupe/near_duplicates``, ``dedupe/candidate_pairs``, ``dedupe/id_conflicts``.
+    """
+
+    def __init__(self, exact: bool = True, near: MinHashOptions | None = None) -> None:
+        super().__init__()
+        self.exact = exact
+        self.near = near
 
     def expand(self, documents):
         unique = (
@@ -69,15 +298,42 @@ class ExactDedupe(beam.PTransform):
             | "GroupById" >> beam.GroupByKey()
             | "OnePerId" >> beam.ParDo(_OneDocumentPerId()).with_outputs("rejected", main="docs")
         )
-        if not self.enabled:
+        if self.exact:
+            picked = (
+                unique.docs
+                | "KeyByHash" >> beam.Map(lambda d: (doc_hash(d.text), d))
+                | "GroupByHash" >> beam.GroupByKey()
+                | "PickSurvivor" >> beam.ParDo(_PickSurvivor()).with_outputs("statuses", main="kept")
+            )
+            kept, statuses = picked.kept, picked.statuses
+        else:
+            kept = unique.docs
             statuses = unique.docs | "AllKept" >> beam.Map(
                 lambda d: _status(d, doc_hash(d.text), KEPT)
             )
-            return {"kept": unique.docs, "statuses": statuses, "rejected": unique.rejected}
-        picked = (
-            unique.docs
-            | "KeyByHash" >> beam.Map(lambda d: (doc_hash(d.text), d))
-            | "GroupByHash" >> beam.GroupByKey()
-            | "PickSurvivor" >> beam.ParDo(_PickSurvivor()).with_outputs("statuses", main="kept")
+        if self.near is None:
+            return {"kept": kept, "statuses": statuses, "rejected": unique.rejected}
+
+        links = kept | "NearDuplicates" >> NearDuplicates(self.near)
+        resolved = (
+            {
+                "doc": kept | "KeyKept" >> beam.Map(lambda d: (d.doc_id, d)),
+                # An exact duplicate follows its exact survivor.
+                "status": statuses | "KeyStatus" >> beam.Map(lambda s: (s.duplicate_of or s.doc_id, s)),
+                "survivor": links,
+            }
+            | "JoinSurvivors" >> beam.CoGroupByKey()
+            | "ApplySurvivors" >> beam.ParDo(_ApplySurvivors()).with_outputs("statuses", main="kept")
         )
-        return {"kept": picked.kept, "statuses": picked.statuses, "rejected": unique.rejected}
+        return {"kept": resolved.kept, "statuses": resolved.statuses, "rejected": unique.rejected}
+
+
+class ExactDedupe(Dedupe):
+    """``PCollection[Document]`` -> outputs ``kept`` (Documents), ``statuses``
+    (a DocumentStatus for every input document) and ``rejected`` (id conflicts).
+
+    With ``enabled=False`` every document is kept (ids are still made unique)."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        super().__init__(exact=enabled, near=None)
+        self.enabled = enabled

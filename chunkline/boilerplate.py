@@ -1,0 +1,146 @@
+"""Corpus-level boilerplate: lines and short blocks that recur across many documents (headers,
+footers, licence blocks, signatures, cookie notices) are removed from every document.
+
+Two pure halves around one corpus count (a Beam combine in ``transforms/clean.py``):
+
+    keys = line_keys(text, options)          # per document: the set of its candidate keys
+    # count, over all documents, how many documents hold each key; frequent = those held by at
+    # least frequency_floor(n_documents, options) documents
+    text = remove_boilerplate(text, frequent, options)
+
+A key is a short hash of a normalised line (case-folded, whitespace collapsed) or of a short
+paragraph (2..``max_block_lines`` lines, e.g. a signature whose lines are each too short to
+count alone). CCNet (Wenzek et al. 2020) removes repeated paragraphs across a shard the same
+way; here a line must also be long enough, so short common lines a document needs
+("Returns", "Example") always stay.
+
+Never removed, and never counted: Markdown headings, table rows and fenced code (fence lines and
+everything inside). A heading or a table header shared by many documents is structure, not
+boilerplate (the splitter's heading paths depend on it), and a common code line ("import os",
+"}") is an idiom that examples need.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from dataclasses import dataclass
+from typing import AbstractSet, Sequence
+
+from chunkline.clean import fenced_code_lines, without_lines
+
+_HEADING = re.compile(r" {0,3}#{1,6}(?:[ \t]|$)")
+
+
+@dataclass(frozen=True)
+class BoilerplateOptions:
+    """When a line (or short block) counts as corpus boilerplate: it occurs in at least
+    ``min_docs`` documents and in at least ``min_fraction`` of all documents."""
+
+    min_docs: int = 5  # documents a line must occur in (protects small corpora)
+    min_fraction: float = 0.001  # share of all documents it must occur in (protects large ones)
+    # Normalised lines shorter than this are never boilerplate, so "Returns", "Example",
+    # "Parameters" survive however common they are; blocks must reach it in total.
+    min_line_chars: int = 20
+    # Paragraphs of 2..max_block_lines lines are also counted whole (signatures, address
+    # blocks, licence notices whose lines are short); 1 counts single lines only.
+    max_block_lines: int = 6
+
+    def __post_init__(self) -> None:
+        for name in ("min_docs", "min_line_chars", "max_block_lines"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"BoilerplateOptions.{name} must be a positive integer, got {value!r}")
+        if not 0.0 <= self.min_fraction <= 1.0:
+            raise ValueError(f"BoilerplateOptions.min_fraction must be in [0, 1], got {self.min_fraction!r}")
+
+
+def frequency_floor(n_documents: int, options: BoilerplateOptions) -> int:
+    """Documents a key must occur in to be boilerplate: max(min_docs, ceil(min_fraction * n)).
+
+    >>> frequency_floor(68, BoilerplateOptions()), frequency_floor(1_000_000, BoilerplateOptions())
+    (5, 1000)
+    """
+    return max(options.min_docs, math.ceil(options.min_fraction * n_documents))
+
+
+def normalize_line(line: str) -> str:
+    """The form lines are compared in: case-folded, whitespace runs as one space, stripped."""
+    return " ".join(line.casefold().split())
+
+
+def _key(kind: str, normalized: str) -> str:
+    # 64 bits: a chance collision among even 10^9 distinct lines is ~3%, and one costs at most
+    # one line that happened to share a frequent line's hash.
+    return hashlib.blake2b(f"{kind}\n{normalized}".encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+
+
+def _structure(lines: Sequence[str]) -> list[bool]:
+    """Lines never counted nor removed: fenced code, headings, table rows."""
+    code = fenced_code_lines(lines)
+    return [
+        in_code or bool(_HEADING.match(line)) or line.lstrip().startswith("|")
+        for line, in_code in zip(lines, code, strict=True)
+    ]
+
+
+def _paragraphs(lines: Sequence[str]) -> list[range]:
+    """Maximal runs of non-blank lines, as index ranges."""
+    runs, start = [], None
+    for index, line in enumerate(lines):
+        if line.strip():
+            start = index if start is None else start
+        elif start is not None:
+            runs.append(range(start, index))
+            start = None
+    if start is not None:
+        runs.append(range(start, len(lines)))
+    return runs
+
+
+def _candidates(text: str, options: BoilerplateOptions) -> tuple[list[str], list[str | None], list[tuple[range, str]]]:
+    """(lines, the key of each line or None, (paragraph, key) for each countable block)."""
+    lines = text.split("\n")
+    fixed = _structure(lines)
+    normalized = [normalize_line(line) for line in lines]
+    keys: list[str | None] = [
+        _key("line", norm) if not keep and len(norm) >= options.min_line_chars else None
+        for norm, keep in zip(normalized, fixed, strict=True)
+    ]
+    blocks = []
+    if options.max_block_lines >= 2:
+        for para in _paragraphs(lines):
+            if 2 <= len(para) <= options.max_block_lines and not any(fixed[i] for i in para):
+                joined = "\n".join(normalized[i] for i in para)
+                if len(joined) >= options.min_line_chars:
+                    blocks.append((para, _key("block", joined)))
+    return lines, keys, blocks
+
+
+def line_keys(text: str, options: BoilerplateOptions) -> set[str]:
+    """The set of boilerplate candidate keys in one document (each counted once per document,
+    however often it repeats inside it)."""
+    _, keys, blocks = _candidates(text, options)
+    return {key for key in keys if key is not None} | {key for _, key in blocks}
+
+
+def remove_boilerplate(text: str, frequent: AbstractSet[str], options: BoilerplateOptions) -> str:
+    """``text`` without its lines and short blocks whose key is in ``frequent``, each gap closed
+    as :func:`chunkline.clean.without_lines` does; everything else is kept exactly.
+
+    >>> opts = BoilerplateOptions(min_line_chars=10)
+    >>> footer = "Copyright Northwind Robotics"
+    >>> frequent = line_keys(footer, opts)
+    >>> remove_boilerplate("# Arm\\n\\nCalibrate it.\\n\\n" + footer + "\\n", frequent, opts)
+    '# Arm\\n\\nCalibrate it.\\n'
+    """
+    if not frequent:
+        return text
+    lines, keys, blocks = _candidates(text, options)
+    drop = [key is not None and key in frequent for key in keys]
+    for para, key in blocks:
+        if key in frequent:
+            for index in para:
+                drop[index] = True
+    return without_lines(lines, drop) if any(drop) else text

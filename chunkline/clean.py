@@ -1,0 +1,169 @@
+"""Per-document cleaning: pure functions from a text to the text that chunk offsets refer to.
+
+``clean_text`` normalises line endings, drops control characters (tab and newline stay),
+composes Unicode to NFC, and drops page-number lines and lines matching configured patterns,
+closing the gap a dropped line leaves. It is idempotent: ``clean_text(clean_text(x)) ==
+clean_text(x)`` (a property test holds it), so cleaning twice, or a retried bundle, never
+shifts offsets.
+
+Lines inside fenced code blocks (and the fence lines themselves) are never dropped: a ``42`` on
+its own line there is program output, not a page number, and a dropped fence line would turn
+the rest of the document into code.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+from itertools import pairwise
+from typing import Sequence
+
+# Every line ending Unicode knows (Python's str.splitlines set) becomes "\n". \v and \f count:
+# a form feed is a page break in text exports, and deleting it would glue two lines together.
+_LINE_BREAKS = re.compile(r"\r\n|[\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]")
+# ANSI escape sequences (CSI ... final byte, and two-byte ESC x): dropping only the ESC would
+# leave "[31m" in the text.
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+# C0 and C1 controls and DEL, except tab and newline (Unicode category Cc).
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# A whole line that is a page number by its form: "Page 3", "Page 3 of 10", "page 3/10",
+# "3 of 10", "- 3 -".
+_PAGE_LABEL = re.compile(
+    r"page\s*\d{1,5}(?:\s*(?:of|/)\s*\d{1,5})?"
+    r"|\d{1,5}\s*of\s*\d{1,5}"
+    r"|[-\u2013\u2014]\s*\d{1,5}\s*[-\u2013\u2014]",
+    re.IGNORECASE,
+)
+# A bare number line (1-3 digits: years stay) is a page number only as one of a rising series
+# in the document (12, 13, 15...): a lone "3" in a short text is more likely content.
+_BARE_NUMBER = re.compile(r"\d{1,3}")
+
+# CommonMark fences: up to 3 spaces, then 3+ backticks (info string without backticks) or 3+
+# tildes.
+_FENCE = re.compile(r" {0,3}(`{3,}(?!.*`)|~{3,}).*")
+
+
+@dataclass(frozen=True)
+class CleanOptions:
+    """What :func:`clean_text` does to each document (line endings are always normalised)."""
+
+    nfc: bool = True  # compose to Unicode NFC, so equal texts compare (and hash) equal
+    drop_control: bool = True  # drop control characters and ANSI escapes; tab and newline stay
+    # Drop lines that are only a page number: "Page 3", "Page 3 of 10", "3 of 10", "- 3 -", and
+    # bare numbers when the document has a rising series of them (12, 13, 14: an extracted PDF).
+    drop_page_numbers: bool = True
+    # Regular expressions; a line whose text (surrounding whitespace stripped) matches one in
+    # full is dropped, e.g. r"Share this (page|article)" or r"(?i)printed on .*".
+    patterns: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.patterns, tuple) or not all(isinstance(p, str) for p in self.patterns):
+            raise ValueError("CleanOptions.patterns must be a tuple of regular expressions")
+        for pattern in self.patterns:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"CleanOptions.patterns: {pattern!r} is not a valid regex ({exc})") from exc
+
+
+def clean_text(text: str, options: CleanOptions = CleanOptions()) -> str:
+    """The cleaned text: ``\\r\\n``, ``\\r`` and the other line separators as ``\\n``; controls
+    dropped (tab, newline kept); NFC; page-number and pattern lines dropped. Idempotent.
+
+    >>> clean_text("Intro\\r\\n\\r\\nPage 3 of 10\\r\\n\\r\\nCafe\\u0301 \\x1b[1mbold\\x1b[0m\\r\\n")
+    'Intro\\n\\nCafé bold\\n'
+    """
+    text = _LINE_BREAKS.sub("\n", text)
+    if options.drop_control:
+        # Before NFC: a control between a letter and its combining mark would otherwise block
+        # the composition, and dropping it afterwards would leave an uncomposed pair.
+        text = _CONTROL.sub("", _ANSI.sub("", text))
+    if options.nfc:
+        text = unicodedata.normalize("NFC", text)
+    patterns = [re.compile(p) for p in options.patterns]  # re's own cache makes this cheap
+    if not (options.drop_page_numbers or patterns):
+        return text
+    lines = text.split("\n")
+    code = fenced_code_lines(lines)
+    stripped = [line.strip() for line in lines]
+    drop = [
+        not in_code and bool(line) and (
+            (options.drop_page_numbers and _PAGE_LABEL.fullmatch(line) is not None)
+            or any(p.fullmatch(line) for p in patterns)
+        )
+        for line, in_code in zip(stripped, code, strict=True)
+    ]
+    if options.drop_page_numbers:
+        for index in _page_number_series(stripped, code):
+            drop[index] = True
+    return without_lines(lines, drop) if any(drop) else text
+
+
+def _page_number_series(stripped: Sequence[str], code: Sequence[bool]) -> list[int]:
+    """Indexes of the bare-number lines outside code, if there are two or more and their
+    values rise strictly in reading order (the page numbers of an extracted PDF); else none."""
+    found = [
+        (index, int(line)) for index, (line, in_code) in enumerate(zip(stripped, code, strict=True))
+        if not in_code and _BARE_NUMBER.fullmatch(line)
+    ]
+    rising = len(found) >= 2 and all(a[1] < b[1] for a, b in pairwise(found))
+    return [index for index, _ in found] if rising else []
+
+
+def fenced_code_lines(lines: Sequence[str]) -> list[bool]:
+    """For each line, whether it is a fence line or inside a fenced code block (CommonMark: a
+    fence closes with the same character, at least as long, nothing but spaces after; an
+    unclosed fence runs to the end). Fences inside list items or block quotes are not
+    recognised: cleaning also reads plain text, where a deeper structure is not known."""
+    flags: list[bool] = []
+    fence = ""
+    for line in lines:
+        if fence:
+            flags.append(True)
+            stripped = line.strip()
+            if (
+                len(line) - len(line.lstrip(" ")) <= 3
+                and stripped.startswith(fence)
+                and set(stripped) == {fence[0]}
+            ):
+                fence = ""
+            continue
+        match = _FENCE.fullmatch(line)
+        if match:
+            fence = match.group(1)
+        flags.append(bool(match))
+    return flags
+
+
+def without_lines(lines: Sequence[str], drop: Sequence[bool]) -> str:
+    """``"\\n".join(lines)`` without the dropped lines, closing each gap they leave: a run of
+    dropped and blank lines becomes one blank line between two kept lines if it held a blank
+    line, nothing if it did not, and nothing at the start or end of the text (a final newline
+    stays). Lines that are not in a gap are kept exactly.
+
+    >>> without_lines(["a", "", "Page 2", "", "b", "12", "c", ""], [0, 0, 1, 0, 0, 1, 0, 0])
+    'a\\n\\nb\\nc\\n'
+    """
+    trailing_newline = len(lines) > 1 and lines[-1] == ""
+    if trailing_newline:
+        lines, drop = lines[:-1], drop[:-1]
+    out: list[str] = []
+    index, count = 0, len(lines)
+    while index < count:
+        if not drop[index] and lines[index].strip():
+            out.append(lines[index])
+            index += 1
+            continue
+        # A run of blank or dropped lines: a gap if it holds a dropped line, else kept as is.
+        end = index
+        while end < count and (drop[end] or not lines[end].strip()):
+            end += 1
+        run = range(index, end)
+        if not any(drop[i] for i in run):
+            out.extend(lines[i] for i in run)
+        elif out and end < count and any(not lines[i].strip() and not drop[i] for i in run):
+            out.append("")
+        index = end
+    text = "\n".join(out)
+    return text + "\n" if trailing_newline and text else text

@@ -1,0 +1,360 @@
+"""Near-duplicate detection parts: word n-gram shingles, MinHash signatures, LSH band keys,
+estimated Jaccard, and connected components with a deterministic survivor.
+
+Pure (no Beam): ``transforms/dedupe.py`` wires these into a job. The pieces follow Broder's
+MinHash (1997) and the banding of *Mining of Massive Datasets* (Leskovec, Rajaraman, Ullman,
+ch. 3): two documents whose signatures agree on every row of at least one band become a
+candidate pair, and a candidate is kept only if its estimated Jaccard similarity (the share of
+equal signature values) reaches the threshold.
+
+Signatures are datasketch's own "affine32" scheme (datasketch >= 2.0), vectorized over all
+shingles of a batch of documents at once: each 32-bit shingle hash is pre-mixed with the
+MurmurHash3 finalizer and permuted with ``a * h + b mod 2**32`` (``a`` odd), the ``a``, ``b``
+drawn from ``numpy.random.RandomState(seed)`` exactly as datasketch draws them. Given the same
+shingle hashes, a signature here equals ``datasketch.MinHash(num_perm, seed).hashvalues`` value
+for value (a test holds them equal), so the estimate is datasketch's estimate. What differs is
+how a shingle becomes a 32-bit hash: datasketch calls SHA-1 once per shingle in Python; here the
+shingles of a whole batch are hashed in a few numpy passes (a polynomial hash over the bytes,
+MurmurHash3-finalized), which is where the speed comes from (``bench/dedupe_bench.py``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Hashable, Iterable, Sequence
+
+import numpy as np
+
+SMALLEST_DOC_ID = "smallest_doc_id"
+LONGEST = "longest"
+SURVIVOR_RULES = (SMALLEST_DOC_ID, LONGEST)
+
+# A word is a run of Unicode word characters of the lower-cased text, so punctuation, case and
+# spacing changes do not make two copies look different.
+_WORD = re.compile(r"\w+")
+# The same words for ASCII text, ~4x faster than the regex: ASCII non-word characters become
+# spaces (str.translate has an ASCII fast path), then split.
+_ASCII_NON_WORD = str.maketrans({c: " " for c in map(chr, range(128)) if not (c.isalnum() or c == "_")})
+# Polynomial hash base (odd, so it has an inverse modulo 2**64: a shingle's hash can be made
+# independent of where the shingle starts).
+_BASE = 0x100000001B3
+_BASE_INVERSE = pow(_BASE, -1, 1 << 64)
+_U32_MAX = np.uint32(0xFFFFFFFF)
+# Shingles of the (permutations x shingles) matrix computed at once: bounds memory to ~16 MB
+# at 256 permutations, whatever the size of a document or a batch.
+_BLOCK_COLUMNS = 16384
+
+
+@dataclass(frozen=True)
+class MinHashOptions:
+    """Near-duplicate detection. Two documents are near duplicates when the estimated Jaccard
+    similarity of their sets of word ``shingle_size``-grams is at least ``threshold``."""
+
+    shingle_size: int = 5  # words per shingle (datatrove and text-dedup use 5)
+    num_perm: int = 256  # signature length; the estimate's error is ~sqrt(J(1-J)/num_perm)
+    threshold: float = 0.8  # estimated Jaccard at or above which a candidate pair is a duplicate
+    seed: int = 1  # permutation seed; signatures from different seeds are not comparable
+    survivor: str = SMALLEST_DOC_ID  # which document of a cluster is kept: smallest_doc_id | longest
+    # LSH banding: None derives (bands, rows) from the threshold with datasketch's optimal
+    # parameter search, weighting a missed pair (false negative) over a candidate that
+    # verification then drops (false positive): a false candidate costs one comparison, a
+    # missed one costs a duplicate.
+    bands: int | None = None
+    rows: int | None = None
+    false_positive_weight: float = 0.1  # weight of false candidates in that search (0..1)
+    # A band bucket with more members than this yields only the pairs with its first member (a
+    # star) instead of all pairs, so a cluster of 10,000 copies costs 10,000 comparisons, not
+    # 50 million.
+    max_bucket_pairs: int = 64
+
+    def __post_init__(self) -> None:
+        def positive_int(name: str) -> None:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"MinHashOptions.{name} must be a positive integer, got {value!r}")
+
+        for name in ("shingle_size", "num_perm", "max_bucket_pairs"):
+            positive_int(name)
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or not 0 <= self.seed < 2**32:
+            raise ValueError(f"MinHashOptions.seed must be an integer in [0, 2**32), got {self.seed!r}")
+        if not 0.0 < self.threshold <= 1.0:
+            raise ValueError(f"MinHashOptions.threshold must be in (0, 1], got {self.threshold!r}")
+        if self.survivor not in SURVIVOR_RULES:
+            raise ValueError(f"MinHashOptions.survivor must be one of {SURVIVOR_RULES}, got {self.survivor!r}")
+        if not 0.0 < self.false_positive_weight < 1.0:
+            raise ValueError("MinHashOptions.false_positive_weight must be in (0, 1)")
+        if (self.bands is None) != (self.rows is None):
+            raise ValueError("MinHashOptions.bands and rows are given together or not at all")
+        if self.bands is not None:
+            positive_int("bands")
+            positive_int("rows")
+            if self.bands * self.rows > self.num_perm:
+                raise ValueError(
+                    f"MinHashOptions: bands x rows ({self.bands} x {self.rows}) exceeds num_perm "
+                    f"({self.num_perm})"
+                )
+
+    def lsh(self) -> tuple[int, int]:
+        """(bands, rows): the configured pair, or the one derived from the threshold."""
+        if self.bands is not None and self.rows is not None:
+            return self.bands, self.rows
+        return lsh_params(self.threshold, self.num_perm, self.false_positive_weight)
+
+
+def lsh_params(threshold: float, num_perm: int, false_positive_weight: float = 0.5) -> tuple[int, int]:
+    """(bands, rows) with bands x rows <= num_perm minimising the weighted sum of the false
+    positive and false negative probability mass around ``threshold``: datasketch's
+    ``MinHashLSH`` optimal-parameter search itself (``_optimal_param``), not a re-derivation.
+
+    >>> lsh_params(0.8, 128)
+    (9, 13)
+    """
+    # Imported here: datasketch.lsh imports scipy, needed only where parameters are derived.
+    from datasketch.lsh import _optimal_param
+
+    return tuple(_optimal_param(threshold, num_perm, false_positive_weight, 1.0 - false_positive_weight))
+
+
+# --- Shingles ----------------------------------------------------------------------------------
+
+
+def words(text: str) -> list[str]:
+    """The words shingles are made of: runs of word characters of the lower-cased text; a text
+    with none (only punctuation, symbols or emoji) falls back to its whitespace-separated
+    pieces, so it still has a set to compare."""
+    lowered = text.lower()
+    found = lowered.translate(_ASCII_NON_WORD).split() if lowered.isascii() else _WORD.findall(lowered)
+    return found or lowered.split()
+
+
+def shingle_count(word_count: int, shingle_size: int) -> int:
+    """Shingles of a text of ``word_count`` words: one per window of ``shingle_size`` words; a
+    text shorter than one window is one shingle of all its words; no words, no shingles."""
+    if word_count == 0:
+        return 0
+    return max(1, word_count - shingle_size + 1)
+
+
+def _fmix64(h: np.ndarray) -> np.ndarray:
+    """MurmurHash3's 64-bit finalizer: every input bit reaches every output bit."""
+    h = h ^ (h >> np.uint64(33))
+    h = h * np.uint64(0xFF51AFD7ED558CCD)
+    h = h ^ (h >> np.uint64(33))
+    h = h * np.uint64(0xC4CEB9FE1A85EC53)
+    return h ^ (h >> np.uint64(33))
+
+
+def _fmix32(h: np.ndarray) -> np.ndarray:
+    """MurmurHash3's 32-bit finalizer, as datasketch's affine32 scheme applies it."""
+    h = h ^ (h >> np.uint32(16))
+    h = h * np.uint32(0x85EBCA6B)
+    h = h ^ (h >> np.uint32(13))
+    h = h * np.uint32(0xC2B2AE35)
+    return h ^ (h >> np.uint32(16))
+
+
+def _powers(base: int, length: int) -> np.ndarray:
+    """base**0 .. base**(length-1) modulo 2**64 (numpy's uint64 products wrap, as intended)."""
+    steps = np.full(length, base, dtype=np.uint64)
+    steps[0] = 1
+    return np.cumprod(steps, dtype=np.uint64)
+
+
+def batch_shingle_hashes(texts: Sequence[str], shingle_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Shingle hashes of many texts in one pass: ``(doc_index, hashes)``, sorted by document and
+    hash, each (document, hash) once. ``hashes`` are uint32; ``doc_index`` is int64.
+
+    A shingle is ``shingle_size`` consecutive :func:`words`; its hash is a polynomial hash of the
+    shingle's bytes (words joined by one space) modulo 2**64, made independent of the shingle's
+    position with the base's inverse, finalized with MurmurHash3 and cut to its top 32 bits.
+    """
+    joined: list[bytes] = []
+    word_counts = np.zeros(len(texts), dtype=np.int64)
+    for index, text in enumerate(texts):
+        pieces = words(text)
+        word_counts[index] = len(pieces)
+        if pieces:
+            joined.append(" ".join(pieces).encode("utf-8", "surrogatepass"))
+    if not joined:
+        return np.empty(0, np.int64), np.empty(0, np.uint32)
+    # One byte string for the whole batch; "\n" never occurs inside a word, so the separators
+    # (" " between words, "\n" between documents) are exactly the word boundaries.
+    data = np.frombuffer(b"\n".join(joined), dtype=np.uint8)
+    codes = data.astype(np.uint64) + np.uint64(1)  # no zero coefficient: "a" != "a\0"
+    prefix = np.zeros(len(codes) + 1, dtype=np.uint64)
+    np.cumsum(codes * _powers(_BASE, len(codes)), out=prefix[1:])
+    inverse = _powers(_BASE_INVERSE, len(codes))
+    boundaries = np.flatnonzero((data == 0x20) | (data == 0x0A))
+    word_starts = np.concatenate(([0], boundaries + 1))
+    word_ends = np.concatenate((boundaries, [len(data)]))
+
+    present = word_counts[word_counts > 0]
+    first_word = np.concatenate(([0], np.cumsum(present)[:-1]))
+    per_doc = np.maximum(1, present - shingle_size + 1)
+    doc_of = np.repeat(np.flatnonzero(word_counts > 0), per_doc)
+    local = np.arange(per_doc.sum()) - np.repeat(np.cumsum(per_doc) - per_doc, per_doc)
+    start_word = np.repeat(first_word, per_doc) + local
+    last_word = np.minimum(start_word + shingle_size - 1, np.repeat(first_word + present - 1, per_doc))
+    start, end = word_starts[start_word], word_ends[last_word]
+    raw = (prefix[end] - prefix[start]) * inverse[start]
+    hashes = (_fmix64(raw) >> np.uint64(32)).astype(np.uint64)
+    keyed = np.sort((doc_of.astype(np.uint64) << np.uint64(32)) | hashes)
+    # A set per document (sort + neighbour test: several times faster than np.unique here).
+    keyed = keyed[np.concatenate(([True], keyed[1:] != keyed[:-1]))]
+    return (keyed >> np.uint64(32)).astype(np.int64), (keyed & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+
+
+def shingle_hashes(text: str, shingle_size: int) -> np.ndarray:
+    """The sorted, distinct uint32 shingle hashes of one text (see :func:`batch_shingle_hashes`)."""
+    return batch_shingle_hashes([text], shingle_size)[1]
+
+
+# --- Signatures --------------------------------------------------------------------------------
+
+
+def permutations(num_perm: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """datasketch's affine32 permutation parameters ``(a, b)`` for ``(num_perm, seed)``: the same
+    generator, the same draws, the same order (``MinHash._init_permutations``)."""
+    generator = np.random.RandomState(seed)
+    a = generator.randint(0, 1 << 31, num_perm, dtype=np.uint32) * np.uint32(2) + np.uint32(1)
+    b = generator.randint(0, 1 << 32, num_perm, dtype=np.uint32)
+    return a, b
+
+
+def signatures_from_hashes(
+    doc_index: np.ndarray, hashes: np.ndarray, n_docs: int, a: np.ndarray, b: np.ndarray
+) -> np.ndarray:
+    """(n_docs, num_perm) uint32 MinHash signatures of grouped shingle hashes (as
+    :func:`batch_shingle_hashes` returns them). A document without shingles gets the all-max
+    row, datasketch's empty MinHash."""
+    out = np.full((len(a), n_docs), _U32_MAX, dtype=np.uint32)
+    mixed = _fmix32(hashes)
+    for low in range(0, len(mixed), _BLOCK_COLUMNS):
+        high = min(len(mixed), low + _BLOCK_COLUMNS)
+        # (permutations x shingles): each document's shingles are contiguous columns, and
+        # numpy's reduceat along the last axis is ~70x faster than along the first.
+        permuted = np.multiply.outer(a, mixed[low:high])  # uint32: wraps modulo 2**32
+        permuted += b[:, None]
+        docs = doc_index[low:high]
+        starts = np.flatnonzero(np.concatenate(([True], docs[1:] != docs[:-1])))
+        minima = np.minimum.reduceat(permuted, starts, axis=1)
+        columns = docs[starts]
+        if low and columns[0] == doc_index[low - 1]:
+            # The document cut by the block boundary: the minimum of its two partial minima.
+            minima[:, 0] = np.minimum(minima[:, 0], out[:, columns[0]])
+        out[:, columns] = minima
+    return np.ascontiguousarray(out.T)
+
+
+class MinHasher:
+    """Signatures for one (shingle_size, num_perm, seed): the permutation parameters are drawn
+    once, here, not per document.
+
+    >>> hasher = MinHasher(MinHashOptions(num_perm=64))
+    >>> sigs = hasher.signatures(["the quick brown fox jumps over the lazy dog", "hello"])
+    >>> sigs.shape, sigs.dtype.name
+    ((2, 64), 'uint32')
+    """
+
+    def __init__(self, options: MinHashOptions) -> None:
+        self.options = options
+        self._a, self._b = permutations(options.num_perm, options.seed)
+
+    def signatures(self, texts: Sequence[str]) -> np.ndarray:
+        """(len(texts), num_perm) uint32 signatures; a batch is much faster than one by one."""
+        doc_index, hashes = batch_shingle_hashes(texts, self.options.shingle_size)
+        return signatures_from_hashes(doc_index, hashes, len(texts), self._a, self._b)
+
+    def signature(self, text: str) -> np.ndarray:
+        return self.signatures([text])[0]
+
+
+def is_empty(signature: np.ndarray) -> bool:
+    """True for the signature of a text without shingles: it takes part in no band, so it never
+    matches anything (two empty texts are exact duplicates or nothing)."""
+    return bool(np.all(signature == _U32_MAX))
+
+
+def estimate_jaccard(first: np.ndarray, second: np.ndarray) -> float:
+    """Share of equal signature values: datasketch's ``MinHash.jaccard``."""
+    if first.shape != second.shape:
+        raise ValueError(f"signatures differ in length: {first.shape} vs {second.shape}")
+    return float(np.count_nonzero(first == second)) / float(len(first))
+
+
+def band_keys(signature: np.ndarray, bands: int, rows: int) -> list[bytes]:
+    """One key per band: the band's index (2 bytes) and its ``rows`` values (little-endian
+    uint32). Equal keys mean equal bands. An empty signature has no keys."""
+    if bands * rows > len(signature):
+        raise ValueError(f"bands x rows ({bands} x {rows}) exceeds the signature length {len(signature)}")
+    if is_empty(signature):
+        return []
+    values = signature[: bands * rows].astype("<u4").reshape(bands, rows)
+    return [band.to_bytes(2, "big") + values[band].tobytes() for band in range(bands)]
+
+
+# --- Clusters ----------------------------------------------------------------------------------
+
+
+def survivor_key(doc_id: str, length: int, rule: str) -> tuple:
+    """The order a cluster's survivor is chosen by (the smallest key survives); the doc_id is
+    always last, so keys are unique and ties are broken the same way on every runner."""
+    if rule == SMALLEST_DOC_ID:
+        return (doc_id,)
+    if rule == LONGEST:
+        return (-length, doc_id)
+    raise ValueError(f"unknown survivor rule {rule!r}; expected one of {SURVIVOR_RULES}")
+
+
+def bucket_pairs(members: Sequence[Hashable], max_bucket_pairs: int) -> list[tuple]:
+    """Candidate pairs of one LSH bucket, members in sorted order, each pair (smaller, larger):
+    all pairs up to ``max_bucket_pairs`` members, else a star from the smallest member."""
+    ordered = sorted(set(members))
+    if len(ordered) <= max_bucket_pairs:
+        return [(x, y) for i, x in enumerate(ordered) for y in ordered[i + 1 :]]
+    return [(ordered[0], y) for y in ordered[1:]]
+
+
+class Components:
+    """Union-find over hashable, ordered nodes; each set's root is its smallest node, so the
+    result does not depend on the order edges arrive in (Tarjan 1975, union by minimum root,
+    path halving). Also a Beam combine accumulator: :meth:`merge` folds another one in."""
+
+    def __init__(self) -> None:
+        self.parent: dict = {}
+
+    def find(self, node):
+        parent = self.parent
+        parent.setdefault(node, node)
+        while parent[node] != node:
+            parent[node] = parent[parent[node]]  # path halving
+            node = parent[node]
+        return node
+
+    def union(self, first, second) -> None:
+        root_a, root_b = self.find(first), self.find(second)
+        if root_a != root_b:
+            low, high = (root_a, root_b) if root_a < root_b else (root_b, root_a)
+            self.parent[high] = low
+
+    def merge(self, other: Components) -> Components:
+        for node, parent in other.parent.items():
+            self.union(node, parent)
+        return self
+
+    def roots(self) -> dict:
+        """Every node seen -> the smallest node of its component (a root maps to itself)."""
+        return {node: self.find(node) for node in list(self.parent)}
+
+
+def components(edges: Iterable[tuple]) -> dict:
+    """Every node of ``edges`` -> the smallest node of its connected component.
+
+    >>> components([("b", "c"), ("a", "b"), ("x", "y")])
+    {'b': 'a', 'c': 'a', 'a': 'a', 'x': 'x', 'y': 'x'}
+    """
+    found = Components()
+    for first, second in edges:
+        found.union(first, second)
+    return found.roots()
