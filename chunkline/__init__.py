@@ -8,19 +8,26 @@ The pure library under the Beam pipeline; it never imports apache_beam.
 ('Guide',)
 """
 
+from chunkline.code import LANGUAGES, language_for, split_code
 from chunkline.markdown import Heading, Section, headings, sections
 from chunkline.splitter import SEPARATORS, Chunk, split
+from chunkline.tables import Table, tables
 from chunkline.tokenizers import Tokenizer, TokenizerNotAvailable, get_tokenizer
 
 __all__ = [
+    "LANGUAGES",
     "SEPARATORS",
     "Chunk",
     "Heading",
     "Section",
+    "Table",
     "Tokenizer",
     "TokenizerNotAvailable",
     "get_tokenizer",
     "headings",
+    "language_for",
     "sections",
     "split",
+    "split_code",
+    "tables",
 ]

@@ -12,16 +12,22 @@ RecursiveCharacterTextSplitter idea made exact:
    ``overlap`` and the next new atom still fits ``max_tokens``.
 4. Headings: a Markdown heading starts a new chunk, so every chunk's heading path is true for
    all of its text.
+5. Tables (seed: "keep a table whole or repeat its header row per piece"): a pipe table that
+   fits is one atom; one that does not is cut between rows only, and a piece that starts among
+   its rows carries the header row and delimiter row in ``Chunk.table_header``, counted against
+   the budget (the piece's own span stays exact).
 
 Invariants (tested as properties): ``text[c.start:c.end]`` is the chunk; the first chunk starts
 at 0 and the last ends at ``len(text)``; starts and ends strictly increase and each start is at or
 before the previous end; ``c.tokens`` is the exact count of the chunk and is <= ``max_tokens``
-unless ``c.oversized`` (a single grapheme over budget).
+unless ``c.oversized`` (a single grapheme over budget); with a table header to repeat,
+``tokens(c.table_header + text[c.start:c.end]) <= max_tokens`` as well.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Iterator, Sequence
 from itertools import accumulate
 from dataclasses import dataclass
 from typing import Callable
@@ -29,8 +35,9 @@ from typing import Callable
 import numpy as np
 import regex
 
-from chunkline.markdown import sections
+from chunkline.markdown import Section, sections
 from chunkline.measure import Measure, TiktokenMeasure
+from chunkline.tables import Table, tables
 from chunkline.tokenizers import Tokenizer, get_tokenizer
 
 SEPARATORS = ("\n\n", "\n", ". ", " ")
@@ -42,13 +49,16 @@ _CLUSTER_CONTINUES = regex.compile(r"[\p{Grapheme_Cluster_Break=Extend}\p{Graphe
 class Chunk:
     """``text[start:end]`` (str indices, end-exclusive) under ``headings`` (outermost first),
     ``tokens`` long by the splitter's tokenizer; ``oversized`` only when one grapheme alone is
-    over budget."""
+    over budget. ``table_header`` is the header row and delimiter row of the table the chunk
+    starts inside (its rows continue a table split between rows), else "": it is embedded before
+    the chunk's text and counted in its budget, but it is not part of the span."""
 
     start: int
     end: int
     headings: tuple[str, ...]
     tokens: int
     oversized: bool = False
+    table_header: str = ""
 
 
 @dataclass(slots=True)
@@ -77,25 +87,159 @@ def split(
     >>> [(c.start, c.end, c.headings) for c in split("# A\\nx y\\n# B\\nz", 5)]
     [(0, 8, ('A',)), (8, 13, ('B',))]
     """
-    if not isinstance(text, str):
-        raise TypeError(f"text must be a str, got {type(text).__name__}")
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-        raise ValueError(f"max_tokens must be an int >= 1, got {max_tokens!r}")
-    if isinstance(overlap, bool) or not isinstance(overlap, int) or not 0 <= overlap < max_tokens:
-        raise ValueError(f"overlap must be an int with 0 <= overlap < max_tokens, got {overlap!r}")
+    _check_arguments(text, max_tokens, overlap)
     if isinstance(tokenizer, str):
         tokenizer = get_tokenizer(tokenizer)
     if not text:
         return []
     measure = tokenizer.measure(text)
     parts = sections(text, markdown)
+    plans = _plans(text, parts, tables(text) if markdown else [])
+    spans = [piece for plan in plans for piece in plan if isinstance(piece, tuple)]
+    text_atoms = iter(_atomize(measure, spans, max_tokens))
     chunks: list[Chunk] = []
-    bounds = [(part.start, part.end) for part in parts]
-    for part, atoms in zip(parts, _atomize(measure, bounds, max_tokens)):
+    for part, plan in zip(parts, plans):
+        atoms, repeats = _section_atoms(measure, plan, text_atoms, max_tokens)
         if part.heading_end is not None:
-            _keep_heading_with_text(measure, atoms, part.heading_end, max_tokens)
-        chunks.extend(_pack(measure, atoms, max_tokens, overlap, part.headings))
+            tabled = [(p.table.start, p.end) for p in plan if isinstance(p, _TablePiece)]
+            _keep_heading_with_text(measure, atoms, part.heading_end, max_tokens, tabled)
+        chunks.extend(_pack(measure, atoms, max_tokens, overlap, part.headings, repeats))
     return chunks
+
+
+def _check_arguments(text: object, max_tokens: object, overlap: object) -> None:
+    """TypeError / ValueError for arguments no splitter accepts."""
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise ValueError(f"max_tokens must be an int >= 1, got {max_tokens!r}")
+    if isinstance(overlap, bool) or not isinstance(overlap, int) or not 0 <= overlap < max_tokens:
+        raise ValueError(f"overlap must be an int with 0 <= overlap < max_tokens, got {overlap!r}")
+
+
+# ------------------------------------------------------------------------------------- tables
+
+
+@dataclass(frozen=True, slots=True)
+class _TablePiece:
+    """A table of a section; ``end`` takes in the blank lines after it (as a "\\n\\n" cut
+    would have), so the text after it starts where the next block does."""
+
+    table: Table
+    end: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Repeat:
+    """A table split between rows: a chunk starting in [start, end) embeds ``header`` (``tokens``
+    long on its own) before its text."""
+
+    start: int
+    end: int
+    header: str
+    tokens: int
+
+
+_BLANK_LINES = regex.compile(r"(?:[ \t]*(?:\r\n|\r|\n))*")
+
+
+def _plans(
+    text: str, parts: list[Section], found: list[Table]
+) -> list[list[tuple[int, int] | _TablePiece]]:
+    """Per section, its text spans and tables in order. A table is used only where it lies
+    inside one section clear of the heading lines: where CommonMark reads a heading (which
+    gives the paths) and GFM reads a table over the same lines, the heading wins."""
+    plans: list[list[tuple[int, int] | _TablePiece]] = []
+    k = 0
+    for part in parts:
+        plan: list[tuple[int, int] | _TablePiece] = []
+        at = part.start
+        while k < len(found) and found[k].start < part.end:
+            table = found[k]
+            k += 1
+            if table.start < max(at, part.heading_end or part.start) or table.end > part.end:
+                continue
+            if table.start > at:
+                plan.append((at, table.start))
+            at = _BLANK_LINES.match(text, table.end, part.end).end()
+            plan.append(_TablePiece(table, at))
+        if at < part.end:
+            plan.append((at, part.end))
+        plans.append(plan)
+    return plans
+
+
+def _section_atoms(
+    measure: Measure, plan: list[tuple[int, int] | _TablePiece], text_atoms: Iterator[_Atoms],
+    limit: int,
+) -> tuple[_Atoms, list[_Repeat]]:
+    """Atoms of one section: its text spans' (from ``text_atoms``, in order) and its tables'."""
+    if len(plan) == 1 and isinstance(plan[0], tuple):
+        return next(text_atoms), []
+    atoms = _Atoms([], [], [])
+    repeats: list[_Repeat] = []
+    for piece in plan:
+        if isinstance(piece, tuple):
+            more = next(text_atoms)
+            atoms.starts.extend(more.starts)
+            atoms.ends.extend(more.ends)
+            atoms.counts.extend(more.counts)
+        else:
+            repeat = _table_atoms(measure, piece, limit, atoms)
+            if repeat is not None:
+                repeats.append(repeat)
+    return atoms, repeats
+
+
+def _add_span(measure: Measure, lo: int, hi: int, limit: int, atoms: _Atoms) -> None:
+    """text[lo:hi] as one atom when it fits, else cut by the separator hierarchy."""
+    if lo >= hi:
+        return
+    count = measure.count(lo, hi)
+    if count <= limit:
+        atoms.add(lo, hi, count)
+    else:
+        _descend(measure, lo, hi, 0, limit, atoms)
+
+
+def _table_atoms(measure: Measure, piece: _TablePiece, limit: int, atoms: _Atoms) -> _Repeat | None:
+    """A table that fits is one atom. One that does not is cut between rows: the header and
+    delimiter rows travel with the first body row, and every other row is an atom that fits
+    the budget left beside the repeated header (a row that alone does not is cut like any
+    text). The header is repeated only while it takes at most half the budget; past that the
+    rows are simply cut, since a piece would hold little but the header."""
+    table = piece.table
+    whole = measure.count(table.start, table.end)
+    if whole <= limit:
+        atoms.add(table.start, table.end, whole)
+        _add_span(measure, table.end, piece.end, limit, atoms)
+        return None
+    rows = table.row_spans()
+    if rows:
+        rows[-1] = (rows[-1][0], piece.end)
+    header = table.header(measure.text)
+    header_tokens = measure.tokenizer.count(header)
+    repeat = bool(rows) and header_tokens <= limit // 2
+    budget = limit - header_tokens if repeat else limit
+    first = measure.count(table.start, rows[0][1]) if rows else limit + 1
+    if first <= limit:
+        atoms.add(table.start, rows[0][1], first)
+        rows = rows[1:]
+    else:
+        _add_span(measure, table.start, table.body if rows else piece.end, limit, atoms)
+    if rows:
+        starts, ends = [a for a, _ in rows], [b for _, b in rows]
+        counts = measure.piece_counts(starts, ends, budget)
+        _place(measure, starts, ends, counts, 0, budget, atoms)
+    return _Repeat(table.body, table.end, header, header_tokens) if repeat else None
+
+
+def _repeat_at(repeats: Sequence[_Repeat], position: int) -> _Repeat | None:
+    """The table header a chunk starting at ``position`` repeats, if any."""
+    for repeat in repeats:
+        if repeat.start <= position < repeat.end:
+            return repeat
+    return None
 
 
 def _first_two(measure: Measure, atoms: _Atoms) -> int:
@@ -106,13 +250,19 @@ def _first_two(measure: Measure, atoms: _Atoms) -> int:
     return measure.count(atoms.starts[0], atoms.ends[1])
 
 
-def _keep_heading_with_text(measure: Measure, atoms: _Atoms, heading_end: int, limit: int) -> None:
+def _keep_heading_with_text(
+    measure: Measure, atoms: _Atoms, heading_end: int, limit: int,
+    tables: Sequence[tuple[int, int]] = (),
+) -> None:
     """A heading alone makes a chunk that matches every query about its section and answers
     none. When the heading's atom cannot join the next atom whole, cut that atom finer (it
-    fits, but its pieces let the heading take the first sentences along)."""
+    fits, but its pieces let the heading take the first sentences along). A table's atoms are
+    never cut finer: a table is cut between rows or not at all."""
     text = measure.text
     if len(atoms.starts) < 2 or text[heading_end : atoms.ends[0]].strip():
         return  # the first atom already holds more than the heading
+    if any(lo <= atoms.starts[1] < hi for lo, hi in tables):
+        return
     while len(atoms.starts) >= 2 and _first_two(measure, atoms) > limit:
         finer = _Atoms([], [], [])
         _descend(measure, atoms.starts[1], atoms.ends[1], 0, limit, finer)
@@ -291,8 +441,12 @@ def _largest_fitting(lo: int, hi: int, guess: int, fits: Callable[[int], bool]) 
 
 
 def _pack(
-    measure: Measure, atoms: _Atoms, limit: int, overlap: int, headings: tuple[str, ...]
+    measure: Measure, atoms: _Atoms, limit: int, overlap: int, headings: tuple[str, ...],
+    repeats: Sequence[_Repeat] = (),
 ) -> list[Chunk]:
+    """Greedy packing of atoms into chunks (seed steps 2-3). A chunk that starts inside a split
+    table's rows (``repeats``) packs to the budget its repeated header leaves, and the header
+    plus its text is counted exactly before it is emitted."""
     starts, ends, counts = atoms.starts, atoms.ends, atoms.counts
     n = len(starts)
     # Joins across additive cuts are plain sums; the rest are counted by the measure.
@@ -316,29 +470,54 @@ def _pack(
             return prefix[j] - prefix[i]
         return measure.count(starts[i], ends[j - 1])
 
+    text = measure.text
+    count = measure.tokenizer.count
+
+    def with_header(repeat: _Repeat, i: int, j: int) -> bool:
+        """The repeated header and atoms i..j-1 fit together (counted as embedded)."""
+        return count(repeat.header + text[starts[i] : ends[j - 1]]) <= limit
+
+    def budget(i: int) -> tuple[int, _Repeat | None]:
+        repeat = _repeat_at(repeats, starts[i]) if repeats else None
+        return (limit, None) if repeat is None else (limit - repeat.tokens, repeat)
+
+    def fits(i: int, j: int) -> bool:
+        """Atoms i..j-1 make a chunk within budget, any repeated header included."""
+        room, repeat = budget(i)
+        return joined(i, j) <= room and (repeat is None or with_header(repeat, i, j))
+
     chunks: list[Chunk] = []
     i = 0
     while i < n:
-        j = min(max(bisect_right(guide, guide[i] + limit) - 1, i + 1), n)
+        room, repeat = budget(i)
+        j = min(max(bisect_right(guide, guide[i] + room) - 1, i + 1), n)
         tokens = joined(i, j)
-        if tokens > limit:
+        if tokens > room:
             while j > i + 1:
                 j -= 1
                 tokens = joined(i, j)
-                if tokens <= limit:
+                if tokens <= room:
                     break
         else:
             while j < n:
                 wider = joined(i, j + 1)
-                if wider > limit:
+                if wider > room:
                     break
                 j, tokens = j + 1, wider
-        chunks.append(Chunk(starts[i], ends[j - 1], headings, tokens, tokens > limit))
+        if repeat is not None:
+            # Counts are not additive across the header's join either: settle it exactly.
+            while j > i + 1 and not with_header(repeat, i, j):
+                j -= 1
+            tokens = joined(i, j)
+            if not with_header(repeat, i, j):
+                repeat = None  # one atom that fits the budget, but not beside the header
+        chunks.append(Chunk(starts[i], ends[j - 1], headings, tokens, tokens > limit,
+                            repeat.header if repeat is not None else ""))
         if j == n:
             break
         k = j
         if overlap:
-            while k > i + 1 and joined(k - 1, j) <= overlap and joined(k - 1, j + 1) <= limit:
+            while k > i + 1 and joined(k - 1, j) <= overlap and fits(k - 1, j + 1):
                 k -= 1
         i = k
     return chunks

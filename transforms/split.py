@@ -1,4 +1,5 @@
-"""Split: kept documents -> chunk records, through ``chunkline.split``."""
+"""Split: kept documents -> chunk records, through ``chunkline.split`` (prose, Markdown and its
+tables) or ``chunkline.split_code`` (source files, chosen by the uri's extension)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ import time
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from chunkline import get_tokenizer, split
+from chunkline import get_tokenizer, language_for, split, split_code
 from chunkline.records import ChunkRecord, Document, chunk_id
-from chunkline.splitter import heading_prefix
+from chunkline.splitter import Chunk, heading_prefix
 
 log = logging.getLogger("chunkline.split")
 
@@ -18,7 +19,7 @@ log = logging.getLogger("chunkline.split")
 class _SplitDocument(beam.DoFn):
     def __init__(self, tokenizer_spec: str, max_tokens: int, overlap: int, markdown: bool,
                  prefix_tokenizer_spec: str, heading_reserve: int,
-                 progress_seconds: float = 5.0) -> None:
+                 progress_seconds: float = 5.0, code: bool = True) -> None:
         self.tokenizer_spec = tokenizer_spec
         self.max_tokens = max_tokens
         self.overlap = overlap
@@ -26,6 +27,7 @@ class _SplitDocument(beam.DoFn):
         self.prefix_tokenizer_spec = prefix_tokenizer_spec
         self.heading_reserve = heading_reserve
         self.progress_seconds = progress_seconds
+        self.code = code
         self.documents = Metrics.counter("split", "documents")
         self.chunks = Metrics.counter("split", "chunks")
         self.tokens = Metrics.counter("split", "tokens")
@@ -39,8 +41,17 @@ class _SplitDocument(beam.DoFn):
         self._seen = [0, 0]
         self._last_log = time.monotonic()
 
+    def _split(self, doc: Document) -> list[Chunk]:
+        language = language_for(doc.uri)
+        if language is not None and self.code:
+            # Source code: cut between syntax nodes; headings are the enclosing definitions.
+            return split_code(doc.text, language, self.max_tokens, self.overlap, self.tokenizer)
+        # A source file read as Markdown would take its `# comment` lines for headings.
+        markdown = self.markdown and language is None
+        return split(doc.text, self.max_tokens, self.overlap, self.tokenizer, markdown)
+
     def process(self, doc: Document):
-        pieces = split(doc.text, self.max_tokens, self.overlap, self.tokenizer, self.markdown)
+        pieces = self._split(doc)
         prefixes: dict[tuple[str, ...], str] = {}
         for index, piece in enumerate(pieces):
             prefix = prefixes.get(piece.headings)
@@ -58,6 +69,7 @@ class _SplitDocument(beam.DoFn):
                 text=doc.text[piece.start : piece.end],
                 tokens=piece.tokens,
                 prefix=prefix,
+                table_header=piece.table_header,
             )
         self.documents.inc()
         self.chunks.inc(len(pieces))
@@ -72,15 +84,19 @@ class _SplitDocument(beam.DoFn):
 
 class SplitDocuments(beam.PTransform):
     """``PCollection[Document]`` -> ``PCollection[ChunkRecord]``; each record carries the
-    heading-path prefix the embedder will read, cut to ``heading_reserve`` tokens."""
+    heading-path prefix the embedder will read, cut to ``heading_reserve`` tokens, and the
+    repeated header of a table split between rows (``table_header``, counted in the budget).
+    With ``code`` (the default) a document whose uri names a source file (``.py``, ``.ts``,
+    ``.go``, ... see ``chunkline.code.EXTENSIONS``) is split by its syntax tree, its headings
+    the enclosing class and function names; without, it is split as plain text."""
 
     def __init__(self, tokenizer_spec: str, max_tokens: int, overlap: int = 0,
                  markdown: bool = True, prefix_tokenizer_spec: str | None = None,
-                 heading_reserve: int = 0) -> None:
+                 heading_reserve: int = 0, code: bool = True) -> None:
         super().__init__()
         self.fn = _SplitDocument(
             tokenizer_spec, max_tokens, overlap, markdown,
-            prefix_tokenizer_spec or tokenizer_spec, heading_reserve,
+            prefix_tokenizer_spec or tokenizer_spec, heading_reserve, code=code,
         )
 
     def expand(self, documents):
