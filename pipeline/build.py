@@ -126,12 +126,20 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
     near = config.dedupe.near
     deduped = documents | "Dedupe" >> Dedupe(
         config.dedupe.exact, MinHashOptions(**near.model_dump()) if near is not None else None)
+    semantic = None
+    if config.split.mode == "semantic":
+        from chunkline.semantic import SemanticOptions
+
+        semantic = SemanticOptions(**config.split.semantic.model_dump())
     chunks = deduped["kept"] | "Split" >> SplitDocuments(
         plan.tokenizer_spec,
         plan.max_tokens,
         config.split.overlap,
         config.split.markdown,
         heading_reserve=config.split.heading_reserve,
+        code=config.split.code,
+        semantic=semantic,
+        semantic_model=embed_options(config) if semantic is not None else None,
     )
     kept = deduped["kept"]
     if config.context is not None:

@@ -113,8 +113,9 @@ def plan(config: Config, run_id: str) -> Plan:
     options = embed_options(config) or EmbedOptions()  # embed: null still budgets for the model
     local = dataclasses.replace(options, model=local_model_dir(options.model))
     _, dim, max_seq_length, special = model_info(local)
-    # A packaged name stays a name, so each worker resolves it in its own site-packages.
-    tokenizer_spec = config.split.tokenizer or f"hf:{local.model}"
+    # A packaged name stays a name, so each worker resolves it in its own site-packages; a gs://
+    # model stays a URI, fetched by each worker (transforms/model_cache.py).
+    tokenizer_spec = config.split.tokenizer or f"hf:{options.model}"
     # The same budget with embed: null, so a dry run shows exactly the chunks that would be
     # embedded.
     # Late chunking embeds the document itself, not prefix + chunk: nothing to reserve for.

@@ -48,6 +48,7 @@ from chunkline.context import (
 )
 from chunkline.records import ChunkRecord, Document, doc_hash
 from chunkline.tokenizers import get_tokenizer
+from transforms.model_cache import local_tokenizer_spec
 from transforms.write import shard_of
 
 log = logging.getLogger("chunkline.context")
@@ -165,7 +166,7 @@ class _WriteHeaders(beam.DoFn):
 
     def setup(self) -> None:
         self._writer = self._shared.acquire(self._new_writer)
-        self._tokenizer = get_tokenizer(self._tokenizer_spec)
+        self._tokenizer = get_tokenizer(local_tokenizer_spec(self._tokenizer_spec))
 
     def _new_writer(self) -> HeaderWriter:
         # The key is read here, on the worker, from its environment: never a constructor

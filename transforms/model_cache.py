@@ -68,3 +68,12 @@ def local_model_dir(model: str, cache_root: str | Path | None = None) -> str:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return str(target)
+
+
+def local_tokenizer_spec(spec: str) -> str:
+    """An ``hf:`` tokenizer spec naming a remote model directory -> the same spec on this
+    worker's local copy; any other spec unchanged."""
+    kind, _, argument = spec.partition(":")
+    if kind == "hf" and is_remote(argument):
+        return f"hf:{local_model_dir(argument)}"
+    return spec

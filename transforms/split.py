@@ -3,6 +3,7 @@ tables) or ``chunkline.split_code`` (source files, chosen by the uri's extension
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 
@@ -10,8 +11,11 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from chunkline import get_tokenizer, language_for, split, split_code
+from chunkline.embedder import EmbedOptions
 from chunkline.records import ChunkRecord, Document, chunk_id
+from chunkline.semantic import SemanticOptions, model_embed, semantic_split
 from chunkline.splitter import Chunk, heading_prefix
+from transforms.model_cache import local_model_dir, local_tokenizer_spec
 
 log = logging.getLogger("chunkline.split")
 
@@ -19,7 +23,9 @@ log = logging.getLogger("chunkline.split")
 class _SplitDocument(beam.DoFn):
     def __init__(self, tokenizer_spec: str, max_tokens: int, overlap: int, markdown: bool,
                  prefix_tokenizer_spec: str, heading_reserve: int,
-                 progress_seconds: float = 5.0, code: bool = True) -> None:
+                 progress_seconds: float = 5.0, code: bool = True,
+                 semantic: SemanticOptions | None = None,
+                 semantic_model: EmbedOptions | None = None) -> None:
         self.tokenizer_spec = tokenizer_spec
         self.max_tokens = max_tokens
         self.overlap = overlap
@@ -28,16 +34,27 @@ class _SplitDocument(beam.DoFn):
         self.heading_reserve = heading_reserve
         self.progress_seconds = progress_seconds
         self.code = code
+        self.semantic = semantic
+        self.semantic_model = semantic_model
+        if semantic is not None and semantic_model is None:
+            raise ValueError("semantic splitting needs the embedding model's options")
         self.documents = Metrics.counter("split", "documents")
         self.chunks = Metrics.counter("split", "chunks")
         self.tokens = Metrics.counter("split", "tokens")
 
     def setup(self) -> None:
-        self.tokenizer = get_tokenizer(self.tokenizer_spec)
+        self.tokenizer = get_tokenizer(local_tokenizer_spec(self.tokenizer_spec))
         self.prefix_tokenizer = (
             self.tokenizer if self.prefix_tokenizer_spec == self.tokenizer_spec
-            else get_tokenizer(self.prefix_tokenizer_spec)
+            else get_tokenizer(local_tokenizer_spec(self.prefix_tokenizer_spec))
         )
+        self.embed = None
+        if self.semantic is not None:
+            from chunkline.embedder import load_model
+
+            options = dataclasses.replace(self.semantic_model,
+                                          model=local_model_dir(self.semantic_model.model))
+            self.embed = model_embed(load_model(options), options)
         self._seen = [0, 0]
         self._last_log = time.monotonic()
 
@@ -48,6 +65,9 @@ class _SplitDocument(beam.DoFn):
             return split_code(doc.text, language, self.max_tokens, self.overlap, self.tokenizer)
         # A source file read as Markdown would take its `# comment` lines for headings.
         markdown = self.markdown and language is None
+        if self.embed is not None:
+            return semantic_split(doc.text, self.max_tokens, self.tokenizer, self.embed,
+                                  self.semantic, markdown)
         return split(doc.text, self.max_tokens, self.overlap, self.tokenizer, markdown)
 
     def process(self, doc: Document):
@@ -88,15 +108,20 @@ class SplitDocuments(beam.PTransform):
     repeated header of a table split between rows (``table_header``, counted in the budget).
     With ``code`` (the default) a document whose uri names a source file (``.py``, ``.ts``,
     ``.go``, ... see ``chunkline.code.EXTENSIONS``) is split by its syntax tree, its headings
-    the enclosing class and function names; without, it is split as plain text."""
+    the enclosing class and function names; without, it is split as plain text. With
+    ``semantic`` (and the embedding model's options) prose is cut at topic shifts found with
+    the model (``chunkline.semantic``), never over ``max_tokens``; overlap does not apply."""
 
     def __init__(self, tokenizer_spec: str, max_tokens: int, overlap: int = 0,
                  markdown: bool = True, prefix_tokenizer_spec: str | None = None,
-                 heading_reserve: int = 0, code: bool = True) -> None:
+                 heading_reserve: int = 0, code: bool = True,
+                 semantic: SemanticOptions | None = None,
+                 semantic_model: EmbedOptions | None = None) -> None:
         super().__init__()
         self.fn = _SplitDocument(
             tokenizer_spec, max_tokens, overlap, markdown,
             prefix_tokenizer_spec or tokenizer_spec, heading_reserve, code=code,
+            semantic=semantic, semantic_model=semantic_model,
         )
 
     def expand(self, documents):
