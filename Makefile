@@ -31,6 +31,9 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) bench/split_bench.py --out bench/results_split.md
 	$(PY) bench/pipeline_bench.py --out bench/results_pipeline.md
+	$(PY) bench/dedupe_bench.py | tee bench/results_dedupe.md
+	$(PY) bench/reindex_bench.py --out bench/results_reindex.md
+	$(PY) bench/retrieval_eval.py --max-tokens 222 128 | tee bench/results_retrieval.md
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -209,6 +209,7 @@ def account(run_dir: str, result, embedding: bool = True) -> tuple[dict[str, int
     if embedding and read_docs is not None:
         embedded, reused = embedded or 0, reused or 0
         counts["embedded"], counts["reused"] = embedded, reused
+        counts["tokens_embedded"] = _metric(result, "chunkline.embed", "tokens_embedded") or 0
         if embedded + reused != counts["chunks"]:
             problems.append(f"{counts['chunks']} chunks written but {embedded} embedded + {reused} reused")
     return counts, files, problems

