@@ -41,6 +41,7 @@ def corpus(tmp_path_factory) -> Path:
     (root / "guide.md").write_text((ROOT / "examples" / "guide.md").read_text())
     (root / "gripper.md").write_text((ROOT / "examples" / "corpus" / "manuals" / "gripper-g2-manual.md").read_text())
     (root / "scheduler.py").write_text(PYTHON_SOURCE)
+    (root / "courier.html").write_text((ROOT / "examples" / "corpus" / "site" / "products" / "courier-c1.html").read_text())
     return root
 
 
@@ -66,7 +67,7 @@ def manifest(run_dir: str) -> dict:
                          ids=["semantic", "late", "recursive"])
 def test_offsets_exact_and_budget_held(corpus, tmp_path, mode) -> None:
     summary = job(corpus, tmp_path, *mode)
-    assert summary.reconciled and summary.counts["documents"] == 3
+    assert summary.reconciled and summary.counts["documents"] == 4
     rows, texts = chunk_rows(summary.run_dir), documents(summary.run_dir)
     info = manifest(summary.run_dir)
     budget = info["split"]["max_tokens"]
@@ -79,6 +80,11 @@ def test_offsets_exact_and_budget_held(corpus, tmp_path, mode) -> None:
     # Code chunks carry the enclosing definitions as their heading path.
     code = [r for r in rows if r["doc_id"] == "scheduler.py"]
     assert code and all(r["headings"] == [] or r["headings"][0] in ("Scheduler", "main") for r in code)
+    # HTML h1-h3 become the heading path (through trafilatura's Markdown); a `#` comment in the
+    # page's code block does not.
+    html = [r for r in rows if r["doc_id"] == "courier.html"]
+    assert ["Courier C1", "How Courier finds its way", "Top modules"] in [r["headings"] for r in html]
+    assert all(r["headings"][:1] == ["Courier C1"] for r in html)
     assert info["embed_mode"] == ("late" if "embed.mode=late" in mode else "standard")
 
 
