@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any, Iterator
 
 from markdown_it import MarkdownIt
 
@@ -94,6 +95,24 @@ def _clean_title(raw: str) -> str:
     return " ".join(raw.replace("\x00", "\ufffd").split())
 
 
+def block_nodes(parser, text: str, names: tuple[str, ...]) -> Iterator[tuple[Any, int, int]]:
+    """(node, first, last) for each top-level markdown-it-pyrs node named in ``names``, its
+    source map turned from UTF-8 byte offsets into ``str`` indices."""
+    encoded = text.encode("utf-8", "surrogatepass") if not text.isascii() else None
+    byte_seen = char_seen = 0  # srcmap is in UTF-8 bytes: convert incrementally, in order
+    for node in parser.tree(text).children:
+        if node.name not in names:
+            continue
+        first, last = node.srcmap
+        if encoded is not None:
+            char_seen += len(encoded[byte_seen:first].decode("utf-8", "surrogatepass"))
+            byte_seen = first
+            first, last = char_seen, char_seen + len(
+                encoded[node.srcmap[0] : last].decode("utf-8", "surrogatepass")
+            )
+        yield node, first, last
+
+
 def headings(text: str) -> list[Heading]:
     """Top-level ATX and setext headings of ``text`` in document order (front matter aside)."""
     text = mask_front_matter(text)
@@ -103,18 +122,7 @@ def headings(text: str) -> list[Heading]:
     if parser is None:
         return _headings_markdown_it_py(text)
     found: list[Heading] = []
-    encoded = text.encode("utf-8", "surrogatepass") if not text.isascii() else None
-    byte_seen = char_seen = 0  # srcmap is in UTF-8 bytes: convert incrementally, in order
-    for node in parser.tree(text).children:
-        if node.name != "heading" and node.name != "lheading":
-            continue
-        first, last = node.srcmap
-        if encoded is not None:
-            char_seen += len(encoded[byte_seen:first].decode("utf-8", "surrogatepass"))
-            byte_seen = first
-            first, last = char_seen, char_seen + len(
-                encoded[node.srcmap[0] : last].decode("utf-8", "surrogatepass")
-            )
+    for node, first, last in block_nodes(parser, text, ("heading", "lheading")):
         line_start = text.rfind("\n", 0, first) + 1
         line_start = text.rfind("\r", line_start, first) + 1 or line_start  # lone-CR lines
         if node.name == "heading":

@@ -15,7 +15,7 @@ from itertools import pairwise
 
 from markdown_it import MarkdownIt
 
-from chunkline.markdown import mask_front_matter
+from chunkline.markdown import block_nodes, mask_front_matter
 
 # A delimiter row has a pipe beside a dash or colon, maybe spaced (markdown-it-pyrs reads no
 # table whose delimiter row has no pipe). Documents with none skip the parse; a false alarm
@@ -90,17 +90,7 @@ def _table_spans(text: str) -> list[tuple[int, int]]:
     if parser is None:
         return _table_spans_markdown_it_py(text)
     spans: list[tuple[int, int]] = []
-    encoded = text.encode("utf-8", "surrogatepass") if not text.isascii() else None
-    byte_seen = char_seen = 0  # srcmap is in UTF-8 bytes: convert incrementally, in order
-    for node in parser.tree(text).children:
-        if node.name != "table":
-            continue
-        first, last = node.srcmap
-        if encoded is not None:
-            char_seen += len(encoded[byte_seen:first].decode("utf-8", "surrogatepass"))
-            byte_seen = first
-            first, last = char_seen, char_seen + len(
-                encoded[node.srcmap[0] : last].decode("utf-8", "surrogatepass"))
+    for _, first, last in block_nodes(parser, text, ("table",)):
         line_start = text.rfind("\n", 0, first) + 1
         line_start = text.rfind("\r", line_start, first) + 1 or line_start  # lone-CR lines
         # srcmap ends at the last row's last character: the table ends with its line break.

@@ -23,6 +23,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_for_port(port: int, process: subprocess.Popen, name: str, seconds: float = 30) -> None:
+    """Return once ``process`` accepts connections on 127.0.0.1:``port``; raise if it exits or
+    takes longer than ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline or process.poll() is not None:
+                raise RuntimeError(f"{name} did not start on port {port}") from None
+            time.sleep(0.1)
+
+
 @contextmanager
 def storage_emulator(bucket: str) -> Iterator[str]:
     """Start the emulator with ``bucket`` created; yields its URL with STORAGE_EMULATOR_HOST set
@@ -37,15 +51,7 @@ def storage_emulator(bucket: str) -> Iterator[str]:
     url = f"http://127.0.0.1:{port}"
     previous = os.environ.get(EMULATOR_ENV)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or process.poll() is not None:
-                    raise RuntimeError("gcp-storage-emulator did not start")
-                time.sleep(0.1)
+        wait_for_port(port, process, "gcp-storage-emulator")
         os.environ[EMULATOR_ENV] = url
         use_emulator_credentials()
         yield url

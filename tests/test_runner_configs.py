@@ -5,10 +5,8 @@ accept (they cannot run here), and the portable path runs for real, with LOOPBAC
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import apache_beam as beam
@@ -28,6 +26,7 @@ from chunkline.embedder import EmbedOptions, model_info
 from pipeline.build import Plan, build
 from pipeline.config import load_config
 from pipeline.run import run
+from tests.gcs_emulator import free_port, wait_for_port
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
@@ -86,12 +85,6 @@ def test_graph_builds_for_the_cluster_runners(name: str) -> None:
         assert stage in labels
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(600)  # a worker that cannot start leaves the job waiting, not failing
 def test_external_worker_pool_runs_the_job(tmp_path) -> None:
@@ -109,14 +102,7 @@ def test_external_worker_pool_runs_the_job(tmp_path) -> None:
         env={**os.environ, "PATH": venv_bin + os.pathsep + os.environ.get("PATH", "")},
     )
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline and pool.poll() is None, "worker pool did not start"
-                time.sleep(0.1)
+        wait_for_port(port, pool, "worker pool")
         external = load_config(ROOT / "configs" / "portable.yaml",
                                [f"input.pattern={corpus}/**", f"output.path={tmp_path / 'ext'}"])
         summary = run(external, ["--environment_type=EXTERNAL", f"--environment_config=localhost:{port}"])
