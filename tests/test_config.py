@@ -17,6 +17,11 @@ def test_shipped_configs_validate(name: str) -> None:
     assert isinstance(config, Config)
 
 
+def test_local_yaml_spells_out_exactly_the_defaults() -> None:
+    # configs/local.yaml is the documented reference of every stage: it must not drift.
+    assert load_config(CONFIGS / "local.yaml") == load_config(None)
+
+
 def test_defaults() -> None:
     config = load_config(None)
     assert config.runner.name == "FnApiRunner"
@@ -35,6 +40,11 @@ def test_defaults() -> None:
         ({"input": {"jsonl": {"id_fild": "x"}}}, "input.jsonl.id_fild: unknown key"),
         ({"output": {"chunk_shards": 0}}, "output.chunk_shards"),
         ({"runner": {"name": "SparkRunnerX"}}, "runner.name"),
+        ({"clean": {"patterns": ["(unclosed"]}}, "does not compile"),
+        ({"dedupe": {"near": {"threshold": 1.5}}}, "dedupe.near.threshold"),
+        ({"split": {"mode": "semantic"}, "embed": None}, "semantic needs the embedding model"),
+        ({"context": {"provider": "cohere"}}, "context.provider"),
+        ({"embed": {"mode": "early"}}, "embed.mode"),
     ],
 )
 def test_bad_config_names_the_key(data: dict, message: str) -> None:
