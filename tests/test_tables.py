@@ -59,6 +59,13 @@ def reference_tables(
             if unread is not None:
                 unread.append((at(first), at(last)))
             continue
+        after = text[at(last):at(last + 1)]
+        if after.strip(" \t\r\n") and after.isspace():
+            # Likewise a line of only Unicode spaces is blank to markdown-it-py (it ends the
+            # table there) and a row to markdown-it-pyrs (CommonMark's blank is space and tab).
+            if unread is not None:
+                unread.append((at(first), at(last + 1)))
+            continue
         rows = tuple(at(k) for k in range(first + 2, last))
         found.append((at(first), at(first + 2), at(last), rows))
     return found
