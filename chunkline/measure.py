@@ -15,7 +15,6 @@ from bisect import bisect_left
 from typing import TYPE_CHECKING
 
 import numpy as np
-import regex
 
 if TYPE_CHECKING:
     from chunkline.tokenizers import TiktokenTokenizer, Tokenizer
@@ -110,126 +109,200 @@ class AdditiveMeasure(Measure):
 #      whether or not the text before it is there;
 #  (C) before " x" (x an ASCII letter) after a non-space: the letter pre-token " x..." starts
 #      exactly there, and the pre-token before it ends there whichever way the text continues.
-# All three are conservative: a cut not listed is counted by re-encoding its edge. The regex
-# finds cuts (A) and (C) while scanning for the nearest one; (B) cuts are found by the mask.
-_ADDITIVE_CUT = r"(?<=\n)(?=[^\s/])|(?<=\S)(?= [A-Za-z])"
-_NEXT_CUT = regex.compile(_ADDITIVE_CUT)
-_PREV_CUT = regex.compile("(?r)" + _ADDITIVE_CUT)
+# All three are conservative: a cut not listed is counted by re-encoding its edge. (A) and (C)
+# hold for every slice around the cut, so the nearest one is searched for; (B) does not hold
+# for a slice ending inside the blank run, so it is used only at a slice's own edge.
+#
+# The masks are computed on the text as bytes, one per character: ASCII stays itself, any other
+# character becomes "?" (solid, not a letter), except White_Space, which becomes "\v" (a space
+# that is neither a newline nor a blank). Solid characters come from one bytes.translate (a 0/1
+# byte string numpy reads as booleans without a copy), the rest from plain comparisons.
 # What tiktoken's regex engine takes for \s (Unicode White_Space).
 _WHITESPACE_CODES = (0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x20, 0x85, 0xA0, 0x1680,
                      *range(0x2000, 0x200B), 0x2028, 0x2029, 0x202F, 0x205F, 0x3000)
-_WHITESPACE_TABLE = np.zeros(0x3001, dtype=bool)
-_WHITESPACE_TABLE[list(_WHITESPACE_CODES)] = True
-_WHITESPACE_CHARS = frozenset(map(chr, _WHITESPACE_CODES))
-_NOT_SOLID = _WHITESPACE_CHARS | {"/"}
-_ASCII_LETTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+_WIDE_SPACE = frozenset(chr(c) for c in _WHITESPACE_CODES if c >= 0x80)
+# Code point -> its byte above, for text that is mostly not ASCII (code points past the table
+# are looked up at its last entry, "?").
+_WIDE_TABLE = np.full(0x3002, 0x3F, dtype=np.uint8)
+_WIDE_TABLE[:0x80] = np.arange(0x80, dtype=np.uint8)
+_WIDE_TABLE[[c for c in _WHITESPACE_CODES if c >= 0x80]] = 0x0B
+
+
+def _class_table(members: bytes) -> bytes:
+    return bytes(1 if b in members else 0 for b in range(256))
+
+
+_ASCII_SPACE = bytes(c for c in _WHITESPACE_CODES if c < 0x80)
+_IS_SOLID = _class_table(bytes(b for b in range(256) if b not in _ASCII_SPACE and b != 0x2F))
+
+
+def _class_bytes(text: str) -> bytes:
+    """``text`` as one byte per character, as described above."""
+    encoded = text.encode("ascii", "replace")
+    if text.isascii():
+        return encoded
+    # Only a "?" can stand for a replaced character; where there are few, checking each is
+    # cheaper than a regex scan of the text for the wide spaces.
+    questions = np.flatnonzero(np.frombuffer(encoded, dtype=np.uint8) == 0x3F)
+    if len(questions) > 4096:
+        code_points = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+        return _WIDE_TABLE.take(np.minimum(code_points, 0x3001)).tobytes()
+    wide = [k for k in questions.tolist() if text[k] in _WIDE_SPACE]
+    if not wide:
+        return encoded
+    out = bytearray(encoded)
+    for k in wide:
+        out[k] = 0x0B
+    return bytes(out)
+
+
+def _flags(data: bytes, table: bytes) -> np.ndarray:
+    return np.frombuffer(data.translate(table), dtype=bool)
+
+
+def _cut_masks(data: bytes) -> tuple[bytes, bytes]:
+    """(edge, scan) as one byte per cut position 0..n of the text ``data`` stands for (see
+    :func:`_class_bytes`): ``edge`` marks cuts (A), (B), (C) and both ends of the text (exact
+    at a slice's own edge); ``scan`` marks (A) and (C) only (exact inside any slice), the cuts
+    searched for with bytes.find."""
+    n = len(data)
+    scan = np.zeros(n + 1, dtype=bool)
+    if n < 2:
+        edge = scan.copy()
+        edge[0] = edge[n] = True
+        return edge.tobytes(), scan.tobytes()
+    codes = np.frombuffer(data, dtype=np.uint8)
+    newline_before = codes[:-1] == 0x0A
+    solid = _flags(data, _IS_SOLID)
+    # (A): after a newline, before a solid character.
+    inner = newline_before & solid[1:]
+    # (C): a space after a non-space, before an ASCII letter (nothing after the text is none).
+    # Plain comparisons: a few cheap passes beat one more bytes.translate.
+    folded = codes[2:] | np.uint8(0x20)  # ASCII letters to lower case
+    folded -= np.uint8(0x61)
+    rule_c = folded < 26
+    rule_c &= codes[1:-1] == 0x20
+    rule_c &= solid[:-2] | (codes[:-2] == 0x2F)  # not a space
+    inner[:-1] |= rule_c
+    scan[1:n] = inner
+    edge = scan.copy()
+    edge[0] = edge[n] = True
+    # (B): after a newline, a blank run ending at a solid character; runs are short, so walk
+    # them all together.
+    after = codes[1:]
+    run = np.flatnonzero(newline_before & ((after == 0x20) | (after == 0x09))) + 1
+    at, cuts = run, run
+    while len(at):
+        at = at + 1
+        inside = at < n
+        at, cuts = at[inside], cuts[inside]
+        following = codes[at]
+        blank = (following == 0x20) | (following == 0x09)
+        edge[cuts[~blank]] = solid[at[~blank]]
+        at, cuts = at[blank], cuts[blank]
+    return edge.tobytes(), scan.tobytes()
 
 
 class TiktokenMeasure(Measure):
-    """tiktoken: one ``encode_to_numpy`` pass; a slice's count is the document tokens starting
-    inside it, corrected at each edge that is not an additive cut by re-encoding the few
-    characters between the edge and the nearest additive cut (cached per edge)."""
+    """tiktoken: one encode pass over the document; a slice's count is the document tokens
+    starting inside it, corrected at each edge that is not an additive cut by re-encoding the
+    few characters between the edge and the nearest additive cut (cached per edge, and per edge
+    text: the same few characters recur)."""
 
     def __init__(self, text: str, tokenizer: "TiktokenTokenizer") -> None:
         super().__init__(text, tokenizer)
         self._starts = tokenizer.token_starts(text)
         # bisect on a memoryview reads Python ints without converting the whole array.
         self._starts_view = memoryview(self._starts)
-        # Code points for vectorized cut checks; ASCII text is its own byte string.
-        if text.isascii():
-            self._code_points = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
-        else:
-            self._code_points = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), np.uint32)
+        # Both masks are computed once for the whole document (vectorized, a few ms for 2 MB):
+        # a point check is a byte lookup and the nearest cut is a bytes.find.
+        self._edge, self._scan = _cut_masks(_class_bytes(text))
+        self._edge_array = np.frombuffer(self._edge, dtype=bool)
         self._left_fix: dict[int, tuple[int, int]] = {}
         self._right_fix: dict[int, tuple[int, int]] = {}
+        self._edge_counts: dict[str, int] = {}
         self._encode = tokenizer.encoding.encode_ordinary
 
-    def _before(self, pos: int) -> int:
-        """Document tokens starting before ``pos``."""
-        return bisect_left(self._starts_view, pos)
+    def _positions(self, positions: list[int]) -> np.ndarray:
+        """Positions as an array of the token starts' own dtype: searchsorted with another
+        dtype would convert the whole token-start array on every call."""
+        return np.asarray(positions, dtype=self._starts.dtype)
 
     def tokens_before(self, positions: list[int]) -> list[int]:
         """Document tokens starting before each position: the estimate the packer searches."""
-        return np.searchsorted(self._starts, positions).tolist()
+        return np.searchsorted(self._starts, self._positions(positions)).tolist()
 
     def token_starts_in(self, lo: int, hi: int) -> np.ndarray:
         starts = self._starts
         return starts[np.searchsorted(starts, lo) : np.searchsorted(starts, hi)]
 
     def _additive(self, positions: np.ndarray) -> np.ndarray:
-        return _tiktoken_additive(self.text, self._code_points, positions)
+        # Positions outside the text are cuts at its ends: additive.
+        return self._edge_array[np.clip(positions, 0, len(self._edge) - 1)]
 
     def additive_cuts(self, positions: list[int]) -> list[bool]:
-        return self._additive(np.asarray(positions, dtype=np.int64)).tolist()
+        return self._additive(self._positions(positions)).tolist()
 
     def _is_additive(self, pos: int) -> bool:
-        """Scalar twin of :func:`_tiktoken_additive` (a numpy call costs more than it saves)."""
-        text = self.text
-        n = len(text)
-        if pos <= 0 or pos >= n:
-            return True
-        previous, current = text[pos - 1], text[pos]
-        if previous == "\n":
-            if current == " " or current == "\t":
-                end = pos
-                while end < n and (text[end] == " " or text[end] == "\t"):
-                    end += 1
-                return end < n and text[end] not in _NOT_SOLID
-            return current not in _NOT_SOLID
-        return (
-            current == " " and previous not in _WHITESPACE_CHARS and pos + 1 < n
-            and text[pos + 1] in _ASCII_LETTERS
-        )
+        """Scalar twin of :meth:`additive_cuts`."""
+        edge = self._edge
+        return pos <= 0 or pos >= len(edge) - 1 or edge[pos] == 1
 
-    def _next_cut(self, pos: int, limit: int) -> int | None:
-        if self._is_additive(pos):
-            return pos
-        found = _NEXT_CUT.search(self.text, pos, min(limit + 2, len(self.text)))
-        return found.start() if found is not None and found.start() <= limit else None
-
-    def _prev_cut(self, pos: int, limit: int) -> int | None:
-        if self._is_additive(pos):
-            return pos
-        # endpos=pos+1 hides text past pos from the lookaheads: a miss is possible, a false
-        # cut is not, and pos itself was checked above.
-        found = _PREV_CUT.search(self.text, limit, pos + 1)
-        return found.start() if found is not None else None
+    def _edge_count(self, start: int, end: int) -> int:
+        """Exact tokens of the short edge text[start:end], encoded once per distinct text."""
+        piece = self.text[start:end]
+        count = self._edge_counts.get(piece)
+        if count is None:
+            count = self._edge_counts[piece] = len(self._encode(piece))
+        return count
 
     def _left(self, start: int, end: int) -> tuple[int, int] | None:
-        """(first additive cut >= start, exact tokens of text[start:cut]), cut <= end."""
-        fix = self._left_fix.get(start)
-        if fix is None:
-            cut = self._next_cut(start, end)
-            if cut is None:
+        """(first additive cut >= start, exact tokens of text[start:cut]), or None when that
+        cut is past ``end``. Cached per start: the first cut does not depend on ``end``."""
+        if self._edge[start]:
+            fix = (start, 0)
+        else:
+            cut = self._scan.find(1, start + 1, end + 1)
+            if cut < 0:
                 return None
-            fix = (cut, len(self._encode(self.text[start:cut])) if cut > start else 0)
-            self._left_fix[start] = fix
-        return fix if fix[0] <= end else None
+            fix = (cut, self._edge_count(start, cut))
+        self._left_fix[start] = fix
+        return fix
 
     def _right(self, end: int, start: int) -> tuple[int, int] | None:
-        """(last additive cut <= end, exact tokens of text[cut:end]), cut >= start."""
-        fix = self._right_fix.get(end)
-        if fix is None:
-            cut = self._prev_cut(end, start)
-            if cut is None:
+        """(last additive cut <= end, exact tokens of text[cut:end]), or None when that cut is
+        before ``start``. Cached per end."""
+        if self._edge[end]:
+            fix = (end, 0)
+        else:
+            cut = self._scan.rfind(1, start, end)
+            if cut < 0:
                 return None
-            fix = (cut, len(self._encode(self.text[cut:end])) if cut < end else 0)
-            self._right_fix[end] = fix
-        return fix if fix[0] >= start else None
+            fix = (cut, self._edge_count(cut, end))
+        self._right_fix[end] = fix
+        return fix
 
     def count(self, start: int, end: int) -> int:
         if end <= start:
             return 0
-        left = self._left(start, end)
-        right = self._right(end, start) if left is not None else None
-        if left is None or right is None or left[0] > right[0]:
-            return len(self._encode(self.text[start:end]))
-        return left[1] + self._before(right[0]) - self._before(left[0]) + right[1]
+        # The caches are read here, not through _left/_right: this runs thousands of times.
+        left = self._left_fix.get(start) or self._left(start, end)
+        if left is not None:
+            right = self._right_fix.get(end) or self._right(end, start)
+            # left cut <= right cut also puts both cuts inside [start, end].
+            if right is not None and left[0] <= right[0]:
+                before = self._starts_view
+                return (left[1] + bisect_left(before, right[0]) - bisect_left(before, left[0])
+                        + right[1])
+        return len(self._encode(self.text[start:end]))
 
     def _small_piece_count(self, start: int, end: int, limit: int) -> int | None:
-        if self._is_additive(start) and self._is_additive(end):
-            return self._before(end) - self._before(start)
-        if self._before(end) - self._before(start) > 2 * limit + 16:
+        edge = self._edge
+        before = self._starts_view
+        estimate = bisect_left(before, end) - bisect_left(before, start)
+        if edge[start] and edge[end]:
+            return estimate
+        if estimate > 2 * limit + 16:
             return None
         return self.count(start, end)
 
@@ -237,10 +310,10 @@ class TiktokenMeasure(Measure):
         if len(starts) < 16:
             # A handful of pieces (a descended paragraph): Python beats numpy's per-call cost.
             return [self._small_piece_count(a, b, limit) for a, b in zip(starts, ends)]
-        edges = np.asarray(starts + ends[-1:], dtype=np.int64)
+        edges = self._positions(starts + ends[-1:])
         before = np.searchsorted(self._starts, edges)
         estimates = before[1:] - before[:-1]
-        additive = self._additive(edges)
+        additive = self._edge_array[edges]
         exact = additive[:-1] & additive[1:]  # both edges additive: the estimate is the count
         far = estimates > 2 * limit + 16  # far over by the document pass: no exact figure needed
         out: list[int | None] = estimates.tolist()
@@ -249,42 +322,3 @@ class TiktokenMeasure(Measure):
         for k in np.flatnonzero(~exact & ~far).tolist():
             out[k] = self.count(starts[k], ends[k])
         return out
-
-
-def _tiktoken_additive(text: str, code_points: np.ndarray, positions: np.ndarray) -> np.ndarray:
-    """Per cut position: True where a tiktoken count is additive (rules A-C above). Evaluated
-    only where asked, so no pass over the whole document is needed."""
-    n = len(code_points)
-    out = (positions <= 0) | (positions >= n)
-    inner = ~out
-    at = positions[inner]
-    if not len(at):
-        return out
-    previous = code_points[at - 1].astype(np.int64)
-    current = code_points[at].astype(np.int64)
-    following = code_points[np.minimum(at + 1, n - 1)].astype(np.int64)
-    following[at + 1 >= n] = 0x20  # nothing after the text: never a letter
-    newline_before = previous == 0x0A
-    rule_a = newline_before & _solid(current)
-    rule_c = (current == 0x20) & ~_space(previous) & _ascii_letter(following)
-    result = rule_a | rule_c
-    blank_run = newline_before & ((current == 0x20) | (current == 0x09))
-    for k in np.flatnonzero(blank_run).tolist():  # rule B: the blank run is short, scan it
-        end = int(at[k])
-        while end < n and (text[end] == " " or text[end] == "\t"):
-            end += 1
-        result[k] = end < n and text[end] not in _NOT_SOLID
-    out[inner] = result
-    return out
-
-
-def _space(cp: np.ndarray) -> np.ndarray:
-    return _WHITESPACE_TABLE[np.minimum(cp, 0x3000)] & (cp <= 0x3000)
-
-
-def _solid(cp: np.ndarray) -> np.ndarray:
-    return ~_space(cp) & (cp != 0x2F)
-
-
-def _ascii_letter(cp: np.ndarray) -> np.ndarray:
-    return ((cp >= 0x41) & (cp <= 0x5A)) | ((cp >= 0x61) & (cp <= 0x7A))
