@@ -9,7 +9,15 @@ import sys
 from pathlib import Path
 from typing import Iterable, Sequence, TextIO
 
-from chunkline import Chunk, Tokenizer, TokenizerNotAvailable, get_tokenizer, split
+from chunkline import (
+    Chunk,
+    Tokenizer,
+    TokenizerNotAvailable,
+    get_tokenizer,
+    language_for,
+    split,
+    split_code,
+)
 
 DEFAULT_TOKENIZER = "hf:all-MiniLM-L6-v2"
 
@@ -28,8 +36,14 @@ def _split_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             print(f"chunkline split: {path}: {exc}", file=err)
             failed += 1
             continue
+        language = language_for(path)
         try:
-            chunks = split(text, args.max_tokens, args.overlap, tokenizer, not args.no_markdown)
+            if language is not None:
+                # Source files split by syntax tree, as the pipeline does; `# comment` lines are
+                # not headings.
+                chunks = split_code(text, language, args.max_tokens, args.overlap, tokenizer)
+            else:
+                chunks = split(text, args.max_tokens, args.overlap, tokenizer, not args.no_markdown)
         except ValueError as exc:
             print(f"chunkline split: {exc}", file=err)
             return 2
@@ -49,6 +63,7 @@ def _write_jsonl(doc: str, text: str, chunks: Iterable[Chunk], out: TextIO) -> N
             "headings": list(chunk.headings),
             "tokens": chunk.tokens,
             "oversized": chunk.oversized,
+            "table_header": chunk.table_header,
             "text": text[chunk.start : chunk.end],
         }
         out.write(json.dumps(record, ensure_ascii=False) + "\n")

@@ -23,12 +23,26 @@ def test_split_jsonl_round_trips(tmp_path) -> None:
     code, out, err = run(["split", str(path), "--max-tokens", "8", "--tokenizer", "words"])
     assert code == 0, err
     records = [json.loads(line) for line in out.splitlines()]
-    assert set(records[0]) == {"doc", "start", "end", "headings", "tokens", "oversized", "text"}
+    assert set(records[0]) == {"doc", "start", "end", "headings", "tokens", "oversized",
+                               "table_header", "text"}
     assert all(text[r["start"] : r["end"]] == r["text"] for r in records)
     assert records[0]["start"] == 0 and records[-1]["end"] == len(text)
     assert all(r["tokens"] <= 8 for r in records)
     assert ["Title", "Part"] in [r["headings"] for r in records]
     assert not any("code" in r["headings"] for r in records)
+
+
+def test_split_code_file_by_syntax_tree(tmp_path) -> None:
+    source = ("# a comment, not a heading\n\nclass Dock:\n    def open(self):\n        return 1\n\n"
+              "    def close(self):\n        return 0\n")
+    path = tmp_path / "dock.py"
+    path.write_text(source, encoding="utf-8")
+    code, out, err = run(["split", str(path), "--max-tokens", "8", "--tokenizer", "words"])
+    assert code == 0, err
+    records = [json.loads(line) for line in out.splitlines()]
+    assert all(source[r["start"] : r["end"]] == r["text"] for r in records)
+    assert [r["headings"] for r in records] == [["Dock"], ["Dock", "open"]]
+    assert not any("a comment" in " ".join(r["headings"]) for r in records)
 
 
 def test_split_view_marks_chunks_and_overlap(tmp_path) -> None:
