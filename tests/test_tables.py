@@ -53,7 +53,8 @@ def reference_tables(
         first, last = token.map
         if any(a < last and first < b for a, b in heading_lines):
             continue
-        if text[at(first)] not in "| \t" and text[at(first)].isspace():
+        lead = text[at(first):at(first + 1)].lstrip(" \t")[:1]
+        if lead and lead not in "|\r\n" and lead.isspace():
             # markdown-it-py strips Unicode spaces (U+3000, U+2028, NBSP, VT) before a header
             # row, markdown-it-pyrs (which the splitter uses) does not: not a table to it.
             if unread is not None:
