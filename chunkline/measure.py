@@ -11,6 +11,7 @@ edges that are not.
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_left
 from typing import TYPE_CHECKING
 
@@ -212,8 +213,10 @@ class TiktokenMeasure(Measure):
     def __init__(self, text: str, tokenizer: "TiktokenTokenizer") -> None:
         super().__init__(text, tokenizer)
         self._starts = tokenizer.token_starts(text)
-        # bisect on a memoryview reads Python ints without converting the whole array.
-        self._starts_view = memoryview(self._starts)
+        # bisect reads Python ints from an array.array twice as fast as from a memoryview, and
+        # filling one from the buffer is a single copy (no Python int per token).
+        self._starts_view = array("i")
+        self._starts_view.frombytes(self._starts.astype(np.int32, copy=False).data.cast("B"))
         # Both masks are computed once for the whole document (vectorized, a few ms for 2 MB):
         # a point check is a byte lookup and the nearest cut is a bytes.find.
         self._edge, self._scan = _cut_masks(_class_bytes(text))

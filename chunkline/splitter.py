@@ -451,16 +451,19 @@ def _pack(
     n = len(starts)
     # Joins across additive cuts are plain sums; the rest are counted by the measure.
     prefix = list(accumulate(counts, initial=0))
-    additive = measure.additive_cuts(starts)
-    additive[0] = True  # the section start is not a join
-    # unsafe[m]: non-additive joins among atom starts 0..m-1
-    unsafe = list(accumulate((not ok for ok in additive), initial=0))
+    start_cuts = measure.additive_cuts(starts)
+    # unsafe[m]: non-additive joins among atom starts 1..m-1 (the section start is not a join)
+    unsafe = [0, 0, *accumulate(not ok for ok in start_cuts[1:])]
     if isinstance(measure, TiktokenMeasure):
         # Where joins are not additive the sums overshoot (a space merges into the next word);
-        # the document-wide pass is the closer guide.
+        # the document-wide pass is the closer guide. It is also exact for a run of atoms whose
+        # own outer edges are additive cuts, whatever the joins inside it.
         guide = measure.tokens_before([starts[0]] + ends)
+        start_before = measure.tokens_before(starts)
+        end_cuts = measure.additive_cuts(ends)
     else:
         guide = prefix
+        start_before, end_cuts = prefix, [False] * n
 
     def joined(i: int, j: int) -> int:
         """Exact tokens of atoms i..j-1 joined."""
@@ -468,6 +471,8 @@ def _pack(
             return counts[i]
         if unsafe[j] == unsafe[i + 1]:
             return prefix[j] - prefix[i]
+        if start_cuts[i] and end_cuts[j - 1]:
+            return guide[j] - start_before[i]
         return measure.count(starts[i], ends[j - 1])
 
     text = measure.text
