@@ -280,9 +280,8 @@ def _atomize(measure: Measure, bounds: list[tuple[int, int]], limit: int) -> lis
     """Atoms of every section. The first level of all sections is counted in one batch, and a
     section's own fit is judged from its pieces' counts, so no text is encoded twice just to
     learn that it is too long."""
-    text = measure.text
     first = SEPARATORS[0]
-    plans = [_cut_ends(text, lo, hi, first) for lo, hi in bounds]
+    plans = [_cut_ends(measure, lo, hi, first) for lo, hi in bounds]
     all_starts: list[int] = []
     all_ends: list[int] = []
     for (lo, _), ends in zip(bounds, plans):
@@ -352,7 +351,7 @@ def _descend(measure: Measure, lo: int, hi: int, level: int, limit: int, atoms: 
     if level == len(SEPARATORS):
         _grapheme_atoms(measure, lo, hi, limit, atoms)
         return
-    ends = _cut_ends(measure.text, lo, hi, SEPARATORS[level])
+    ends = _cut_ends(measure, lo, hi, SEPARATORS[level])
     if len(ends) == 1:  # separator absent, or only trailing: same range, next level
         _descend(measure, lo, hi, level + 1, limit, atoms)
         return
@@ -360,15 +359,21 @@ def _descend(measure: Measure, lo: int, hi: int, level: int, limit: int, atoms: 
     _place(measure, starts, ends, measure.piece_counts(starts, ends, limit), level + 1, limit, atoms)
 
 
-def _cut_ends(text: str, lo: int, hi: int, separator: str) -> list[int]:
+def _cut_ends(measure: Measure, lo: int, hi: int, separator: str) -> list[int]:
     """Ends of the pieces of text[lo:hi] cut after each ``separator`` (kept on the left)."""
-    piece = text[lo:hi]
-    parts = piece.split(separator)  # C speed; same cuts as a left-to-right find loop
+    piece = measure.cut_view[lo:hi]
+    if isinstance(piece, bytes):
+        parts = piece.split(separator.encode("ascii"))
+        maybe_wide = b"?" in piece or b"\v" in piece  # what any non-ASCII character became
+    else:
+        parts = piece.split(separator)  # C speed; same cuts as a left-to-right find loop
+        maybe_wide = True
     width = len(separator)
     ends = list(accumulate([len(part) + width for part in parts[:-1]], initial=lo))[1:]
     if parts[-1]:
         ends.append(hi)
-    if separator.endswith(" ") and not piece.isascii():
+    text = measure.text
+    if separator.endswith(" ") and maybe_wide and not text[lo:hi].isascii():
         # A space followed by a combining mark (or ZWJ) is one grapheme cluster: no cut inside
         # it. Newlines never join the next character (UAX #29 GB4), so only spaces check.
         ends = [e for e in ends if e >= hi or not _CLUSTER_CONTINUES.match(text, e)]
@@ -451,9 +456,10 @@ def _pack(
     n = len(starts)
     # Joins across additive cuts are plain sums; the rest are counted by the measure.
     prefix = list(accumulate(counts, initial=0))
-    start_cuts = measure.additive_cuts(starts)
+    start_flags = measure.additive_array(starts)
+    start_cuts = start_flags.tolist()
     # unsafe[m]: non-additive joins among atom starts 1..m-1 (the section start is not a join)
-    unsafe = [0, 0, *accumulate(not ok for ok in start_cuts[1:])]
+    unsafe = [0, 0, *np.cumsum(~start_flags[1:]).tolist()]
     if isinstance(measure, TiktokenMeasure):
         # Where joins are not additive the sums overshoot (a space merges into the next word);
         # the document-wide pass is the closer guide. It is also exact for a run of atoms whose

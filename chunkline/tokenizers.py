@@ -23,6 +23,7 @@ import importlib
 import json
 import os
 import re
+import weakref
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
@@ -206,13 +207,26 @@ def _load_tiktoken(arg: str):
     )
 
 
+# Encoding -> its token_char_tables(); weak, so an Encoding built from a file can go away.
+_CHAR_TABLES: "weakref.WeakKeyDictionary[object, tuple[np.ndarray, np.ndarray]]" = (
+    weakref.WeakKeyDictionary())
+
+
 class TiktokenTokenizer(Tokenizer):
     """An OpenAI BPE. Special-token text such as ``<|endoftext|>`` counts as ordinary text."""
 
     def __init__(self, spec: str, encoding) -> None:
         self.spec = spec
         self.encoding = encoding
-        self._char_tables = self._build_char_tables()
+        # Built with the tokenizer (one vectorized pass over the vocabulary, ~20 ms), not on the
+        # first split: a per-document caller must not pay it inside its first document. Shared
+        # by every tokenizer of the same Encoding (tiktoken caches those by name): a DoFn or a
+        # benchmark that builds a tokenizer per bundle pays it once, and the pass over the
+        # whole vocabulary does not evict the encoder's own tables from the CPU cache again.
+        tables = _CHAR_TABLES.get(encoding)
+        if tables is None:
+            tables = _CHAR_TABLES[encoding] = self._build_char_tables()
+        self._char_tables = tables
 
     def count(self, text: str) -> int:
         return len(self.encoding.encode_ordinary(text))
@@ -229,8 +243,6 @@ class TiktokenTokenizer(Tokenizer):
         return self._char_tables
 
     def _build_char_tables(self) -> tuple[np.ndarray, np.ndarray]:
-        # Built with the tokenizer (one vectorized pass over the vocabulary, ~20 ms), not on the
-        # first split: a per-document caller must not pay it inside its first document.
         ranks = self.encoding._mergeable_ranks
         tokens = list(ranks)
         blob = np.frombuffer(b"".join(tokens), dtype=np.uint8)
