@@ -117,10 +117,14 @@ class AdditiveMeasure(Measure):
 #      pre-token ends at the last newline of a whitespace run, and the run is read the same way
 #      whether or not the text before it is there;
 #  (C) before " x" (x an ASCII letter) after a non-space: the letter pre-token " x..." starts
-#      exactly there, and the pre-token before it ends there whichever way the text continues.
-# All three are conservative: a cut not listed is counted by re-encoding its edge. (A) and (C)
-# hold for every slice around the cut, so the nearest one is searched for; (B) does not hold
-# for a slice ending inside the blank run, so it is used only at a slice's own edge.
+#      exactly there, and the pre-token before it ends there whichever way the text continues;
+#  (D) after an ASCII letter, before an ASCII character that is not a letter, a digit, "'" or
+#      "?" (which may stand for a non-ASCII letter or mark): every pre-token holding a letter
+#      ends at the last letter of its run (o200k's contraction suffix needs the "'"), and the
+#      next one starts there ("word|.\n\n": the end of a paragraph costs one cached ".\n\n").
+# All four are conservative: a cut not listed is counted by re-encoding its edge. (A), (C) and
+# (D) hold for every slice around the cut, so the nearest one is searched for; (B) does not
+# hold for a slice ending inside the blank run, so it is used only at a slice's own edge.
 #
 # The masks are computed on the text as bytes, one per character: ASCII stays itself, any other
 # character becomes "?" (solid, not a letter), except White_Space, which becomes "\v" (a space
@@ -143,6 +147,7 @@ def _class_table(members: bytes) -> bytes:
 
 _ASCII_SPACE = bytes(c for c in _WHITESPACE_CODES if c < 0x80)
 _IS_SOLID = _class_table(bytes(b for b in range(256) if b not in _ASCII_SPACE and b != 0x2F))
+_ENDS_A_WORD = _class_table(bytes(b for b in range(0x80) if not chr(b).isalnum() and b not in b"'?"))
 
 
 def _class_bytes(text: str) -> bytes:
@@ -185,12 +190,14 @@ def _cut_masks(data: bytes) -> tuple[bytes, bytes]:
     solid = _flags(data, _IS_SOLID)
     # (A): after a newline, before a solid character.
     inner = newline_before & solid[1:]
-    # (C): a space after a non-space, before an ASCII letter (nothing after the text is none).
     # Plain comparisons: a few cheap passes beat one more bytes.translate.
-    folded = codes[2:] | np.uint8(0x20)  # ASCII letters to lower case
+    folded = codes | np.uint8(0x20)  # ASCII letters to lower case
     folded -= np.uint8(0x61)
-    rule_c = folded < 26
-    rule_c &= codes[1:-1] == 0x20
+    letter = folded < 26
+    # (D): after a letter, before a character that ends its word.
+    inner |= letter[:-1] & _flags(data, _ENDS_A_WORD)[1:]
+    # (C): a space after a non-space, before an ASCII letter (nothing after the text is none).
+    rule_c = letter[2:] & (codes[1:-1] == 0x20)
     rule_c &= solid[:-2] | (codes[:-2] == 0x2F)  # not a space
     inner[:-1] |= rule_c
     scan[1:n] = inner

@@ -500,7 +500,7 @@ def _pack(
     chunks: list[Chunk] = []
     i = 0
     while i < n:
-        room, repeat = budget(i)
+        room, repeat = budget(i) if repeats else (limit, None)
         j = min(max(bisect_right(guide, guide[i] + room) - 1, i + 1), n)
         tokens = joined(i, j)
         if tokens > room:

@@ -109,7 +109,8 @@ slices = st.data()
         st.text(max_size=200),
         st.lists(
             st.sampled_from(["word", " ", "\n", "\n\n", "  ", "\t", ". ", "/", "é", "日本", "👍🏽",
-                             "\r\n", "x1", "'s", "--", "https://a.b/c"]),
+                             "\r\n", "x1", "'s", "--", "https://a.b/c", "Ab", "?", ",", "-x",
+                             "_y", "!\n", "’t", "e\u0301", ".\n\n\n"]),
             max_size=50,
         ).map("".join),
     ),
@@ -127,7 +128,9 @@ def test_measure_count_is_exact_for_any_slice(spec: str, text: str, data) -> Non
 @given(
     text=st.lists(
         st.sampled_from(["word", " ", "\n", "\n\n", "  ", "\t", ". ", "/", "é", "日本", "👍🏽",
-                         "\r\n", "x1", "'s", "--", "  \n", "\n  x", "\n/", ".\n"]),
+                         "\r\n", "x1", "'s", "--", "  \n", "\n  x", "\n/", ".\n", "Ab", "?",
+                         ",", "-x", "_y", "!\n", "(", "’t", "e\u0301", "ﬁ", "\u3000", "\v",
+                         ".\n\n\n"]),
         max_size=50,
     ).map("".join),
     data=slices,
