@@ -221,8 +221,7 @@ class TiktokenTokenizer(Tokenizer):
         # Built with the tokenizer (one vectorized pass over the vocabulary, ~20 ms), not on the
         # first split: a per-document caller must not pay it inside its first document. Shared
         # by every tokenizer of the same Encoding (tiktoken caches those by name): a DoFn or a
-        # benchmark that builds a tokenizer per bundle pays it once, and the pass over the
-        # whole vocabulary does not evict the encoder's own tables from the CPU cache again.
+        # benchmark that builds a tokenizer per bundle pays it once.
         tables = _CHAR_TABLES.get(encoding)
         if tables is None:
             tables = _CHAR_TABLES[encoding] = self._build_char_tables()
