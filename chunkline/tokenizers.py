@@ -207,9 +207,9 @@ def _load_tiktoken(arg: str):
     )
 
 
-# Encoding -> its token_char_tables(); weak, so an Encoding built from a file can go away.
-_CHAR_TABLES: "weakref.WeakKeyDictionary[object, tuple[np.ndarray, np.ndarray]]" = (
-    weakref.WeakKeyDictionary())
+# Encoding -> (its token_char_tables(), the same side by side); weak, so an Encoding built from
+# a file can go away.
+_CHAR_TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 class TiktokenTokenizer(Tokenizer):
@@ -224,8 +224,9 @@ class TiktokenTokenizer(Tokenizer):
         # benchmark that builds a tokenizer per bundle pays it once.
         tables = _CHAR_TABLES.get(encoding)
         if tables is None:
-            tables = _CHAR_TABLES[encoding] = self._build_char_tables()
-        self._char_tables = tables
+            self._char_tables = self._build_char_tables()
+            tables = _CHAR_TABLES[encoding] = (self._char_tables, self._paired_char_tables())
+        self._char_tables, self._paired = tables
 
     def count(self, text: str) -> int:
         return len(self.encoding.encode_ordinary(text))
@@ -253,8 +254,12 @@ class TiktokenTokenizer(Tokenizer):
         continues = np.zeros(self.encoding.n_vocab, dtype=np.int64)
         leads[ids] = np.add.reduceat(is_lead, offsets)
         continues[ids] = 1 - is_lead[offsets]
-        # Returned as (leads, leads + continues) in int32, the two lookups token_starts needs.
         return leads.astype(np.int32), (leads + continues).astype(np.int32)
+
+    def _paired_char_tables(self) -> np.ndarray:
+        """token_char_tables() side by side, one row per token id: token_starts looks both up
+        with one take (half the time of two)."""
+        return np.stack(self._char_tables, axis=1)
 
     def token_ids(self, text: str) -> np.ndarray:
         """Token ids of ``text`` (uint32), equal to ``encode_ordinary(text)``.
@@ -272,12 +277,11 @@ class TiktokenTokenizer(Tokenizer):
             return np.fromiter(ids, dtype=np.uint32, count=len(ids))
 
     def token_starts(self, text: str) -> np.ndarray:
-        ids = self.token_ids(text)
-        leads, leads_and_continues = self.token_char_tables()
         # start = characters begun before the token, minus one when the token begins inside a
         # character (it is placed at that character). int32: half the memory traffic.
-        starts = np.cumsum(leads.take(ids), dtype=np.int32)
-        starts -= leads_and_continues.take(ids)
+        both = self._paired.take(self.token_ids(text), axis=0)
+        starts = np.cumsum(both[:, 0], dtype=np.int32)
+        starts -= both[:, 1]
         return starts
 
     def measure(self, text: str) -> "Measure":
