@@ -176,8 +176,8 @@ def _flags(data: bytes, table: bytes) -> np.ndarray:
 
 def _cut_masks(data: bytes) -> tuple[bytes, bytes]:
     """(edge, scan) as one byte per cut position 0..n of the text ``data`` stands for (see
-    :func:`_class_bytes`): ``edge`` marks cuts (A), (B), (C) and both ends of the text (exact
-    at a slice's own edge); ``scan`` marks (A) and (C) only (exact inside any slice), the cuts
+    :func:`_class_bytes`): ``edge`` marks cuts (A) to (D) and both ends of the text (exact at
+    a slice's own edge); ``scan`` marks (A), (C) and (D) only (exact inside any slice), the cuts
     searched for with bytes.find."""
     n = len(data)
     scan = np.zeros(n + 1, dtype=bool)
@@ -304,19 +304,27 @@ class TiktokenMeasure(Measure):
         self._right_fix[end] = fix
         return fix
 
+    def _span(self, start: int, end: int) -> tuple[int, int, int] | None:
+        """(left cut, right cut, exact tokens of the two edges outside them) for
+        text[start:end], or None where no such pair of additive cuts lies inside it."""
+        # The caches are read here, not through _left/_right: this runs thousands of times.
+        left = self._left_fix.get(start) or self._left(start, end)
+        if left is None:
+            return None
+        right = self._right_fix.get(end) or self._right(end, start)
+        # left cut <= right cut also puts both cuts inside [start, end].
+        if right is None or left[0] > right[0]:
+            return None
+        return left[0], right[0], left[1] + right[1]
+
     def count(self, start: int, end: int) -> int:
         if end <= start:
             return 0
-        # The caches are read here, not through _left/_right: this runs thousands of times.
-        left = self._left_fix.get(start) or self._left(start, end)
-        if left is not None:
-            right = self._right_fix.get(end) or self._right(end, start)
-            # left cut <= right cut also puts both cuts inside [start, end].
-            if right is not None and left[0] <= right[0]:
-                before = self._starts_view
-                return (left[1] + bisect_left(before, right[0]) - bisect_left(before, left[0])
-                        + right[1])
-        return len(self._encode(self.text[start:end]))
+        span = self._span(start, end)
+        if span is None:
+            return len(self._encode(self.text[start:end]))
+        before = self._starts_view
+        return span[2] + bisect_left(before, span[1]) - bisect_left(before, span[0])
 
     def _small_piece_count(self, start: int, end: int, limit: int) -> int | None:
         edge = self._edge
@@ -341,6 +349,21 @@ class TiktokenMeasure(Measure):
         out: list[int | None] = estimates.tolist()
         for k in np.flatnonzero(far).tolist():
             out[k] = None
+        # The rest: edges fixed one by one (cached per position and per edge text), and the
+        # document tokens between the fixed cuts counted for all of them in one searchsorted.
+        fixed: list[int] = []
+        cuts: list[int] = []
+        edge_tokens: list[int] = []
         for k in np.flatnonzero(~exact & ~far).tolist():
-            out[k] = self.count(starts[k], ends[k])
+            span = self._span(starts[k], ends[k]) if starts[k] < ends[k] else (0, 0, 0)
+            if span is None:
+                out[k] = len(self._encode(self.text[starts[k] : ends[k]]))
+            else:
+                fixed.append(k)
+                cuts += span[:2]
+                edge_tokens.append(span[2])
+        if fixed:
+            inside = np.diff(np.searchsorted(self._starts, self._positions(cuts)))[::2]
+            for k, tokens, extra in zip(fixed, inside.tolist(), edge_tokens):
+                out[k] = tokens + extra
         return out
