@@ -174,34 +174,37 @@ def _flags(data: bytes, table: bytes) -> np.ndarray:
     return np.frombuffer(data.translate(table), dtype=bool)
 
 
-def _cut_masks(data: bytes) -> tuple[bytes, bytes]:
+def _cut_masks(data: bytes) -> tuple[bytearray, bytearray]:
     """(edge, scan) as one byte per cut position 0..n of the text ``data`` stands for (see
     :func:`_class_bytes`): ``edge`` marks cuts (A) to (D) and both ends of the text (exact at
     a slice's own edge); ``scan`` marks (A), (C) and (D) only (exact inside any slice), the cuts
-    searched for with bytes.find."""
+    searched for with bytearray.find. Both are bytearrays that numpy writes in place: no copy
+    of a 2 MB mask is made to hand it over."""
     n = len(data)
-    scan = np.zeros(n + 1, dtype=bool)
+    scan_bytes = bytearray(n + 1)
+    scan = np.frombuffer(scan_bytes, dtype=bool)
     if n < 2:
-        edge = scan.copy()
-        edge[0] = edge[n] = True
-        return edge.tobytes(), scan.tobytes()
+        edge_bytes = bytearray(scan_bytes)
+        edge_bytes[0] = edge_bytes[n] = 1
+        return edge_bytes, scan_bytes
     codes = np.frombuffer(data, dtype=np.uint8)
     newline_before = codes[:-1] == 0x0A
     solid = _flags(data, _IS_SOLID)
+    inner = scan[1:n]  # cut k + 1 sits between codes[k] and codes[k + 1]
     # (A): after a newline, before a solid character.
-    inner = newline_before & solid[1:]
+    np.logical_and(newline_before, solid[1:], out=inner)
     # Plain comparisons: a few cheap passes beat one more bytes.translate.
-    folded = codes | np.uint8(0x20)  # ASCII letters to lower case
-    folded -= np.uint8(0x61)
-    letter = folded < 26
+    letter = codes | np.uint8(0x20)  # ASCII letters to lower case
+    letter -= np.uint8(0x61)
+    letter = letter < 26
     # (D): after a letter, before a character that ends its word.
     inner |= letter[:-1] & _flags(data, _ENDS_A_WORD)[1:]
     # (C): a space after a non-space, before an ASCII letter (nothing after the text is none).
     rule_c = letter[2:] & (codes[1:-1] == 0x20)
     rule_c &= solid[:-2] | (codes[:-2] == 0x2F)  # not a space
     inner[:-1] |= rule_c
-    scan[1:n] = inner
-    edge = scan.copy()
+    edge_bytes = bytearray(scan_bytes)
+    edge = np.frombuffer(edge_bytes, dtype=bool)
     edge[0] = edge[n] = True
     # (B): after a newline, a blank run ending at a solid character; runs are short, so walk
     # them all together.
@@ -216,7 +219,7 @@ def _cut_masks(data: bytes) -> tuple[bytes, bytes]:
         blank = (following == 0x20) | (following == 0x09)
         edge[cuts[~blank]] = solid[at[~blank]]
         at, cuts = at[blank], cuts[blank]
-    return edge.tobytes(), scan.tobytes()
+    return edge_bytes, scan_bytes
 
 
 class TiktokenMeasure(Measure):
