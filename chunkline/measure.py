@@ -188,28 +188,36 @@ def _cut_masks(data: bytes) -> tuple[bytearray, bytearray]:
         edge_bytes[0] = edge_bytes[n] = 1
         return edge_bytes, scan_bytes
     codes = np.frombuffer(data, dtype=np.uint8)
-    newline_before = codes[:-1] == 0x0A
+    # Every pass writes into one of three scratch arrays (out=): fresh 2 MB arrays cost page
+    # faults, which on a busy VM cost more than the passes themselves.
+    newline_before = np.equal(codes[:-1], 0x0A)
     solid = _flags(data, _IS_SOLID)
     inner = scan[1:n]  # cut k + 1 sits between codes[k] and codes[k + 1]
     # (A): after a newline, before a solid character.
     np.logical_and(newline_before, solid[1:], out=inner)
     # Plain comparisons: a few cheap passes beat one more bytes.translate.
-    letter = codes | np.uint8(0x20)  # ASCII letters to lower case
-    letter -= np.uint8(0x61)
-    letter = letter < 26
+    folded = np.bitwise_or(codes, 0x20)  # ASCII letters to lower case
+    folded -= np.uint8(0x61)
+    letter = np.less(folded, 26, out=folded.view(bool))
     # (D): after a letter, before a character that ends its word.
-    inner |= letter[:-1] & _flags(data, _ENDS_A_WORD)[1:]
+    scratch = np.logical_and(letter[:-1], _flags(data, _ENDS_A_WORD)[1:])
+    inner |= scratch
     # (C): a space after a non-space, before an ASCII letter (nothing after the text is none).
-    rule_c = letter[2:] & (codes[1:-1] == 0x20)
-    rule_c &= solid[:-2] | (codes[:-2] == 0x2F)  # not a space
+    rule_c = np.equal(codes[1:-1], 0x20, out=scratch[: n - 2])
+    rule_c &= letter[2:]
+    not_space = np.equal(codes[:-2], 0x2F, out=letter[: n - 2])  # "/" or solid
+    not_space |= solid[:-2]
+    rule_c &= not_space
     inner[:-1] |= rule_c
     edge_bytes = bytearray(scan_bytes)
     edge = np.frombuffer(edge_bytes, dtype=bool)
     edge[0] = edge[n] = True
     # (B): after a newline, a blank run ending at a solid character; runs are short, so walk
     # them all together.
-    after = codes[1:]
-    run = np.flatnonzero(newline_before & ((after == 0x20) | (after == 0x09))) + 1
+    blank_after = np.equal(codes[1:], 0x20, out=scratch)
+    blank_after |= np.equal(codes[1:], 0x09, out=letter[: n - 1])
+    blank_after &= newline_before
+    run = np.flatnonzero(blank_after) + 1
     at, cuts = run, run
     while len(at):
         at = at + 1
