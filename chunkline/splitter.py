@@ -454,22 +454,25 @@ def _pack(
     plus its text is counted exactly before it is emitted."""
     starts, ends, counts = atoms.starts, atoms.ends, atoms.counts
     n = len(starts)
+    if starts[1:] != ends[:-1]:
+        # The atomizer's invariant, which the counts below rely on: a break would be a bug.
+        raise AssertionError("atoms of a section must be contiguous")
+    # bounds[i] is where atom i starts and bounds[j] where atom j - 1 ends: one array answers
+    # for both edges of any run of atoms.
+    bounds = [starts[0], *ends]
     # Joins across additive cuts are plain sums; the rest are counted by the measure.
     prefix = list(accumulate(counts, initial=0))
-    start_flags = measure.additive_array(starts)
-    start_cuts = start_flags.tolist()
+    additive = measure.additive_array(bounds)
     # unsafe[m]: non-additive joins among atom starts 1..m-1 (the section start is not a join)
-    unsafe = [0, 0, *np.cumsum(~start_flags[1:]).tolist()]
+    unsafe = [0, 0, *np.cumsum(~additive[1:-1]).tolist()]
     if isinstance(measure, TiktokenMeasure):
         # Where joins are not additive the sums overshoot (a space merges into the next word);
         # the document-wide pass is the closer guide. It is also exact for a run of atoms whose
         # own outer edges are additive cuts, whatever the joins inside it.
-        guide = measure.tokens_before([starts[0]] + ends)
-        start_before = measure.tokens_before(starts)
-        end_cuts = measure.additive_cuts(ends)
+        guide = measure.tokens_before(bounds)
+        exact_edge = additive.tolist()
     else:
-        guide = prefix
-        start_before, end_cuts = prefix, [False] * n
+        guide, exact_edge = prefix, [False] * (n + 1)
 
     def joined(i: int, j: int) -> int:
         """Exact tokens of atoms i..j-1 joined."""
@@ -477,8 +480,8 @@ def _pack(
             return counts[i]
         if unsafe[j] == unsafe[i + 1]:
             return prefix[j] - prefix[i]
-        if start_cuts[i] and end_cuts[j - 1]:
-            return guide[j] - start_before[i]
+        if exact_edge[i] and exact_edge[j]:
+            return guide[j] - guide[i]
         return measure.count(starts[i], ends[j - 1])
 
     text = measure.text
