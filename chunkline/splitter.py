@@ -454,6 +454,8 @@ def _pack(
     plus its text is counted exactly before it is emitted."""
     starts, ends, counts = atoms.starts, atoms.ends, atoms.counts
     n = len(starts)
+    if n == 0:
+        return []
     if starts[1:] != ends[:-1]:
         # The atomizer's invariant, which the counts below rely on: a break would be a bug.
         raise AssertionError("atoms of a section must be contiguous")
