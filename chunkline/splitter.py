@@ -361,22 +361,58 @@ def _descend(measure: Measure, lo: int, hi: int, level: int, limit: int, atoms: 
 
 def _cut_ends(measure: Measure, lo: int, hi: int, separator: str) -> list[int]:
     """Ends of the pieces of text[lo:hi] cut after each ``separator`` (kept on the left)."""
-    piece = measure.cut_view[lo:hi]
-    if isinstance(piece, bytes):
-        parts = piece.split(separator.encode("ascii"))
-        maybe_wide = b"?" in piece or b"\v" in piece  # what any non-ASCII character became
+    view = measure.cut_view
+    if isinstance(view, bytes):
+        if hi - lo > _VECTOR_CUT_MIN:
+            ends = _separator_ends(view, lo, hi, separator.encode("ascii"))
+        else:
+            ends = _split_ends(view[lo:hi].split(separator.encode("ascii")), lo, hi, len(separator))
+        maybe_wide = view.find(b"?", lo, hi) >= 0 or view.find(b"\v", lo, hi) >= 0
     else:
-        parts = piece.split(separator)  # C speed; same cuts as a left-to-right find loop
-        maybe_wide = True
-    width = len(separator)
-    ends = list(accumulate([len(part) + width for part in parts[:-1]], initial=lo))[1:]
-    if parts[-1]:
-        ends.append(hi)
+        # str.split: C speed, and the same cuts as a left-to-right find loop.
+        ends = _split_ends(view[lo:hi].split(separator), lo, hi, len(separator))
+        maybe_wide = True  # what any non-ASCII character became, in a bytes view
     text = measure.text
     if separator.endswith(" ") and maybe_wide and not text[lo:hi].isascii():
         # A space followed by a combining mark (or ZWJ) is one grapheme cluster: no cut inside
         # it. Newlines never join the next character (UAX #29 GB4), so only spaces check.
         ends = [e for e in ends if e >= hi or not _CLUSTER_CONTINUES.match(text, e)]
+    return ends
+
+
+# Longer pieces are cut with numpy (a few passes over the bytes) rather than bytes.split, which
+# makes an object per part: the first level of a 2 MB document has ~13,000.
+_VECTOR_CUT_MIN = 4096
+
+
+def _split_ends(parts: list, lo: int, hi: int, width: int) -> list[int]:
+    ends = list(accumulate([len(part) + width for part in parts[:-1]], initial=lo))[1:]
+    if parts[-1]:
+        ends.append(hi)
+    return ends
+
+
+def _separator_ends(view: bytes, lo: int, hi: int, separator: bytes) -> list[int]:
+    """_split_ends(view[lo:hi].split(separator), ...) for separators of one or two bytes."""
+    if hi <= lo:
+        return []
+    codes = np.frombuffer(view, dtype=np.uint8, count=hi - lo, offset=lo)
+    first = codes == separator[0]
+    if len(separator) == 1:
+        found = np.flatnonzero(first)
+    else:
+        found = np.flatnonzero(first[:-1] & (codes[1:] == separator[1]))
+        if separator[0] == separator[1] and len(found) > 1:
+            # split() takes the leftmost match and goes on after it: in a run of matches
+            # ("\n\n\n\n") only every other one, counted from the run's first, is a cut.
+            run_starts = np.empty(len(found), dtype=bool)
+            run_starts[0] = True
+            np.not_equal(found[1:], found[:-1] + 1, out=run_starts[1:])
+            run_first = found[run_starts][np.cumsum(run_starts) - 1]
+            found = found[((found - run_first) & 1) == 0]
+    ends = (found + (lo + len(separator))).tolist()
+    if not ends or ends[-1] != hi:
+        ends.append(hi)
     return ends
 
 

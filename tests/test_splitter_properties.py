@@ -106,3 +106,22 @@ markdown_doc = st.lists(
 def test_invariants_markdown_documents(spec: str, data, text: str) -> None:
     max_tokens, overlap = _budget(data)
     check_invariants(text, spec, max_tokens, overlap, markdown=True)
+
+
+cut_text = st.lists(
+    st.sampled_from(["a", "\n", "\n\n", ". ", " ", ".", "  ", "\n\n\n", "x\n", "?", "\v"]),
+    max_size=60,
+).map("".join)
+
+
+@given(text=cut_text, data=st.data())
+def test_vector_separator_cuts_equal_bytes_split(text: str, data) -> None:
+    """The numpy cutter used for long pieces makes exactly the cuts of bytes.split."""
+    from chunkline.splitter import SEPARATORS, _separator_ends, _split_ends
+
+    view = text.encode("ascii")
+    lo = data.draw(st.integers(0, len(view)))
+    hi = data.draw(st.integers(lo, len(view)))
+    for separator in SEPARATORS:
+        sep = separator.encode("ascii")
+        assert _separator_ends(view, lo, hi, sep) == _split_ends(view[lo:hi].split(sep), lo, hi, len(sep))
