@@ -46,10 +46,6 @@ class Measure:
         """Per position: True when count(a, b) == count(a, p) + count(p, b) for all a <= p <= b."""
         return [False] * len(positions)
 
-    def additive_array(self, positions: list[int]) -> np.ndarray:
-        """:meth:`additive_cuts` as a boolean array."""
-        return np.array(self.additive_cuts(positions), dtype=bool)
-
     def descending(self, lo: int, hi: int) -> None:
         """The splitter is about to cut ``text[lo:hi]`` (over budget) into smaller pieces."""
 
@@ -230,6 +226,11 @@ def _cut_masks(data: bytes) -> tuple[bytearray, bytearray]:
     return edge_bytes, scan_bytes
 
 
+# Below this many positions, plain Python beats numpy's per-call cost (a section of a few atoms,
+# a descended paragraph).
+_FEW = 16
+
+
 class TiktokenMeasure(Measure):
     """tiktoken: one encode pass over the document; a slice's count is the document tokens
     starting inside it, corrected at each edge that is not an additive cut by re-encoding the
@@ -260,6 +261,9 @@ class TiktokenMeasure(Measure):
 
     def tokens_before(self, positions: list[int]) -> list[int]:
         """Document tokens starting before each position: the estimate the packer searches."""
+        if len(positions) < _FEW:
+            before = self._starts_view
+            return [bisect_left(before, p) for p in positions]
         return np.searchsorted(self._starts, self._positions(positions)).tolist()
 
     def token_starts_in(self, lo: int, hi: int) -> np.ndarray:
@@ -267,14 +271,15 @@ class TiktokenMeasure(Measure):
         return starts[np.searchsorted(starts, lo) : np.searchsorted(starts, hi)]
 
     def _additive(self, positions: np.ndarray) -> np.ndarray:
-        # Positions outside the text are cuts at its ends: additive.
-        return self._edge_array[np.clip(positions, 0, len(self._edge) - 1)]
+        # Positions outside the text are cuts at its ends: additive. (Two ufuncs: np.clip's
+        # Python wrapper costs more than the lookup on the short arrays of a small section.)
+        inside = np.minimum(np.maximum(positions, 0), len(self._edge) - 1)
+        return self._edge_array[inside]
 
     def additive_cuts(self, positions: list[int]) -> list[bool]:
+        if len(positions) < _FEW:
+            return [self._is_additive(p) for p in positions]
         return self._additive(self._positions(positions)).tolist()
-
-    def additive_array(self, positions: list[int]) -> np.ndarray:
-        return self._additive(self._positions(positions))
 
     def _is_additive(self, pos: int) -> bool:
         """Scalar twin of :meth:`additive_cuts`."""
@@ -348,7 +353,7 @@ class TiktokenMeasure(Measure):
         return self.count(start, end)
 
     def piece_counts(self, starts: list[int], ends: list[int], limit: int) -> list[int | None]:
-        if len(starts) < 16:
+        if len(starts) < _FEW:
             # A handful of pieces (a descended paragraph): Python beats numpy's per-call cost.
             return [self._small_piece_count(a, b, limit) for a, b in zip(starts, ends)]
         edges = self._positions(starts + ends[-1:])

@@ -29,6 +29,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 from itertools import accumulate
+from operator import not_
 from dataclasses import dataclass
 from typing import Callable
 
@@ -500,15 +501,15 @@ def _pack(
     bounds = [starts[0], *ends]
     # Joins across additive cuts are plain sums; the rest are counted by the measure.
     prefix = list(accumulate(counts, initial=0))
-    additive = measure.additive_array(bounds)
+    additive = measure.additive_cuts(bounds)
     # unsafe[m]: non-additive joins among atom starts 1..m-1 (the section start is not a join)
-    unsafe = [0, 0, *np.cumsum(~additive[1:-1]).tolist()]
+    unsafe = [0, 0, *accumulate(map(not_, additive[1:-1]))]
     if isinstance(measure, TiktokenMeasure):
         # Where joins are not additive the sums overshoot (a space merges into the next word);
         # the document-wide pass is the closer guide. It is also exact for a run of atoms whose
         # own outer edges are additive cuts, whatever the joins inside it.
         guide = measure.tokens_before(bounds)
-        exact_edge = additive.tolist()
+        exact_edge = additive
     else:
         guide, exact_edge = prefix, [False] * (n + 1)
 
