@@ -95,8 +95,28 @@ def _table_spans(text: str) -> list[tuple[int, int]]:
         line_start = text.rfind("\r", line_start, first) + 1 or line_start  # lone-CR lines
         # srcmap ends at the last row's last character: the table ends with its line break.
         line_end = _LINE_BREAK.search(text, max(first, last - 1))
-        spans.append((line_start, line_end.end() if line_end else len(text)))
+        end = line_end.end() if line_end else len(text)
+        spans.append((line_start, _reference_end(text, line_start, end)))
     return spans
+
+
+# A row line that may open another block (a list item, a quote, a heading, a fence, HTML): there
+# markdown-it-pyrs and markdown-it-py can disagree on whether the table goes on (pyrs keeps
+# "2. second" as a row; markdown-it-py ends the table, as a list item may start there).
+_MAY_OPEN_BLOCK = re.compile(r"^ {0,3}(?:\d{1,9}[.)]|[-+*>#<_=]|```|~~~)", re.MULTILINE)
+
+
+def _reference_end(text: str, start: int, end: int) -> int:
+    """Where markdown-it-py (the reference reading) ends the table markdown-it-pyrs found in
+    text[start:end]: only its own lines are read again, and only when a row may open a block."""
+    breaks = _LINE_BREAK.finditer(text, start, end)
+    body = next(breaks, None) and next(breaks, None)  # after the header and delimiter rows
+    if body is None or not _MAY_OPEN_BLOCK.search(text, body.end(), end):
+        return end
+    spans = _table_spans_markdown_it_py(text[start:end])
+    if spans and spans[0][0] == 0:
+        return min(end, start + spans[0][1])
+    return end
 
 
 def _table_spans_markdown_it_py(text: str) -> list[tuple[int, int]]:
