@@ -41,7 +41,10 @@ class Plan:
     max_tokens: int
     dim: int | None
     embedding_signature: str = "none"
-    previous_chunks: str | None = None  # chunk files of the run whose vectors may be reused
+    previous_run: str | None = None  # the run whose vectors may be reused
+    previous_files: tuple[str, ...] = ()  # its chunk shards that passed the driver's checks
+    reuse_skipped: tuple[str, ...] = ()  # its shards left out, and why
+    normalize: bool = False  # reused vectors must then be unit length
 
 
 def read_options(config: Config) -> ReadOptions:
@@ -158,12 +161,13 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
     options = embed_options(config)
     if options is not None:
         to_embed = chunks
-        if plan.previous_chunks:
-            reuse = chunks | "Reuse" >> ReusePreviousEmbeddings(plan.previous_chunks)
+        if plan.previous_files:
+            reuse = chunks | "Reuse" >> ReusePreviousEmbeddings(
+                plan.previous_files, plan.dim, plan.normalize)
             to_embed = reuse.missing
         embedded = to_embed | "Embed" >> _embedder(config, options, kept)
         chunks = ((reuse.reused, embedded) | "ReusedAndEmbedded" >> beam.Flatten()
-                  if plan.previous_chunks else embedded)
+                  if plan.previous_files else embedded)
 
     rejected = (*rejected_parts, deduped["rejected"]) | "AllRejected" >> beam.Flatten()
     statuses = (

@@ -20,6 +20,8 @@ from chunkline import (
 )
 
 DEFAULT_TOKENIZER = "hf:all-MiniLM-L6-v2"
+# Another run holds the output's lease: try again later (sysexits.h EX_TEMPFAIL).
+EXIT_OUTPUT_BUSY = 75
 
 
 def _split_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -110,23 +112,34 @@ def _run_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s",
                         datefmt="%H:%M:%S")
     logging.getLogger("chunkline").setLevel(logging.INFO)
+    from chunkline.embedder import ModelNotAvailable
+    from pipeline.lease import LeaseHeld
     from pipeline.run import format_summary, run
 
     try:
-        summary = run(config, args.beam_args)
-    except (ValueError, FileNotFoundError) as exc:
+        summary = run(config, args.beam_args, allow_shrink=args.allow_shrink)
+    except LeaseHeld as exc:
+        print(f"chunkline run: {exc}", file=err)
+        return EXIT_OUTPUT_BUSY
+    except (ValueError, FileNotFoundError, ModelNotAvailable, TokenizerNotAvailable) as exc:
         print(f"chunkline run: {exc}", file=err)
         return 2
     except RuntimeError as exc:
         print(f"chunkline run: {exc}", file=err)
         return 1
     print(format_summary(summary), file=out)
-    return 0 if summary.reconciled else 1
+    return 0 if summary.published else 1
 
 
 def _query_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from pipeline.query import search
 
+    if args.k < 1:
+        print(f"chunkline query: -k must be at least 1, got {args.k}", file=err)
+        return 2
+    if not args.question.strip():
+        print("chunkline query: the question is empty", file=err)
+        return 2
     try:
         hits = search(args.output, args.question, args.k)
     except (ValueError, FileNotFoundError) as exc:
@@ -176,6 +189,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "root or a run directory); default: the output's own LATEST run")
     run_parser.add_argument("--set", action="append", metavar="KEY=VALUE",
                             help="override a config key, e.g. split.overlap=16 (repeatable)")
+    run_parser.add_argument("--allow-shrink", action="store_true",
+                            help="publish even if no document was kept or kept documents or "
+                            "chunks fell by more than output.max_shrink against LATEST")
     run_parser.set_defaults(handler=_run_command, beam_args=[])
 
     query_parser = commands.add_parser(
@@ -183,7 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     query_parser.add_argument("output", help="output directory (holding LATEST) or a run directory")
     query_parser.add_argument("question")
-    query_parser.add_argument("-k", type=int, default=5)
+    query_parser.add_argument("-k", type=int, default=5, help="hits to print (>= 1)")
     query_parser.set_defaults(handler=_query_command)
     return parser
 

@@ -55,10 +55,14 @@ class InputConfig(_Section):
     max_document_bytes: int | None = Field(
         10_000_000, ge=1, description="Larger documents are rejected with that reason."
     )
+    follow_symlinks: bool = Field(
+        False, description="Follow symlinks that lead out of the input root (links inside it "
+        "are always read); off: such a link is a rejected row.")
 
 
 class OutputConfig(_Section):
-    path: str = Field("out", description="Directory (local or gs://) that receives <run_id>/.")
+    path: str = Field("out", min_length=1, pattern=r"\S",
+                      description="Directory (local or gs://) that receives <run_id>/.")
     chunk_shards: int = Field(4, ge=1, le=10_000, description="Number of chunk Parquet files.")
     previous: str | None = Field(
         None,
@@ -68,6 +72,13 @@ class OutputConfig(_Section):
     reuse_latest: bool = Field(
         True, description="With previous unset, reuse the vectors of this output's LATEST run."
     )
+    max_shrink: float = Field(
+        0.5, ge=0, le=1, description="Publish guard: a run whose kept documents or chunks fell "
+        "by more than this fraction against the LATEST run is not published (--allow-shrink "
+        "publishes it anyway).")
+    lease_timeout_s: float = Field(
+        600.0, gt=0, description="One writer per output: a lease not renewed for this long is "
+        "taken over (the holder renews it every minute; a dead holder on the same host at once).")
 
 
 class CleanConfig(_Section):

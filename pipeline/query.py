@@ -3,7 +3,6 @@ rank chunks by cosine similarity. No server, no vector store."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -11,6 +10,7 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
 from chunkline.embedder import EmbedOptions, embed_texts, load_model
+from pipeline.manifest import load_manifest, resolve_run, table_files
 from transforms.model_cache import local_model_dir
 
 
@@ -27,21 +27,18 @@ class Hit:
 
 def run_dir_of(output: str) -> str:
     """``output`` itself when it holds a manifest, else the run named in ``output/LATEST``."""
-    if FileSystems.exists(FileSystems.join(output, "manifest.json")):
-        return output
-    latest = FileSystems.join(output, "LATEST")
-    if not FileSystems.exists(latest):
+    run_dir = resolve_run(output)
+    if run_dir is None:
         raise FileNotFoundError(f"no manifest.json or LATEST under {output}: run `chunkline run` first")
-    with FileSystems.open(latest) as handle:
-        return FileSystems.join(output, handle.read().decode("utf-8").strip())
-
-
-def load_manifest(run_dir: str) -> dict:
-    with FileSystems.open(FileSystems.join(run_dir, "manifest.json")) as handle:
-        return json.loads(handle.read().decode("utf-8"))
+    return run_dir
 
 
 def search(output: str, question: str, k: int = 5) -> list[Hit]:
+    """The ``k`` chunks of the run ``output`` names most similar to ``question``."""
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k must be an integer >= 1, got {k!r}")
+    if not isinstance(question, str) or not question.strip():
+        raise ValueError("the question is empty")
     run_dir = run_dir_of(output)
     manifest = load_manifest(run_dir)
     embed = manifest["config"].get("embed")
@@ -51,8 +48,8 @@ def search(output: str, question: str, k: int = 5) -> list[Hit]:
                               ("model", "device", "dtype", "normalize", "batch_size", "max_seq_length")})
     columns = ["doc_id", "chunk_id", "headings", "start", "end", "text", "embedding"]
     tables = []
-    for name in manifest["files"]["chunks"]:
-        with FileSystems.open(FileSystems.join(run_dir, name)) as handle:
+    for path in table_files(run_dir, manifest, "chunks"):
+        with FileSystems.open(path) as handle:
             tables.append(pq.read_table(handle, columns=columns))
     rows = [row for table in tables for row in table.to_pylist()]
     if not rows:

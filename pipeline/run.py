@@ -7,6 +7,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,8 @@ from chunkline.context import COUNTERS as CONTEXT_COUNTERS
 from chunkline.context import context_reserve, estimate_cost, over_failure_budget, resolve_api_key, summary_lines
 from pipeline.build import Plan, build, context_options, embed_options
 from pipeline.config import Config, to_dict
+from pipeline.lease import OutputLease
+from pipeline.manifest import ManifestError, latest_run, load_manifest, resolve_run, table_files
 
 log = logging.getLogger("chunkline.run")
 
@@ -43,6 +46,12 @@ class RunSummary:
     previous: str | None = None
     published: bool = False
     context_lines: list[str] = field(default_factory=list)
+    held_back: list[str] = field(default_factory=list)  # why a reconciled run was not published
+    reuse_skipped: list[str] = field(default_factory=list)  # previous shards not trusted, why
+
+
+class PreflightError(ValueError):
+    """The config cannot run here; found on the driver before the job starts."""
 
 
 def _fingerprint(model_dir: Path) -> str:
@@ -65,43 +74,113 @@ def embedding_signature(config: Config, model_dir: Path, max_seq_length: int) ->
     return json.dumps(signature, sort_keys=True)
 
 
-def resolve_previous(path: str) -> str | None:
-    """The run directory to reuse vectors from: ``path`` itself when it holds a manifest, else
-    the run its LATEST names; None when there is none yet (a first run)."""
-    if FileSystems.exists(FileSystems.join(path, "manifest.json")):
-        return path
-    latest = FileSystems.join(path, "LATEST")
-    if not FileSystems.exists(latest):
-        return None
-    with FileSystems.open(latest) as handle:
-        run_id = handle.read().decode("utf-8").strip()
-    run_dir = FileSystems.join(path, run_id)
-    if not run_id or not FileSystems.exists(FileSystems.join(run_dir, "manifest.json")):
-        raise ValueError(f"{latest} names {run_id!r}, which has no manifest.json")
-    return run_dir
-
-
-def previous_chunks(config: Config) -> tuple[str | None, str | None]:
-    """(run directory, chunk file pattern) of the previous run whose vectors can be reused, or
-    (None, None): embedding off, reuse off, no previous run, or one written without vectors or
-    content keys (an index from before keys existed is read, never trusted blindly)."""
+def previous_run(config: Config) -> str | None:
+    """The run directory whose vectors may be reused: ``output.previous`` (an output root or a run
+    directory; naming nothing is an error), else this output's LATEST run when ``reuse_latest``
+    is on; None for a first run or with reuse off."""
     if config.embed is None:
-        return None, None
-    source = config.output.previous or (config.output.path if config.output.reuse_latest else None)
-    run_dir = resolve_previous(source) if source else None
-    if run_dir is None:
-        return None, None
-    with FileSystems.open(FileSystems.join(run_dir, "manifest.json")) as handle:
-        manifest = json.load(handle)
-    if not manifest.get("model") or not manifest.get("files", {}).get("chunks"):
-        return run_dir, None
-    first = FileSystems.join(run_dir, manifest["files"]["chunks"][0])
-    with FileSystems.open(first) as handle:
-        names = pq.read_schema(handle).names
-    if "content_key" not in names:
-        log.warning("%s has no content keys (an older index): embedding everything", run_dir)
-        return run_dir, None
-    return run_dir, FileSystems.join(run_dir, "chunks-*.parquet")
+        return None
+    if config.output.previous:
+        run_dir = resolve_run(config.output.previous)
+        if run_dir is None:
+            raise ManifestError(f"--previous / output.previous {config.output.previous}: no "
+                                f"manifest.json there and no LATEST naming a run")
+        return run_dir
+    return latest_run(config.output.path) if config.output.reuse_latest else None
+
+
+def reusable_files(run_dir: str, signature: str, dim: int) -> tuple[list[str], list[str]]:
+    """(chunk shards of ``run_dir`` whose vectors may be reused, why others are not).
+
+    The manifest is validated (ManifestError naming it when malformed); a run made with another
+    model or settings has nothing to reuse; a shard whose footer cannot be read or whose schema
+    has no content keys or vectors of ``dim`` is left out, named, and its chunks re-embedded.
+    Every vector read is checked again in the job (``transforms/reuse.py``)."""
+    manifest = load_manifest(run_dir)
+    if not manifest.get("model") or not manifest["files"]["chunks"]:
+        return [], []
+    if manifest.get("embedding_signature") != signature:
+        log.info("%s was embedded with other model settings: embedding everything", run_dir)
+        return [], []
+    if manifest["model"]["dim"] != dim:
+        return [], [f"{run_dir}: manifest says {manifest['model']['dim']}-d vectors, the model "
+                    f"gives {dim}-d: nothing reused"]
+    usable, skipped = [], []
+    for path in table_files(run_dir, manifest, "chunks"):
+        try:
+            with FileSystems.open(path) as handle:
+                schema = pq.read_schema(handle)
+        except Exception as exc:  # noqa: BLE001 - missing, truncated or not Parquet: all the same here
+            skipped.append(f"{path}: unreadable ({type(exc).__name__}: {exc}); its chunks are re-embedded")
+            continue
+        vector = schema.field("embedding").type if "embedding" in schema.names else None
+        if "content_key" not in schema.names or vector is None:
+            skipped.append(f"{path}: no content_key or embedding column; its chunks are re-embedded")
+        elif getattr(vector, "list_size", dim) != dim:
+            skipped.append(f"{path}: {vector} vectors, not {dim}-d; its chunks are re-embedded")
+        else:
+            usable.append(path)
+    for reason in skipped:
+        log.warning("reuse: %s", reason)
+    return usable, skipped
+
+
+def check_device(device: str) -> None:
+    """A device this machine has, or PreflightError (torch is imported only for a non-CPU one)."""
+    if device == "cpu":
+        return
+    import torch
+
+    try:
+        parsed = torch.device(device)
+    except RuntimeError as exc:
+        raise PreflightError(f"embed.device {device!r} is not a torch device: {exc}") from None
+    available = {"cpu": lambda: True, "cuda": torch.cuda.is_available,
+                 "mps": lambda: torch.backends.mps.is_available()}.get(parsed.type)
+    if available is None or not available():
+        raise PreflightError(f"embed.device {device!r}: no {parsed.type} device on this machine")
+    if parsed.type == "cuda" and parsed.index is not None and parsed.index >= torch.cuda.device_count():
+        raise PreflightError(f"embed.device {device!r}: this machine has "
+                             f"{torch.cuda.device_count()} CUDA device(s)")
+
+
+def check_output_writable(output: str, run_id: str) -> None:
+    """Write and delete a small probe file, so a read-only or unreachable output fails now,
+    not after the whole job has run."""
+    probe = FileSystems.join(output, f".probe-{run_id}")
+    try:
+        _write_text(probe, "chunkline write probe\n")
+        FileSystems.delete([probe])
+    except Exception as exc:  # noqa: BLE001 - each filesystem raises its own errors
+        raise PreflightError(f"output.path {output} is not writable: {exc}") from None
+
+
+def check_input(pattern: str) -> None:
+    try:
+        matched = FileSystems.match([pattern])[0].metadata_list
+    except Exception as exc:  # noqa: BLE001 - a bad bucket, no permission: all say the same here
+        raise PreflightError(f"input.pattern {pattern}: cannot list it: {exc}") from None
+    if not matched:
+        raise PreflightError(f"input.pattern {pattern} matches no file (a typo, or a disk that is "
+                             f"not mounted?); nothing was run and LATEST is unchanged")
+
+
+def preflight(config: Config, run_id: str) -> None:
+    """Everything that can fail before the job, checked before it: the input matches files, the
+    tokenizer spec loads, the device exists, the output is writable. (The model and the budget
+    are checked by :func:`plan`.)"""
+    from chunkline import TokenizerNotAvailable, get_tokenizer
+    from transforms.model_cache import local_tokenizer_spec
+
+    check_input(config.input.pattern)
+    if config.split.tokenizer is not None:
+        try:
+            get_tokenizer(local_tokenizer_spec(config.split.tokenizer))
+        except (ValueError, TokenizerNotAvailable, OSError) as exc:
+            raise PreflightError(f"split.tokenizer {config.split.tokenizer!r}: {exc}") from None
+    if config.embed is not None:
+        check_device(config.embed.device)
+    check_output_writable(config.output.path, run_id)
 
 
 def plan(config: Config, run_id: str) -> Plan:
@@ -140,14 +219,37 @@ def plan(config: Config, run_id: str) -> Plan:
         raise ValueError(f"split.overlap ({config.split.overlap}) must be below the chunk budget ({max_tokens})")
     run_dir = FileSystems.join(config.output.path, run_id)
     signature = embedding_signature(config, resolve_model_dir(local.model), max_seq_length)
-    _, previous = previous_chunks(config)
+    previous = previous_run(config)
+    files, skipped = reusable_files(previous, signature, dim) if previous else ([], [])
     return Plan(run_dir, tokenizer_spec, max_tokens, dim if config.embed is not None else None,
-                signature, previous)
+                signature, previous, tuple(files), tuple(skipped),
+                config.embed.normalize if config.embed is not None else False)
 
 
 def new_run_id(config: Config) -> str:
+    """Time, config digest, and a random part: two runs started in the same second with the same
+    config still get different directories."""
     digest = hashlib.sha256(json.dumps(to_dict(config), sort_keys=True).encode()).hexdigest()[:8]
-    return f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}Z-{digest}"
+    return f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}Z-{digest}-{secrets.token_hex(3)}"
+
+
+def shrink_guard(counts: dict[str, int], output: str, max_shrink: float) -> list[str]:
+    """Why this run must not replace the run LATEST names: no document kept, or kept documents
+    or chunks fell by more than ``max_shrink`` (an unmounted disk or a bad pattern looks like a
+    corpus that emptied overnight)."""
+    reasons = []
+    if counts.get("kept", 0) == 0:
+        reasons.append(f"no document kept ({counts.get('documents', 0)} read)")
+    previous = latest_run(output)
+    if previous is None:
+        return reasons
+    before = load_manifest(previous)["counts"]
+    for name in ("kept", "chunks"):
+        old, new = before.get(name, 0), counts.get(name, 0)
+        if old and new < old * (1 - max_shrink):
+            reasons.append(f"{name} fell from {old:,} to {new:,} ({(new - old) / old:+.0%}) "
+                           f"against {previous}, more than output.max_shrink {max_shrink:g}")
+    return reasons
 
 
 def _runner(config: Config):
@@ -210,6 +312,7 @@ def account(run_dir: str, result, embedding: bool = True) -> tuple[dict[str, int
         embedded, reused = embedded or 0, reused or 0
         counts["embedded"], counts["reused"] = embedded, reused
         counts["tokens_embedded"] = _metric(result, "chunkline.embed", "tokens_embedded") or 0
+        counts["reuse_rejected"] = _metric(result, "reindex", "reuse_rejected") or 0
         if embedded + reused != counts["chunks"]:
             problems.append(f"{counts['chunks']} chunks written but {embedded} embedded + {reused} reused")
     return counts, files, problems
@@ -233,10 +336,19 @@ def publish(output: str, run_id: str) -> None:
     FileSystems.rename([staged], [latest])
 
 
-def run(config: Config, beam_args: Sequence[str] = ()) -> RunSummary:
-    """Run the job to completion; the manifest is written only after every shard exists."""
+def run(config: Config, beam_args: Sequence[str] = (), allow_shrink: bool = False) -> RunSummary:
+    """Run the job to completion under the output's lease; the manifest is written only after
+    every shard exists, and LATEST switched only for a run that reconciles and passes the
+    publish guard (:func:`shrink_guard`; ``allow_shrink`` overrides the guard, nothing else)."""
     started = time.monotonic()
     run_id = new_run_id(config)
+    preflight(config, run_id)
+    with OutputLease(config.output.path, run_id, config.output.lease_timeout_s) as lease:
+        return _run_leased(config, beam_args, allow_shrink, run_id, lease, started)
+
+
+def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, run_id: str,
+                lease: OutputLease, started: float) -> RunSummary:
     job = plan(config, run_id)
     options = PipelineOptions(list(config.runner.options) + list(beam_args))
     pipeline = beam.Pipeline(runner=_runner(config), options=options)
@@ -256,6 +368,10 @@ def run(config: Config, beam_args: Sequence[str] = ()) -> RunSummary:
         if over_failure_budget(counters, context_opts):
             problems.append(f"context: {counters['chunks_failed']} chunks failed, over the failure "
                             f"budget of {context_opts.max_failures}")
+    held_back = [] if problems else shrink_guard(counts, config.output.path, config.output.max_shrink)
+    if allow_shrink and held_back:
+        log.warning("publishing despite the guard (--allow-shrink): %s", "; ".join(held_back))
+        held_back = []
     model = None
     if config.embed is not None:
         model = {"name": config.embed.model, "dim": job.dim, "dtype": config.embed.dtype,
@@ -271,22 +387,28 @@ def run(config: Config, beam_args: Sequence[str] = ()) -> RunSummary:
                   "overlap": config.split.overlap, "markdown": config.split.markdown},
         "model": model,
         "embedding_signature": job.embedding_signature,
-        "previous": job.previous_chunks.rsplit("/", 1)[0] if job.previous_chunks else None,
+        "previous": job.previous_run,
+        "reuse_skipped": list(job.reuse_skipped),
         "counts": counts,
         "context": context and {k: v for k, v in context.items() if k != "summary"},
         "embed_mode": config.embed.mode if config.embed is not None else None,
         "reconciled": not problems,
         "problems": problems,
+        "held_back": held_back,
         "files": {table: [p.rsplit("/", 1)[-1] for p in paths] for table, paths in files.items()},
     }
+    publishable = not problems and not held_back
+    if publishable:
+        lease.check()  # a run whose lease was taken over never writes a manifest LATEST may name
     # Manifest last among the run's files, LATEST after it, and only for a run that accounts for
-    # every document: a crashed or unreconciled run leaves LATEST on the previous good run.
+    # every document and passes the guard: otherwise LATEST stays on the previous good run.
     _write_text(FileSystems.join(job.run_dir, "manifest.json"), json.dumps(manifest, indent=2) + "\n")
-    if not problems:
+    if publishable:
         publish(config.output.path, run_id)
     return RunSummary(run_id, job.run_dir, config.output.path, config.runner.name,
                       time.monotonic() - started, counts, files, not problems, problems, model,
-                      manifest["previous"], not problems, context["summary"] if context else [])
+                      job.previous_run, publishable, context["summary"] if context else [],
+                      held_back, list(job.reuse_skipped))
 
 
 def format_summary(summary: RunSummary) -> str:
@@ -298,6 +420,8 @@ def format_summary(summary: RunSummary) -> str:
         if "embedded" in c:
             source = f" from {summary.previous}" if summary.previous else ""
             embedded += f"; vectors: {c['embedded']:,} embedded, {c['reused']:,} reused{source}"
+            if c.get("reuse_rejected"):
+                embedded += f" ({c['reuse_rejected']:,} stored vectors failed their check: re-embedded)"
     else:
         embedded = f"{c['tokens']:,} tokens (embedding off)"
     lines = [
@@ -308,10 +432,15 @@ def format_summary(summary: RunSummary) -> str:
         *summary.context_lines,
         f"  shards     {len(summary.files['chunks'])} chunk, {len(summary.files['documents'])} "
         f"document, {len(summary.files['rejected'])} rejected Parquet files + manifest.json",
+        *(f"  reuse      skipped {reason}" for reason in summary.reuse_skipped),
         f"  output     {summary.run_dir}  " + (
             f"(named in {summary.output}/LATEST)" if summary.published
             else f"(NOT published: {summary.output}/LATEST still names the previous run)"),
+        *(f"  held back  {reason}" for reason in summary.held_back),
     ]
+    if summary.held_back:
+        lines.append("             check the input; if the corpus really shrank, rerun with "
+                     "--allow-shrink to publish anyway")
     if summary.model:
         lines.append(f'  next       chunkline query {summary.output} "how long should the arm warm up before calibration?"')
     return "\n".join(lines)

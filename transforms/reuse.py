@@ -10,9 +10,13 @@ no chunks in this run, so their vectors simply do not come back.
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable, NamedTuple
+import logging
+from typing import Iterable, NamedTuple, Sequence
 
 import apache_beam as beam
+import numpy as np
+import pyarrow.parquet as pq
+from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 from apache_beam.pvalue import PCollection, TaggedOutput
 
@@ -20,57 +24,107 @@ from chunkline.records import ChunkRecord, content_key, doc_hash
 
 NAMESPACE = "reindex"
 PREVIOUS_COLUMNS = ["content_key", "chunk_id", "embedding"]
+# float32 vectors normalized by the model are unit length to ~1e-7; a vector further off than
+# this was not written by a normalizing run (or was damaged since).
+UNIT_TOLERANCE = 1e-3
+
+log = logging.getLogger("chunkline.reuse")
 
 
 class ReuseOutputs(NamedTuple):
     reused: PCollection[ChunkRecord]   # embedding filled from the previous run
-    missing: PCollection[ChunkRecord]  # still to embed
+    missing: PCollection[ChunkRecord]  # still to embed (new text, or a vector that failed its check)
 
 
-def _previous_entry(row: dict) -> tuple[str, tuple[str, tuple[float, ...]]]:
-    return row["content_key"], (row["chunk_id"], tuple(row["embedding"]))
+def vector_problem(vector: Sequence[float] | None, dim: int, normalize: bool) -> str | None:
+    """Why a stored vector may not be reused (None: it may): the wrong length, a NaN or
+    infinity, or, for a normalized index, not unit length."""
+    if vector is None:
+        return "no vector"
+    array = np.asarray(vector, dtype=np.float64)
+    if array.shape != (dim,):
+        return f"{array.size} values, not {dim}"
+    if not np.isfinite(array).all():
+        return "not finite"
+    if normalize and abs(float(np.linalg.norm(array)) - 1.0) > UNIT_TOLERANCE:
+        return f"norm {float(np.linalg.norm(array)):.4g}, not 1"
+    return None
 
 
-def _first_by_chunk_id(entries: Iterable[tuple[str, tuple[float, ...]]]) -> tuple[str, tuple[float, ...]]:
+# (content_key, (trusted, chunk_id, vector)): a trusted vector wins over an untrusted one.
+Entry = tuple[bool, str, tuple[float, ...]]
+
+
+class _ReadPreviousShard(beam.DoFn):
+    """One previous chunk shard -> (content_key, entry) per row, each vector checked. A shard
+    that fails to read part-way is logged with its path and the rest of its chunks re-embedded,
+    never a failed job."""
+
+    def __init__(self, dim: int, normalize: bool) -> None:
+        self.dim, self.normalize = dim, normalize
+        self.unreadable = Metrics.counter(NAMESPACE, "previous_shards_unreadable")
+
+    def process(self, path: str) -> Iterable[tuple[str, Entry]]:
+        try:
+            with FileSystems.open(path) as handle:
+                for batch in pq.ParquetFile(handle).iter_batches(columns=PREVIOUS_COLUMNS):
+                    rows = zip(*(batch.column(name).to_pylist() for name in PREVIOUS_COLUMNS))
+                    for key, chunk, vector in rows:
+                        problem = vector_problem(vector, self.dim, self.normalize)
+                        yield key, (problem is None, chunk, tuple(vector) if problem is None else ())
+        except Exception as exc:  # noqa: BLE001 - a damaged file raises whatever arrow raises
+            self.unreadable.inc()
+            log.warning("reuse: %s unreadable part-way (%s: %s); the rest of its chunks are "
+                        "re-embedded", path, type(exc).__name__, exc)
+
+
+def _best(entries: Iterable[Entry]) -> Entry:
     # The same text in several chunks has one key and (up to float noise across batches) one
-    # vector; taking the smallest chunk_id's keeps the choice independent of grouping order.
-    return min(entries, key=lambda entry: entry[0])
+    # vector; the smallest chunk_id's trusted vector keeps the choice independent of grouping.
+    return min(entries, key=lambda entry: (not entry[0], entry[1]))
 
 
 class _AttachPrevious(beam.DoFn):
     def __init__(self) -> None:
         self.reused = Metrics.counter(NAMESPACE, "chunks_reused")
         self.missing = Metrics.counter(NAMESPACE, "chunks_to_embed")
+        self.rejected = Metrics.counter(NAMESPACE, "reuse_rejected")
 
     def process(self, joined: tuple[str, dict[str, list]]):
         _, groups = joined
         previous = list(groups["previous"])
+        trusted = previous[0][0] if previous else False
         for record in groups["new"]:
-            if previous:
+            if trusted:
                 self.reused.inc()
-                yield dataclasses.replace(record, embedding=previous[0][1])
-            else:
-                self.missing.inc()
-                yield TaggedOutput("missing", record)
+                yield dataclasses.replace(record, embedding=previous[0][2])
+                continue
+            if previous:
+                self.rejected.inc()  # there was a vector for this text, and it failed its check
+            self.missing.inc()
+            yield TaggedOutput("missing", record)
 
 
 class ReusePreviousEmbeddings(beam.PTransform):
     """``PCollection[ChunkRecord]`` (content_key set) -> :class:`ReuseOutputs`.
 
-    ``previous_chunks`` is the file pattern of a previous run's chunk shards (local or gs://),
-    written with the same embedding signature in its keys; a key that is not there is missing.
+    ``previous_files``: a previous run's chunk shards (local or gs://), written with the same
+    embedding signature in their keys. A key not there is missing; a key whose stored vector is
+    not ``dim`` finite values (unit length when ``normalize``) is missing too, counted
+    ``reindex/reuse_rejected``: a damaged vector is re-embedded, never copied forward.
     """
 
-    def __init__(self, previous_chunks: str) -> None:
+    def __init__(self, previous_files: Sequence[str], dim: int, normalize: bool) -> None:
         super().__init__()
-        self.previous_chunks = previous_chunks
+        self.previous_files = list(previous_files)
+        self.dim, self.normalize = dim, normalize
 
     def expand(self, chunks: PCollection[ChunkRecord]) -> ReuseOutputs:
         previous = (
             chunks.pipeline
-            | "ReadPrevious" >> beam.io.ReadFromParquet(self.previous_chunks, columns=PREVIOUS_COLUMNS)
-            | "KeyPrevious" >> beam.Map(_previous_entry)
-            | "OnePerKey" >> beam.CombinePerKey(_first_by_chunk_id)
+            | "PreviousShards" >> beam.Create(self.previous_files)
+            | "ReadPrevious" >> beam.ParDo(_ReadPreviousShard(self.dim, self.normalize))
+            | "OnePerKey" >> beam.CombinePerKey(_best)
         )
         keyed = chunks | "KeyByContent" >> beam.Map(lambda r: (r.content_key, r))
         split = (

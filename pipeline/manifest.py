@@ -1,0 +1,103 @@
+"""Finding and reading a run: ``OUTPUT/LATEST`` names the published run, ``manifest.json`` says
+what it holds. Everything that reads a previous run (reuse, the publish guard, ``query``) goes
+through here, so a malformed manifest is one clear error naming the file, never a traceback."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from apache_beam.io.filesystems import FileSystems
+
+MANIFEST = "manifest.json"
+LATEST = "LATEST"
+TABLES = ("chunks", "documents", "rejected")
+
+
+class ManifestError(ValueError):
+    """A manifest, or the LATEST pointer to one, is missing or malformed; the message names the
+    file."""
+
+
+def _read_text(path: str) -> str:
+    with FileSystems.open(path) as handle:
+        data = handle.read()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ManifestError(f"{path}: not UTF-8 text ({exc})") from None
+
+
+def latest_run(output: str) -> str | None:
+    """The run directory ``output/LATEST`` names, or None when ``output`` has no LATEST (nothing
+    published yet). A LATEST naming a run without a manifest is an error."""
+    latest = FileSystems.join(output, LATEST)
+    if not FileSystems.exists(latest):
+        return None
+    run_id = _read_text(latest).strip()
+    if not run_id or "/" in run_id or run_id in (".", ".."):
+        raise ManifestError(f"{latest}: does not name a run (holds {run_id!r})")
+    run_dir = FileSystems.join(output, run_id)
+    if not FileSystems.exists(FileSystems.join(run_dir, MANIFEST)):
+        raise ManifestError(f"{latest} names {run_id!r}, which has no {MANIFEST}")
+    return run_dir
+
+
+def resolve_run(path: str) -> str | None:
+    """``path`` itself when it is a run directory (holds a manifest), else the run its LATEST
+    names; None when it is neither."""
+    if FileSystems.exists(FileSystems.join(path, MANIFEST)):
+        return path
+    return latest_run(path)
+
+
+def load_manifest(run_dir: str) -> dict[str, Any]:
+    """The run's manifest, checked for the fields every reader relies on."""
+    path = FileSystems.join(run_dir, MANIFEST)
+    try:
+        manifest = json.loads(_read_text(path))
+    except FileNotFoundError:
+        raise ManifestError(f"{path}: no such file") from None
+    except json.JSONDecodeError as exc:
+        raise ManifestError(f"{path}: truncated or not JSON ({exc})") from None
+    problem = _problem(manifest)
+    if problem:
+        raise ManifestError(f"{path}: not a chunkline manifest: {problem}")
+    return manifest
+
+
+def _problem(manifest: Any) -> str | None:
+    if not isinstance(manifest, dict):
+        return f"expected a JSON object, got {type(manifest).__name__}"
+    if not isinstance(manifest.get("run_id"), str):
+        return "run_id is missing or not a string"
+    files = manifest.get("files")
+    if not isinstance(files, dict):
+        return "files is missing or not an object"
+    for table in TABLES:
+        names = files.get(table)
+        if not isinstance(names, list) or not all(isinstance(n, str) and n and "/" not in n
+                                                  for n in names):
+            return f"files.{table} is missing or not a list of file names"
+    counts = manifest.get("counts")
+    if not isinstance(counts, dict) or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in counts.values()):
+        return "counts is missing or not an object of non-negative integers"
+    model = manifest.get("model")
+    if model is not None:
+        if not isinstance(model, dict):
+            return "model is not an object"
+        dim = model.get("dim")
+        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
+            return "model.dim is missing or not a positive integer"
+    if not isinstance(manifest.get("embedding_signature", ""), str):
+        return "embedding_signature is not a string"
+    if not isinstance(manifest.get("config"), dict):
+        return "config is missing or not an object"
+    return None
+
+
+def table_files(run_dir: str, manifest: dict[str, Any], table: str) -> list[str]:
+    """Full paths of a table's shards as the manifest lists them (never a glob: a stray file in
+    the run directory is not part of the run)."""
+    return [FileSystems.join(run_dir, name) for name in manifest["files"][table]]
