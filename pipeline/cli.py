@@ -96,11 +96,12 @@ def _run_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from pipeline.config import ConfigError, load_config
 
     overrides = list(args.set or [])
-    if args.input:
+    # `is not None`: an empty --output "" is a mistake to report, not a flag to ignore.
+    if args.input is not None:
         overrides.append(f"input.pattern={json.dumps(args.input)}")
-    if args.output:
+    if args.output is not None:
         overrides.append(f"output.path={json.dumps(args.output)}")
-    if args.previous:
+    if args.previous is not None:
         overrides.append(f"output.previous={json.dumps(args.previous)}")
     try:
         config = load_config(args.config, overrides)

@@ -65,7 +65,7 @@ class OutputConfig(_Section):
                       description="Directory (local or gs://) that receives <run_id>/.")
     chunk_shards: int = Field(4, ge=1, le=10_000, description="Number of chunk Parquet files.")
     previous: str | None = Field(
-        None,
+        None, min_length=1,
         description="Reuse vectors from this index: an output root (its LATEST run) or a run "
         "directory. None: this output's own LATEST run when reuse_latest is on.",
     )

@@ -219,8 +219,13 @@ def plan(config: Config, run_id: str) -> Plan:
         raise ValueError(f"split.overlap ({config.split.overlap}) must be below the chunk budget ({max_tokens})")
     run_dir = FileSystems.join(config.output.path, run_id)
     signature = embedding_signature(config, resolve_model_dir(local.model), max_seq_length)
-    previous = previous_run(config)
-    files, skipped = reusable_files(previous, signature, dim) if previous else ([], [])
+    try:
+        previous = previous_run(config)
+        files, skipped = reusable_files(previous, signature, dim) if previous else ([], [])
+    except ManifestError as exc:
+        raise ManifestError(f"{exc}\n  the previous run's vectors cannot be trusted: pass "
+                            f"--set output.reuse_latest=false (or --previous another run) to "
+                            f"embed everything") from None
     return Plan(run_dir, tokenizer_spec, max_tokens, dim if config.embed is not None else None,
                 signature, previous, tuple(files), tuple(skipped),
                 config.embed.normalize if config.embed is not None else False)
@@ -240,10 +245,15 @@ def shrink_guard(counts: dict[str, int], output: str, max_shrink: float) -> list
     reasons = []
     if counts.get("kept", 0) == 0:
         reasons.append(f"no document kept ({counts.get('documents', 0)} read)")
-    previous = latest_run(output)
-    if previous is None:
+    try:
+        previous = latest_run(output)
+        before = load_manifest(previous)["counts"] if previous else None
+    except ManifestError as exc:
+        # Readers of the old index fail already; a good run replacing it is the repair.
+        log.warning("publish guard: no comparison, the published run is unreadable: %s", exc)
         return reasons
-    before = load_manifest(previous)["counts"]
+    if before is None:
+        return reasons
     for name in ("kept", "chunks"):
         old, new = before.get(name, 0), counts.get(name, 0)
         if old and new < old * (1 - max_shrink):
