@@ -27,6 +27,13 @@ class Document:
     uri: str
     text: str
     metadata: tuple[tuple[str, str], ...] = ()  # sorted (key, JSON value) pairs: hashable, stable
+    # Where the record sits in its file: the 1-based line of a JSONL record, the 0-based row of a
+    # Parquet record, 0 for a whole-file document (``chunkline.readers.locator`` spells it out).
+    # Provenance, like ``encoding``, not content: two equal texts under one id compare equal.
+    position: int = field(default=0, compare=False)
+    # The Python codec the file's bytes were decoded with ("utf-8", "utf-16", "windows-1251");
+    # "" where no bytes were decoded (a document built in code).
+    encoding: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)
@@ -48,6 +55,7 @@ class DocumentStatus:
     doc_hash: str
     status: str
     duplicate_of: str | None = None
+    encoding: str = ""  # the document's ``Document.encoding``; "" for a rejected document
 
 
 @dataclass(frozen=True)
@@ -150,6 +158,7 @@ def document_schema() -> pa.Schema:
             pa.field("doc_hash", pa.string(), nullable=False),
             pa.field("status", pa.string(), nullable=False),
             pa.field("duplicate_of", pa.string(), nullable=True),
+            pa.field("encoding", pa.string(), nullable=False),
         ]
     )
 
