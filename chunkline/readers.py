@@ -3,28 +3,41 @@
 Pure (no Beam): ``transforms/read.py`` matches and reads files and hands each one's bytes here.
 Which decoder runs is decided by the file extension, case-insensitive:
 
-    .txt .md .markdown   one document, the UTF-8 text as it is (line endings kept: chunk
-                         offsets refer to this text; cleaning is another stage's job)
+    .txt .md .markdown   one document, the text as it is (line endings kept: chunk offsets
+                         refer to this text; cleaning is another stage's job)
     .py .js .mjs .ts     one document, the source code as it is, like a text file (the uri
     .tsx .go .java .rs   keeps the extension, so a code splitter can pick its grammar)
     .html .htm           one document, the page's main content as Markdown
                          (:func:`html_to_markdown`: trafilatura); a page with none is rejected
     .jsonl               one document per non-blank line (a JSON object)
-    .parquet             one document per row
+    .parquet             one document per row; a file without rows is rejected as empty
+
+Text is decoded by :func:`decode_text`, and every document records the codec in ``encoding``.
+A BOM (UTF-8, UTF-16, UTF-32) always decides, for every type above but Parquet (whose strings
+are UTF-8 by definition). HTML then follows its declared charset (``<meta>``, the XML
+declaration). Otherwise text is UTF-8, and bytes that are not are handed to charset-normalizer;
+its answer is taken only past a confidence bar (every candidate nearly as good reads the same
+text), so a legacy cp1251 or Shift_JIS text of some length is read and recorded as such, while
+a few accented letters, or Western prose it cannot tell between cp1252, cp1250 and cp1257, stay
+rejected with the UTF-8 error rather than indexed as mojibake. A file that looks binary (a NUL,
+or mostly control bytes) is rejected before any detector sees it. JSONL without a BOM is UTF-8
+only (RFC 8259 section 8.1).
 
 A file document's id is its path relative to the input root (``manuals/arm.md``); a JSONL or
-Parquet document's id is its record's id. Every input is accounted for: what cannot become a
-document becomes a ``Rejected`` saying why (datatrove's ``base_filter.py`` keeps drops the same
-way). A record-level rejection is located as ``<relative path>#L<line>`` (1-based) for JSONL and
-``<relative path>#row<index>`` (0-based, as in ``table.slice``) for Parquet.
+Parquet document's id is its record's id, and ``Document.position`` its line or row. Every input
+is accounted for: what cannot become a document becomes a ``Rejected`` saying why (datatrove's
+``base_filter.py`` keeps drops the same way). A record-level rejection is located as
+``<relative path>#L<line>`` (1-based) for JSONL and ``<relative path>#row<index>`` (0-based, as
+in ``table.slice``) for Parquet (:func:`locator`).
 """
 
 from __future__ import annotations
 
+import codecs
 import json
 import posixpath
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from html.parser import HTMLParser
 from typing import Any, Iterator
 
@@ -50,7 +63,6 @@ NO_MAIN_CONTENT = "no main content"
 
 _GLOB_CHARS = re.compile(r"[*?\[]")
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
-_BOM = b"\xef\xbb\xbf"
 # The binary sniff looks where file(1) and Perl's -B look: the first block.
 _SNIFF_BYTES = 8192
 _MAX_CONTROL_RATIO = 0.30
@@ -154,8 +166,9 @@ def decode_file(
 ) -> list[Document | Rejected]:
     """Every document in one file's bytes, and a ``Rejected`` for each thing that is not one.
 
-    Never raises for bad input. A supported file always yields at least one record, except a
-    readable Parquet file with no rows (it holds no documents to account for).
+    Never raises for bad input. A supported file always yields at least one record: a readable
+    Parquet file with no rows yields one ``Rejected`` ("empty document (Parquet file has no
+    rows)"), so no input vanishes from the accounting.
     """
     early = reject_before_reading(uri, root, len(data), options)
     if early is not None:
@@ -164,13 +177,17 @@ def decode_file(
     doc_id = relative_id(uri, root)
     if ext in PARQUET_EXTENSIONS:
         return _decode_parquet(uri, doc_id, data, options)
-    if _looks_binary(data):
-        return [Rejected(uri, doc_id, BINARY)]
     if ext in JSONL_EXTENSIONS:
         return _decode_jsonl(uri, doc_id, data, options)
-    text, error = _utf8(data)
-    if error is not None:
-        return [Rejected(uri, doc_id, error)]
+    decoded = decode_text(data, html=ext in HTML_EXTENSIONS)
+    if isinstance(decoded, str):
+        return [Rejected(uri, doc_id, decoded)]
+    text, encoding = decoded
+    if encoding != "utf-8":
+        # The limit is on UTF-8 bytes; a legacy or UTF-16 file's size on disk is not that.
+        too_big = _over_limit(len(text.encode("utf-8")), options)
+        if too_big:
+            return [Rejected(uri, doc_id, too_big)]
     if ext in HTML_EXTENSIONS:
         plain = html_to_text(text)
         if not plain.strip():
@@ -180,7 +197,23 @@ def decode_file(
             return [Rejected(uri, doc_id, NO_MAIN_CONTENT)]
     if not text.strip():
         return [Rejected(uri, doc_id, EMPTY)]
-    return [Document(doc_id=doc_id, uri=uri, text=text)]
+    return [Document(doc_id=doc_id, uri=uri, text=text, encoding=encoding)]
+
+
+def locator(path: str, position: int) -> str:
+    """Where a record sits: ``path#L<line>`` in a JSONL file, ``path#row<index>`` in a Parquet
+    file, ``path`` itself for a whole-file document; ``path`` is a uri or an id relative to the
+    input root, and its extension decides.
+
+    >>> locator("data/faq.jsonl", 3), locator("t.parquet", 0), locator("a.md", 0)
+    ('data/faq.jsonl#L3', 't.parquet#row0', 'a.md')
+    """
+    ext = extension(path)
+    if ext in JSONL_EXTENSIONS:
+        return f"{path}#L{position}"
+    if ext in PARQUET_EXTENSIONS:
+        return f"{path}#row{position}"
+    return path
 
 
 def _over_limit(size: int, options: ReadOptions) -> str | None:
@@ -202,11 +235,178 @@ def _looks_binary(data: bytes) -> bool:
 def _utf8(data: bytes, offset: int = 0) -> tuple[str, str | None]:
     """(text, None), or ("", reason) naming the first bad byte (counted from ``offset``, in
     the bytes as given, BOM included). A leading UTF-8 BOM is dropped, not an error."""
-    skip = len(_BOM) if data.startswith(_BOM) else 0
+    skip = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
     try:
         return data[skip:].decode("utf-8"), None
     except UnicodeDecodeError as exc:
         return "", f"not valid UTF-8 at byte {offset + skip + exc.start}"
+
+
+# --- Decoding ----------------------------------------------------------------------------------
+
+# Longest first: the UTF-32 LE BOM (FF FE 00 00) begins with the UTF-16 LE one (FF FE). Python's
+# "utf-16"/"utf-32" codecs read the byte order from the BOM and drop it.
+_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32"),
+    (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF8, "utf-8"),
+    (codecs.BOM_UTF16_LE, "utf-16"),
+    (codecs.BOM_UTF16_BE, "utf-16"),
+)
+# WHATWG HTML "prescan a byte stream to determine its encoding" reads at most the first 1024 bytes.
+_PRESCAN_BYTES = 1024
+_COMMENT = re.compile(rb"<!--.*?(?:-->|$)", re.S)
+_META = re.compile(rb"<meta[\s/][^>]*>?", re.I)
+# One pattern for both forms: <meta charset=X> and the "...; charset=X" inside the content of
+# <meta http-equiv="Content-Type">. Labels are letters, digits and "-_.:" (WHATWG Encoding).
+_CHARSET = re.compile(rb"""(?:^|[\s/;"'])charset\s*=\s*["']?\s*([A-Za-z0-9._:-]+)""", re.I)
+_XML_DECLARATION = re.compile(
+    rb"""^\s*<\?xml[^>]*?\sencoding\s*=\s*["']([A-Za-z0-9._:-]+)["']""", re.I)
+# The decoders a declared label gets, after WHATWG Encoding's label table: "iso-8859-1", "ascii"
+# and "latin1" are labels of windows-1252, "iso-8859-9" of windows-1254, "gb2312" of GBK (whose
+# decoder is gb18030's), and the Shift_JIS, EUC-KR and Big5 decoders are the vendors' supersets
+# (cp932, cp949, Big5-HKSCS). Python's strict codecs are tried in order, so an ordinary page is
+# read with the codec it names and only a page using the extensions gets the superset.
+_DECLARED_DECODERS = {
+    "iso8859-1": ("cp1252", "latin-1"),
+    "ascii": ("cp1252", "latin-1"),
+    "iso8859-9": ("cp1254", "iso8859-9"),
+    "gb2312": ("gbk", "gb18030"),
+    "gbk": ("gbk", "gb18030"),
+    "shift_jis": ("shift_jis", "cp932"),
+    "euc_kr": ("euc_kr", "cp949"),
+    "big5": ("big5", "big5hkscs"),
+}
+# Detection's confidence bar (charset-normalizer: ``chaos`` is its mess ratio of a decoding, 0 to
+# 1). A detection is used only when every candidate within this margin of the best reads the
+# bytes as the same text. Measured with charset-normalizer 3.5 on French cp1252 prose: its best
+# guess is cp1257 ("trčs bien", chaos 0.027) ahead of cp1252 (0.045); a long Russian cp1251 text
+# has cp1251 at 0.0 and the next (mac_greek) above 0.1; a short one ties cp1251, cp1253 and
+# mac_cyrillic at 0.0. The margin rejects the first and third and keeps the second.
+_DETECTION_MARGIN = 0.05
+
+
+def decode_text(data: bytes, *, html: bool = False) -> tuple[str, str] | str:
+    """A text file's bytes -> ``(text, encoding)``, or the reason they are not text.
+
+    ``encoding`` is the Python codec used, normalised (:func:`codec_name`): "utf-8", "utf-16",
+    "utf-32", "windows-1251", "shift_jis"... The order (a later step runs only when the earlier
+    ones did not decide):
+
+    1. A BOM (UTF-8, UTF-16 LE/BE, UTF-32 LE/BE; the Unicode Standard, section 23.8) decides, and
+       is dropped; it is looked for before the binary sniff because UTF-16 text is full of NULs.
+       Text that decodes to NULs or mostly controls is still a binary file.
+    2. Bytes with a NUL or mostly control bytes in the first block are a binary file (a PNG
+       named .txt stays one: no detector ever sees it).
+    3. HTML only: the charset its head declares, as WHATWG's prescan finds it (``<meta
+       charset>``, ``<meta http-equiv="Content-Type" content="...; charset=...">``, in the first
+       1024 bytes), else an XML declaration's ``encoding``. A label Python does not know, or one
+       the bytes do not decode under, is passed over.
+    4. UTF-8, strictly.
+    5. Detection by charset-normalizer, used only past a confidence bar: every candidate about
+       as good as the best must read the same text (see ``_DETECTION_MARGIN``). Too little
+       evidence (a few accented letters) stays undecided: the reason is then the UTF-8 error.
+    """
+    for bom, encoding in _BOMS:
+        if data.startswith(bom):
+            return _decode_with_bom(data, encoding)
+    if _looks_binary(data):
+        return BINARY
+    if html:
+        for encoding in _declared_decoders(data):
+            try:
+                return data.decode(encoding), codec_name(encoding)
+            except UnicodeDecodeError:
+                continue
+    text, error = _utf8(data)
+    if error is None:
+        return text, "utf-8"
+    detected = _detect(data)
+    if detected is None:
+        return f"{error} (and no other encoding detected with confidence)"
+    if _looks_binary_text(detected[0]):
+        return BINARY
+    return detected
+
+
+def codec_name(encoding: str) -> str:
+    """A codec's canonical Python name, with Windows code pages spelled as WHATWG and IANA do
+    ("cp1251" -> "windows-1251"); a name ``bytes.decode`` accepts either way.
+
+    >>> codec_name("CP1251"), codec_name("utf_16_le"), codec_name("sjis")
+    ('windows-1251', 'utf-16-le', 'shift_jis')
+    """
+    name = codecs.lookup(encoding).name
+    windows = "windows-" + name[2:] if re.fullmatch(r"cp12[5-9][0-9]", name) else None
+    return windows if windows and _known(windows) else name
+
+
+def _known(encoding: str) -> bool:
+    try:
+        codecs.lookup(encoding)
+    except LookupError:
+        return False
+    return True
+
+
+def _decode_with_bom(data: bytes, encoding: str) -> tuple[str, str] | str:
+    if encoding == "utf-8":
+        text, error = _utf8(data)
+        if error is not None:
+            return error
+    else:
+        try:
+            text = data.decode(encoding)
+        except UnicodeDecodeError as exc:
+            return f"not valid {encoding.upper()} at byte {exc.start}"
+    if _looks_binary_text(text):
+        return BINARY
+    return text, encoding
+
+
+def _looks_binary_text(text: str) -> bool:
+    """:func:`_looks_binary` on decoded text (a binary file may begin with BOM-like bytes)."""
+    sample = text[:_SNIFF_BYTES]
+    if "\x00" in sample:
+        return True
+    controls = sum(1 for char in sample if ord(char) in _CONTROL_BYTES)
+    return controls > _MAX_CONTROL_RATIO * len(sample)
+
+
+def _declared_decoders(data: bytes) -> tuple[str, ...]:
+    """The codecs to try for the charset an HTML page declares, most faithful first; () if it
+    declares none Python knows."""
+    head = _COMMENT.sub(b"", data[:_PRESCAN_BYTES])
+    labels = [m.group(1) for tag in _META.finditer(head) for m in [_CHARSET.search(tag.group(0))] if m]
+    xml = _XML_DECLARATION.match(data[:_PRESCAN_BYTES])
+    if xml:
+        labels.append(xml.group(1))
+    for label in labels:
+        try:
+            name = codecs.lookup(label.decode("ascii")).name
+        except LookupError:
+            continue  # WHATWG: an unknown label is no declaration
+        if name.startswith(("utf-16", "utf-32")):
+            # WHATWG: a UTF-16 declaration read in ASCII-compatible bytes means UTF-8 (a real
+            # UTF-16 page has a BOM, handled before this).
+            return ("utf-8",)
+        return _DECLARED_DECODERS.get(name, (name,))
+    return ()
+
+
+def _detect(data: bytes) -> tuple[str, str] | None:
+    """(text, encoding) when charset-normalizer is confident as defined above, else None."""
+    from charset_normalizer import from_bytes  # only files that are not UTF-8 pay the import
+
+    matches = list(from_bytes(data))
+    if not matches:
+        return None
+    best = min(matches, key=lambda match: match.chaos)
+    contenders = [m for m in matches if m.chaos <= best.chaos + _DETECTION_MARGIN]
+    text = str(best)
+    if any(str(other) != text for other in contenders):
+        return None
+    return text, codec_name(best.encoding)
 
 
 # --- JSON lines --------------------------------------------------------------------------------
@@ -215,6 +415,17 @@ def _utf8(data: bytes, offset: int = 0) -> tuple[str, str | None]:
 def _decode_jsonl(
     uri: str, path_id: str, data: bytes, options: ReadOptions
 ) -> list[Document | Rejected]:
+    encoding = "utf-8"  # RFC 8259 section 8.1: JSON exchanged between systems is UTF-8
+    bom = next((name for bom, name in _BOMS if data.startswith(bom)), None)
+    if bom is not None and bom != "utf-8":
+        decoded = _decode_with_bom(data, bom)
+        if isinstance(decoded, str):
+            return [Rejected(uri, path_id, decoded)]
+        # As UTF-8 again, the lines take the one path below (a decoded text re-encodes losslessly).
+        text, encoding = decoded
+        data = text.encode("utf-8")
+    elif _looks_binary(data):
+        return [Rejected(uri, path_id, BINARY)]
     records: list[Document | Rejected] = []
     # Split on b"\n" only: str.splitlines() would also cut at U+2028 and friends, which JSON
     # allows unescaped inside strings. A trailing "\r" is JSON whitespace and parses away.
@@ -227,7 +438,9 @@ def _decode_jsonl(
             continue  # blank lines separate nothing and are no records
         result = error if error is not None else _jsonl_record(text, uri, options)
         if isinstance(result, str):
-            result = Rejected(uri, f"{path_id}#L{number}", f"line {number}: {result}")
+            result = Rejected(uri, locator(path_id, number), f"line {number}: {result}")
+        else:
+            result = replace(result, position=number, encoding=encoding)
         records.append(result)
     return records or [Rejected(uri, path_id, f"{EMPTY} (no JSON lines)")]
 
@@ -293,11 +506,16 @@ def _decode_parquet(
         columns = {name: table.column(name).to_pylist() for name in wanted}
     except Exception as exc:  # noqa: BLE001 - arrow raises many types for a corrupt file
         return [Rejected(uri, path_id, f"not a readable Parquet file ({type(exc).__name__}: {exc})")]
+    if table.num_rows == 0:
+        return [Rejected(uri, path_id, f"{EMPTY} (Parquet file has no rows)")]
     records: list[Document | Rejected] = []
     for row in range(table.num_rows):
         result = _parquet_row(row, columns, uri, options)
         if isinstance(result, str):
-            result = Rejected(uri, f"{path_id}#row{row}", f"row {row}: {result}")
+            result = Rejected(uri, locator(path_id, row), f"row {row}: {result}")
+        else:
+            # Parquet's STRING logical type is UTF-8 by the format's definition.
+            result = replace(result, position=row, encoding="utf-8")
         records.append(result)
     return records
 
@@ -407,7 +625,7 @@ def html_to_markdown(html: str) -> str | None:
 
     Extraction is trafilatura's (Barbaresi 2021); a page with under :data:`SHORT_PAGE_CHARS` of
     visible text is converted whole by :func:`html_to_text` instead (see there why), and so is a
-    page trafilatura's parser raises on.
+    page trafilatura's parser raises on or cannot read whole (nested deeper than libxml2's limit).
     """
     return _main_content(html, html_to_text(html))
 
@@ -417,6 +635,13 @@ def _main_content(html: str, plain: str) -> str | None:
         return None
     if len(plain) < SHORT_PAGE_CHARS:
         return plain
+    # trafilatura parses with lxml's HTMLParser without huge_tree (trafilatura.utils.HTML_PARSER),
+    # and libxml2 (2.14) then stops at element depth 256 ("Excessive depth in document: 256, use
+    # XML_PARSE_HUGE option", an ERR_RESOURCE_LIMIT error) and drops everything deeper, text
+    # included. trafilatura then returns nothing, or only the shallow part (an intro paragraph
+    # kept, the article 300 elements down lost), so such a page keeps its whole text instead.
+    if _over_libxml2_limits(html):
+        return plain
     import trafilatura  # heavy (lxml, justext, htmldate): only where HTML is read
 
     try:
@@ -424,6 +649,19 @@ def _main_content(html: str, plain: str) -> str | None:
     except Exception:  # noqa: BLE001 - lxml raises many types on hostile markup; never fail a read
         return plain
     return extracted if extracted and extracted.strip() else None
+
+
+def _over_libxml2_limits(html: str) -> bool:
+    """Whether libxml2's HTML parser, as trafilatura runs it, hits one of its resource limits."""
+    from lxml import etree, html as lxml_html
+
+    parser = lxml_html.HTMLParser(encoding="utf-8")
+    try:
+        lxml_html.document_fromstring(html.encode("utf-8", "surrogatepass"), parser=parser)
+    except Exception:  # noqa: BLE001 - the parser's own errors are in its log
+        pass
+    limit = etree.ErrorTypes.ERR_RESOURCE_LIMIT
+    return any(error.type == limit for error in parser.error_log)
 
 
 # Structural converter for short pages (and trafilatura failures): enough structure for the

@@ -15,20 +15,25 @@ from hypothesis import strategies as st
 
 from chunkline.markdown import headings
 from chunkline.readers import (
+    BINARY,
     NO_MAIN_CONTENT,
     SHORT_PAGE_CHARS,
     ReadOptions,
+    codec_name,
     decode_file,
+    decode_text,
     extension,
     html_to_markdown,
     html_to_text,
     input_root,
+    locator,
     reject_before_reading,
     relative_id,
 )
 from chunkline.records import Document, Rejected
 
 ROOT = "gs://bucket/corpus"
+UNDETECTED = " (and no other encoding detected with confidence)"
 OPTIONS = ReadOptions()
 
 
@@ -142,6 +147,69 @@ def test_bom_is_dropped() -> None:
     assert only(decode("a.md", b"\xef\xbb\xbf# Hi\n")).text == "# Hi\n"
 
 
+def test_utf8_files_record_their_encoding() -> None:
+    assert only(decode("a.md", "# Ünïcode\n".encode())).encoding == "utf-8"
+    assert only(decode("a.md", b"\xef\xbb\xbf# Hi\n")).encoding == "utf-8"
+
+
+@pytest.mark.parametrize(
+    ("codec", "encoding"),
+    [("utf-8-sig", "utf-8"), ("utf-16", "utf-16"), ("utf-32", "utf-32")],
+)
+@pytest.mark.parametrize("name", ["a.txt", "b.md", "c.py", "d.html"])
+def test_a_bom_decides_for_every_single_document_type(name: str, codec: str, encoding: str) -> None:
+    text = "<p>Grüße, мир, 世界</p>\n" if name.endswith(".html") else "Grüße, мир, 世界\n"
+    doc = only(decode(name, text.encode(codec)))
+    assert doc.encoding == encoding
+    assert doc.text == ("Grüße, мир, 世界" if name.endswith(".html") else text)
+
+
+def test_a_legacy_text_file_is_detected_when_it_is_long_enough() -> None:
+    text = ("Прогрев манипулятора длится десять минут; затем снимают первое измерение. "
+            "Если в цехе холодно, прогрев продлевают вдвое. ") * 3
+    doc = only(decode("notes.txt", text.encode("cp1251")))
+    assert (doc.text, doc.encoding) == (text, "windows-1251")
+
+
+def test_legacy_text_is_read_right_or_rejected_never_as_mojibake() -> None:
+    # charset-normalizer 3.5 ranks cp1257 ("trčs") above cp1252 for this French prose.
+    text = ("Le café était déjà servi quand les élèves sont arrivés. Très tôt, à côté de la "
+            "fenêtre, le professeur expliquait l'histoire – « voilà », disait-il. ") * 4
+    record = only(decode("notes.txt", text.encode("cp1252")))
+    if isinstance(record, Document):
+        assert record.text == text
+    else:
+        assert record.reason.startswith("not valid UTF-8 at byte 6")
+
+
+def test_the_size_limit_is_on_the_decoded_utf8_bytes() -> None:
+    text = "校正記録" * 10  # 2 bytes a character in UTF-16, 3 in UTF-8
+    data = text.encode("utf-16")
+    options = ReadOptions(max_document_bytes=len(data))
+    assert rejection("a.txt", data, options) == f"document is 120 bytes, over the limit of {len(data)}"
+
+
+def test_decode_text_order() -> None:
+    # BOM before the binary sniff (UTF-16 is full of NULs), the sniff before any detector.
+    assert decode_text("ab".encode("utf-16")) == ("ab", "utf-16")
+    assert decode_text(b"\x89PNG\r\n\x1a\n\x00\x00") == BINARY
+    assert decode_text(b"plain") == ("plain", "utf-8")
+
+
+def test_codec_names_are_normalised_python_codecs() -> None:
+    assert [codec_name(c) for c in ("CP1251", "windows_1252", "utf8", "utf_16_be", "sjis",
+                                    "cp874", "latin1")] == [
+        "windows-1251", "windows-1252", "utf-8", "utf-16-be", "shift_jis", "cp874", "iso8859-1"]
+    for name in ("windows-1251", "cp874", "shift_jis"):
+        assert "é".encode("cp1252").decode(name, "replace")  # every recorded name is a codec
+
+
+def test_locator() -> None:
+    assert locator("d/x.jsonl", 3) == "d/x.jsonl#L3"
+    assert locator("gs://b/t.parquet", 0) == "gs://b/t.parquet#row0"
+    assert locator("a.md", 0) == "a.md"
+
+
 @pytest.mark.parametrize(
     ("name", "data", "reason"),
     [
@@ -150,10 +218,16 @@ def test_bom_is_dropped() -> None:
         ("bom-only.txt", b"\xef\xbb\xbf\n", "empty document"),
         ("image.txt", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "binary file"),
         ("controls.md", bytes(range(1, 8)) * 10 + b"some text", "binary file"),
-        ("latin1.txt", b"caf\xe9 au lait", "not valid UTF-8 at byte 3"),
+        # Too little evidence for detection: the UTF-8 error stands.
+        ("latin1.txt", b"caf\xe9 au lait", f"not valid UTF-8 at byte 3{UNDETECTED}"),
+        # A BOM decides: no detection.
         ("bom-latin1.txt", b"\xef\xbb\xbfab\xff", "not valid UTF-8 at byte 5"),
-        ("truncated.md", "ab€".encode()[:-1], "not valid UTF-8 at byte 2"),
-        ("surrogate.txt", b"a\xed\xa0\x80b", "not valid UTF-8 at byte 1"),
+        ("truncated.md", "ab€".encode()[:-1], f"not valid UTF-8 at byte 2{UNDETECTED}"),
+        ("surrogate.txt", b"a\xed\xa0\x80b", f"not valid UTF-8 at byte 1{UNDETECTED}"),
+        ("bad-utf16.txt", b"\xff\xfea\x00\x00\xd8", "not valid UTF-16 at byte 4"),
+        # Bytes behind a UTF-16 BOM that decode to control characters are still binary.
+        ("bom-binary.txt", b"\xff\xfe" + "\x01\x02\x03\x00".encode("utf-16-le") * 20,
+         "binary file"),
         ("paper.pdf", b"%PDF-1.7", "unsupported file type .pdf"),
         ("README", b"text", "unsupported file type (no extension)"),
         ("archive.jsonl.gz", b"\x1f\x8b", "unsupported file type .gz"),
@@ -364,6 +438,63 @@ def test_html_tag_soup_never_raises(pieces: list[str]) -> None:
     assert text == text.strip() and "\n\n\n" not in text
 
 
+LONG_RU = ("Прогрев манипулятора длится десять минут; затем снимают первое измерение. "
+           "Если в цехе холодно, прогрев продлевают вдвое, а журнал подписывает инженер. ") * 2
+
+
+def ru_page(head: str) -> str:
+    return f"<html><head>{head}</head><body><article><p>{LONG_RU}</p></article></body></html>"
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        "<meta charset=windows-1251>",
+        "<META CHARSET='cp1251'/>",
+        '<meta http-equiv="content-type" content="text/html;charset=windows-1251">',
+        "<meta content='text/html; charset=\"windows-1251\"' http-equiv='Content-Type'>",
+    ],
+)
+def test_html_declared_charset(head: str) -> None:
+    doc = only(decode("p.html", ru_page(head).encode("cp1251")))
+    assert (doc.text, doc.encoding) == (LONG_RU.strip(), "windows-1251")
+
+
+def test_html_declaration_in_a_comment_or_unknown_is_passed_over() -> None:
+    for head in ("<!-- <meta charset=koi8-r> -->", "<meta charset=no-such-encoding>"):
+        doc = only(decode("p.html", ru_page(head).encode("utf-8")))
+        assert (doc.text, doc.encoding) == (LONG_RU.strip(), "utf-8")
+
+
+def test_html_declared_utf16_in_ascii_bytes_means_utf8() -> None:
+    doc = only(decode("p.html", ru_page("<meta charset=utf-16>").encode("utf-8")))
+    assert doc.encoding == "utf-8"
+
+
+def test_html_declared_latin1_is_windows_1252_as_browsers_read_it() -> None:
+    text = "Price: 10 \u20ac \u2013 \u201cquoted\u201d. " + "Plain words in a paragraph. " * 10
+    html = f"<html><head><meta charset=iso-8859-1></head><body><p>{text}</p></body></html>"
+    doc = only(decode("p.html", html.encode("cp1252")))
+    assert (doc.text, doc.encoding) == (text.strip(), "windows-1252")
+
+
+def test_html_declared_shift_jis_with_nec_extensions_uses_cp932() -> None:
+    text = "①から⑩までの手順に従ってください。" * 12  # circled digits: NEC row 13, not JIS X 0208
+    html = f"<html><head><meta charset=Shift_JIS></head><body><p>{text}</p></body></html>"
+    doc = only(decode("p.html", html.encode("cp932")))
+    assert (doc.text, doc.encoding) == (text, "cp932")
+
+
+def test_deep_article_under_a_shallow_intro_is_not_lost() -> None:
+    # trafilatura alone returns the intro only: libxml2 dropped the article below depth 256.
+    intro = "Welcome to the documentation portal, where every manual is published. " * 3
+    article = "Warm the arm up for ten minutes before the first measurement. " * 6
+    html = (f"<html><body><p>{intro}</p>{'<div>' * 300}<h2>Warm-up</h2><p>{article}</p>"
+            f"{'</div>' * 300}</body></html>")
+    doc = only(decode("deep.html", html.encode()))
+    assert doc.text == f"{intro.strip()}\n\n## Warm-up\n\n{article.strip()}"
+
+
 # --- JSON lines --------------------------------------------------------------------------------
 
 
@@ -393,6 +524,22 @@ def test_jsonl_metadata_values_are_canonical_json() -> None:
 def test_jsonl_crlf_and_bom() -> None:
     data = b'\xef\xbb\xbf{"id": "a", "text": "A"}\r\n{"id": "b", "text": "B"}\r\n'
     assert [d.doc_id for d in decode("w.jsonl", data)] == ["a", "b"]
+
+
+@pytest.mark.parametrize("codec", ["utf-16", "utf-16-be", "utf-32", "utf-32-be"])
+def test_jsonl_with_a_utf16_or_utf32_bom(codec: str) -> None:
+    lines = '{"id": "a", "text": "Grüße"}\r\n\n{"id": "b", "text": "мир"}\n{"id": 3}\n'
+    bom = "" if codec in ("utf-16", "utf-32") else "\ufeff"
+    records = decode("w.jsonl", (bom + lines).encode(codec))
+    docs = [r for r in records if isinstance(r, Document)]
+    assert [(d.doc_id, d.text, d.position, d.encoding) for d in docs] == [
+        ("a", "Grüße", 1, codec[:6]), ("b", "мир", 3, codec[:6])]
+    assert records[-1] == Rejected(f"{ROOT}/w.jsonl", "w.jsonl#L4", "line 4: no 'text' field")
+
+
+def test_jsonl_documents_know_their_line() -> None:
+    docs = decode("p.jsonl", jsonl({"id": "a", "text": "A"}, "", {"id": "b", "text": "B"}))
+    assert [(d.doc_id, d.position, d.encoding) for d in docs] == [("a", 1, "utf-8"), ("b", 3, "utf-8")]
 
 
 def test_jsonl_line_separator_inside_a_string_is_not_a_line_break() -> None:
@@ -571,9 +718,14 @@ def test_parquet_row_over_the_limit() -> None:
     assert records[1].doc_id == "b"
 
 
-def test_parquet_without_rows_holds_no_documents() -> None:
+def test_parquet_documents_know_their_row() -> None:
+    docs = decode("t.parquet", parquet_bytes(pa.table({"id": ["x", "y"], "text": ["X", "Y"]})))
+    assert [(d.doc_id, d.position, d.encoding) for d in docs] == [("x", 0, "utf-8"), ("y", 1, "utf-8")]
+
+
+def test_parquet_without_rows_is_rejected_as_empty() -> None:
     table = pa.table({"id": pa.array([], pa.string()), "text": pa.array([], pa.string())})
-    assert decode("t.parquet", parquet_bytes(table)) == []
+    assert rejection("t.parquet", parquet_bytes(table)) == "empty document (Parquet file has no rows)"
 
 
 # --- Properties --------------------------------------------------------------------------------
@@ -590,13 +742,23 @@ def test_any_written_text_round_trips(text: str, name: str) -> None:
     assert only(decode(name, text.encode("utf-8"))) == Document(name, f"{ROOT}/{name}", text)
 
 
+@given(written_text, st.sampled_from(["utf-8-sig", "utf-16", "utf-16-le", "utf-16-be",
+                                      "utf-32", "utf-32-le", "utf-32-be"]),
+       st.sampled_from(["a.txt", "b.md", "c.py"]))
+def test_any_written_text_with_a_bom_round_trips(text: str, codec: str, name: str) -> None:
+    bom = "\ufeff" if codec.endswith(("-le", "-be")) else ""
+    assume(not any(0xD800 <= ord(c) <= 0xDFFF for c in text))
+    doc = only(decode(name, (bom + text).encode(codec)))
+    assert (doc.text, doc.encoding) == (text, "utf-8" if codec == "utf-8-sig" else codec[:6])
+
+
 @given(st.binary(max_size=2000),
        st.sampled_from(["a.txt", "a.md", "a.html", "a.jsonl", "a.parquet", "a.bin"]),
        st.sampled_from([None, 1, 100]))
 def test_any_bytes_never_raise(data: bytes, name: str, limit: int | None) -> None:
     records = decode(name, data, ReadOptions(max_document_bytes=limit))
     assert all(isinstance(r, (Document, Rejected)) for r in records)
-    assert records or name.endswith(".parquet")
+    assert records
     for record in records:
         if isinstance(record, Document):
             record.text.encode("utf-8")
