@@ -19,7 +19,7 @@ from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.util import assert_that, equal_to
 
 from chunkline.minhash import MinHasher, MinHashOptions, estimate_jaccard
-from chunkline.records import DUPLICATE, KEPT, Document
+from chunkline.records import DUPLICATE, KEPT, Document, Rejected
 from tests.beam_helpers import fnapi_pipeline
 from transforms.dedupe import Dedupe, ExactDedupe
 
@@ -332,3 +332,68 @@ def test_same_survivors_with_two_worker_processes(small_corpus: list[Document], 
     )
     assert two_workers[:2] == in_process[:2]
     assert sum(status == DUPLICATE for _, status, _ in two_workers[0]) >= 40
+
+
+# --- One document per id -----------------------------------------------------------------------
+
+
+def conflicts(docs: list[Document]) -> tuple[list[tuple], list[Rejected]]:
+    """(kept (doc_id, uri, position), rejected) of ExactDedupe(enabled=False) over ``docs``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        target = Path(tmp)
+        pipeline = beam.Pipeline(runner=FnApiRunner())
+        out = pipeline | beam.Create(docs) | ExactDedupe(enabled=False)
+        (out["kept"] | "Kept" >> beam.Map(lambda d: json.dumps([d.doc_id, d.uri, d.position]))
+         | "WriteKept" >> WriteToText(str(target / "kept"), shard_name_template=""))
+        (out["rejected"] | "Rejected" >> beam.Map(lambda r: json.dumps([r.uri, r.doc_id, r.reason]))
+         | "WriteRejected" >> WriteToText(str(target / "rejected"), shard_name_template=""))
+        pipeline.run().wait_until_finish()
+        kept = sorted(tuple(json.loads(x)) for x in (target / "kept").read_text().splitlines())
+        lines = (target / "rejected").read_text().splitlines()
+        rejected = [Rejected(*row) for row in sorted(json.loads(x) for x in lines)]
+    return kept, rejected
+
+
+def test_repeated_id_keeps_the_first_record_in_input_order() -> None:
+    # The first record's text sorts last: order is the file's, never the text's.
+    docs = [Document("t", "/x/a.jsonl", "zz first", position=2),
+            Document("t", "/x/a.jsonl", "aa third", position=9),
+            Document("t", "/x/a.jsonl", "mm second", position=5)]
+    for order in (docs, docs[::-1]):
+        kept, rejected = conflicts(order)
+        assert kept == [("t", "/x/a.jsonl", 2)]
+        assert rejected == [
+            Rejected("/x/a.jsonl", "/x/a.jsonl#L5",
+                     "duplicate doc_id 't': /x/a.jsonl:5 repeats the id of /x/a.jsonl:2, which is kept"),
+            Rejected("/x/a.jsonl", "/x/a.jsonl#L9",
+                     "duplicate doc_id 't': /x/a.jsonl:9 repeats the id of /x/a.jsonl:2, which is kept"),
+        ]
+
+
+def test_repeated_id_across_files_and_parquet_rows() -> None:
+    docs = [Document("t", "/x/b.parquet", "row three", position=3),
+            Document("t", "/x/b.parquet", "row zero", position=0),
+            Document("t", "/x/a.jsonl", "line seven", position=7),
+            Document("m.md", "/y/m.md", "second root"),
+            Document("m.md", "/x/m.md", "first root")]
+    kept, rejected = conflicts(docs)
+    assert kept == [("m.md", "/x/m.md", 0), ("t", "/x/a.jsonl", 7)]
+    assert rejected == [
+        Rejected("/x/b.parquet", "/x/b.parquet#row0",
+                 "duplicate doc_id 't': /x/b.parquet#row0 repeats the id of /x/a.jsonl:7, which is kept"),
+        Rejected("/x/b.parquet", "/x/b.parquet#row3",
+                 "duplicate doc_id 't': /x/b.parquet#row3 repeats the id of /x/a.jsonl:7, which is kept"),
+        Rejected("/y/m.md", "/y/m.md",
+                 "duplicate doc_id 'm.md': /y/m.md repeats the id of /x/m.md, which is kept"),
+    ]
+
+
+def test_statuses_carry_the_encoding() -> None:
+    docs = [Document("a", "/a", "Same text.", encoding="windows-1251"),
+            Document("b", "/b", "Same  text.", encoding="utf-16"),
+            Document("c", "/c", "Other text.")]
+    with fnapi_pipeline() as p:
+        out = p | beam.Create(docs) | Dedupe(exact=True, near=NEAR)
+        assert_that(out["statuses"] | beam.Map(lambda s: (s.doc_id, s.status, s.encoding)),
+                    equal_to([("a", KEPT, "windows-1251"), ("b", DUPLICATE, "utf-16"),
+                              ("c", KEPT, "")]))

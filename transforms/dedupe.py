@@ -33,6 +33,7 @@ from chunkline.minhash import (
     is_empty,
     survivor_key,
 )
+from chunkline.readers import JSONL_EXTENSIONS, extension, locator
 from chunkline.records import (
     DUPLICATE,
     KEPT,
@@ -49,26 +50,41 @@ _SIGNATURE_DTYPE = "<u4"  # fixed byte order: signatures travel between workers 
 
 
 def _status(doc: Document, digest: str, status: str, duplicate_of: str | None = None) -> DocumentStatus:
-    return DocumentStatus(doc.doc_id, doc.uri, doc.text, digest, status, duplicate_of)
+    return DocumentStatus(doc.doc_id, doc.uri, doc.text, digest, status, duplicate_of, doc.encoding)
+
+
+def _input_order(doc: Document) -> tuple[str, int, str]:
+    """Files by uri, records by their line or row: the order of the input itself, whatever order
+    the runner groups in (the text only breaks a tie between copies of one file)."""
+    return doc.uri, doc.position, doc.text
+
+
+def _where(doc: Document) -> str:
+    """``file:line`` of a JSONL record, ``file#row<n>`` of a Parquet row, the file's uri else."""
+    if extension(doc.uri) in JSONL_EXTENSIONS:
+        return f"{doc.uri}:{doc.position}"
+    return locator(doc.uri, doc.position)
 
 
 class _OneDocumentPerId(beam.DoFn):
-    """Two different documents under one id would make chunk ids ambiguous: the first by uri
-    keeps the id, the others are rejected with the reason."""
+    """Two different documents under one id would make chunk ids ambiguous: the first in input
+    order (:func:`_input_order`) keeps the id; each other one is rejected under its own
+    locator (``file#L<line>``, ``file#row<n>``, or its uri), so the documents table still has
+    one row per doc_id, with a reason naming where both records are."""
 
     def __init__(self) -> None:
         self.conflicts = Metrics.counter("dedupe", "id_conflicts")
 
     def process(self, keyed: tuple[str, Iterable[Document]]):
         _, docs = keyed
-        ordered = sorted(docs, key=lambda d: (d.uri, d.text))
-        yield ordered[0]
-        for other in ordered[1:]:
+        first, *others = sorted(docs, key=_input_order)
+        yield first
+        for other in others:
             self.conflicts.inc()
+            reason = (f"duplicate doc_id {other.doc_id!r}: {_where(other)} repeats the id of "
+                      f"{_where(first)}, which is kept")
             yield beam.pvalue.TaggedOutput(
-                "rejected",
-                Rejected(other.uri, other.doc_id,
-                         f"duplicate doc_id {other.doc_id!r}: already used by {ordered[0].uri}"),
+                "rejected", Rejected(other.uri, locator(other.uri, other.position), reason)
             )
 
 
