@@ -10,7 +10,7 @@ The pure library under the Beam pipeline; it never imports apache_beam.
 
 from chunkline.code import LANGUAGES, language_for, split_code
 from chunkline.markdown import Heading, Section, headings, sections
-from chunkline.splitter import SEPARATORS, Chunk, split
+from chunkline.splitter import SEPARATORS, Chunk, char_bound, default_max_chars, split
 from chunkline.tables import Table, tables
 from chunkline.tokenizers import Tokenizer, TokenizerNotAvailable, get_tokenizer
 
@@ -23,6 +23,8 @@ __all__ = [
     "Table",
     "Tokenizer",
     "TokenizerNotAvailable",
+    "char_bound",
+    "default_max_chars",
     "get_tokenizer",
     "headings",
     "language_for",

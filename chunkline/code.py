@@ -35,7 +35,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from chunkline.measure import Measure
-from chunkline.splitter import Chunk, _add_span, _Atoms, _check_arguments, _pack, split
+from chunkline.splitter import (
+    Chunk, _add_span, _Atoms, _check_arguments, _pack, char_bound, split,
+)
 from chunkline.tokenizers import Tokenizer, get_tokenizer
 
 if TYPE_CHECKING:
@@ -139,29 +141,35 @@ def split_code(
     max_tokens: int = 256,
     overlap: int = 0,
     tokenizer: Tokenizer | str = "words",
+    *,
+    max_chars: int | None = None,
 ) -> list[Chunk]:
     """Split source ``text`` in ``language`` (one of :data:`LANGUAGES`, or None for plain
-    text) into chunks of at most ``max_tokens`` tokens, cut between syntax nodes.
+    text) into chunks of at most ``max_tokens`` tokens and ``max_chars`` characters (None:
+    ``default_max_chars(max_tokens)``), cut between syntax nodes; a node over either bound is
+    taken apart.
 
     >>> src = "class A:\\n  def f(self):\\n    return 1\\n\\n  def g(self):\\n    return 2\\n"
     >>> [(src[c.start:c.end].split()[:2], c.headings) for c in split_code(src, "python", 8)]
     [(['class', 'A:'], ('A',)), (['def', 'g(self):'], ('A', 'g'))]
     """
     _check_arguments(text, max_tokens, overlap)
+    max_chars = char_bound(max_tokens, max_chars)
     if language is not None and language not in _GRAMMARS:
         raise ValueError(f"unknown language {language!r}; known: {', '.join(LANGUAGES)}")
     if isinstance(tokenizer, str):
         tokenizer = get_tokenizer(tokenizer)
     grammar = _grammar(language) if language is not None else None
     if not text or grammar is None:
-        return split(text, max_tokens, overlap, tokenizer, markdown=False)
+        return split(text, max_tokens, overlap, tokenizer, markdown=False, max_chars=max_chars)
     import tree_sitter
 
     source = text.encode("utf-8", "surrogatepass")
     root = tree_sitter.Parser(grammar).parse(source).root_node
     tree = _Tree(root, source, _SYNTAX[language], _Offsets(text, source))  # type: ignore[index]
     measure = tokenizer.measure(text)
-    chunks = _pack(measure, _atoms(tree, measure, max_tokens), max_tokens, overlap, ())
+    atoms = _atoms(tree, measure, max_tokens, max_chars)
+    chunks = _pack(measure, atoms, max_tokens, max_chars, overlap, ())
     return [replace(c, headings=tree.path(c.start)) for c in chunks]
 
 
@@ -341,8 +349,9 @@ class _Span:
 _Task = _Siblings | _Over | _Span
 
 
-def _atoms(tree: _Tree, measure: Measure, limit: int) -> _Atoms:
-    """Atoms tiling the whole text, in order, each within ``limit`` (bar single graphemes)."""
+def _atoms(tree: _Tree, measure: Measure, limit: int, max_chars: int) -> _Atoms:
+    """Atoms tiling the whole text, in order, each within ``limit`` tokens and ``max_chars``
+    characters (bar single graphemes)."""
     atoms = _Atoms([], [], [])
     stack: list[_Task] = [_Siblings([tree.root], 0, len(measure.text), False)]
     while stack:
@@ -351,15 +360,17 @@ def _atoms(tree: _Tree, measure: Measure, limit: int) -> _Atoms:
             if task.count is not None:
                 atoms.add(task.lo, task.hi, task.count)
             else:
-                _add_span(measure, task.lo, task.hi, limit, atoms)
+                _add_span(measure, task.lo, task.hi, limit, max_chars, atoms)
         elif isinstance(task, _Over):
-            stack.extend(reversed(_over_tasks(tree, measure, limit, task)))
+            stack.extend(reversed(_over_tasks(tree, measure, limit, max_chars, task)))
         else:
-            stack.extend(reversed(_sibling_tasks(tree, measure, limit, task)))
+            stack.extend(reversed(_sibling_tasks(tree, measure, limit, max_chars, task)))
     return atoms
 
 
-def _sibling_tasks(tree: _Tree, measure: Measure, limit: int, task: _Siblings) -> list[_Task]:
+def _sibling_tasks(
+    tree: _Tree, measure: Measure, limit: int, max_chars: int, task: _Siblings
+) -> list[_Task]:
     """Each group of siblings (a node, with the trivia before it when ``task.group``) that fits
     is an atom; the others are taken apart. Groups tile text[lo:hi]: each starts where the
     one before it ends, and the last runs to ``hi``."""
@@ -382,7 +393,7 @@ def _sibling_tasks(tree: _Tree, measure: Measure, limit: int, task: _Siblings) -
     counts = measure.piece_counts(starts, ends, limit)
     tasks: list[_Task] = []
     for members, start, end, count in zip(kept, starts, ends, counts):
-        if count is not None and count <= limit:
+        if count is not None and count <= limit and end - start <= max_chars:
             tasks.append(_Span(start, end, count))
         elif len(members) > 1:
             tasks.append(_Siblings(members, start, end, False))
@@ -391,11 +402,13 @@ def _sibling_tasks(tree: _Tree, measure: Measure, limit: int, task: _Siblings) -
     return tasks
 
 
-def _over_tasks(tree: _Tree, measure: Measure, limit: int, task: _Over) -> list[_Task]:
+def _over_tasks(
+    tree: _Tree, measure: Measure, limit: int, max_chars: int, task: _Over
+) -> list[_Task]:
     """The node alone when it fits (a function is never cut for the blank lines before it),
     else its parts, else (a leaf) the text splitter's cuts."""
     start, end = tree.span(task.node)
-    if start < end and (task.lo < start or end < task.hi):
+    if start < end and (task.lo < start or end < task.hi) and end - start <= max_chars:
         count = measure.piece_counts([start], [end], limit)[0]  # from the region's one encode
         if count is not None and count <= limit:
             return [_Span(task.lo, start), _Span(start, end, count), _Span(end, task.hi)]

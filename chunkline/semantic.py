@@ -13,14 +13,16 @@ Greg Kamradt's "semantic chunking" (5 Levels of Text Splitting, 2024), as LangCh
 3. Cuts: where a distance (rule ``percentile``) or its rise over the previous distance (rule
    ``gradient``, after LangChain's variant) is above the ``percentile``-th percentile of the
    document's values.
-4. Budget: a segment between cuts that fits ``max_tokens`` is one chunk; one that does not is
+4. Budget: a segment between cuts that fits ``max_tokens`` (and ``max_chars``, the
+   character bound of ``chunkline.split``) is one chunk; one that does not is
    re-split by the recursive splitter (``chunkline.split``) on that span (a table cut between
    rows then repeats its header row in ``Chunk.table_header``, as there). Segments are never
    merged across a cut, so a short segment stays short.
 
 Invariants (tested as properties): chunks tile the text (first start 0, last end ``len(text)``,
 each start equals the previous end); ``c.tokens`` is the exact count of ``text[c.start:c.end]``
-and is <= ``max_tokens`` unless ``c.oversized`` (with ``c.table_header`` prepended, too);
+and is <= ``max_tokens`` unless ``c.oversized`` (with ``c.table_header`` prepended, too), and
+so is ``c.end - c.start <= max_chars``;
 ``c.headings`` is the path of the section the chunk lies in, and no chunk crosses a heading.
 
 The embedder is a plain callable (texts -> ``[n, dim]`` array) so this module stays pure and
@@ -38,7 +40,7 @@ import numpy as np
 import regex
 
 from chunkline.markdown import Section, sections
-from chunkline.splitter import Chunk, split
+from chunkline.splitter import Chunk, char_bound, split
 from chunkline.tokenizers import Tokenizer, get_tokenizer
 
 if TYPE_CHECKING:
@@ -86,8 +88,11 @@ def semantic_split(
     embed: Embed,
     options: SemanticOptions = SemanticOptions(),
     markdown: bool = True,
+    *,
+    max_chars: int | None = None,
 ) -> list[Chunk]:
-    """Split ``text`` at semantic breaks into chunks of at most ``max_tokens`` tokens.
+    """Split ``text`` at semantic breaks into chunks of at most ``max_tokens`` tokens and
+    ``max_chars`` characters (None: ``chunkline.default_max_chars(max_tokens)``).
 
     ``embed`` maps a list of texts to an ``[n, dim]`` array (one call per document, one row per
     unit). Returns chunks in text order that tile ``text``; see the module docstring.
@@ -103,6 +108,7 @@ def semantic_split(
         raise TypeError(f"text must be a str, got {type(text).__name__}")
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         raise ValueError(f"max_tokens must be an int >= 1, got {max_tokens!r}")
+    max_chars = char_bound(max_tokens, max_chars)
     if isinstance(tokenizer, str):
         tokenizer = get_tokenizer(tokenizer)
     if not text:
@@ -120,7 +126,9 @@ def semantic_split(
         bounds = [0] + cuts + [len(spans)]
         for a, b in zip(bounds, bounds[1:]):
             start, end = spans[a][0], spans[b - 1][1]
-            chunks.extend(_budgeted(text, start, end, part, max_tokens, tokenizer, markdown))
+            chunks.extend(
+                _budgeted(text, start, end, part, max_tokens, max_chars, tokenizer, markdown)
+            )
     return chunks
 
 
@@ -278,20 +286,22 @@ def _rise(distances: np.ndarray) -> np.ndarray:
 
 
 def _budgeted(
-    text: str, start: int, end: int, part: Section, max_tokens: int, tokenizer: Tokenizer,
-    markdown: bool,
+    text: str, start: int, end: int, part: Section, max_tokens: int, max_chars: int,
+    tokenizer: Tokenizer, markdown: bool,
 ) -> list[Chunk]:
-    """``text[start:end]`` as one chunk when it fits, else re-split by ``chunkline.split`` on that
-    span (offsets shifted back into the document; a table cut between rows repeats its header
-    as the splitter does); every chunk under ``part``'s heading path."""
+    """``text[start:end]`` as one chunk when it fits both bounds, else re-split by
+    ``chunkline.split`` on that span (offsets shifted back into the document; a table cut
+    between rows repeats its header as the splitter does); every chunk under ``part``'s heading
+    path."""
     piece = text[start:end]
-    tokens = tokenizer.count(piece)
-    if tokens <= max_tokens:
-        return [Chunk(start, end, part.headings, tokens)]
+    if end - start <= max_chars:
+        tokens = tokenizer.count(piece)
+        if tokens <= max_tokens:
+            return [Chunk(start, end, part.headings, tokens)]
     # The span is read as Markdown on its own. Where that reading differs from the document's
     # (a fragment that starts inside a list item, say) only the splitter's cut points move:
     # the heading path is the section's, and the budget and offsets hold for any cuts.
     return [
         dataclasses.replace(c, start=start + c.start, end=start + c.end, headings=part.headings)
-        for c in split(piece, max_tokens, 0, tokenizer, markdown=markdown)
+        for c in split(piece, max_tokens, 0, tokenizer, markdown=markdown, max_chars=max_chars)
     ]

@@ -16,12 +16,17 @@ RecursiveCharacterTextSplitter idea made exact:
    fits is one atom; one that does not is cut between rows only, and a piece that starts among
    its rows carries the header row and delimiter row in ``Chunk.table_header``, counted against
    the budget (the piece's own span stays exact).
+6. Characters: no chunk is longer than ``max_chars`` characters (see :func:`default_max_chars`),
+   whatever the tokenizer says. A piece over it descends like a piece over the token budget,
+   and packing never joins atoms past it. The bound covers the span alone, not a repeated
+   table header (that is bounded by tokens, at most half the budget).
 
 Invariants (tested as properties): ``text[c.start:c.end]`` is the chunk; the first chunk starts
 at 0 and the last ends at ``len(text)``; starts and ends strictly increase and each start is at or
 before the previous end; ``c.tokens`` is the exact count of the chunk and is <= ``max_tokens``
-unless ``c.oversized`` (a single grapheme over budget); with a table header to repeat,
-``tokens(c.table_header + text[c.start:c.end]) <= max_tokens`` as well.
+unless ``c.oversized`` (a single grapheme over budget), and so is ``c.end - c.start <=
+max_chars``; with a table header to repeat, ``tokens(c.table_header + text[c.start:c.end]) <=
+max_tokens`` as well.
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ _CLUSTER_CONTINUES = regex.compile(r"[\p{Grapheme_Cluster_Break=Extend}\p{Graphe
 class Chunk:
     """``text[start:end]`` (str indices, end-exclusive) under ``headings`` (outermost first),
     ``tokens`` long by the splitter's tokenizer; ``oversized`` only when one grapheme alone is
-    over budget. ``table_header`` is the header row and delimiter row of the table the chunk
+    over budget (in tokens or in characters). ``table_header`` is the header row and delimiter row of the table the chunk
     starts inside (its rows continue a table split between rows), else "": it is embedded before
     the chunk's text and counted in its budget, but it is not part of the span."""
 
@@ -76,19 +81,56 @@ class _Atoms:
         self.counts.append(count)
 
 
+def default_max_chars(max_tokens: int) -> int:
+    """The character bound a chunk of ``max_tokens`` tokens gets when none is given:
+    ``32 * max_tokens + 1024``.
+
+    Why a bound at all: a tokenizer may count a long run as one token. BERT's WordPiece maps any
+    word over ``max_input_chars_per_word`` (100 for all-MiniLM-L6-v2) to one ``[UNK]``, and the
+    words tokenizer counts any run without whitespace as one word, so a token budget alone lets
+    a chunk carry a megabyte whose vector says nothing. Why these figures: 32 characters per
+    token is eight times English prose under BPE or WordPiece (about 4), and above what
+    whitespace-heavy text reaches (Markdown tables, ASCII art and indented code measured 9-15
+    characters per token at 64 tokens and up with cl100k, o200k and MiniLM, 25-35 with whole
+    words, whose URLs are single tokens); the 1024 keep small budgets from cutting one long URL
+    or path. So text a tokenizer reads token by token never meets the bound, and what it does
+    not read is cut into pieces of at most a few kilobytes.
+
+    >>> default_max_chars(256)
+    9216
+    """
+    return 32 * max_tokens + 1024
+
+
+def char_bound(max_tokens: int, max_chars: int | None) -> int:
+    """The character bound of a split: ``max_chars``, or :func:`default_max_chars` when None.
+    The bound cannot be switched off, only raised. ValueError for anything but an int >= 1."""
+    if max_chars is None:
+        return default_max_chars(max_tokens)
+    if isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 1:
+        raise ValueError(f"max_chars must be None or an int >= 1, got {max_chars!r}")
+    return max_chars
+
+
 def split(
     text: str,
     max_tokens: int = 256,
     overlap: int = 0,
     tokenizer: Tokenizer | str = "words",
     markdown: bool = True,
+    *,
+    max_chars: int | None = None,
 ) -> list[Chunk]:
-    """Split ``text`` into chunks of at most ``max_tokens`` tokens of ``tokenizer``.
+    """Split ``text`` into chunks of at most ``max_tokens`` tokens of ``tokenizer`` and at most
+    ``max_chars`` characters (None: :func:`default_max_chars` of ``max_tokens``).
 
     >>> [(c.start, c.end, c.headings) for c in split("# A\\nx y\\n# B\\nz", 5)]
     [(0, 8, ('A',)), (8, 13, ('B',))]
+    >>> [(c.start, c.end, c.tokens) for c in split("x" * 250, 5, max_chars=100)]
+    [(0, 100, 1), (100, 200, 1), (200, 250, 1)]
     """
     _check_arguments(text, max_tokens, overlap)
+    max_chars = char_bound(max_tokens, max_chars)
     if isinstance(tokenizer, str):
         tokenizer = get_tokenizer(tokenizer)
     if not text:
@@ -97,14 +139,16 @@ def split(
     parts = sections(text, markdown)
     plans = _plans(text, parts, tables(text) if markdown else [])
     spans = [piece for plan in plans for piece in plan if isinstance(piece, tuple)]
-    text_atoms = iter(_atomize(measure, spans, max_tokens))
+    text_atoms = iter(_atomize(measure, spans, max_tokens, max_chars))
     chunks: list[Chunk] = []
     for part, plan in zip(parts, plans):
-        atoms, repeats = _section_atoms(measure, plan, text_atoms, max_tokens)
+        atoms, repeats = _section_atoms(measure, plan, text_atoms, max_tokens, max_chars)
         if part.heading_end is not None:
             tabled = [(p.table.start, p.end) for p in plan if isinstance(p, _TablePiece)]
-            _keep_heading_with_text(measure, atoms, part.heading_end, max_tokens, tabled)
-        chunks.extend(_pack(measure, atoms, max_tokens, overlap, part.headings, repeats))
+            _keep_heading_with_text(measure, atoms, part.heading_end, max_tokens, max_chars, tabled)
+        chunks.extend(
+            _pack(measure, atoms, max_tokens, max_chars, overlap, part.headings, repeats)
+        )
     return chunks
 
 
@@ -172,7 +216,7 @@ def _plans(
 
 def _section_atoms(
     measure: Measure, plan: list[tuple[int, int] | _TablePiece], text_atoms: Iterator[_Atoms],
-    limit: int,
+    limit: int, max_chars: int,
 ) -> tuple[_Atoms, list[_Repeat]]:
     """Atoms of one section: its text spans' (from ``text_atoms``, in order) and its tables'."""
     if len(plan) == 1 and isinstance(plan[0], tuple):
@@ -186,24 +230,28 @@ def _section_atoms(
             atoms.ends.extend(more.ends)
             atoms.counts.extend(more.counts)
         else:
-            repeat = _table_atoms(measure, piece, limit, atoms)
+            repeat = _table_atoms(measure, piece, limit, max_chars, atoms)
             if repeat is not None:
                 repeats.append(repeat)
     return atoms, repeats
 
 
-def _add_span(measure: Measure, lo: int, hi: int, limit: int, atoms: _Atoms) -> None:
+def _add_span(
+    measure: Measure, lo: int, hi: int, limit: int, max_chars: int, atoms: _Atoms
+) -> None:
     """text[lo:hi] as one atom when it fits, else cut by the separator hierarchy."""
     if lo >= hi:
         return
-    count = measure.count(lo, hi)
-    if count <= limit:
+    count = measure.count(lo, hi) if hi - lo <= max_chars else None
+    if count is not None and count <= limit:
         atoms.add(lo, hi, count)
     else:
-        _descend(measure, lo, hi, 0, limit, atoms)
+        _descend(measure, lo, hi, 0, limit, max_chars, atoms)
 
 
-def _table_atoms(measure: Measure, piece: _TablePiece, limit: int, atoms: _Atoms) -> _Repeat | None:
+def _table_atoms(
+    measure: Measure, piece: _TablePiece, limit: int, max_chars: int, atoms: _Atoms
+) -> _Repeat | None:
     """A table that fits is one atom. One that does not is cut between rows: the header and
     delimiter rows travel with the first body row, and every other row is an atom that fits
     the budget left beside the repeated header (a row that alone does not is cut like any
@@ -211,9 +259,9 @@ def _table_atoms(measure: Measure, piece: _TablePiece, limit: int, atoms: _Atoms
     rows are simply cut, since a piece would hold little but the header."""
     table = piece.table
     whole = measure.count(table.start, table.end)
-    if whole <= limit:
+    if whole <= limit and table.end - table.start <= max_chars:
         atoms.add(table.start, table.end, whole)
-        _add_span(measure, table.end, piece.end, limit, atoms)
+        _add_span(measure, table.end, piece.end, limit, max_chars, atoms)
         return None
     rows = table.row_spans()
     if rows:
@@ -223,15 +271,16 @@ def _table_atoms(measure: Measure, piece: _TablePiece, limit: int, atoms: _Atoms
     repeat = bool(rows) and header_tokens <= limit // 2
     budget = limit - header_tokens if repeat else limit
     first = measure.count(table.start, rows[0][1]) if rows else limit + 1
-    if first <= limit:
+    if first <= limit and rows[0][1] - table.start <= max_chars:
         atoms.add(table.start, rows[0][1], first)
         rows = rows[1:]
     else:
-        _add_span(measure, table.start, table.body if rows else piece.end, limit, atoms)
+        end = table.body if rows else piece.end
+        _add_span(measure, table.start, end, limit, max_chars, atoms)
     if rows:
         starts, ends = [a for a, _ in rows], [b for _, b in rows]
         counts = measure.piece_counts(starts, ends, budget)
-        _place(measure, starts, ends, counts, 0, budget, atoms)
+        _place(measure, starts, ends, counts, 0, budget, max_chars, atoms)
     return _Repeat(table.body, table.end, header, header_tokens) if repeat else None
 
 
@@ -252,7 +301,7 @@ def _first_two(measure: Measure, atoms: _Atoms) -> int:
 
 
 def _keep_heading_with_text(
-    measure: Measure, atoms: _Atoms, heading_end: int, limit: int,
+    measure: Measure, atoms: _Atoms, heading_end: int, limit: int, max_chars: int,
     tables: Sequence[tuple[int, int]] = (),
 ) -> None:
     """A heading alone makes a chunk that matches every query about its section and answers
@@ -264,9 +313,11 @@ def _keep_heading_with_text(
         return  # the first atom already holds more than the heading
     if any(lo <= atoms.starts[1] < hi for lo, hi in tables):
         return
-    while len(atoms.starts) >= 2 and _first_two(measure, atoms) > limit:
+    while len(atoms.starts) >= 2 and (
+        atoms.ends[1] - atoms.starts[0] > max_chars or _first_two(measure, atoms) > limit
+    ):
         finer = _Atoms([], [], [])
-        _descend(measure, atoms.starts[1], atoms.ends[1], 0, limit, finer)
+        _descend(measure, atoms.starts[1], atoms.ends[1], 0, limit, max_chars, finer)
         if len(finer.starts) <= 1:
             return
         atoms.starts[1:2] = finer.starts
@@ -277,7 +328,9 @@ def _keep_heading_with_text(
 # ------------------------------------------------------------------------------------ atomize
 
 
-def _atomize(measure: Measure, bounds: list[tuple[int, int]], limit: int) -> list[_Atoms]:
+def _atomize(
+    measure: Measure, bounds: list[tuple[int, int]], limit: int, max_chars: int
+) -> list[_Atoms]:
     """Atoms of every section. The first level of all sections is counted in one batch, and a
     section's own fit is judged from its pieces' counts, so no text is encoded twice just to
     learn that it is too long."""
@@ -297,13 +350,15 @@ def _atomize(measure: Measure, bounds: list[tuple[int, int]], limit: int) -> lis
         starts = all_starts[offset : offset + len(ends)]
         counts = all_counts[offset : offset + len(ends)]
         offset += len(ends)
-        whole = _whole_count(measure, lo, hi, starts, counts, limit)
+        whole = None
+        if hi - lo <= max_chars:
+            whole = _whole_count(measure, lo, hi, starts, counts, limit)
         if whole is not None and whole <= limit:
             atoms.add(lo, hi, whole)
         elif len(ends) == 1:
-            _descend(measure, lo, hi, 1, limit, atoms)
+            _descend(measure, lo, hi, 1, limit, max_chars, atoms)
         else:
-            _place(measure, starts, ends, counts, 1, limit, atoms)
+            _place(measure, starts, ends, counts, 1, limit, max_chars, atoms)
         out.append(atoms)
     return out
 
@@ -331,10 +386,16 @@ def _place(
     counts: list[int | None],
     next_level: int,
     limit: int,
+    max_chars: int,
     atoms: _Atoms,
 ) -> None:
-    """Pieces that fit become atoms; the others are cut further, in place."""
+    """Pieces that fit (in tokens and in characters) become atoms; the others are cut further,
+    in place."""
     over = [k for k, count in enumerate(counts) if count is None or count > limit]
+    if ends[-1] - starts[0] > max_chars:  # else no piece can be over in characters
+        wide = [k for k, (a, b) in enumerate(zip(starts, ends)) if b - a > max_chars]
+        if wide:
+            over = sorted(set(over).union(wide))
     done = 0
     for k in over + [len(starts)]:
         if k > done:  # a run of fitting pieces: one extend instead of an append per atom
@@ -342,22 +403,25 @@ def _place(
             atoms.ends.extend(ends[done:k])
             atoms.counts.extend(counts[done:k])  # type: ignore[arg-type]
         if k < len(starts):
-            _descend(measure, starts[k], ends[k], next_level, limit, atoms)
+            _descend(measure, starts[k], ends[k], next_level, limit, max_chars, atoms)
         done = k + 1
 
 
-def _descend(measure: Measure, lo: int, hi: int, level: int, limit: int, atoms: _Atoms) -> None:
+def _descend(
+    measure: Measure, lo: int, hi: int, level: int, limit: int, max_chars: int, atoms: _Atoms
+) -> None:
     """Cut ``text[lo:hi]``, known to be over budget, on SEPARATORS[level] and below."""
     measure.descending(lo, hi)
     if level == len(SEPARATORS):
-        _grapheme_atoms(measure, lo, hi, limit, atoms)
+        _grapheme_atoms(measure, lo, hi, limit, max_chars, atoms)
         return
     ends = _cut_ends(measure, lo, hi, SEPARATORS[level])
     if len(ends) == 1:  # separator absent, or only trailing: same range, next level
-        _descend(measure, lo, hi, level + 1, limit, atoms)
+        _descend(measure, lo, hi, level + 1, limit, max_chars, atoms)
         return
     starts = [lo] + ends[:-1]
-    _place(measure, starts, ends, measure.piece_counts(starts, ends, limit), level + 1, limit, atoms)
+    counts = measure.piece_counts(starts, ends, limit)
+    _place(measure, starts, ends, counts, level + 1, limit, max_chars, atoms)
 
 
 def _cut_ends(measure: Measure, lo: int, hi: int, separator: str) -> list[int]:
@@ -417,8 +481,11 @@ def _separator_ends(view: bytes, lo: int, hi: int, separator: bytes) -> list[int
     return ends
 
 
-def _grapheme_atoms(measure: Measure, lo: int, hi: int, limit: int, atoms: _Atoms) -> None:
-    """Below the last separator: maximal runs of whole grapheme clusters that fit.
+def _grapheme_atoms(
+    measure: Measure, lo: int, hi: int, limit: int, max_chars: int, atoms: _Atoms
+) -> None:
+    """Below the last separator: maximal runs of whole grapheme clusters that fit (in tokens
+    and in characters).
 
     Equivalent to packing single graphemes greedily, without an object per grapheme: the
     document-wide token positions say roughly where the budget runs out, and exact counts of
@@ -435,10 +502,16 @@ def _grapheme_atoms(measure: Measure, lo: int, hi: int, limit: int, atoms: _Atom
             guess = bisect_right(bounds, int(token_starts[at + limit])) - 1
         else:
             guess = last
-        guess = min(max(guess, first + 1), last)
-        end_index = _largest_fitting(
-            first + 1, last, guess, lambda j: measure.count(start, bounds[j]) <= limit
-        )
+        # The run may not pass max_chars: below it a WordPiece [UNK] or a whole word counts the
+        # same however long it grows, so the token count alone would never stop it.
+        widest = min(bisect_right(bounds, start + max_chars, first) - 1, last)
+        if widest <= first:  # one grapheme alone is over the character bound
+            end_index: int | None = first + 1
+        else:
+            end_index = _largest_fitting(
+                first + 1, widest, min(max(guess, first + 1), widest),
+                lambda j: measure.count(start, bounds[j]) <= limit,
+            )
         if end_index is None:  # one grapheme alone is over budget
             end_index = first + 1
         atoms.add(start, bounds[end_index], measure.count(start, bounds[end_index]))
@@ -483,12 +556,13 @@ def _largest_fitting(lo: int, hi: int, guess: int, fits: Callable[[int], bool]) 
 
 
 def _pack(
-    measure: Measure, atoms: _Atoms, limit: int, overlap: int, headings: tuple[str, ...],
-    repeats: Sequence[_Repeat] = (),
+    measure: Measure, atoms: _Atoms, limit: int, max_chars: int, overlap: int,
+    headings: tuple[str, ...], repeats: Sequence[_Repeat] = (),
 ) -> list[Chunk]:
-    """Greedy packing of atoms into chunks (seed steps 2-3). A chunk that starts inside a split
+    """Greedy packing of atoms into chunks (steps 2-3 above). A chunk that starts inside a split
     table's rows (``repeats``) packs to the budget its repeated header leaves, and the header
-    plus its text is counted exactly before it is emitted."""
+    plus its text is counted exactly before it is emitted. A chunk never passes ``max_chars``
+    characters unless it is one atom (a single grapheme over it)."""
     starts, ends, counts = atoms.starts, atoms.ends, atoms.counts
     n = len(starts)
     if n == 0:
@@ -536,6 +610,8 @@ def _pack(
 
     def fits(i: int, j: int) -> bool:
         """Atoms i..j-1 make a chunk within budget, any repeated header included."""
+        if bounds[j] - bounds[i] > max_chars:
+            return False
         room, repeat = budget(i)
         return joined(i, j) <= room and (repeat is None or with_header(repeat, i, j))
 
@@ -543,7 +619,11 @@ def _pack(
     i = 0
     while i < n:
         room, repeat = budget(i) if repeats else (limit, None)
-        j = min(max(bisect_right(guide, guide[i] + room) - 1, i + 1), n)
+        # The character bound caps the run before any count: joining pieces of one long word
+        # (a no-space run cut between graphemes) gives one [UNK] or one word again, so "the
+        # joined text fits" would hold for the whole run.
+        widest = max(bisect_right(bounds, bounds[i] + max_chars, i + 1) - 1, i + 1)
+        j = min(max(bisect_right(guide, guide[i] + room) - 1, i + 1), widest)
         tokens = joined(i, j)
         if tokens > room:
             while j > i + 1:
@@ -552,7 +632,7 @@ def _pack(
                 if tokens <= room:
                     break
         else:
-            while j < n:
+            while j < widest:
                 wider = joined(i, j + 1)
                 if wider > room:
                     break
@@ -564,7 +644,8 @@ def _pack(
             tokens = joined(i, j)
             if not with_header(repeat, i, j):
                 repeat = None  # one atom that fits the budget, but not beside the header
-        chunks.append(Chunk(starts[i], ends[j - 1], headings, tokens, tokens > limit,
+        oversized = tokens > limit or ends[j - 1] - starts[i] > max_chars
+        chunks.append(Chunk(starts[i], ends[j - 1], headings, tokens, oversized,
                             repeat.header if repeat is not None else ""))
         if j == n:
             break
