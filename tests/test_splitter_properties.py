@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import string
+
 import regex
 from hypothesis import given, strategies as st
 
-from chunkline import split
+from chunkline import default_max_chars, split
 from tests.helpers import TOKENIZER_SPECS, reference_headings, reference_path, tokenizer
 
 import pytest
@@ -30,21 +32,41 @@ FRAGMENTS = [
     "https://example.com/a/very/long/path?with=query&and=more#fragment",
 ]
 
+# Runs a tokenizer may read as a handful of tokens, or one: hundreds of letters with no space
+# (one [UNK] for WordPiece past 100 characters, one word for "words"), emoji ZWJ sequences and
+# flags, CJK with no spaces, stacked combining marks (one grapheme, possibly over max_chars).
+EMOJI = ["👨‍👩‍👧‍👦", "👩🏽‍💻", "🏳️‍🌈", "🇫🇷", "🇯🇵", "👍🏽", "🙂", "❤️"]
+long_runs = st.one_of(
+    st.text(alphabet=string.ascii_letters, min_size=100, max_size=600),
+    st.lists(st.sampled_from(EMOJI), min_size=1, max_size=120).map("".join),
+    st.text(alphabet=st.characters(min_codepoint=0x4E00, max_codepoint=0x9FFF),
+            min_size=20, max_size=300),
+    st.lists(st.sampled_from(["e\u0301", "a\u0308\u0323", "o\u0302\u0303\u0304", "ก\u0e49"]),
+             min_size=1, max_size=100).map("".join),
+    st.integers(1, 40).map(lambda k: "e" + "\u0301" * k),
+)
+
 fragment_text = st.lists(
-    st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=12)), max_size=60
+    st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=12), long_runs), max_size=60
 ).map("".join)
 any_text = st.one_of(fragment_text, st.text(max_size=300))
 
 
-def _budget(data) -> tuple[int, int]:
+def _budget(data) -> tuple[int, int, int | None]:
     max_tokens = data.draw(st.one_of(st.integers(1, 8), st.integers(9, 80)), label="max_tokens")
     overlap = data.draw(st.integers(0, max_tokens - 1), label="overlap")
-    return max_tokens, overlap
+    max_chars = data.draw(st.one_of(st.none(), st.integers(1, 12), st.integers(13, 400)),
+                          label="max_chars")
+    return max_tokens, overlap, max_chars
 
 
-def check_invariants(text: str, spec: str, max_tokens: int, overlap: int, markdown: bool) -> None:
+def check_invariants(
+    text: str, spec: str, max_tokens: int, overlap: int, markdown: bool,
+    max_chars: int | None = None,
+) -> None:
     tok = tokenizer(spec)
-    chunks = split(text, max_tokens, overlap, tok, markdown=markdown)
+    chunks = split(text, max_tokens, overlap, tok, markdown=markdown, max_chars=max_chars)
+    bound = default_max_chars(max_tokens) if max_chars is None else max_chars
     if not text:
         assert chunks == []
         return
@@ -57,10 +79,11 @@ def check_invariants(text: str, spec: str, max_tokens: int, overlap: int, markdo
         assert piece, chunk
         assert chunk.tokens == tok.count(piece), (chunk, piece)
         if chunk.oversized:
-            assert chunk.tokens > max_tokens
+            assert chunk.tokens > max_tokens or len(piece) > bound
             assert [m.group() for m in GRAPHEME.finditer(piece)] == [piece], "oversized > 1 grapheme"
         else:
             assert chunk.tokens <= max_tokens
+            assert chunk.end - chunk.start <= bound, (chunk, bound)
         assert chunk.headings == reference_path(found, chunk.start)
         assert not any(chunk.start < h < chunk.end for h in heading_starts), "chunk spans a heading"
         if n:
@@ -77,8 +100,8 @@ def check_invariants(text: str, spec: str, max_tokens: int, overlap: int, markdo
 @pytest.mark.parametrize("spec", TOKENIZER_SPECS)
 @given(data=st.data(), text=any_text, markdown=st.booleans())
 def test_invariants(spec: str, data, text: str, markdown: bool) -> None:
-    max_tokens, overlap = _budget(data)
-    check_invariants(text, spec, max_tokens, overlap, markdown)
+    max_tokens, overlap, max_chars = _budget(data)
+    check_invariants(text, spec, max_tokens, overlap, markdown, max_chars)
 
 
 prose = st.lists(
@@ -93,6 +116,7 @@ markdown_doc = st.lists(
         prose.map(lambda p: p + "\n\n"),
         prose.map(lambda p: p + ".\n"),
         st.sampled_from(FRAGMENTS[46:]),
+        long_runs.map(lambda run: run + "\n"),
         st.tuples(st.integers(1, 6), prose).map(lambda t: "#" * t[0] + " " + t[1] + "\n"),
         prose.map(lambda p: p + "\n" + "=" * 3 + "\n"),
         prose.map(lambda p: "```\n# " + p + "\n```\n"),
@@ -104,8 +128,8 @@ markdown_doc = st.lists(
 @pytest.mark.parametrize("spec", TOKENIZER_SPECS)
 @given(data=st.data(), text=markdown_doc)
 def test_invariants_markdown_documents(spec: str, data, text: str) -> None:
-    max_tokens, overlap = _budget(data)
-    check_invariants(text, spec, max_tokens, overlap, markdown=True)
+    max_tokens, overlap, max_chars = _budget(data)
+    check_invariants(text, spec, max_tokens, overlap, True, max_chars)
 
 
 cut_text = st.lists(
