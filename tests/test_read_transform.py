@@ -10,6 +10,7 @@ import apache_beam as beam
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
@@ -17,6 +18,8 @@ from apache_beam.testing.util import BeamAssertException, assert_that, equal_to
 
 from chunkline.readers import ReadOptions
 from chunkline.records import Document, Rejected
+from chunkline.walk import walk
+from transforms.match import BeamGlob
 from transforms.read import ReadDocuments
 
 PAGE = "<html><head><title>T</title></head><body><h1>Page</h1><p>Hello &amp; bye.</p></body></html>"
@@ -117,8 +120,8 @@ def test_several_patterns_each_with_its_own_root(corpus: Path) -> None:
                     label="Rejected")
 
 
-def test_unreadable_file_is_rejected_not_a_failed_job(tmp_path: Path) -> None:
-    # A directory named like a document: matched by its exact path, then it cannot be read.
+def test_directory_named_as_a_file_is_rejected_not_a_failed_job(tmp_path: Path) -> None:
+    # A directory named like a document and matched by its exact path: never opened.
     (tmp_path / "folder.md").mkdir()
     (tmp_path / "ok.md").write_text("fine", encoding="utf-8")
     with pipeline() as p:
@@ -127,7 +130,8 @@ def test_unreadable_file_is_rejected_not_a_failed_job(tmp_path: Path) -> None:
         )
         assert_that(outputs.documents | beam.Map(lambda d: d.doc_id), equal_to(["ok.md"]),
                     label="Ids")
-        assert_that(outputs.rejected, rejections_are({"folder.md": "could not read file"}),
+        assert_that(outputs.rejected,
+                    rejections_are({"folder.md": "not a regular file (a directory"}),
                     label="Rejected")
 
 
@@ -142,3 +146,90 @@ def test_pattern_matching_nothing_reads_nothing(tmp_path: Path) -> None:
 def test_patterns_are_required(patterns) -> None:
     with pytest.raises(ValueError):
         ReadDocuments(patterns, ReadOptions())
+
+
+# --- Which files a pattern matches: what Beam's LocalFileSystem.match matched -----------------
+
+GLOB_TREE = (
+    "a.md", "b.txt", ".hidden.md", "UPPER.MD", "s b/g.md", "odd[1].md", "back\\slash.md",
+    "sub/c.md", "sub/deeper/d.md", "sub/deeper/e.txt", "sub/deeper/.env.txt",
+    ".dir/f.md", "x/notes/y.md", "x/notes/deep/z.md", "subway/w.md",
+)
+GLOB_PATTERNS = (
+    "**", "*", "*.md", "**/*.md", "**.md", "*/*.md", "*/notes/*.md", "sub/**", "sub/",
+    "sub*/**", "su?/*.md", "[ab].*", "?.md", ".*", "**/.*", "s b/*", "sub/deeper/d.md",
+    "sub/*/*.txt", "x/**/*.md", "nothing/**",
+)
+
+
+@pytest.fixture(scope="module")
+def glob_tree(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("glob") / "corpus"
+    for name in GLOB_TREE:
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"text of {name}", encoding="utf-8")
+    return root
+
+
+def beam_matched(pattern: str) -> list[str]:
+    """The paths Beam's own FileSystems.match (os.walk + translate_pattern) gives."""
+    return sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
+
+
+@pytest.mark.parametrize("relative", GLOB_PATTERNS + ("../corp*/*.md",))
+def test_local_patterns_match_what_beam_matched(glob_tree: Path, relative: str) -> None:
+    pattern = f"{glob_tree}/{relative}"
+    expected = beam_matched(pattern)
+    if relative != "nothing/**":
+        assert expected, f"{relative} should match something in the tree"
+    with pipeline() as p:
+        outputs = p | ReadDocuments(pattern)
+        uris = (
+            (outputs.documents | "DocUris" >> beam.Map(lambda d: d.uri),
+             outputs.rejected | "RejectedUris" >> beam.Map(lambda r: r.uri))
+            | beam.Flatten()
+        )
+        assert_that(uris, equal_to(expected))
+
+
+def test_ids_are_relative_to_the_input_root_as_before(glob_tree: Path) -> None:
+    with pipeline() as p:
+        outputs = p | ReadDocuments(f"{glob_tree}/x/**")
+        assert_that(outputs.documents | beam.Map(lambda d: (d.doc_id, d.text)), equal_to([
+            ("notes/y.md", "text of x/notes/y.md"),
+            ("notes/deep/z.md", "text of x/notes/deep/z.md"),
+        ]))
+
+
+def test_walk_order_is_fixed_by_names(glob_tree: Path) -> None:
+    root = str(glob_tree)
+    pattern = f"{root}/**"
+    first = [item.path for item in walk(root, BeamGlob(pattern, root))]
+    again = [item.path for item in walk(root, BeamGlob(pattern, root))]
+    assert first == again
+    assert sorted(first) == beam_matched(pattern)
+    # A directory's files (by name) before its subdirectories (by name, depth first).
+    assert [p[len(root) + 1:] for p in first][:6] == [
+        ".hidden.md", "UPPER.MD", "a.md", "b.txt", "back\\slash.md", "odd[1].md"]
+
+
+@pytest.mark.slow
+def test_exclude_applies_to_gcs_patterns(tmp_path: Path) -> None:
+    from tests.gcs_emulator import storage_emulator, upload_tree
+
+    (tmp_path / "doc.md").write_text("input", encoding="utf-8")
+    (tmp_path / "out" / "run1").mkdir(parents=True)
+    (tmp_path / "out" / "run1" / "chunks.md").write_text("an output", encoding="utf-8")
+    (tmp_path / "outline.md").write_text("a sibling named like it", encoding="utf-8")
+    bucket = "chunkline-read-exclude"
+    with storage_emulator(bucket):
+        upload_tree(tmp_path, f"gs://{bucket}/corpus")
+        p = pipeline()
+        outputs = p | ReadDocuments(f"gs://{bucket}/corpus/**",
+                                    exclude=[f"gs://{bucket}/corpus/out/"])
+        assert_that(outputs.documents | beam.Map(lambda d: d.doc_id),
+                    equal_to(["doc.md", "outline.md"]))
+        result = p.run()
+        result.wait_until_finish()
+    assert counter(result, "excluded") == 1

@@ -1,16 +1,17 @@
 """READ: file patterns to ``Document``s, with a ``Rejected`` for everything that is not one.
 
-Matching and reading use only Beam's filesystems (``fileio.MatchFiles``/``ReadMatches``), so the
-same graph reads local paths and ``gs://``; decoding is ``chunkline.readers.decode_file``.
+Matching is ``transforms.match`` (a walk of the input root for local patterns, Beam's match for
+``gs://``); reading uses Beam's filesystems, so the same graph reads local paths and ``gs://``;
+decoding is ``chunkline.readers.decode_file``.
 """
 
 from __future__ import annotations
 
-from typing import Iterable, NamedTuple, Sequence
+from typing import Iterable, NamedTuple, Sequence, Union
 
 import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.fileio import EmptyMatchTreatment, MatchFiles, ReadableFile, ReadMatches
+from apache_beam.io.fileio import ReadableFile
 from apache_beam.metrics import Metrics
 from apache_beam.pvalue import PBegin, PCollection, TaggedOutput
 
@@ -22,6 +23,7 @@ from chunkline.readers import (
     relative_id,
 )
 from chunkline.records import Document, Rejected
+from transforms.match import MatchPattern
 
 REJECTED = "rejected"
 
@@ -34,7 +36,8 @@ class ReadOutputs(NamedTuple):
 
 
 class _DecodeFile(beam.DoFn):
-    """One matched file -> its documents (main output) and rejections (``rejected``)."""
+    """One matched file -> its documents (main output) and rejections (``rejected``); a
+    ``Rejected`` from matching passes through, counted here like every other."""
 
     def __init__(self, root: str, options: ReadOptions) -> None:
         self._root = root
@@ -42,12 +45,15 @@ class _DecodeFile(beam.DoFn):
         self._documents = Metrics.counter("read", "documents")
         self._rejected = Metrics.counter("read", "rejected")
 
-    def process(self, readable: ReadableFile) -> Iterable[Document | TaggedOutput]:
-        uri = readable.metadata.path
-        # Decided by name and size alone: an oversized or unsupported file is never fetched.
-        early = reject_before_reading(uri, self._root, readable.metadata.size_in_bytes,
-                                      self._options)
-        records = [early] if early else self._read_and_decode(readable, uri)
+    def process(self, found: ReadableFile | Rejected) -> Iterable[Document | TaggedOutput]:
+        if isinstance(found, Rejected):
+            records: list[Document | Rejected] = [found]
+        else:
+            uri = found.metadata.path
+            # Decided by name and size alone: an oversized or unsupported file is never fetched.
+            early = reject_before_reading(uri, self._root, found.metadata.size_in_bytes,
+                                          self._options)
+            records = [early] if early else self._read_and_decode(found, uri)
         for record in records:
             if isinstance(record, Document):
                 self._documents.inc()
@@ -72,18 +78,21 @@ class _DecodeFile(beam.DoFn):
 class _ReadPattern(beam.PTransform):
     """One pattern: match, read, decode; document ids relative to the pattern's own root."""
 
-    def __init__(self, pattern: str, options: ReadOptions) -> None:
+    def __init__(
+        self, pattern: str, options: ReadOptions, follow_symlinks: bool, exclude: tuple[str, ...]
+    ) -> None:
         super().__init__()
         self._pattern = pattern
         self._options = options
+        self._follow = follow_symlinks
+        self._exclude = exclude
 
     def expand(self, begin: PBegin) -> ReadOutputs:
         decoded = (
             begin
-            | "Match" >> MatchFiles(self._pattern, empty_match_treatment=EmptyMatchTreatment.ALLOW)
-            | "Open" >> ReadMatches()
+            | "Match" >> MatchPattern(self._pattern, self._follow, self._exclude)
             | "Decode" >> beam.ParDo(_DecodeFile(input_root(self._pattern), self._options))
-            .with_input_types(ReadableFile)
+            .with_input_types(Union[ReadableFile, Rejected])
             .with_output_types(Document, rejected=Rejected)
             .with_outputs(REJECTED, main="documents")
         )
@@ -95,24 +104,42 @@ class ReadDocuments(beam.PTransform):
     ``patterns`` (one pattern or several; local paths or ``gs://``).
 
     Each matched file yields its documents or a ``Rejected`` naming why not (unsupported type,
-    empty, binary, bad UTF-8, too large, a bad JSONL line or Parquet row, an IO error): nothing
-    read is dropped silently. A pattern that matches nothing reads nothing.
+    empty, binary, bad UTF-8, too large, a bad JSONL line or Parquet row, an IO error), and so
+    does each matched entry that cannot be read at all (a directory that cannot be listed, a
+    dangling symlink or loop, a FIFO, socket or device, a symlink leaving the input root):
+    nothing matched is dropped silently. A pattern that matches nothing reads nothing.
+
+    ``follow_symlinks``: also read what links leading out of a local pattern's input root point
+    at (links inside it are always followed; a link reads as its own path). ``exclude``: paths
+    (the run's output root) never read as input nor walked into; not rejections, counted as
+    ``read/excluded``.
 
         outputs = p | "Read" >> ReadDocuments("gs://bucket/docs/**", ReadOptions())
         outputs.documents, outputs.rejected
     """
 
-    def __init__(self, patterns: str | Sequence[str], options: ReadOptions | None = None) -> None:
+    def __init__(
+        self,
+        patterns: str | Sequence[str],
+        options: ReadOptions | None = None,
+        follow_symlinks: bool = False,
+        exclude: Sequence[str] = (),
+    ) -> None:
         super().__init__()
         self._patterns = (patterns,) if isinstance(patterns, str) else tuple(patterns)
         if not self._patterns or not all(isinstance(p, str) and p for p in self._patterns):
             raise ValueError(f"ReadDocuments needs one or more non-empty patterns, got {patterns!r}")
+        self._exclude = () if isinstance(exclude, str) else tuple(exclude)
+        if isinstance(exclude, str) or not all(isinstance(e, str) and e for e in self._exclude):
+            raise ValueError(f"ReadDocuments exclude must be a sequence of paths, got {exclude!r}")
         self._options = options if options is not None else ReadOptions()
+        self._follow = follow_symlinks
 
     def expand(self, begin: PBegin) -> ReadOutputs:
         # One branch per pattern, because each pattern has its own root for relative ids.
         branches = [
-            begin | f"Pattern{index}" >> _ReadPattern(pattern, self._options)
+            begin | f"Pattern{index}" >> _ReadPattern(pattern, self._options, self._follow,
+                                                      self._exclude)
             for index, pattern in enumerate(self._patterns)
         ]
         documents = (
@@ -126,4 +153,5 @@ class ReadDocuments(beam.PTransform):
         return ReadOutputs(documents, rejected)
 
     def display_data(self) -> dict[str, object]:
-        return {"patterns": ", ".join(self._patterns)}
+        return {"patterns": ", ".join(self._patterns), "follow_symlinks": self._follow,
+                "exclude": ", ".join(self._exclude)}
