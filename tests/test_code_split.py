@@ -22,7 +22,7 @@ import regex
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chunkline import LANGUAGES, Chunk, language_for, split, split_code
+from chunkline import LANGUAGES, Chunk, default_max_chars, language_for, split, split_code
 from chunkline.code import _grammar
 from tests.helpers import TOKENIZER_SPECS, tokenizer
 
@@ -35,10 +35,13 @@ SAMPLES = sorted(p for p in CODE.iterdir() if p.is_file())
 
 
 def check_contract(
-    text: str, chunks: list[Chunk], spec: str, max_tokens: int, overlap: int
+    text: str, chunks: list[Chunk], spec: str, max_tokens: int, overlap: int,
+    max_chars: int | None = None,
 ) -> None:
-    """The splitter's contract: tiling, order, bounded overlap, exact offsets and counts, budget."""
+    """The splitter's contract: tiling, order, bounded overlap, exact offsets and counts, budget
+    in tokens and in characters."""
     tok = tokenizer(spec)
+    bound = default_max_chars(max_tokens) if max_chars is None else max_chars
     if not text:
         assert chunks == []
         return
@@ -52,6 +55,7 @@ def check_contract(
             assert [m.group() for m in GRAPHEME.finditer(piece)] == [piece]
         else:
             assert chunk.tokens <= max_tokens, (chunk, piece)
+            assert chunk.end - chunk.start <= bound, (chunk, bound)
         if n:
             previous = chunks[n - 1]
             assert previous.start < chunk.start <= previous.end < chunk.end
@@ -128,9 +132,12 @@ def python_units(text: str, definitions) -> list[tuple[int, int, int]]:
     return out
 
 
-def check_python(text: str, spec: str, max_tokens: int, overlap: int) -> None:
-    chunks = split_code(text, "python", max_tokens, overlap, tokenizer(spec))
-    check_contract(text, chunks, spec, max_tokens, overlap)
+def check_python(
+    text: str, spec: str, max_tokens: int, overlap: int, max_chars: int | None = None
+) -> None:
+    chunks = split_code(text, "python", max_tokens, overlap, tokenizer(spec), max_chars=max_chars)
+    check_contract(text, chunks, spec, max_tokens, overlap, max_chars)
+    bound = default_max_chars(max_tokens) if max_chars is None else max_chars
     definitions = python_definitions(text)
     tokens = python_tokens(text)
     for chunk in chunks:
@@ -140,7 +147,7 @@ def check_python(text: str, spec: str, max_tokens: int, overlap: int) -> None:
     tok = tokenizer(spec)
     bounds = {c.start for c in chunks} | {c.end for c in chunks}
     for start, end, longest in python_units(text, definitions):
-        if tok.count(text[start:longest]) <= max_tokens:
+        if longest - start <= bound and tok.count(text[start:longest]) <= max_tokens:
             inside = [b for b in bounds if start < b < end]
             assert not inside, (text[start:end], inside)
 
@@ -155,6 +162,12 @@ SIMPLE = [
     "result = compute(alpha, beta, gamma=delta, *args, **kwargs)",
     "value = (first_operand + second_operand) * third_operand - fourth_operand / 2",
     "lambda_ = lambda q: q + 1  # trailing comment",
+    # What a tokenizer may read as one token, or a few: a long no-space literal (one [UNK] for
+    # WordPiece, one word), emoji ZWJ sequences and flags, CJK, stacked combining marks.
+    "blob = '" + "QmFzZTY0ZGF0YQ" * 10 + "'",
+    "faces = '" + "👨‍👩‍👧‍👦🏳️‍🌈🇫🇷👍🏽" * 5 + "'",
+    "title = '" + "漢字仮名交じり文" * 8 + "'",
+    "accents = '" + "e\u0301a\u0308\u0323" * 15 + "'  # " + "e" + "\u0301" * 30,
 ]
 NAMES = ["alpha", "beta", "run", "Widget", "Helper", "_private", "naïve", "données"]
 
@@ -190,7 +203,9 @@ python_source = st.lists(
 def test_generated_python(spec: str, data, text: str) -> None:
     max_tokens = data.draw(st.one_of(st.integers(1, 12), st.integers(13, 120)), label="max_tokens")
     overlap = data.draw(st.integers(0, max_tokens - 1), label="overlap")
-    check_python(text, spec, max_tokens, overlap)
+    max_chars = data.draw(st.one_of(st.none(), st.integers(1, 12), st.integers(13, 600)),
+                          label="max_chars")
+    check_python(text, spec, max_tokens, overlap, max_chars)
 
 
 REAL_PYTHON = [textwrap.__file__, json.decoder.__file__]
