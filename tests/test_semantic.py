@@ -12,7 +12,7 @@ import pytest
 import regex
 from hypothesis import given, strategies as st
 
-from chunkline import split
+from chunkline import default_max_chars, split
 from chunkline.markdown import sections
 from chunkline.semantic import SemanticOptions, model_embed, semantic_split, sentence_spans
 from tests.helpers import reference_headings, reference_path, tokenizer
@@ -48,9 +48,11 @@ def pieces(text: str, chunks) -> list[str]:
 
 
 def check_invariants(text: str, spec: str, max_tokens: int, markdown: bool,
-                     options: SemanticOptions) -> None:
+                     options: SemanticOptions, max_chars: int | None = None) -> None:
     tok = tokenizer(spec)
-    chunks = semantic_split(text, max_tokens, tok, hashed, options, markdown=markdown)
+    chunks = semantic_split(text, max_tokens, tok, hashed, options, markdown=markdown,
+                            max_chars=max_chars)
+    bound = default_max_chars(max_tokens) if max_chars is None else max_chars
     if not text:
         assert chunks == []
         return
@@ -65,6 +67,7 @@ def check_invariants(text: str, spec: str, max_tokens: int, markdown: bool,
             assert [m.group() for m in GRAPHEME.finditer(piece)] == [piece]
         else:
             assert chunk.tokens <= max_tokens
+            assert chunk.end - chunk.start <= bound, (chunk, bound)
         if chunk.table_header:
             assert tok.count(chunk.table_header + piece) <= max_tokens
         assert chunk.headings == reference_path(found, chunk.start)
@@ -84,9 +87,9 @@ options_strategy = st.builds(
 
 @pytest.mark.parametrize("spec", ["words", "chars", "hf:all-MiniLM-L6-v2"])
 @given(text=any_text, max_tokens=st.integers(1, 60), markdown=st.booleans(),
-       options=options_strategy)
-def test_invariants(spec, text, max_tokens, markdown, options):
-    check_invariants(text, spec, max_tokens, markdown, options)
+       options=options_strategy, max_chars=st.one_of(st.none(), st.integers(1, 300)))
+def test_invariants(spec, text, max_tokens, markdown, options, max_chars):
+    check_invariants(text, spec, max_tokens, markdown, options, max_chars)
 
 
 @pytest.mark.parametrize("spec", ["words", "hf:all-MiniLM-L6-v2"])
