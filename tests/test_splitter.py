@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from chunkline import split
+from chunkline import default_max_chars, split
 from tests.helpers import TOKENIZER_SPECS, tokenizer
 
 
@@ -94,6 +94,7 @@ def test_hostile_text_stays_within_budget(spec: str, name: str) -> None:
     for c in chunks:
         assert c.tokens == tok.count(text[c.start : c.end])
         assert c.tokens <= 16 or c.oversized
+        assert c.end - c.start <= default_max_chars(16) or c.oversized
 
 
 @pytest.mark.parametrize("spec", ["words", "chars", "tiktoken:cl100k_base", "hf:all-MiniLM-L6-v2"])
@@ -105,6 +106,7 @@ def test_five_megabyte_line_without_spaces(spec: str) -> None:
     assert all(b.start == a.end for a, b in zip(chunks, chunks[1:]))
     sample = chunks[:: max(1, len(chunks) // 50)]
     assert all(c.tokens == tok.count(text[c.start : c.end]) <= 256 for c in sample)
+    assert all(c.end - c.start <= default_max_chars(256) for c in chunks)
     assert not any(c.oversized for c in chunks)
 
 
