@@ -113,7 +113,10 @@ def _with_content_key(record: ChunkRecord, signature: str) -> ChunkRecord:
 
 def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
     """Add the whole job to ``pipeline``; every document read ends in the documents table."""
-    read = pipeline | "Read" >> ReadDocuments(config.input.pattern, read_options(config))
+    # The output root may sit inside the input pattern (out/ under the corpus): never read back.
+    read = pipeline | "Read" >> ReadDocuments(
+        config.input.pattern, read_options(config),
+        follow_symlinks=config.input.follow_symlinks, exclude=(config.output.path,))
     documents, rejected_parts = read.documents, [read.rejected]
     # Clean, then drop corpus boilerplate, then dedupe: duplicates are judged on the text that
     # is chunked, and the documents table stores exactly the text chunk offsets refer to.
@@ -143,6 +146,7 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
         code=config.split.code,
         semantic=semantic,
         semantic_model=embed_options(config) if semantic is not None else None,
+        max_chars=config.split.max_chars,
     )
     kept = deduped["kept"]
     if config.context is not None:

@@ -43,9 +43,11 @@ def _split_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             if language is not None:
                 # Source files split by syntax tree, as the pipeline does; `# comment` lines are
                 # not headings.
-                chunks = split_code(text, language, args.max_tokens, args.overlap, tokenizer)
+                chunks = split_code(text, language, args.max_tokens, args.overlap, tokenizer,
+                                    max_chars=args.max_chars)
             else:
-                chunks = split(text, args.max_tokens, args.overlap, tokenizer, not args.no_markdown)
+                chunks = split(text, args.max_tokens, args.overlap, tokenizer, not args.no_markdown,
+                               max_chars=args.max_chars)
         except ValueError as exc:
             print(f"chunkline split: {exc}", file=err)
             return 2
@@ -167,6 +169,9 @@ def build_parser() -> argparse.ArgumentParser:
     split_parser.add_argument("files", nargs="+", metavar="FILE")
     split_parser.add_argument("--max-tokens", type=int, default=256)
     split_parser.add_argument("--overlap", type=int, default=0)
+    split_parser.add_argument("--max-chars", type=int, default=None,
+                              help="no chunk longer than this many characters, whatever the "
+                              "tokenizer counts (default: 32 x max-tokens + 1024)")
     split_parser.add_argument(
         "--tokenizer", default=DEFAULT_TOKENIZER,
         help="words | chars | tiktoken:NAME_OR_PATH | hf:MODEL (default: %(default)s)",

@@ -91,6 +91,8 @@ class _ReadPattern(beam.PTransform):
         decoded = (
             begin
             | "Match" >> MatchPattern(self._pattern, self._follow, self._exclude)
+            # Matching runs on one worker; without a shuffle every file would be read there too.
+            | "Spread" >> beam.Reshuffle()
             | "Decode" >> beam.ParDo(_DecodeFile(input_root(self._pattern), self._options))
             .with_input_types(Union[ReadableFile, Rejected])
             .with_output_types(Document, rejected=Rejected)

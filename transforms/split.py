@@ -25,8 +25,10 @@ class _SplitDocument(beam.DoFn):
                  prefix_tokenizer_spec: str, heading_reserve: int,
                  progress_seconds: float = 5.0, code: bool = True,
                  semantic: SemanticOptions | None = None,
-                 semantic_model: EmbedOptions | None = None) -> None:
+                 semantic_model: EmbedOptions | None = None,
+                 max_chars: int | None = None) -> None:
         self.tokenizer_spec = tokenizer_spec
+        self.max_chars = max_chars
         self.max_tokens = max_tokens
         self.overlap = overlap
         self.markdown = markdown
@@ -62,13 +64,15 @@ class _SplitDocument(beam.DoFn):
         language = language_for(doc.uri)
         if language is not None and self.code:
             # Source code: cut between syntax nodes; headings are the enclosing definitions.
-            return split_code(doc.text, language, self.max_tokens, self.overlap, self.tokenizer)
+            return split_code(doc.text, language, self.max_tokens, self.overlap, self.tokenizer,
+                              max_chars=self.max_chars)
         # A source file read as Markdown would take its `# comment` lines for headings.
         markdown = self.markdown and language is None
         if self.embed is not None:
             return semantic_split(doc.text, self.max_tokens, self.tokenizer, self.embed,
-                                  self.semantic, markdown)
-        return split(doc.text, self.max_tokens, self.overlap, self.tokenizer, markdown)
+                                  self.semantic, markdown, max_chars=self.max_chars)
+        return split(doc.text, self.max_tokens, self.overlap, self.tokenizer, markdown,
+                     max_chars=self.max_chars)
 
     def process(self, doc: Document):
         pieces = self._split(doc)
@@ -110,18 +114,20 @@ class SplitDocuments(beam.PTransform):
     ``.go``, ... see ``chunkline.code.EXTENSIONS``) is split by its syntax tree, its headings
     the enclosing class and function names; without, it is split as plain text. With
     ``semantic`` (and the embedding model's options) prose is cut at topic shifts found with
-    the model (``chunkline.semantic``), never over ``max_tokens``; overlap does not apply."""
+    the model (``chunkline.semantic``), never over ``max_tokens``; overlap does not apply.
+    No chunk is longer than ``max_chars`` characters (None: the splitter's default bound)."""
 
     def __init__(self, tokenizer_spec: str, max_tokens: int, overlap: int = 0,
                  markdown: bool = True, prefix_tokenizer_spec: str | None = None,
                  heading_reserve: int = 0, code: bool = True,
                  semantic: SemanticOptions | None = None,
-                 semantic_model: EmbedOptions | None = None) -> None:
+                 semantic_model: EmbedOptions | None = None,
+                 max_chars: int | None = None) -> None:
         super().__init__()
         self.fn = _SplitDocument(
             tokenizer_spec, max_tokens, overlap, markdown,
             prefix_tokenizer_spec or tokenizer_spec, heading_reserve, code=code,
-            semantic=semantic, semantic_model=semantic_model,
+            semantic=semantic, semantic_model=semantic_model, max_chars=max_chars,
         )
 
     def expand(self, documents):
