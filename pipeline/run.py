@@ -156,8 +156,10 @@ def check_output_writable(output: str, run_id: str) -> None:
 
 
 def check_input(pattern: str) -> None:
+    """At least one file matches (one is enough to ask for: a corpus of millions is not listed
+    twice)."""
     try:
-        matched = FileSystems.match([pattern])[0].metadata_list
+        matched = FileSystems.match([pattern], limits=[1])[0].metadata_list
     except Exception as exc:  # noqa: BLE001 - a bad bucket, no permission: all say the same here
         raise PreflightError(f"input.pattern {pattern}: cannot list it: {exc}") from None
     if not matched:
