@@ -169,7 +169,8 @@ def split_code(
     tree = _Tree(root, source, _SYNTAX[language], _Offsets(text, source))  # type: ignore[index]
     measure = tokenizer.measure(text)
     atoms = _atoms(tree, measure, max_tokens, max_chars)
-    chunks = _pack(measure, atoms, max_tokens, max_chars, overlap, ())
+    cuts = tokenizer.unknown_word_cuts(text)
+    chunks = _pack(measure, atoms, max_tokens, max_chars, overlap, (), (), cuts)
     return [replace(c, headings=tree.path(c.start)) for c in chunks]
 
 

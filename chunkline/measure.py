@@ -88,11 +88,23 @@ class AdditiveMeasure(Measure):
         token_starts = region[2]
         additive = self.additive_cuts(starts + ends[-1:])
         out: list[int | None] = []
+        inside: list[int] = []  # pieces cut inside a word: encoded on their own
         for k, (a, b) in enumerate(zip(starts, ends)):
             if additive[k] and additive[k + 1]:
                 out.append(bisect_left(token_starts, b) - bisect_left(token_starts, a))
             else:
-                out.append(self.count(a, b))
+                out.append(None)
+                inside.append(k)
+        if len(inside) < _FEW:
+            for k in inside:
+                out[k] = self.count(starts[k], ends[k])
+        else:
+            # Many at once (a long word cut into pieces that each read token by token): one
+            # batch, which the Hugging Face tokenizer runs on all cores.
+            text = self.text
+            counts = self.tokenizer.counts([text[starts[k] : ends[k]] for k in inside])
+            for k, count in zip(inside, counts):
+                out[k] = count
         return out
 
     def additive_cuts(self, positions: list[int]) -> list[bool]:

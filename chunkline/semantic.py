@@ -296,7 +296,7 @@ def _budgeted(
     piece = text[start:end]
     if end - start <= max_chars:
         tokens = tokenizer.count(piece)
-        if tokens <= max_tokens:
+        if tokens <= max_tokens and not tokenizer.unknown_word_cuts(piece):
             return [Chunk(start, end, part.headings, tokens)]
     # The span is read as Markdown on its own. Where that reading differs from the document's
     # (a fragment that starts inside a list item, say) only the splitter's cut points move:

@@ -20,18 +20,22 @@ RecursiveCharacterTextSplitter idea made exact:
    whatever the tokenizer says. A piece over it descends like a piece over the token budget,
    and packing never joins atoms past it. The bound covers the span alone, not a repeated
    table header (that is bounded by tokens, at most half the budget).
+7. Unknown words: where the tokenizer reads several grapheme clusters as one unknown token (a
+   WordPiece word over ``max_input_chars_per_word``, or glued to a character outside the
+   vocabulary), it names cuts that leave every piece read token by token
+   (``Tokenizer.unknown_word_cuts``), and no chunk crosses one, as none crosses a heading.
 
 Invariants (tested as properties): ``text[c.start:c.end]`` is the chunk; the first chunk starts
 at 0 and the last ends at ``len(text)``; starts and ends strictly increase and each start is at or
 before the previous end; ``c.tokens`` is the exact count of the chunk and is <= ``max_tokens``
 unless ``c.oversized`` (a single grapheme over budget), and so is ``c.end - c.start <=
 max_chars``; with a table header to repeat, ``tokens(c.table_header + text[c.start:c.end]) <=
-max_tokens`` as well.
+max_tokens`` as well; no chunk holds an unknown token over more than one grapheme cluster.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Sequence
 from itertools import accumulate
 from operator import not_
@@ -136,6 +140,7 @@ def split(
     if not text:
         return []
     measure = tokenizer.measure(text)
+    cuts = tokenizer.unknown_word_cuts(text)
     parts = sections(text, markdown)
     plans = _plans(text, parts, tables(text) if markdown else [])
     spans = [piece for plan in plans for piece in plan if isinstance(piece, tuple)]
@@ -147,7 +152,7 @@ def split(
             tabled = [(p.table.start, p.end) for p in plan if isinstance(p, _TablePiece)]
             _keep_heading_with_text(measure, atoms, part.heading_end, max_tokens, max_chars, tabled)
         chunks.extend(
-            _pack(measure, atoms, max_tokens, max_chars, overlap, part.headings, repeats)
+            _pack(measure, atoms, max_tokens, max_chars, overlap, part.headings, repeats, cuts)
         )
     return chunks
 
@@ -557,16 +562,25 @@ def _largest_fitting(lo: int, hi: int, guess: int, fits: Callable[[int], bool]) 
 
 def _pack(
     measure: Measure, atoms: _Atoms, limit: int, max_chars: int, overlap: int,
-    headings: tuple[str, ...], repeats: Sequence[_Repeat] = (),
+    headings: tuple[str, ...], repeats: Sequence[_Repeat] = (), cuts: Sequence[int] = (),
 ) -> list[Chunk]:
     """Greedy packing of atoms into chunks (steps 2-3 above). A chunk that starts inside a split
     table's rows (``repeats``) packs to the budget its repeated header leaves, and the header
     plus its text is counted exactly before it is emitted. A chunk never passes ``max_chars``
-    characters unless it is one atom (a single grapheme over it)."""
+    characters unless it is one atom (a single grapheme over it), and never crosses one of
+    ``cuts`` (increasing positions, :meth:`Tokenizer.unknown_word_cuts`)."""
     starts, ends, counts = atoms.starts, atoms.ends, atoms.counts
     n = len(starts)
     if n == 0:
         return []
+    if cuts:
+        inside = cuts[bisect_right(cuts, starts[0]) : bisect_left(cuts, ends[-1])]
+        if inside:
+            return [
+                chunk
+                for group in _apart(measure, atoms, inside, limit, max_chars)
+                for chunk in _pack(measure, group, limit, max_chars, overlap, headings, repeats)
+            ]
     if starts[1:] != ends[:-1]:
         # The atomizer's invariant, which the counts below rely on: a break would be a bug.
         raise AssertionError("atoms of a section must be contiguous")
@@ -655,6 +669,36 @@ def _pack(
                 k -= 1
         i = k
     return chunks
+
+
+def _apart(
+    measure: Measure, atoms: _Atoms, cuts: Sequence[int], limit: int, max_chars: int
+) -> list[_Atoms]:
+    """``atoms`` in groups with every cut between two groups: an atom a cut falls inside is
+    re-cut there (its pieces counted, and cut further where over a bound, as in atomizing),
+    since joining the pieces back is what the cut forbids (a piece of a 20,000-letter word
+    counts tens of tokens, the whole word one [UNK], so a packer that only asks whether the
+    joined text fits would join them all again)."""
+    groups = [_Atoms([], [], [])]
+    k = 0
+    for start, end, count in zip(atoms.starts, atoms.ends, atoms.counts):
+        if k < len(cuts) and cuts[k] == start:
+            groups.append(_Atoms([], [], []))
+            k += 1
+        inner: list[int] = []
+        while k < len(cuts) and cuts[k] < end:
+            inner.append(cuts[k])
+            k += 1
+        if not inner:
+            groups[-1].add(start, end, count)
+            continue
+        lows, highs = [start, *inner], [*inner, end]
+        counts = measure.piece_counts(lows, highs, limit)
+        for lo, hi, piece in zip(lows, highs, counts):
+            if lo != start:
+                groups.append(_Atoms([], [], []))
+            _place(measure, [lo], [hi], [piece], 0, limit, max_chars, groups[-1])
+    return [group for group in groups if group.starts]
 
 
 def heading_prefix(headings: tuple[str, ...], tokenizer: Tokenizer, reserve: int) -> str:

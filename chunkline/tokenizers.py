@@ -25,10 +25,12 @@ import os
 import re
 import weakref
 from abc import ABC, abstractmethod
+from bisect import bisect_left, bisect_right
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
+import regex
 
 if TYPE_CHECKING:
     from chunkline.measure import Measure
@@ -76,6 +78,13 @@ class Tokenizer(ABC):
         from chunkline.measure import SliceMeasure
 
         return SliceMeasure(text, self)
+
+    def unknown_word_cuts(self, text: str) -> list[int]:
+        """Increasing positions strictly inside ``text``, each a grapheme cluster boundary, where
+        a chunk must end so that no chunk reads as one unknown token spanning several grapheme
+        clusters; a chunk that ends at every cut its span crosses is read token by token. []
+        for tokenizers without an unknown token (byte-level BPE, words, chars)."""
+        return []
 
     def __repr__(self) -> str:
         return f"get_tokenizer({self.spec!r})"
@@ -339,6 +348,13 @@ class HFTokenizer(Tokenizer):
         config = json.loads(tokenizer_json.read_text(encoding="utf-8"))
         pre = config.get("pre_tokenizer") or {}
         self.whitespace_additive = pre.get("type") in _WHITESPACE_PRE_TOKENIZERS
+        model = config.get("model") or {}
+        self._unknown_words = (
+            _WordPieceUnknowns(self.tokenizer, model, pre.get("type"))
+            if self.whitespace_additive and model.get("type") == "WordPiece"
+            and model.get("unk_token") in (model.get("vocab") or {})
+            else None
+        )
 
     def count(self, text: str) -> int:
         return len(self.tokenizer.encode(text, add_special_tokens=False))
@@ -362,6 +378,195 @@ class HFTokenizer(Tokenizer):
         if self.whitespace_additive:
             return AdditiveMeasure(text, self, whitespace=BERT_SEPARATORS)
         return SliceMeasure(text, self)
+
+    def unknown_word_cuts(self, text: str) -> list[int]:
+        # Only WordPiece behind a whitespace pre-tokenizer is covered: its words never cross
+        # whitespace, so the cuts found line by line hold for any chunk. Other models keep the
+        # character bound alone.
+        if self._unknown_words is None:
+            return []
+        return self._unknown_words.cuts(text)
+
+
+_GRAPHEME = regex.compile(r"\X")
+# What BERT's BasicTokenizer (and HF's BertPreTokenizer) isolates as punctuation among ASCII: every
+# printable character that is not a letter or a digit, so a word never runs across one.
+_ASCII_PUNCTUATION = "".join(chr(c) for c in range(0x21, 0x7F) if not chr(c).isalnum())
+
+
+class _WordPieceUnknowns:
+    """Where a WordPiece tokenizer reads several grapheme clusters as one unknown token, and
+    where to cut them so that every piece is read token by token.
+
+    HF tokenizers' WordPiece, like BERT's WordpieceTokenizer, gives a whole word one [UNK] when
+    it is longer than ``max_input_chars_per_word`` characters (100 for all-MiniLM-L6-v2) or when
+    greedy longest-match finds no vocabulary entry at some character ("abc🙂def" is one
+    [UNK]: the emoji is not in the vocabulary). Its count is 1 however long the word, and its
+    vector is the [UNK] vector whatever the word said. Such a word is cut at grapheme boundaries
+    into pieces of at most ``max_input_chars_per_word`` characters, a grapheme unknown on its
+    own standing alone, every piece checked by encoding it (a normalizer may lengthen a word:
+    NFD spells a Hangul syllable in two or three jamo) and halved until it reads without an
+    [UNK] or is one grapheme.
+    """
+
+    def __init__(self, rust, model: dict, pre_tokenizer: str | None) -> None:
+        self._rust = rust
+        self._unk = rust.token_to_id(model["unk_token"])
+        self._longest = int(model.get("max_input_chars_per_word", 100))
+        prefix = model.get("continuing_subword_prefix", "##")
+        vocab = model["vocab"]
+        # Characters WordPiece can always match, first in a word or inside one: a word made of
+        # them alone and no longer than the limit never becomes [UNK].
+        self._spellable = frozenset(t for t in vocab if len(t) == 1 and prefix + t in vocab)
+        normalizer = rust.normalizer
+        self._normalize = normalizer.normalize_str if normalizer is not None else str
+        # Where a word surely ends: BERT whitespace, and for BertPreTokenizer each punctuation
+        # character. A longer run of anything else may hold a word over the limit.
+        separators = BERT_SEPARATORS
+        if pre_tokenizer == "BertPreTokenizer":
+            separators += _ASCII_PUNCTUATION
+        self._separator = np.zeros(0x80, dtype=bool)
+        self._separator[[ord(c) for c in separators]] = True
+        self._safe: dict[int, bool] = {}
+        self._ascii_unsafe = [c for c in range(0x80) if not self._is_safe(c)]
+
+    def _is_safe(self, code: int) -> bool:
+        """Whether the character cannot make a word unknown: the normalizer (BertNormalizer
+        works character by character) turns it into nothing, a separator, or one character
+        WordPiece can always match. Memoized on the instance."""
+        safe = self._safe.get(code)
+        if safe is None:
+            try:
+                normal = "".join(self._normalize(chr(code)).split())
+            except Exception:  # a lone surrogate: no Rust string can hold it
+                normal = "??"
+            safe = self._safe[code] = not normal or (len(normal) == 1 and normal in self._spellable)
+        return safe
+
+    def cuts(self, text: str) -> list[int]:
+        lines = self._suspect_lines(text)
+        if not lines:
+            return []
+        found: list[int] = []
+        encodings = self._rust.encode_batch([text[a:b] for a, b in lines], add_special_tokens=False)
+        for (lo, hi), encoding in zip(lines, encodings):
+            ids = encoding.ids
+            if self._unk not in ids:
+                continue
+            offsets = encoding.offsets
+            line_bounds: list[int] | None = None
+            for k, token in enumerate(ids):
+                if token != self._unk:
+                    continue
+                a, b = offsets[k][0] + lo, offsets[k][1] + lo
+                if b - a < 2:
+                    continue
+                if text[a:b].isascii():
+                    # Inside an ASCII word (no CR, no LF) every position is a cluster boundary.
+                    edges: Sequence[int] = range(a, b + 1)
+                else:
+                    if line_bounds is None:  # clusters read from the line start, as in the text
+                        line_bounds = [lo] + [m.end() for m in _GRAPHEME.finditer(text, lo, hi)]
+                    inner = line_bounds[bisect_right(line_bounds, a) : bisect_left(line_bounds, b)]
+                    edges = [a, *inner, b]
+                if len(edges) > 2:
+                    found.extend(self._word_cuts(text, edges))
+        return found
+
+    def _suspect_lines(self, text: str) -> list[tuple[int, int]]:
+        """(start, end) of every line that may hold an unknown word: one with a character that
+        is not safe, or with a run between separators longer than the limit. Lines, because
+        BERT whitespace ends every word. For most text there are none, found in a few numpy
+        passes and one look at each distinct character."""
+        if text.isascii():
+            codes = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
+            unsafe = self._ascii_unsafe
+        else:
+            codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+            wide = np.unique(codes[codes >= 0x80]).tolist()
+            unsafe = self._ascii_unsafe + [c for c in wide if not self._is_safe(c)]
+        separator = np.flatnonzero(self._separator.take(np.minimum(codes, 0x7F)))
+        edges = np.concatenate(([-1], separator, [len(codes)]))
+        runs = edges[np.flatnonzero(np.diff(edges) > self._longest + 1)] + 1
+        if not unsafe and not len(runs):
+            return []
+        positions = runs.tolist()
+        if unsafe:
+            positions.extend(np.flatnonzero(np.isin(codes, unsafe)).tolist())
+        newlines = np.flatnonzero(codes == 0x0A)
+        rows = np.unique(np.searchsorted(newlines, positions)).tolist()
+        line_ends = newlines.tolist() + [len(text)]
+        return [(line_ends[r - 1] + 1 if r else 0, line_ends[r]) for r in rows]
+
+    def _word_cuts(self, text: str, edges: Sequence[int]) -> list[int]:
+        """Cuts inside the unknown word text[edges[0]:edges[-1]], whose grapheme cluster
+        boundaries are ``edges``: a first guess from the characters, checked by encoding."""
+        unknown_alone: dict[str, bool] = {}
+
+        def unknown(cluster: str) -> bool:
+            alone = unknown_alone.get(cluster)
+            if alone is None:
+                ids = self._rust.encode(cluster, add_special_tokens=False).ids
+                alone = unknown_alone[cluster] = self._unk in ids
+            return alone
+
+        a, b = edges[0], edges[-1]
+        word = text[a:b]
+        if isinstance(edges, range) and not any(unknown(c) for c in set(word)):
+            guess = [*range(a, b, self._longest), b]
+        else:
+            guess = [a]
+            size = 0
+            for x, y in zip(edges, edges[1:]):
+                if unknown(text[x:y]):
+                    if guess[-1] != x:
+                        guess.append(x)
+                    guess.append(y)
+                    size = 0
+                    continue
+                if size + (y - x) > self._longest and guess[-1] != x:
+                    guess.append(x)
+                    size = 0
+                size += y - x
+            if guess[-1] != b:
+                guess.append(b)
+        index = {e: k for k, e in enumerate(edges)} if not isinstance(edges, range) else None
+
+        def at(position: int) -> int:
+            return position - a if index is None else index[position]
+
+        pieces = list(zip(guess, guess[1:]))
+        # A piece of safe characters within the limit surely reads (see _is_safe), so only the
+        # others are encoded: WordPiece's longest-match costs ~250 us per 100 random letters.
+        doubtful = [] if all(self._is_safe(ord(c)) for c in set(word)) else [
+            (p, q) for p, q in pieces
+            if at(q) - at(p) > 1 and not all(self._is_safe(ord(c)) for c in set(text[p:q]))
+        ]
+        encodings = self._rust.encode_batch_fast(
+            [text[p:q] for p, q in doubtful], add_special_tokens=False
+        )
+        unread = {p: q for (p, q), e in zip(doubtful, encodings) if self._unk in e.ids}
+        cuts: list[int] = []
+        for p, q in pieces:
+            if p != a:
+                cuts.append(p)
+            if p in unread:
+                cuts.extend(self._halves(text, edges, at(p), at(q)))
+        return cuts
+
+    def _halves(self, text: str, edges: Sequence[int], i: int, j: int) -> list[int]:
+        """Cuts that leave no piece of text[edges[i]:edges[j]] (one unknown word, more than
+        one grapheme) read as an [UNK], by halving until each piece reads or is one grapheme."""
+        middle = (i + j) // 2
+        cuts: list[int] = []
+        for lo, hi in ((i, middle), (middle, j)):
+            if hi - lo > 1:
+                ids = self._rust.encode(text[edges[lo] : edges[hi]], add_special_tokens=False).ids
+                if self._unk in ids:
+                    cuts.extend(self._halves(text, edges, lo, hi))
+            if lo == i:
+                cuts.append(edges[middle])
+        return cuts
 
 
 # Characters BERT surely splits on. Python's isspace() also accepts \x1c-\x1f, which BERT's

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from chunkline import LANGUAGES, Chunk, default_max_chars, language_for, split, split_code
 from chunkline.code import _grammar
 from tests.helpers import TOKENIZER_SPECS, tokenizer
+from tests.test_splitter_properties import glued_unknowns
 
 GRAPHEME = regex.compile(r"\X")
 CODE = Path(__file__).parent / "golden" / "code"
@@ -50,6 +51,7 @@ def check_contract(
         piece = text[chunk.start : chunk.end]
         assert piece, chunk
         assert chunk.tokens == tok.count(piece), (chunk, piece)
+        assert not glued_unknowns(tok, piece), (chunk, piece)
         assert chunk.table_header == ""
         if chunk.oversized:
             assert [m.group() for m in GRAPHEME.finditer(piece)] == [piece]
@@ -143,11 +145,14 @@ def check_python(
     for chunk in chunks:
         assert chunk.headings == python_reference_path(text, tokens, definitions, chunk.start), (
             chunk, text[chunk.start : chunk.end])
-    # A def or class that fits is never cut: no chunk boundary falls inside it.
+    # A def or class that fits is never cut: no chunk boundary falls inside it. One holding a
+    # word the tokenizer reads as one unknown token over several graphemes does not fit.
     tok = tokenizer(spec)
     bounds = {c.start for c in chunks} | {c.end for c in chunks}
     for start, end, longest in python_units(text, definitions):
-        if longest - start <= bound and tok.count(text[start:longest]) <= max_tokens:
+        unit = text[start:longest]
+        if (longest - start <= bound and tok.count(unit) <= max_tokens
+                and not tok.unknown_word_cuts(unit)):
             inside = [b for b in bounds if start < b < end]
             assert not inside, (text[start:end], inside)
 

@@ -16,7 +16,7 @@ from chunkline import default_max_chars, split
 from chunkline.markdown import sections
 from chunkline.semantic import SemanticOptions, model_embed, semantic_split, sentence_spans
 from tests.helpers import reference_headings, reference_path, tokenizer
-from tests.test_splitter_properties import any_text, markdown_doc
+from tests.test_splitter_properties import any_text, glued_unknowns, markdown_doc
 
 GRAPHEME = regex.compile(r"\X")
 NO_BUFFER = SemanticOptions(buffer=0)
@@ -63,6 +63,7 @@ def check_invariants(text: str, spec: str, max_tokens: int, markdown: bool,
     for n, chunk in enumerate(chunks):
         piece = text[chunk.start : chunk.end]
         assert piece and chunk.tokens == tok.count(piece), (chunk, piece)
+        assert not glued_unknowns(tok, piece), (chunk, piece)
         if chunk.oversized:
             assert [m.group() for m in GRAPHEME.finditer(piece)] == [piece]
         else:

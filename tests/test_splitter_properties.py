@@ -7,7 +7,8 @@ import string
 import regex
 from hypothesis import given, strategies as st
 
-from chunkline import default_max_chars, split
+from chunkline import Tokenizer, default_max_chars, split
+from chunkline.tokenizers import HFTokenizer
 from tests.helpers import TOKENIZER_SPECS, reference_headings, reference_path, tokenizer
 
 import pytest
@@ -52,6 +53,21 @@ fragment_text = st.lists(
 any_text = st.one_of(fragment_text, st.text(max_size=300))
 
 
+def glued_unknowns(tok: Tokenizer, piece: str) -> list[str]:
+    """The unknown tokens of a fresh encoding of ``piece`` that span more than one grapheme
+    cluster, as their text ("abc🙂def" for WordPiece). Only Hugging Face models have one."""
+    if not isinstance(tok, HFTokenizer):
+        return []
+    unk = tok.tokenizer.model.unk_token
+    unk_id = tok.tokenizer.token_to_id(unk) if unk else None
+    encoding = tok.tokenizer.encode(piece, add_special_tokens=False)
+    return [
+        piece[a:b]
+        for token, (a, b) in zip(encoding.ids, encoding.offsets)
+        if token == unk_id and len(GRAPHEME.findall(piece[a:b])) > 1
+    ]
+
+
 def _budget(data) -> tuple[int, int, int | None]:
     max_tokens = data.draw(st.one_of(st.integers(1, 8), st.integers(9, 80)), label="max_tokens")
     overlap = data.draw(st.integers(0, max_tokens - 1), label="overlap")
@@ -78,6 +94,7 @@ def check_invariants(
         piece = text[chunk.start : chunk.end]
         assert piece, chunk
         assert chunk.tokens == tok.count(piece), (chunk, piece)
+        assert not glued_unknowns(tok, piece), (chunk, piece)
         if chunk.oversized:
             assert chunk.tokens > max_tokens or len(piece) > bound
             assert [m.group() for m in GRAPHEME.finditer(piece)] == [piece], "oversized > 1 grapheme"

@@ -3,13 +3,20 @@ cannot hide kilobytes inside a chunk whose count looks small.
 
 all-MiniLM-L6-v2's WordPiece maps any word over 100 characters to one [UNK] (its tokenizer.json:
 ``max_input_chars_per_word``), so a megabyte of letters with no space counts 1 token, and before
-the bound ``split`` emitted it as one chunk of 1,000,000 characters with ``tokens == 1``.
+the bound ``split`` emitted it as one chunk of 1,000,000 characters with ``tokens == 1``. The
+bound alone still left ~109 chunks of 9,216 letters, each one [UNK] with the same vector; a word
+the tokenizer reads as one unknown token is now cut at grapheme boundaries into pieces it reads
+token by token, and no chunk reads as an [UNK] over more than one grapheme.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import json
 import random
 import string
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,7 +24,12 @@ import regex
 
 from chunkline import char_bound, default_max_chars, split, split_code
 from chunkline.semantic import SemanticOptions, semantic_split
+from chunkline.tokenizers import HFTokenizer
 from tests.helpers import TOKENIZER_SPECS, tokenizer
+from tests.test_splitter_properties import glued_unknowns
+
+MINILM = "hf:all-MiniLM-L6-v2"
+ROOT = Path(__file__).resolve().parents[2]
 
 GRAPHEME = regex.compile(r"\X")
 MEGABYTE_SPECS = ["words", "chars", "tiktoken:cl100k_base", "hf:all-MiniLM-L6-v2"]
@@ -35,13 +47,24 @@ def megabyte() -> str:
 
 
 def check_bounded(text: str, chunks, spec: str, max_tokens: int, max_chars: int) -> None:
-    """Tiling, exact counts of every chunk, both bounds (bar a single grapheme, oversized)."""
+    """Tiling, exact counts of every chunk, both bounds (bar a single grapheme, oversized), and
+    no chunk read as one unknown token over several graphemes."""
     tok = tokenizer(spec)
     assert chunks[0].start == 0 and chunks[-1].end == len(text)
     assert all(b.start == a.end for a, b in zip(chunks, chunks[1:]))
-    for c in chunks:
-        piece = text[c.start : c.end]
-        assert c.tokens == tok.count(piece), c
+    pieces = [text[c.start : c.end] for c in chunks]
+    if isinstance(tok, HFTokenizer):
+        # One batch for the counts; offsets only where an [UNK] turns up.
+        unk = tok.tokenizer.token_to_id(tok.tokenizer.model.unk_token)
+        fresh = tok.tokenizer.encode_batch_fast(pieces, add_special_tokens=False)
+        counts = [len(e) for e in fresh]
+        glued = [g for e, piece in zip(fresh, pieces) if unk in e.ids
+                 for g in glued_unknowns(tok, piece)]
+        assert not glued, glued[:3]
+    else:
+        counts = tok.counts(pieces)
+    for c, piece, count in zip(chunks, pieces, counts):
+        assert c.tokens == count, c
         if c.oversized:
             assert [m.group() for m in GRAPHEME.finditer(piece)] == [piece]
         else:
@@ -53,16 +76,22 @@ def test_megabyte_without_spaces_is_cut_within_max_chars(spec: str, megabyte: st
     chunks = split(megabyte, 256, 0, tokenizer(spec))
     check_bounded(megabyte, chunks, spec, 256, default_max_chars(256))
     assert not any(c.oversized for c in chunks)
+    if spec == MINILM:
+        # Pieces of at most max_input_chars_per_word letters, each counted token by token.
+        assert max(c.end - c.start for c in chunks) == 100
+        assert sum(c.tokens > 1 for c in chunks) > 0.99 * len(chunks)
 
 
 def test_one_unknown_token_cannot_hide_characters() -> None:
-    """The case main got wrong: 20,000 letters are one [UNK], and were one chunk."""
+    """The case main got wrong: 20,000 letters are one [UNK], and were one chunk (then three
+    chunks of max_chars, each one [UNK]). Now they are read in pieces of 100 letters."""
     text = letters(20_000, seed=7)
     tok = tokenizer("hf:all-MiniLM-L6-v2")
     assert tok.count(text) == 1
     chunks = split(text, 256, 0, tok)
-    assert len(chunks) == -(-len(text) // default_max_chars(256))
+    assert [(c.start, c.end) for c in chunks] == [(k, k + 100) for k in range(0, 20_000, 100)]
     check_bounded(text, chunks, "hf:all-MiniLM-L6-v2", 256, default_max_chars(256))
+    assert all(c.tokens > 20 for c in chunks)
 
 
 @pytest.mark.parametrize("spec", TOKENIZER_SPECS)
@@ -144,3 +173,82 @@ def test_bad_max_chars_is_a_value_error(bad) -> None:
         split_code("x = 1\n", "python", 10, max_chars=bad)
     with pytest.raises(ValueError, match="max_chars"):
         semantic_split("some text", 10, "words", embed, max_chars=bad)
+
+
+def texts(text: str, chunks) -> list[str]:
+    return [text[c.start : c.end] for c in chunks]
+
+
+@pytest.mark.parametrize("max_tokens", [8, 256])
+def test_a_character_outside_the_vocabulary_glued_to_letters_is_cut_out(max_tokens: int) -> None:
+    """"abc🙂def" is one [UNK] for WordPiece (the emoji is not in the vocabulary): the emoji
+    becomes a chunk of its own, an honest one-grapheme [UNK], and the letters are read."""
+    text = "The quick brown fox abc🙂def jumps over the lazy dog."
+    tok = tokenizer(MINILM)
+    assert glued_unknowns(tok, text) == ["abc🙂def"]
+    chunks = split(text, max_tokens, 0, tok)
+    check_bounded(text, chunks, MINILM, max_tokens, default_max_chars(max_tokens))
+    assert "🙂" in texts(text, chunks)
+    assert any(t.endswith("abc") for t in texts(text, chunks))
+    assert any(t.startswith("def") for t in texts(text, chunks))
+
+
+def test_a_base64_blob_in_prose_is_read_in_pieces() -> None:
+    # 300 characters of the base64 alphabet that BERT does not split on (no "+" or "/").
+    blob = base64.b64encode(random.Random(4).randbytes(900)).decode()
+    blob = "".join(ch for ch in blob if ch.isalnum())[:300]
+    text = f"The attachment follows.\n\ndata:image/png;base64,{blob} and the text goes on here."
+    tok = tokenizer(MINILM)
+    assert glued_unknowns(tok, text) == [blob]
+    chunks = split(text, 256, 0, tok)
+    check_bounded(text, chunks, MINILM, 256, default_max_chars(256))
+    start = text.index(blob)
+    inside = [c for c in chunks if c.start < start + len(blob) and c.end > start]
+    assert len(inside) == 3 and sum(c.tokens for c in inside) > 3 * 30
+
+
+def test_a_dna_string_is_read_in_pieces() -> None:
+    dna = "".join(random.Random(9).choices("ACGT", k=50_000))
+    text = f">chr1 sample read\n{dna}\n>chr2\nACGT\n"
+    chunks = split(text, 128, 0, MINILM)
+    check_bounded(text, chunks, MINILM, 128, default_max_chars(128))
+    start = text.index(dna)
+    inside = [c for c in chunks if c.start < start + len(dna) and c.end > start]
+    assert len(inside) == len(dna) // 100 and all(c.tokens > 10 for c in inside)
+
+
+@pytest.mark.parametrize("spec", [s for s in TOKENIZER_SPECS if s != MINILM])
+def test_tokenizers_without_an_unknown_token_name_no_cuts(spec: str) -> None:
+    text = "abc🙂def " + letters(5_000, seed=2) + " 👨‍👩‍👧‍👦x"
+    assert tokenizer(spec).unknown_word_cuts(text) == []
+
+
+def test_documents_without_unknown_words_split_as_before() -> None:
+    """Spans and counts of real documents with no [UNK] word, against a digest computed by the
+    splitter before unknown words were cut (the cuts must cost them nothing, not even a
+    changed boundary)."""
+    files = ["examples/guide.md", "tests/golden/docs/beam-yaml.md",
+             "tests/golden/docs/dataclasses-json.md", "tests/golden/docs/threadpoolctl.md",
+             "examples/corpus/api/rest-api-reference.md",
+             "examples/corpus/manuals/gripper-g2-manual.md"]
+    tok = tokenizer(MINILM)
+    digest = hashlib.sha256()
+    for name in files:
+        text = (ROOT / name).read_text(encoding="utf-8", errors="replace")
+        assert tok.unknown_word_cuts(text) == []
+        for max_tokens, overlap in [(32, 0), (128, 16), (512, 64)]:
+            spans = [(c.start, c.end, c.tokens) for c in split(text, max_tokens, overlap, tok)]
+            digest.update(json.dumps(spans).encode())
+    assert digest.hexdigest() == "f39e83793821ce6861014c2f69e2cdb44e0a4cb6a9849b7e16bd12cfa51bbb2e"
+
+
+def test_split_code_and_semantic_split_cut_unknown_words_too() -> None:
+    source = 'def f(x):\n    return "abc🙂def" + x\n\n\ndef g():\n    return 1\n'
+    chunks = split_code(source, "python", 128, 0, tokenizer(MINILM))
+    check_bounded(source, chunks, MINILM, 128, default_max_chars(128))
+    assert "🙂" in texts(source, chunks)
+    prose = "One sentence here. Then abc🙂def and " + letters(250, seed=1) + ". The end."
+    flat = lambda batch: np.ones((len(batch), 4))  # noqa: E731 - no cut from distances
+    chunks = semantic_split(prose, 64, tokenizer(MINILM), flat, SemanticOptions(buffer=0))
+    check_bounded(prose, chunks, MINILM, 64, default_max_chars(64))
+    assert "🙂" in texts(prose, chunks)
