@@ -402,11 +402,14 @@ class _WordPieceUnknowns:
     it is longer than ``max_input_chars_per_word`` characters (100 for all-MiniLM-L6-v2) or when
     greedy longest-match finds no vocabulary entry at some character ("abc🙂def" is one
     [UNK]: the emoji is not in the vocabulary). Its count is 1 however long the word, and its
-    vector is the [UNK] vector whatever the word said. Such a word is cut at grapheme boundaries
-    into pieces of at most ``max_input_chars_per_word`` characters, a grapheme unknown on its
-    own standing alone, every piece checked by encoding it (a normalizer may lengthen a word:
-    NFD spells a Hangul syllable in two or three jamo) and halved until it reads without an
-    [UNK] or is one grapheme.
+    vector is the [UNK] vector whatever the word said. A word whose [UNK] covers more than
+    :data:`UNKNOWN_GRAPHEMES_TOLERATED` grapheme clusters is cut at grapheme boundaries: known
+    characters into pieces of at most ``max_input_chars_per_word`` characters, unknown ones
+    (with their neighbours) into pieces of at most that many clusters, every piece checked by
+    encoding it (a normalizer may lengthen a word: NFD spells a Hangul syllable in two or three
+    jamo) and halved until it reads without a longer [UNK]. Shorter unknown words ("🙏🙏",
+    "I❤️NY", a katakana word) stay whole: cutting them would put chunk boundaries in the
+    middle of ordinary sentences to save a few characters.
     """
 
     def __init__(self, rust, model: dict, pre_tokenizer: str | None) -> None:
@@ -469,7 +472,7 @@ class _WordPieceUnknowns:
                         line_bounds = [lo] + [m.end() for m in _GRAPHEME.finditer(text, lo, hi)]
                     inner = line_bounds[bisect_right(line_bounds, a) : bisect_left(line_bounds, b)]
                     edges = [a, *inner, b]
-                if len(edges) > 2:
+                if len(edges) - 1 > UNKNOWN_GRAPHEMES_TOLERATED:
                     found.extend(self._word_cuts(text, edges))
         return found
 
@@ -515,19 +518,22 @@ class _WordPieceUnknowns:
         if isinstance(edges, range) and not any(unknown(c) for c in set(word)):
             guess = [*range(a, b, self._longest), b]
         else:
+            # A piece of known clusters may grow to the word-length limit; one holding an
+            # unknown cluster reads as one [UNK] and may cover only the tolerated clusters.
             guess = [a]
-            size = 0
+            size = clusters = 0
+            holds_unknown = False
             for x, y in zip(edges, edges[1:]):
-                if unknown(text[x:y]):
-                    if guess[-1] != x:
-                        guess.append(x)
-                    guess.append(y)
-                    size = 0
-                    continue
-                if size + (y - x) > self._longest and guess[-1] != x:
+                unknown_here = holds_unknown or unknown(text[x:y])
+                over = (clusters + 1 > UNKNOWN_GRAPHEMES_TOLERATED if unknown_here
+                        else size + (y - x) > self._longest)
+                if over and guess[-1] != x:
                     guess.append(x)
-                    size = 0
+                    size = clusters = 0
+                    unknown_here = unknown(text[x:y])
+                holds_unknown = unknown_here
                 size += y - x
+                clusters += 1
             if guess[-1] != b:
                 guess.append(b)
         index = {e: k for k, e in enumerate(edges)} if not isinstance(edges, range) else None
@@ -540,7 +546,8 @@ class _WordPieceUnknowns:
         # others are encoded: WordPiece's longest-match costs ~250 us per 100 random letters.
         doubtful = [] if all(self._is_safe(ord(c)) for c in set(word)) else [
             (p, q) for p, q in pieces
-            if at(q) - at(p) > 1 and not all(self._is_safe(ord(c)) for c in set(text[p:q]))
+            if at(q) - at(p) > UNKNOWN_GRAPHEMES_TOLERATED
+            and not all(self._is_safe(ord(c)) for c in set(text[p:q]))
         ]
         encodings = self._rust.encode_batch_fast(
             [text[p:q] for p, q in doubtful], add_special_tokens=False
@@ -556,11 +563,12 @@ class _WordPieceUnknowns:
 
     def _halves(self, text: str, edges: Sequence[int], i: int, j: int) -> list[int]:
         """Cuts that leave no piece of text[edges[i]:edges[j]] (one unknown word, more than
-        one grapheme) read as an [UNK], by halving until each piece reads or is one grapheme."""
+        the tolerated clusters) read as an [UNK], by halving until each piece reads or is
+        within the tolerated clusters."""
         middle = (i + j) // 2
         cuts: list[int] = []
         for lo, hi in ((i, middle), (middle, j)):
-            if hi - lo > 1:
+            if hi - lo > UNKNOWN_GRAPHEMES_TOLERATED:
                 ids = self._rust.encode(text[edges[lo] : edges[hi]], add_special_tokens=False).ids
                 if self._unk in ids:
                     cuts.extend(self._halves(text, edges, lo, hi))
@@ -568,6 +576,9 @@ class _WordPieceUnknowns:
                 cuts.append(edges[middle])
         return cuts
 
+
+# At most this many grapheme clusters may read as one [UNK] in a chunk (see _WordPieceUnknowns).
+UNKNOWN_GRAPHEMES_TOLERATED = 8
 
 # Characters BERT surely splits on. Python's isspace() also accepts \x1c-\x1f, which BERT's
 # normalizer deletes as control characters instead, so a cut there could join two words; rarer

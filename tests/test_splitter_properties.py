@@ -8,7 +8,7 @@ import regex
 from hypothesis import given, strategies as st
 
 from chunkline import Tokenizer, default_max_chars, split
-from chunkline.tokenizers import HFTokenizer
+from chunkline.tokenizers import UNKNOWN_GRAPHEMES_TOLERATED, HFTokenizer
 from tests.helpers import TOKENIZER_SPECS, reference_headings, reference_path, tokenizer
 
 import pytest
@@ -54,8 +54,9 @@ any_text = st.one_of(fragment_text, st.text(max_size=300))
 
 
 def glued_unknowns(tok: Tokenizer, piece: str) -> list[str]:
-    """The unknown tokens of a fresh encoding of ``piece`` that span more than one grapheme
-    cluster, as their text ("abc🙂def" for WordPiece). Only Hugging Face models have one."""
+    """The unknown tokens of a fresh encoding of ``piece`` that span more grapheme clusters
+    than a chunk may hide behind one [UNK] (``UNKNOWN_GRAPHEMES_TOLERATED``), as their text
+    ("wonderful🙂weather" for WordPiece). Only Hugging Face models have one."""
     if not isinstance(tok, HFTokenizer):
         return []
     unk = tok.tokenizer.model.unk_token
@@ -64,7 +65,7 @@ def glued_unknowns(tok: Tokenizer, piece: str) -> list[str]:
     return [
         piece[a:b]
         for token, (a, b) in zip(encoding.ids, encoding.offsets)
-        if token == unk_id and len(GRAPHEME.findall(piece[a:b])) > 1
+        if token == unk_id and len(GRAPHEME.findall(piece[a:b])) > UNKNOWN_GRAPHEMES_TOLERATED
     ]
 
 
