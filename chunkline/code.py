@@ -1,4 +1,4 @@
-"""Source code split by syntax tree (seed step 5: "code by syntax-tree depth").
+"""Source code split by syntax tree, cut by depth (cAST-style: a node whole when it fits).
 
 The splitter's contract holds unchanged (exact offsets, chunks that tile the text, ``tokens``
 exact and within budget, bounded overlap); only the atoms differ. They come from a tree-sitter

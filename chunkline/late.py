@@ -1,7 +1,7 @@
 """Late chunking: chunk vectors pooled from one contextual pass over the whole document.
 
 Günther et al., "Late Chunking: Contextual Chunk Embeddings Using Long-Context Embedding
-Models" (arXiv 2409.04669, 2024), design note "How it works" 7. Instead of embedding each chunk
+Models" (arXiv 2409.04669, 2024). Instead of embedding each chunk
 alone, the transformer reads the document, and each chunk's vector is the mean of the token
 vectors (last hidden state) whose characters overlap the chunk's span, L2-normalized. A token
 thus carries what the rest of the document says about it: "it" in a chunk knows what "it" is.

@@ -2,7 +2,7 @@
 
 The splitter asks for many counts: every candidate atom, every candidate join, every overlap.
 Re-encoding each growing slice makes tokenizer work grow with the number of candidate joins
-(the seed's "Complexity" note). A :class:`Measure` answers them from one pass instead, and stays
+(quadratic in the chunk length for a naive recursive splitter). A :class:`Measure` answers them from one pass instead, and stays
 exact for the emitted text: both tiktoken and BERT-style tokenizers cut text into pre-tokens
 first and encode each on its own, so a slice can only differ from the document-wide pass at its
 edges. Each measure knows where a cut is harmless for its tokenizer and re-encodes only the

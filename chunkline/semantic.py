@@ -1,7 +1,7 @@
 """Semantic splitting: cut where the meaning of neighbouring sentences jumps, within the budget.
 
 Greg Kamradt's "semantic chunking" (5 Levels of Text Splitting, 2024), as LangChain's
-``SemanticChunker`` implements it, made exact and budgeted (design note, "How it works" 6):
+``SemanticChunker`` implements it, made exact and budgeted:
 
 1. Sentences: each Markdown section (``chunkline.markdown.sections``, so a chunk never spans a
    heading and carries the true heading path) is cut into units with exact offsets: prose

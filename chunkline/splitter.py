@@ -1,7 +1,7 @@
 """Token-budgeted recursive splitting with exact offsets and heading paths.
 
-The algorithm of the design note (shared/seeds/000: "How it works" 1-4), LangChain's
-RecursiveCharacterTextSplitter idea made exact:
+LangChain's RecursiveCharacterTextSplitter idea (separator levels, descend only where a piece is
+over budget) with text-splitter's token-exact packing, made exact for offsets and counts:
 
 1. Atomize: cut on "\\n\\n", then "\\n", ". ", " " (separator kept on the left piece so offsets
    stay contiguous), descending only where a piece is over budget; below " ", cut between

@@ -8,7 +8,7 @@ cut (text-splitter's ``chunk_size.rs`` vs ``splitter/*.rs``).
 
 Specs accepted by :func:`get_tokenizer`::
 
-    words                       whitespace-separated words (the seed's length function)
+    words                       whitespace-separated words (str.split(), a plain length function)
     chars                       Python characters (code points)
     tiktoken:cl100k_base        an OpenAI BPE by name (cl100k_base, o200k_base, ...)
     tiktoken:/path/x.tiktoken   a BPE vocabulary file; the pre-token regex is taken from the
@@ -114,7 +114,7 @@ _WORD = re.compile(r"\S+")
 
 
 class WordsTokenizer(Tokenizer):
-    """Whitespace-separated words, the seed's ``words`` length function."""
+    """Whitespace-separated words: ``len(text.split())``, the simplest length function."""
 
     spec = "words"
 
