@@ -36,7 +36,7 @@ import numpy as np
 
 from chunkline.measure import Measure
 from chunkline.splitter import (
-    Chunk, _add_span, _Atoms, _check_arguments, _pack, char_bound, split,
+    Chunk, add_span, Atoms, check_arguments, pack, char_bound, split,
 )
 from chunkline.tokenizers import Tokenizer, get_tokenizer
 
@@ -153,7 +153,7 @@ def split_code(
     >>> [(src[c.start:c.end].split()[:2], c.headings) for c in split_code(src, "python", 8)]
     [(['class', 'A:'], ('A',)), (['def', 'g(self):'], ('A', 'g'))]
     """
-    _check_arguments(text, max_tokens, overlap)
+    check_arguments(text, max_tokens, overlap)
     max_chars = char_bound(max_tokens, max_chars)
     if language is not None and language not in _GRAMMARS:
         raise ValueError(f"unknown language {language!r}; known: {', '.join(LANGUAGES)}")
@@ -170,7 +170,7 @@ def split_code(
     measure = tokenizer.measure(text)
     atoms = _atoms(tree, measure, max_tokens, max_chars)
     cuts = tokenizer.unknown_word_cuts(text)
-    chunks = _pack(measure, atoms, max_tokens, max_chars, overlap, (), (), cuts)
+    chunks = pack(measure, atoms, max_tokens, max_chars, overlap, (), (), cuts)
     return [replace(c, headings=tree.path(c.start)) for c in chunks]
 
 
@@ -350,10 +350,10 @@ class _Span:
 _Task = _Siblings | _Over | _Span
 
 
-def _atoms(tree: _Tree, measure: Measure, limit: int, max_chars: int) -> _Atoms:
+def _atoms(tree: _Tree, measure: Measure, limit: int, max_chars: int) -> Atoms:
     """Atoms tiling the whole text, in order, each within ``limit`` tokens and ``max_chars``
     characters (bar single graphemes)."""
-    atoms = _Atoms([], [], [])
+    atoms = Atoms([], [], [])
     stack: list[_Task] = [_Siblings([tree.root], 0, len(measure.text), False)]
     while stack:
         task = stack.pop()
@@ -361,7 +361,7 @@ def _atoms(tree: _Tree, measure: Measure, limit: int, max_chars: int) -> _Atoms:
             if task.count is not None:
                 atoms.add(task.lo, task.hi, task.count)
             else:
-                _add_span(measure, task.lo, task.hi, limit, max_chars, atoms)
+                add_span(measure, task.lo, task.hi, limit, max_chars, atoms)
         elif isinstance(task, _Over):
             stack.extend(reversed(_over_tasks(tree, measure, limit, max_chars, task)))
         else:

@@ -40,7 +40,7 @@ import numpy as np
 import regex
 
 from chunkline.markdown import Section, sections
-from chunkline.splitter import Chunk, char_bound, split
+from chunkline.splitter import Chunk, char_bound, check_arguments, split
 from chunkline.tokenizers import Tokenizer, get_tokenizer
 
 if TYPE_CHECKING:
@@ -104,10 +104,7 @@ def semantic_split(
     ...                                               SemanticOptions(buffer=0))]
     ['A cat sat. The cat slept. ', 'A car drove. The car parked.']
     """
-    if not isinstance(text, str):
-        raise TypeError(f"text must be a str, got {type(text).__name__}")
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-        raise ValueError(f"max_tokens must be an int >= 1, got {max_tokens!r}")
+    check_arguments(text, max_tokens, 0)  # overlap does not apply to semantic splits
     max_chars = char_bound(max_tokens, max_chars)
     if isinstance(tokenizer, str):
         tokenizer = get_tokenizer(tokenizer)

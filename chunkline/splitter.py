@@ -72,7 +72,7 @@ class Chunk:
 
 
 @dataclass(slots=True)
-class _Atoms:
+class Atoms:
     """Atoms of one section as parallel lists (cheaper than an object per atom)."""
 
     starts: list[int]
@@ -133,7 +133,7 @@ def split(
     >>> [(c.start, c.end, c.tokens) for c in split("x" * 250, 5, max_chars=100)]
     [(0, 100, 1), (100, 200, 1), (200, 250, 1)]
     """
-    _check_arguments(text, max_tokens, overlap)
+    check_arguments(text, max_tokens, overlap)
     max_chars = char_bound(max_tokens, max_chars)
     if isinstance(tokenizer, str):
         tokenizer = get_tokenizer(tokenizer)
@@ -152,12 +152,12 @@ def split(
             tabled = [(p.table.start, p.end) for p in plan if isinstance(p, _TablePiece)]
             _keep_heading_with_text(measure, atoms, part.heading_end, max_tokens, max_chars, tabled)
         chunks.extend(
-            _pack(measure, atoms, max_tokens, max_chars, overlap, part.headings, repeats, cuts)
+            pack(measure, atoms, max_tokens, max_chars, overlap, part.headings, repeats, cuts)
         )
     return chunks
 
 
-def _check_arguments(text: object, max_tokens: object, overlap: object) -> None:
+def check_arguments(text: object, max_tokens: object, overlap: object) -> None:
     """TypeError / ValueError for arguments no splitter accepts."""
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
@@ -220,13 +220,13 @@ def _plans(
 
 
 def _section_atoms(
-    measure: Measure, plan: list[tuple[int, int] | _TablePiece], text_atoms: Iterator[_Atoms],
+    measure: Measure, plan: list[tuple[int, int] | _TablePiece], text_atoms: Iterator[Atoms],
     limit: int, max_chars: int,
-) -> tuple[_Atoms, list[_Repeat]]:
+) -> tuple[Atoms, list[_Repeat]]:
     """Atoms of one section: its text spans' (from ``text_atoms``, in order) and its tables'."""
     if len(plan) == 1 and isinstance(plan[0], tuple):
         return next(text_atoms), []
-    atoms = _Atoms([], [], [])
+    atoms = Atoms([], [], [])
     repeats: list[_Repeat] = []
     for piece in plan:
         if isinstance(piece, tuple):
@@ -241,8 +241,8 @@ def _section_atoms(
     return atoms, repeats
 
 
-def _add_span(
-    measure: Measure, lo: int, hi: int, limit: int, max_chars: int, atoms: _Atoms
+def add_span(
+    measure: Measure, lo: int, hi: int, limit: int, max_chars: int, atoms: Atoms
 ) -> None:
     """text[lo:hi] as one atom when it fits, else cut by the separator hierarchy."""
     if lo >= hi:
@@ -255,7 +255,7 @@ def _add_span(
 
 
 def _table_atoms(
-    measure: Measure, piece: _TablePiece, limit: int, max_chars: int, atoms: _Atoms
+    measure: Measure, piece: _TablePiece, limit: int, max_chars: int, atoms: Atoms
 ) -> _Repeat | None:
     """A table that fits is one atom. One that does not is cut between rows: the header and
     delimiter rows travel with the first body row, and every other row is an atom that fits
@@ -266,7 +266,7 @@ def _table_atoms(
     whole = measure.count(table.start, table.end)
     if whole <= limit and table.end - table.start <= max_chars:
         atoms.add(table.start, table.end, whole)
-        _add_span(measure, table.end, piece.end, limit, max_chars, atoms)
+        add_span(measure, table.end, piece.end, limit, max_chars, atoms)
         return None
     rows = table.row_spans()
     if rows:
@@ -281,7 +281,7 @@ def _table_atoms(
         rows = rows[1:]
     else:
         end = table.body if rows else piece.end
-        _add_span(measure, table.start, end, limit, max_chars, atoms)
+        add_span(measure, table.start, end, limit, max_chars, atoms)
     if rows:
         starts, ends = [a for a, _ in rows], [b for _, b in rows]
         counts = measure.piece_counts(starts, ends, budget)
@@ -297,7 +297,7 @@ def _repeat_at(repeats: Sequence[_Repeat], position: int) -> _Repeat | None:
     return None
 
 
-def _first_two(measure: Measure, atoms: _Atoms) -> int:
+def _first_two(measure: Measure, atoms: Atoms) -> int:
     """Tokens of the first two atoms joined: their sum where the cut between them is additive
     (no re-encoding, as in the packer), else counted by the measure."""
     if measure.additive_cuts([atoms.starts[1]])[0]:
@@ -306,7 +306,7 @@ def _first_two(measure: Measure, atoms: _Atoms) -> int:
 
 
 def _keep_heading_with_text(
-    measure: Measure, atoms: _Atoms, heading_end: int, limit: int, max_chars: int,
+    measure: Measure, atoms: Atoms, heading_end: int, limit: int, max_chars: int,
     tables: Sequence[tuple[int, int]] = (),
 ) -> None:
     """A heading alone makes a chunk that matches every query about its section and answers
@@ -321,7 +321,7 @@ def _keep_heading_with_text(
     while len(atoms.starts) >= 2 and (
         atoms.ends[1] - atoms.starts[0] > max_chars or _first_two(measure, atoms) > limit
     ):
-        finer = _Atoms([], [], [])
+        finer = Atoms([], [], [])
         _descend(measure, atoms.starts[1], atoms.ends[1], 0, limit, max_chars, finer)
         if len(finer.starts) <= 1:
             return
@@ -335,7 +335,7 @@ def _keep_heading_with_text(
 
 def _atomize(
     measure: Measure, bounds: list[tuple[int, int]], limit: int, max_chars: int
-) -> list[_Atoms]:
+) -> list[Atoms]:
     """Atoms of every section. The first level of all sections is counted in one batch, and a
     section's own fit is judged from its pieces' counts, so no text is encoded twice just to
     learn that it is too long."""
@@ -348,10 +348,10 @@ def _atomize(
         all_starts.extend(ends[:-1])
         all_ends.extend(ends)
     all_counts = measure.piece_counts(all_starts, all_ends, limit)
-    out: list[_Atoms] = []
+    out: list[Atoms] = []
     offset = 0
     for (lo, hi), ends in zip(bounds, plans):
-        atoms = _Atoms([], [], [])
+        atoms = Atoms([], [], [])
         starts = all_starts[offset : offset + len(ends)]
         counts = all_counts[offset : offset + len(ends)]
         offset += len(ends)
@@ -392,7 +392,7 @@ def _place(
     next_level: int,
     limit: int,
     max_chars: int,
-    atoms: _Atoms,
+    atoms: Atoms,
 ) -> None:
     """Pieces that fit (in tokens and in characters) become atoms; the others are cut further,
     in place."""
@@ -413,7 +413,7 @@ def _place(
 
 
 def _descend(
-    measure: Measure, lo: int, hi: int, level: int, limit: int, max_chars: int, atoms: _Atoms
+    measure: Measure, lo: int, hi: int, level: int, limit: int, max_chars: int, atoms: Atoms
 ) -> None:
     """Cut ``text[lo:hi]``, known to be over budget, on SEPARATORS[level] and below."""
     measure.descending(lo, hi)
@@ -487,7 +487,7 @@ def _separator_ends(view: bytes, lo: int, hi: int, separator: bytes) -> list[int
 
 
 def _grapheme_atoms(
-    measure: Measure, lo: int, hi: int, limit: int, max_chars: int, atoms: _Atoms
+    measure: Measure, lo: int, hi: int, limit: int, max_chars: int, atoms: Atoms
 ) -> None:
     """Below the last separator: maximal runs of whole grapheme clusters that fit (in tokens
     and in characters).
@@ -560,8 +560,8 @@ def _largest_fitting(lo: int, hi: int, guess: int, fits: Callable[[int], bool]) 
 # --------------------------------------------------------------------------------------- pack
 
 
-def _pack(
-    measure: Measure, atoms: _Atoms, limit: int, max_chars: int, overlap: int,
+def pack(
+    measure: Measure, atoms: Atoms, limit: int, max_chars: int, overlap: int,
     headings: tuple[str, ...], repeats: Sequence[_Repeat] = (), cuts: Sequence[int] = (),
 ) -> list[Chunk]:
     """Greedy packing of atoms into chunks (steps 2-3 above). A chunk that starts inside a split
@@ -579,7 +579,7 @@ def _pack(
             return [
                 chunk
                 for group in _apart(measure, atoms, inside, limit, max_chars)
-                for chunk in _pack(measure, group, limit, max_chars, overlap, headings, repeats)
+                for chunk in pack(measure, group, limit, max_chars, overlap, headings, repeats)
             ]
     if starts[1:] != ends[:-1]:
         # The atomizer's invariant, which the counts below rely on: a break would be a bug.
@@ -672,18 +672,18 @@ def _pack(
 
 
 def _apart(
-    measure: Measure, atoms: _Atoms, cuts: Sequence[int], limit: int, max_chars: int
-) -> list[_Atoms]:
+    measure: Measure, atoms: Atoms, cuts: Sequence[int], limit: int, max_chars: int
+) -> list[Atoms]:
     """``atoms`` in groups with every cut between two groups: an atom a cut falls inside is
     re-cut there (its pieces counted, and cut further where over a bound, as in atomizing),
     since joining the pieces back is what the cut forbids (a piece of a 20,000-letter word
     counts tens of tokens, the whole word one [UNK], so a packer that only asks whether the
     joined text fits would join them all again)."""
-    groups = [_Atoms([], [], [])]
+    groups = [Atoms([], [], [])]
     k = 0
     for start, end, count in zip(atoms.starts, atoms.ends, atoms.counts):
         if k < len(cuts) and cuts[k] == start:
-            groups.append(_Atoms([], [], []))
+            groups.append(Atoms([], [], []))
             k += 1
         inner: list[int] = []
         while k < len(cuts) and cuts[k] < end:
@@ -696,7 +696,7 @@ def _apart(
         counts = measure.piece_counts(lows, highs, limit)
         for lo, hi, piece in zip(lows, highs, counts):
             if lo != start:
-                groups.append(_Atoms([], [], []))
+                groups.append(Atoms([], [], []))
             _place(measure, [lo], [hi], [piece], 0, limit, max_chars, groups[-1])
     return [group for group in groups if group.starts]
 
