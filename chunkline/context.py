@@ -395,14 +395,6 @@ class Usage:
     cache_write_tokens: int = 0
     output_tokens: int = 0
 
-    def __add__(self, other: Usage) -> Usage:
-        return Usage(
-            self.input_tokens + other.input_tokens,
-            self.cached_input_tokens + other.cached_input_tokens,
-            self.cache_write_tokens + other.cache_write_tokens,
-            self.output_tokens + other.output_tokens,
-        )
-
 
 @dataclass(frozen=True)
 class Completion:

@@ -216,8 +216,8 @@ def _load_tiktoken(arg: str):
     )
 
 
-# Encoding -> (its token_char_tables(), the same side by side); weak, so an Encoding built from
-# a file can go away.
+# Encoding -> its character tables side by side (see _build_char_tables); weak, so an Encoding
+# built from a file can go away.
 _CHAR_TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -231,12 +231,11 @@ class TiktokenTokenizer(Tokenizer):
         # first split: a per-document caller must not pay it inside its first document. Shared
         # by every tokenizer of the same Encoding (tiktoken caches those by name): a DoFn or a
         # benchmark that builds a tokenizer per bundle pays it once.
-        tables = _CHAR_TABLES.get(encoding)
-        if tables is None:
-            separate = self._build_char_tables()
+        paired = _CHAR_TABLES.get(encoding)
+        if paired is None:
             # Side by side, one row per token id: token_starts reads both with one take.
-            tables = _CHAR_TABLES[encoding] = (separate, np.stack(separate, axis=1))
-        self._char_tables, self._paired = tables
+            paired = _CHAR_TABLES[encoding] = np.stack(self._build_char_tables(), axis=1)
+        self._paired = paired
 
     def count(self, text: str) -> int:
         return len(self.encoding.encode_ordinary(text))
@@ -245,14 +244,11 @@ class TiktokenTokenizer(Tokenizer):
         encode = self.encoding.encode_ordinary
         return [len(encode(t)) for t in texts]
 
-    def token_char_tables(self) -> tuple[np.ndarray, np.ndarray]:
+    def _build_char_tables(self) -> tuple[np.ndarray, np.ndarray]:
         """Per token id: how many characters start in its bytes (UTF-8 lead bytes), and that
         plus one if its first byte continues a character begun in the previous token. Together
         they place every token in characters without decoding (tiktoken's decode_with_offsets
         rule)."""
-        return self._char_tables
-
-    def _build_char_tables(self) -> tuple[np.ndarray, np.ndarray]:
         ranks = self.encoding._mergeable_ranks
         tokens = list(ranks)
         blob = np.frombuffer(b"".join(tokens), dtype=np.uint8)
