@@ -22,11 +22,15 @@ from apache_beam.options.pipeline_options import PipelineOptions
 import chunkline
 from chunkline.records import DUPLICATE, KEPT, REJECTED
 from chunkline.context import COUNTERS as CONTEXT_COUNTERS
+from chunkline.context import METRICS_NAMESPACE as CONTEXT_NAMESPACE
 from chunkline.context import context_reserve, estimate_cost, over_failure_budget, resolve_api_key, summary_lines
 from pipeline.build import Plan, build, context_options, embed_options
 from pipeline.config import Config, to_dict
 from pipeline.lease import OutputLease
 from pipeline.manifest import ManifestError, latest_run, load_manifest, resolve_run, table_files
+from transforms.counters import (
+    CHUNKS_EMBEDDED, CHUNKS_REUSED, READ_DOCUMENTS, READ_REJECTED, REUSE_REJECTED, TOKENS_EMBEDDED,
+)
 
 log = logging.getLogger("chunkline.run")
 
@@ -307,8 +311,8 @@ def account(run_dir: str, result, embedding: bool = True) -> tuple[dict[str, int
         "tokens": sum(tokens),
     }
     problems = []
-    read_docs = _metric(result, "read", "documents")
-    read_rejected = _metric(result, "read", "rejected")
+    read_docs = _metric(result, *READ_DOCUMENTS)
+    read_rejected = _metric(result, *READ_REJECTED)
     if read_docs is not None and read_rejected is not None:
         counts["read"] = read_docs + read_rejected
         if counts["read"] != counts["documents"]:
@@ -317,14 +321,14 @@ def account(run_dir: str, result, embedding: bool = True) -> tuple[dict[str, int
         problems.append("documents table has rows with an unknown status")
     if rejected_rows != counts["rejected"]:
         problems.append(f"{rejected_rows} rejected rows but {counts['rejected']} rejected documents")
-    embedded = _metric(result, "chunkline.embed", "chunks_embedded")
-    reused = _metric(result, "reindex", "chunks_reused")
+    embedded = _metric(result, *CHUNKS_EMBEDDED)
+    reused = _metric(result, *CHUNKS_REUSED)
     # A counter never incremented is not reported: zero, as long as the runner reports metrics.
     if embedding and read_docs is not None:
         embedded, reused = embedded or 0, reused or 0
         counts["embedded"], counts["reused"] = embedded, reused
-        counts["tokens_embedded"] = _metric(result, "chunkline.embed", "tokens_embedded") or 0
-        counts["reuse_rejected"] = _metric(result, "reindex", "reuse_rejected") or 0
+        counts["tokens_embedded"] = _metric(result, *TOKENS_EMBEDDED) or 0
+        counts["reuse_rejected"] = _metric(result, *REUSE_REJECTED) or 0
         if embedded + reused != counts["chunks"]:
             problems.append(f"{counts['chunks']} chunks written but {embedded} embedded + {reused} reused")
     return counts, files, problems
@@ -373,7 +377,7 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
     counts, files, problems = account(job.run_dir, result, config.embed is not None)
     context = None
     if config.context is not None:
-        counters = {name: _metric(result, "context", name) or 0 for name in CONTEXT_COUNTERS}
+        counters = {name: _metric(result, CONTEXT_NAMESPACE, name) or 0 for name in CONTEXT_COUNTERS}
         context_opts = context_options(config)
         context = {"counters": counters, "estimated_cost_usd": estimate_cost(counters, context_opts),
                    "summary": summary_lines(counters, context_opts)}

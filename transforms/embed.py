@@ -19,12 +19,13 @@ from apache_beam.ml.inference.base import KeyedModelHandler, ModelHandler, RunIn
 
 from chunkline.embedder import EmbedOptions, embed_texts, load_model, token_lengths
 from chunkline.records import ChunkRecord
+from transforms.counters import CHUNKS_EMBEDDED, TOKENS_EMBEDDED
 from transforms.model_cache import local_model_dir
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
-METRICS_NAMESPACE = "chunkline.embed"
+METRICS_NAMESPACE = CHUNKS_EMBEDDED.namespace
 # Texts handed to the model per call, in forward passes of ``batch_size``: sentence-transformers
 # sorts a call's texts by length before cutting them into passes, so a window of several
 # batches pads far less than batches taken in arrival order (measured 7-16% on real chunks).
@@ -44,7 +45,7 @@ class SentenceTransformerHandler(ModelHandler[str, np.ndarray, "SentenceTransfor
     def __init__(self, options: EmbedOptions) -> None:
         super().__init__()
         self._options = options
-        self._tokens = Metrics.counter(METRICS_NAMESPACE, "tokens_embedded")
+        self._tokens = Metrics.counter(*TOKENS_EMBEDDED)
         self._truncated = Metrics.counter(METRICS_NAMESPACE, "texts_truncated")
 
     @property
@@ -100,7 +101,7 @@ class _AttachEmbedding(beam.DoFn):
     """(chunk, vector) -> the chunk with its embedding, a new record."""
 
     def __init__(self) -> None:
-        self._chunks = Metrics.counter(METRICS_NAMESPACE, "chunks_embedded")
+        self._chunks = Metrics.counter(*CHUNKS_EMBEDDED)
 
     def process(self, element: tuple[ChunkRecord, np.ndarray]) -> Iterator[ChunkRecord]:
         record, vector = element

@@ -21,11 +21,12 @@ from apache_beam.utils.shared import Shared
 from chunkline.embedder import EmbedOptions, load_model
 from chunkline.late import LateChunker, LateOptions
 from chunkline.records import ChunkRecord, Document
+from transforms.counters import CHUNKS_EMBEDDED, TOKENS_EMBEDDED
 from transforms.model_cache import local_model_dir
 
 # The same namespace and counter names as the standard embed stage, so a run reports
 # "tokens embedded" whichever mode made the vectors.
-METRICS_NAMESPACE = "chunkline.embed"
+METRICS_NAMESPACE = CHUNKS_EMBEDDED.namespace
 
 
 class _LateEmbedDocument(beam.DoFn):
@@ -36,8 +37,8 @@ class _LateEmbedDocument(beam.DoFn):
         self._options = options
         self._late = late
         self._shared = shared
-        self._tokens = Metrics.counter(METRICS_NAMESPACE, "tokens_embedded")
-        self._chunks = Metrics.counter(METRICS_NAMESPACE, "chunks_embedded")
+        self._tokens = Metrics.counter(*TOKENS_EMBEDDED)
+        self._chunks = Metrics.counter(*CHUNKS_EMBEDDED)
         self._documents = Metrics.counter(METRICS_NAMESPACE, "documents_embedded")
         self._windows = Metrics.counter(METRICS_NAMESPACE, "windows_read")
 

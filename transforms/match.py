@@ -26,6 +26,7 @@ from apache_beam.pvalue import PBegin, PCollection
 from chunkline.readers import input_root
 from chunkline.records import Rejected
 from chunkline.walk import Excluded, Matched, look_up, walk
+from transforms.counters import READ_EXCLUDED
 
 _LOG = logging.getLogger(__name__)
 # What Beam's FileSystem.match takes for the part of a pattern before any glob character.
@@ -108,7 +109,7 @@ class _WalkLocal(beam.DoFn):
     def __init__(self, follow_symlinks: bool, exclude: tuple[str, ...]) -> None:
         self._follow = follow_symlinks
         self._exclude = exclude
-        self._excluded = Metrics.counter("read", "excluded")
+        self._excluded = Metrics.counter(*READ_EXCLUDED)
 
     def process(self, pattern: str) -> Iterator[Found]:
         excluded: list[str] = []
@@ -140,7 +141,7 @@ class _MatchWithBeam(beam.DoFn):
 
     def __init__(self, exclude: tuple[str, ...]) -> None:
         self._prefixes = tuple(path.rstrip("/") for path in exclude if not is_local(path))
-        self._excluded = Metrics.counter("read", "excluded")
+        self._excluded = Metrics.counter(*READ_EXCLUDED)
 
     def process(self, pattern: str) -> Iterator[FileMetadata]:
         excluded: list[str] = []

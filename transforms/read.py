@@ -23,6 +23,7 @@ from chunkline.readers import (
     relative_id,
 )
 from chunkline.records import Document, Rejected
+from transforms.counters import READ_DOCUMENTS, READ_REJECTED
 from transforms.match import MatchPattern
 
 REJECTED = "rejected"
@@ -42,8 +43,8 @@ class _DecodeFile(beam.DoFn):
     def __init__(self, root: str, options: ReadOptions) -> None:
         self._root = root
         self._options = options
-        self._documents = Metrics.counter("read", "documents")
-        self._rejected = Metrics.counter("read", "rejected")
+        self._documents = Metrics.counter(*READ_DOCUMENTS)
+        self._rejected = Metrics.counter(*READ_REJECTED)
 
     def process(self, found: ReadableFile | Rejected) -> Iterable[Document | TaggedOutput]:
         if isinstance(found, Rejected):

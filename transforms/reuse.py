@@ -21,6 +21,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.pvalue import PCollection, TaggedOutput
 
 from chunkline.records import ChunkRecord, content_key, doc_hash
+from transforms.counters import CHUNKS_REUSED, REUSE_REJECTED
 
 NAMESPACE = "reindex"
 PREVIOUS_COLUMNS = ["content_key", "chunk_id", "embedding"]
@@ -86,9 +87,9 @@ def _best(entries: Iterable[Entry]) -> Entry:
 
 class _AttachPrevious(beam.DoFn):
     def __init__(self) -> None:
-        self.reused = Metrics.counter(NAMESPACE, "chunks_reused")
+        self.reused = Metrics.counter(*CHUNKS_REUSED)
         self.missing = Metrics.counter(NAMESPACE, "chunks_to_embed")
-        self.rejected = Metrics.counter(NAMESPACE, "reuse_rejected")
+        self.rejected = Metrics.counter(*REUSE_REJECTED)
 
     def process(self, joined: tuple[str, dict[str, list]]):
         _, groups = joined
