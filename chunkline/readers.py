@@ -316,7 +316,7 @@ def decode_text(data: bytes, *, html: bool = False) -> tuple[str, str] | str:
         for encoding in _declared_decoders(data):
             try:
                 return data.decode(encoding), codec_name(encoding)
-            except UnicodeDecodeError:
+            except UnicodeError:  # the bytes do not decode under the label: not a declaration
                 continue
     text, error = _utf8(data)
     if error is None:
@@ -373,6 +373,20 @@ def _looks_binary_text(text: str) -> bool:
     return controls > _MAX_CONTROL_RATIO * len(sample)
 
 
+# The encodings of the WHATWG Encoding Standard, as Python names them (codecs.lookup(...).name;
+# windows-874 is cp874, x-mac-cyrillic mac-cyrillic). A page may declare only these: Python
+# also knows codecs that are not text encodings of the web (base64, rot13, zlib, punycode,
+# unicode_escape, EBCDIC cp037), which would fail the job or decode ASCII into mojibake.
+_WHATWG_CODECS = frozenset({
+    "utf-8", "cp866", "iso8859-1", "iso8859-2", "iso8859-3", "iso8859-4", "iso8859-5",
+    "iso8859-6", "iso8859-7", "iso8859-8", "iso8859-9", "iso8859-10", "iso8859-11",
+    "iso8859-13", "iso8859-14", "iso8859-15", "iso8859-16", "koi8-r", "koi8-u", "mac-roman",
+    "cp874", "cp1250", "cp1251", "cp1252", "cp1253", "cp1254", "cp1255", "cp1256", "cp1257",
+    "cp1258", "mac-cyrillic", "gbk", "gb2312", "gb18030", "big5", "euc_jp", "iso2022_jp",
+    "shift_jis", "euc_kr", "utf-16-be", "utf-16-le", "utf-16", "utf-32", "ascii", "tis-620",
+})
+
+
 def _declared_decoders(data: bytes) -> tuple[str, ...]:
     """The codecs to try for the charset an HTML page declares, most faithful first; () if it
     declares none Python knows."""
@@ -384,8 +398,10 @@ def _declared_decoders(data: bytes) -> tuple[str, ...]:
     for label in labels:
         try:
             name = codecs.lookup(label.decode("ascii")).name
-        except LookupError:
+        except (LookupError, UnicodeDecodeError):
             continue  # WHATWG: an unknown label is no declaration
+        if name not in _WHATWG_CODECS:
+            continue
         if name.startswith(("utf-16", "utf-32")):
             # WHATWG: a UTF-16 declaration read in ASCII-compatible bytes means UTF-8 (a real
             # UTF-16 page has a BOM, handled before this).

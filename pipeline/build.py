@@ -25,7 +25,7 @@ from chunkline.records import (
 )
 from pipeline.config import Config
 from transforms.clean import CleanDocuments, RemoveBoilerplate
-from transforms.dedupe import Dedupe
+from transforms.dedupe import Dedupe, UniqueRejectedIds
 from transforms.read import ReadDocuments
 from transforms.reuse import LateContentKeys, ReusePreviousEmbeddings
 from transforms.split import SplitDocuments
@@ -173,7 +173,10 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
         chunks = ((reuse.reused, embedded) | "ReusedAndEmbedded" >> beam.Flatten()
                   if plan.previous_files else embedded)
 
-    rejected = (*rejected_parts, deduped["rejected"]) | "AllRejected" >> beam.Flatten()
+    rejected = (
+        (deduped["statuses"], (*rejected_parts, deduped["rejected"]) | "AllRejected" >> beam.Flatten())
+        | "UniqueIds" >> UniqueRejectedIds()
+    )
     statuses = (
         deduped["statuses"],
         rejected | "RejectedStatus" >> beam.Map(_rejected_status),

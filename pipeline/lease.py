@@ -60,11 +60,19 @@ class Holder:
 
     @classmethod
     def parse(cls, data: bytes) -> "Holder | None":
+        """The holder, or None for a torn or foreign file (then judged by its age alone)."""
         try:
             value = json.loads(data.decode("utf-8"))
-            return cls(**value)
+            holder = cls(**value)
         except (ValueError, TypeError, UnicodeDecodeError):
-            return None  # a torn or foreign file: judged by its age alone
+            return None
+        kinds = ((holder.run_id, str), (holder.host, str), (holder.process_start, str),
+                 (holder.pid, int), (holder.started, (int, float)))
+        if not all(isinstance(v, k) and not isinstance(v, bool) for v, k in kinds):
+            return None
+        if not 0 < holder.pid < 2**22 or not 0 <= holder.started < 2**40:  # Linux pid_max
+            return None
+        return holder
 
     def is_dead_here(self) -> bool:
         """True when the holder ran on this host and its process no longer exists."""
@@ -114,6 +122,9 @@ class _LocalStore:
             stat = self.path.stat()
         except FileNotFoundError:
             return None
+        except OSError as exc:  # a directory or an unreadable file where the lease belongs
+            raise LeaseHeld(f"{self.path} is not a readable lease file ({exc}); if no run is "
+                            f"writing this output, remove it") from None
         return data, time.time() - stat.st_mtime, (stat.st_ino, data)
 
     def replace(self, token: Any, data: bytes, tag: str) -> bool:

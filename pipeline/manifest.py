@@ -20,8 +20,13 @@ class ManifestError(ValueError):
 
 
 def _read_text(path: str) -> str:
-    with FileSystems.open(path) as handle:
-        data = handle.read()
+    try:
+        with FileSystems.open(path) as handle:
+            data = handle.read()
+    except FileNotFoundError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a directory, no permission: each filesystem its own
+        raise ManifestError(f"{path}: cannot be read ({type(exc).__name__}: {exc})") from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -83,6 +88,9 @@ def _problem(manifest: Any) -> str | None:
     if not isinstance(counts, dict) or not all(
             isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in counts.values()):
         return "counts is missing or not an object of non-negative integers"
+    missing = [name for name in ("documents", "kept", "chunks") if name not in counts]
+    if missing:
+        return f"counts has no {', '.join(missing)}"
     model = manifest.get("model")
     if model is not None:
         if not isinstance(model, dict):

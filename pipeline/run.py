@@ -171,6 +171,22 @@ def check_input(pattern: str) -> None:
                              f"not mounted?); nothing was run and LATEST is unchanged")
 
 
+def check_output_apart(pattern: str, output: str) -> None:
+    """The output may sit inside the corpus (it is never read back), but the corpus may not sit
+    inside the output: every input would be excluded and the run would read nothing."""
+    from chunkline.readers import input_root
+
+    root = input_root(pattern)
+    if "://" in root or "://" in output:
+        if root.rstrip("/") == output.rstrip("/") or root.startswith(output.rstrip("/") + "/"):
+            raise PreflightError(f"input.pattern {pattern} lies inside output.path {output}")
+        return
+    real_root, real_output = Path(root or ".").resolve(), Path(output).resolve()
+    if real_root == real_output or real_output in real_root.parents:
+        raise PreflightError(f"input.pattern {pattern} lies inside output.path {output}: every "
+                             f"input would be skipped as output")
+
+
 def preflight(config: Config, run_id: str) -> None:
     """Everything that can fail before the job, checked before it: the input matches files, the
     tokenizer spec loads, the device exists, the output is writable. (The model and the budget
@@ -179,6 +195,7 @@ def preflight(config: Config, run_id: str) -> None:
     from transforms.model_cache import local_tokenizer_spec
 
     check_input(config.input.pattern)
+    check_output_apart(config.input.pattern, config.output.path)
     if config.split.tokenizer is not None:
         try:
             get_tokenizer(local_tokenizer_spec(config.split.tokenizer))
@@ -231,7 +248,8 @@ def plan(config: Config, run_id: str) -> Plan:
     except ManifestError as exc:
         raise ManifestError(f"{exc}\n  the previous run's vectors cannot be trusted: pass "
                             f"--set output.reuse_latest=false (or --previous another run) to "
-                            f"embed everything") from None
+                            f"embed everything, and --allow-shrink if it is the published run "
+                            f"(the publish guard cannot compare with it either)") from None
     return Plan(run_dir, tokenizer_spec, max_tokens, dim if config.embed is not None else None,
                 signature, previous, tuple(files), tuple(skipped),
                 config.embed.normalize if config.embed is not None else False)
@@ -255,8 +273,9 @@ def shrink_guard(counts: dict[str, int], output: str, max_shrink: float) -> list
         previous = latest_run(output)
         before = load_manifest(previous)["counts"] if previous else None
     except ManifestError as exc:
-        # Readers of the old index fail already; a good run replacing it is the repair.
-        log.warning("publish guard: no comparison, the published run is unreadable: %s", exc)
+        # Nothing to compare with is no licence to publish: the damage may be the same fault
+        # (a bad mount) that emptied this run. The operator decides, with --allow-shrink.
+        reasons.append(f"cannot compare with the published run ({exc})")
         return reasons
     if before is None:
         return reasons

@@ -88,6 +88,45 @@ class _OneDocumentPerId(beam.DoFn):
             )
 
 
+class _RenameTakenIds(beam.DoFn):
+    """One doc_id's kept or duplicate rows ("taken") and rejected records. Rejections made
+    before dedupe (a record emptied by cleaning, a file named like another file's record
+    locator) keep the id their record had, which a kept document may also hold: the kept row
+    keeps it, and so does the first rejection when no row does; the others get ``<id>#rejected-N``
+    so the documents table has one row per doc_id."""
+
+    def __init__(self) -> None:
+        self.renamed = Metrics.counter("dedupe", "rejected_ids_renamed")
+
+    def process(self, joined: tuple[str, dict[str, Iterable]]):
+        doc_id, groups = joined
+        rejected = sorted(groups["rejected"], key=lambda r: (r.uri, r.reason))
+        if not list(groups["taken"]) and rejected:
+            yield rejected.pop(0)
+        for number, record in enumerate(rejected, start=1):
+            self.renamed.inc()
+            yield dataclasses.replace(
+                record, doc_id=f"{doc_id}#rejected-{number}",
+                reason=f"{record.reason} (its id {doc_id!r} belongs to another row)")
+
+
+class UniqueRejectedIds(beam.PTransform):
+    """``(statuses of kept and duplicate documents, rejected records)`` -> the rejected records,
+    renamed where their doc_id is another row's (see :class:`_RenameTakenIds`). Only ids cross
+    the shuffle, never a document's text."""
+
+    def expand(self, inputs):
+        statuses, rejected = inputs
+        return (
+            {
+                "taken": statuses | "TakenIds" >> beam.Map(lambda s: (s.doc_id, None)),
+                "rejected": rejected | "KeyRejected" >> beam.Map(lambda r: (r.doc_id, r)),
+            }
+            | "JoinIds" >> beam.CoGroupByKey()
+            | "Rename" >> beam.ParDo(_RenameTakenIds())
+        )
+
+
 class _PickSurvivor(beam.DoFn):
     """Smallest doc_id survives: deterministic whatever order the runner groups in."""
 

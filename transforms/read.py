@@ -1,12 +1,15 @@
 """READ: file patterns to ``Document``s, with a ``Rejected`` for everything that is not one.
 
 Matching is ``transforms.match`` (a walk of the input root for local patterns, Beam's match for
-``gs://``); reading uses Beam's filesystems, so the same graph reads local paths and ``gs://``;
-decoding is ``chunkline.readers.decode_file``.
+``gs://``); reading uses Beam's filesystems for ``gs://`` and opens local files directly, checked
+again at open (a path swapped for a FIFO after the walk must not hang the job); decoding is
+``chunkline.readers.decode_file``.
 """
 
 from __future__ import annotations
 
+import os
+import stat
 from typing import Iterable, NamedTuple, Sequence, Union
 
 import apache_beam as beam
@@ -16,15 +19,17 @@ from apache_beam.metrics import Metrics
 from apache_beam.pvalue import PBegin, PCollection, TaggedOutput
 
 from chunkline.readers import (
+    SINGLE_DOCUMENT_EXTENSIONS,
     ReadOptions,
     decode_file,
+    extension,
     input_root,
     reject_before_reading,
     relative_id,
 )
 from chunkline.records import Document, Rejected
 from transforms.counters import READ_DOCUMENTS, READ_REJECTED
-from transforms.match import MatchPattern
+from transforms.match import MatchPattern, is_local
 
 REJECTED = "rejected"
 
@@ -47,10 +52,17 @@ class _DecodeFile(beam.DoFn):
         self._rejected = Metrics.counter(*READ_REJECTED)
 
     def process(self, found: ReadableFile | Rejected) -> Iterable[Document | TaggedOutput]:
-        if isinstance(found, Rejected):
-            records: list[Document | Rejected] = [found]
+        uri = found.uri if isinstance(found, Rejected) else found.metadata.path
+        if not _utf8_name(uri):
+            # A name no UTF-8 column can hold (Latin-1 names from an old archive): the file is
+            # accounted for under a readable form of its name, never read.
+            shown = _shown_name(uri)
+            reason = "file name is not valid UTF-8" + (f"; {found.reason}" if isinstance(found, Rejected) else "")
+            records: list[Document | Rejected] = [
+                Rejected(shown, relative_id(shown, _shown_name(self._root)), reason)]
+        elif isinstance(found, Rejected):
+            records = [found]
         else:
-            uri = found.metadata.path
             # Decided by name and size alone: an oversized or unsupported file is never fetched.
             early = reject_before_reading(uri, self._root, found.metadata.size_in_bytes,
                                           self._options)
@@ -65,15 +77,55 @@ class _DecodeFile(beam.DoFn):
 
     def _read_and_decode(self, readable: ReadableFile, uri: str) -> list[Document | Rejected]:
         try:
-            # The file's own bytes: AUTO would gunzip a .gz that decode_file then calls
-            # unsupported by its name.
-            with readable.open(compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-                data = handle.read()
+            if is_local(uri):
+                data = _read_local(uri, _read_limit(uri, self._options))
+            else:
+                # The file's own bytes: AUTO would gunzip a .gz that decode_file then calls
+                # unsupported by its name.
+                with readable.open(compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+                    data = handle.read()
+        except _NotRegular as exc:
+            return [Rejected(uri, relative_id(uri, self._root), str(exc))]
         except Exception as exc:  # noqa: BLE001 - each filesystem raises its own IO errors
             # Only the read is guarded: one unreadable file is a rejection, not a failed job.
             reason = f"could not read file ({type(exc).__name__}: {exc})"
             return [Rejected(uri, relative_id(uri, self._root), reason)]
         return decode_file(uri, data, self._root, self._options)
+
+
+class _NotRegular(Exception):
+    """The path no longer names a regular file (swapped for a FIFO or device after the walk)."""
+
+
+def _read_limit(uri: str, options: ReadOptions) -> int | None:
+    """Bytes worth reading: a single document one byte past its limit (enough to reject it
+    as oversized) even if the file grew after it was listed; record files whole."""
+    limit = options.max_document_bytes
+    return limit + 1 if limit is not None and extension(uri) in SINGLE_DOCUMENT_EXTENSIONS else None
+
+
+def _read_local(path: str, limit: int | None) -> bytes:
+    """A local file's bytes, checked again at open: the walk saw a regular file, but the path
+    may have been replaced since. O_NONBLOCK so that opening a FIFO returns instead of waiting
+    for a writer forever (open(2)), then fstat on the open descriptor decides."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise _NotRegular("not a regular file (it changed after it was listed)")
+        return handle.read() if limit is None else handle.read(limit)
+
+
+def _utf8_name(path: str) -> bool:
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _shown_name(path: str) -> str:
+    """A path with undecodable bytes (os.fsdecode's surrogate escapes) written as \\xNN."""
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 class _ReadPattern(beam.PTransform):

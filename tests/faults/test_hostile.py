@@ -1,0 +1,171 @@
+"""Hostile inputs and damaged outputs found by trying to break a nightly run: each gives a
+rejected row or a clear refusal, never a crashed, hung or wrongly published job."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from chunkline.readers import decode_text
+from pipeline.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = str(ROOT / "configs" / "local.yaml")
+NO_VECTORS = "embed=null"
+
+
+def cli(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    return main(list(argv), out, err), out.getvalue(), err.getvalue()
+
+
+def run_job(corpus: Path, output: Path, *extra: str) -> tuple[int, str, str]:
+    return cli("run", "--config", CONFIG, "--input", f"{corpus}/**", "--output", str(output),
+               "--set", NO_VECTORS, *extra)
+
+
+def table(output: Path, name: str) -> list[dict]:
+    run_dir = output / (output / "LATEST").read_text().strip()
+    return [r for f in sorted(run_dir.glob(f"{name}-*.parquet")) for r in pq.read_table(f).to_pylist()]
+
+
+@pytest.mark.parametrize("label", ["base64", "rot13", "hex", "zip", "punycode", "undefined",
+                                   "unicode_escape", "cp037", "cp500"])
+def test_a_label_that_is_no_web_encoding_is_no_declaration(label: str) -> None:
+    """Python knows these codecs, WHATWG does not: base64 and friends raised LookupError and
+    failed the job; EBCDIC decoded ASCII into mojibake."""
+    page = (f'<html><head><meta charset="{label}"></head><body><p>Plain words, nothing '
+            f'encoded.</p></body></html>').encode("ascii")
+    text, encoding = decode_text(page, html=True)
+    assert encoding == "utf-8" and "Plain words, nothing encoded." in text
+
+
+def test_file_names_that_are_not_utf8_are_rejected_rows(tmp_path) -> None:
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "good.md").write_text("# Good\n\nA document about docking stations.\n")
+    os.makedirs(os.fsencode(corpus), exist_ok=True)
+    with open(os.fsencode(corpus) + b"/bad\xffname.md", "wb") as handle:
+        handle.write(b"# Bad name\n\nReadable text.\n")
+    with open(os.fsencode(corpus) + b"/latin\xe9.xyz", "wb") as handle:
+        handle.write(b"x")
+    code, out, err = run_job(corpus, tmp_path / "out")
+    assert code == 0, err
+    rejected = {r["doc_id"]: r["reason"] for r in table(tmp_path / "out", "rejected")}
+    assert rejected == {"bad\\xffname.md": "file name is not valid UTF-8",
+                        "latin\\xe9.xyz": "file name is not valid UTF-8"}
+    assert [r["doc_id"] for r in table(tmp_path / "out", "documents") if r["status"] == "kept"] == ["good.md"]
+
+
+def test_a_file_swapped_for_a_fifo_after_the_walk_does_not_hang_the_read(tmp_path) -> None:
+    """The walk saw a regular file; by the time it is read it is a FIFO with no writer. A plain
+    open() would wait for a writer forever while the run holds the output's lease."""
+    fifo = tmp_path / "notes.md"
+    os.mkfifo(fifo)
+    script = (
+        "import sys\n"
+        "from apache_beam.io.fileio import ReadableFile\n"
+        "from apache_beam.io.filesystem import FileMetadata\n"
+        "from chunkline.readers import ReadOptions\n"
+        "from transforms.read import _DecodeFile\n"
+        "found = ReadableFile(FileMetadata(sys.argv[1], 20, 0.0))\n"
+        "out = list(_DecodeFile(sys.argv[2], ReadOptions()).process(found))\n"
+        "print(out[0].value.reason)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script, str(fifo), str(tmp_path)], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "not a regular file" in result.stdout
+
+
+def test_rejected_records_never_share_an_id_with_another_row(tmp_path) -> None:
+    """A record emptied by cleaning was rejected under the id a later record kept; a record
+    whose id equals another file's bad-line locator collided with that rejection."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "dump.jsonl").write_text(
+        '{"id": "doc-1", "text": "Page 3 of 10"}\n'
+        '{"id": "doc-1", "text": "The real content of document one, updated."}\n'
+        '{"id": "doc-2", "text": "Another document."}\n')
+    (corpus / "e.jsonl").write_text('{"id": "f.jsonl#L1", "text": "kept text here"}\n')
+    (corpus / "f.jsonl").write_text("not json\n")
+    code, _, err = run_job(corpus, tmp_path / "out")
+    assert code == 0, err
+    documents = table(tmp_path / "out", "documents")
+    ids = [r["doc_id"] for r in documents]
+    assert len(ids) == len(set(ids)) == 5
+    kept = {r["doc_id"]: r["text"] for r in documents if r["status"] == "kept"}
+    assert kept["doc-1"] == "The real content of document one, updated."
+    assert "f.jsonl#L1" in kept
+    rejected_ids = {r["doc_id"] for r in table(tmp_path / "out", "rejected")}
+    assert rejected_ids == {r["doc_id"] for r in documents if r["status"] == "rejected"}
+
+
+@pytest.fixture()
+def published(tmp_path):
+    corpus, output = tmp_path / "corpus", tmp_path / "out"
+    corpus.mkdir()
+    for i in range(6):
+        (corpus / f"doc{i}.md").write_text(f"# Doc {i}\n\nText of document {i} about chargers.\n")
+    code, _, err = run_job(corpus, output)
+    assert code == 0, err
+    return corpus, output
+
+
+def test_guard_holds_when_the_published_manifest_is_unreadable(published, tmp_path) -> None:
+    corpus, output = published
+    good = (output / "LATEST").read_text().strip()
+    manifest = output / good / "manifest.json"
+    manifest.write_text(manifest.read_text()[:50])  # truncated
+    one = tmp_path / "one"
+    one.mkdir()
+    (one / "doc0.md").write_text((corpus / "doc0.md").read_text())
+    code, out, _ = run_job(one, output)
+    assert code == 1 and "cannot compare with the published run" in out and "--allow-shrink" in out
+    assert (output / "LATEST").read_text().strip() == good
+    code, _, err = run_job(one, output, "--allow-shrink")
+    assert code == 0, err
+    assert (output / "LATEST").read_text().strip() != good
+
+
+def test_latest_or_lease_that_is_a_directory_is_a_clear_refusal(published) -> None:
+    corpus, output = published
+    (output / "LATEST").unlink()
+    (output / "LATEST").mkdir()
+    code, out, err = run_job(corpus, output)
+    assert code == 1 and "cannot compare with the published run" in out and "LATEST" in out
+    assert "Traceback" not in err
+    code, _, err = cli("query", str(output), "chargers")
+    assert code == 2 and "LATEST" in err
+    (output / "LATEST").rmdir()
+    (output / ".lease").mkdir()
+    code, _, err = run_job(corpus, output)
+    assert code == 75 and "not a readable lease file" in err
+
+
+def test_lease_with_wrong_field_types_is_judged_by_its_age(published) -> None:
+    corpus, output = published
+    lease = output / ".lease"
+    lease.write_text(json.dumps({"run_id": "x", "host": "elsewhere", "pid": 10**20,
+                                 "started": "yesterday"}))
+    code, _, err = run_job(corpus, output)
+    assert code == 75 and "unknown run" in err and "Traceback" not in err
+    os.utime(lease, (0, 0))  # silent for decades: stale
+    code, _, err = run_job(corpus, output)
+    assert code == 0, err
+
+
+def test_output_that_contains_the_input_is_refused(tmp_path) -> None:
+    corpus = tmp_path / "data" / "corpus"
+    corpus.mkdir(parents=True)
+    (corpus / "a.md").write_text("# A\n\ntext\n")
+    code, _, err = run_job(corpus, tmp_path / "data")
+    assert code == 2 and "lies inside output.path" in err
+    assert not (tmp_path / "data" / "LATEST").exists()
