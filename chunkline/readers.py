@@ -491,7 +491,7 @@ def _jsonl_record(line: str, uri: str, options: ReadOptions) -> Document | str:
             metadata = _metadata(value[meta_field].items())
         except RecursionError:
             return f"{meta_field!r} is nested too deeply"
-        if not all(_encodable(key) and _encodable(val) for key, val in metadata):
+        if not all(utf8_encodable(key) and utf8_encodable(val) for key, val in metadata):
             return f"{meta_field!r} contains an unpaired surrogate escape"
     return _document(doc_id, uri, text, metadata, id_field, text_field, options)
 
@@ -562,7 +562,7 @@ def _record_id(value: Any, field: str) -> tuple[str, str | None]:
         return "", f"{field!r} is {_type_name(value)}, not a string or integer"
     if not value:
         return "", f"{field!r} is an empty string"
-    if not _encodable(value):
+    if not utf8_encodable(value):
         return "", f"{field!r} contains an unpaired surrogate escape"
     return value, None
 
@@ -588,7 +588,7 @@ def _document(
     options: ReadOptions,
 ) -> Document | str:
     """The record as a Document, or why not: a text every later stage can encode and chunk."""
-    if not _encodable(text):
+    if not utf8_encodable(text):
         # JSON may escape a lone surrogate ("\ud800"); no UTF-8 file could then hold the text.
         return f"{text_field!r} contains an unpaired surrogate escape (id {doc_id!r})"
     if not text.strip():
@@ -599,7 +599,9 @@ def _document(
     return Document(doc_id=doc_id, uri=uri, text=text, metadata=metadata)
 
 
-def _encodable(text: str) -> bool:
+def utf8_encodable(text: str) -> bool:
+    """Whether ``text`` can be written as UTF-8: no lone surrogate (a JSON ``\\ud800`` escape, or
+    a file name's undecodable byte as os.fsdecode escapes it)."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:

@@ -26,6 +26,7 @@ from chunkline.readers import (
     input_root,
     reject_before_reading,
     relative_id,
+    utf8_encodable,
 )
 from chunkline.records import Document, Rejected
 from transforms.counters import READ_DOCUMENTS, READ_REJECTED
@@ -53,7 +54,7 @@ class _DecodeFile(beam.DoFn):
 
     def process(self, found: ReadableFile | Rejected) -> Iterable[Document | TaggedOutput]:
         uri = found.uri if isinstance(found, Rejected) else found.metadata.path
-        if not _utf8_name(uri):
+        if not utf8_encodable(uri):
             # A name no UTF-8 column can hold (Latin-1 names from an old archive): the file is
             # accounted for under a readable form of its name, never read.
             shown = _shown_name(uri)
@@ -113,14 +114,6 @@ def _read_local(path: str, limit: int | None) -> bytes:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise _NotRegular("not a regular file (it changed after it was listed)")
         return handle.read() if limit is None else handle.read(limit)
-
-
-def _utf8_name(path: str) -> bool:
-    try:
-        path.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _shown_name(path: str) -> str:
