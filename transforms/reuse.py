@@ -23,7 +23,7 @@ from apache_beam.pvalue import PCollection, TaggedOutput
 from chunkline.records import ChunkRecord, content_key, doc_hash
 from transforms.counters import CHUNKS_REUSED, REUSE_REJECTED
 
-NAMESPACE = "reindex"
+NAMESPACE = CHUNKS_REUSED.namespace  # one home for the namespace: transforms/counters.py
 PREVIOUS_COLUMNS = ["content_key", "chunk_id", "embedding"]
 # float32 vectors normalized by the model are unit length to ~1e-7; a vector further off than
 # this was not written by a normalizing run (or was damaged since).
