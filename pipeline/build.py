@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -12,7 +11,6 @@ from chunkline.boilerplate import BoilerplateOptions
 from chunkline.clean import CleanOptions
 from chunkline.embedder import EmbedOptions
 from chunkline.minhash import MinHashOptions
-from chunkline.readers import ReadOptions
 from chunkline.records import (
     REJECTED,
     ChunkRecord,
@@ -24,6 +22,8 @@ from chunkline.records import (
     rejected_schema,
 )
 from pipeline.config import Config
+from pipeline.options import context_options, embed_options, read_options
+from pipeline.plan import Plan
 from transforms.clean import CleanDocuments, RemoveBoilerplate
 from transforms.dedupe import Dedupe, UniqueRejectedIds
 from transforms.read import ReadDocuments
@@ -32,50 +32,8 @@ from transforms.split import SplitDocuments
 from transforms.write import WriteParquetShards
 
 
-@dataclass(frozen=True)
-class Plan:
-    """What the driver decided before building: where, and the derived split budget."""
-
-    run_dir: str
-    tokenizer_spec: str
-    max_tokens: int
-    dim: int | None
-    embedding_signature: str = "none"
-    previous_run: str | None = None  # the run whose vectors may be reused
-    previous_files: tuple[str, ...] = ()  # its chunk shards that passed the driver's checks
-    reuse_skipped: tuple[str, ...] = ()  # its shards left out, and why
-    normalize: bool = False  # reused vectors must then be unit length
-
-
-def read_options(config: Config) -> ReadOptions:
-    source = config.input
-    return ReadOptions(
-        jsonl_id_field=source.jsonl.id_field,
-        jsonl_text_field=source.jsonl.text_field,
-        jsonl_metadata_field=source.jsonl.metadata_field,
-        parquet_id_column=source.parquet.id_column,
-        parquet_text_column=source.parquet.text_column,
-        parquet_metadata_columns=tuple(source.parquet.metadata_columns),
-        max_document_bytes=source.max_document_bytes,
-    )
-
-
-def embed_options(config: Config) -> EmbedOptions | None:
-    if config.embed is None:
-        return None
-    e = config.embed
-    return EmbedOptions(model=e.model, device=e.device, dtype=e.dtype, normalize=e.normalize,
-                        batch_size=e.batch_size, max_seq_length=e.max_seq_length)
-
-
 def _rejected_status(record: Rejected) -> DocumentStatus:
     return DocumentStatus(record.doc_id, record.uri, "", "", REJECTED, None)
-
-
-def context_options(config: Config):
-    from chunkline.context import ContextOptions
-
-    return ContextOptions(**config.context.model_dump()) if config.context is not None else None
 
 
 def context_cache_dir(config: Config) -> str:

@@ -117,7 +117,8 @@ def _run_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     logging.getLogger("chunkline").setLevel(logging.INFO)
     from chunkline.embedder import ModelNotAvailable
     from pipeline.lease import LeaseHeld
-    from pipeline.run import format_summary, run
+    from pipeline.run import run
+    from pipeline.summary import format_summary
 
     try:
         summary = run(config, args.beam_args, allow_shrink=args.allow_shrink)

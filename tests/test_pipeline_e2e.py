@@ -12,7 +12,8 @@ import pytest
 from chunkline.records import chunk_schema, document_schema, rejected_schema
 from pipeline.config import load_config
 from pipeline.query import search
-from pipeline.run import format_summary, run
+from pipeline.run import run
+from pipeline.summary import format_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "examples" / "corpus"

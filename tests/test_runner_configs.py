@@ -23,7 +23,8 @@ from apache_beam.options.pipeline_options import (
 from apache_beam.options.pipeline_options_validator import PipelineOptionsValidator
 
 from chunkline.embedder import EmbedOptions, model_info
-from pipeline.build import Plan, build
+from pipeline.build import build
+from pipeline.plan import Plan
 from pipeline.config import load_config
 from pipeline.run import run
 from tests.gcs_emulator import free_port, wait_for_port

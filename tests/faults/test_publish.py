@@ -16,7 +16,8 @@ import pytest
 
 from pipeline.cli import main
 from pipeline.config import ConfigError, load_config
-from pipeline.run import PreflightError, run
+from pipeline.plan import PreflightError
+from pipeline.run import run
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = str(ROOT / "configs" / "local.yaml")

@@ -1,0 +1,249 @@
+"""The driver's decisions before the job: preflight checks that fail in a second instead of an
+hour in, the split budget derived from the model, the embedding signature, and which of the
+previous run's shards may lend their vectors."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pyarrow.parquet as pq
+from apache_beam.io.filesystems import FileSystems
+
+from chunkline.context import context_reserve, resolve_api_key
+from pipeline.config import Config, to_dict
+from pipeline.manifest import ManifestError, latest_run, load_manifest, resolve_run, table_files
+from pipeline.options import context_options, embed_options
+
+log = logging.getLogger("chunkline.run")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the driver decided before building: where, and the derived split budget."""
+
+    run_dir: str
+    tokenizer_spec: str
+    max_tokens: int
+    dim: int | None
+    embedding_signature: str = "none"
+    previous_run: str | None = None  # the run whose vectors may be reused
+    previous_files: tuple[str, ...] = ()  # its chunk shards that passed the driver's checks
+    reuse_skipped: tuple[str, ...] = ()  # its shards left out, and why
+    normalize: bool = False  # reused vectors must then be unit length
+
+
+class PreflightError(ValueError):
+    """The config cannot run here; found on the driver before the job starts."""
+
+
+def _fingerprint(model_dir: Path) -> str:
+    """Which weights: file names and sizes of the model directory (cheap, and a replaced model
+    under the same name changes it)."""
+    listing = sorted((str(p.relative_to(model_dir)), p.stat().st_size)
+                     for p in model_dir.rglob("*") if p.is_file())
+    return hashlib.sha256(repr(listing).encode()).hexdigest()[:16]
+
+
+def embedding_signature(config: Config, model_dir: Path, max_seq_length: int) -> str:
+    """Everything besides the text that decides a vector; part of every chunk's content key."""
+    if config.embed is None:
+        return "none"
+    e = config.embed
+    signature = {"model": e.model, "weights": _fingerprint(model_dir), "dtype": e.dtype,
+                 "normalize": e.normalize, "max_seq_length": max_seq_length, "mode": e.mode}
+    if e.mode == "late":
+        signature.update(late_window=e.late_window, late_stride=e.late_stride)
+    return json.dumps(signature, sort_keys=True)
+
+
+def previous_run(config: Config) -> str | None:
+    """The run directory whose vectors may be reused: ``output.previous`` (an output root or a run
+    directory; naming nothing is an error), else this output's LATEST run when ``reuse_latest``
+    is on; None for a first run or with reuse off."""
+    if config.embed is None:
+        return None
+    if config.output.previous:
+        run_dir = resolve_run(config.output.previous)
+        if run_dir is None:
+            raise ManifestError(f"--previous / output.previous {config.output.previous}: no "
+                                f"manifest.json there and no LATEST naming a run")
+        return run_dir
+    return latest_run(config.output.path) if config.output.reuse_latest else None
+
+
+def reusable_files(run_dir: str, signature: str, dim: int) -> tuple[list[str], list[str]]:
+    """(chunk shards of ``run_dir`` whose vectors may be reused, why others are not).
+
+    The manifest is validated (ManifestError naming it when malformed); a run made with another
+    model or settings has nothing to reuse; a shard whose footer cannot be read or whose schema
+    has no content keys or vectors of ``dim`` is left out, named, and its chunks re-embedded.
+    Every vector read is checked again in the job (``transforms/reuse.py``)."""
+    manifest = load_manifest(run_dir)
+    if not manifest.get("model") or not manifest["files"]["chunks"]:
+        return [], []
+    if manifest.get("embedding_signature") != signature:
+        log.info("%s was embedded with other model settings: embedding everything", run_dir)
+        return [], []
+    if manifest["model"]["dim"] != dim:
+        return [], [f"{run_dir}: manifest says {manifest['model']['dim']}-d vectors, the model "
+                    f"gives {dim}-d: nothing reused"]
+    usable, skipped = [], []
+    for path in table_files(run_dir, manifest, "chunks"):
+        try:
+            with FileSystems.open(path) as handle:
+                schema = pq.read_schema(handle)
+        except Exception as exc:  # noqa: BLE001 - missing, truncated or not Parquet: all the same here
+            skipped.append(f"{path}: unreadable ({type(exc).__name__}: {exc}); its chunks are re-embedded")
+            continue
+        vector = schema.field("embedding").type if "embedding" in schema.names else None
+        if "content_key" not in schema.names or vector is None:
+            skipped.append(f"{path}: no content_key or embedding column; its chunks are re-embedded")
+        elif getattr(vector, "list_size", dim) != dim:
+            skipped.append(f"{path}: {vector} vectors, not {dim}-d; its chunks are re-embedded")
+        else:
+            usable.append(path)
+    for reason in skipped:
+        log.warning("reuse: %s", reason)
+    return usable, skipped
+
+
+def check_device(device: str) -> None:
+    """A device this machine has, or PreflightError (torch is imported only for a non-CPU one)."""
+    if device == "cpu":
+        return
+    import torch
+
+    try:
+        parsed = torch.device(device)
+    except RuntimeError as exc:
+        raise PreflightError(f"embed.device {device!r} is not a torch device: {exc}") from None
+    available = {"cpu": lambda: True, "cuda": torch.cuda.is_available,
+                 "mps": lambda: torch.backends.mps.is_available()}.get(parsed.type)
+    if available is None or not available():
+        raise PreflightError(f"embed.device {device!r}: no {parsed.type} device on this machine")
+    if parsed.type == "cuda" and parsed.index is not None and parsed.index >= torch.cuda.device_count():
+        raise PreflightError(f"embed.device {device!r}: this machine has "
+                             f"{torch.cuda.device_count()} CUDA device(s)")
+
+
+def check_output_writable(output: str, run_id: str) -> None:
+    """Write and delete a small probe file, so a read-only or unreachable output fails now,
+    not after the whole job has run."""
+    probe = FileSystems.join(output, f".probe-{run_id}")
+    try:
+        with FileSystems.create(probe) as handle:
+            handle.write(b"chunkline write probe\n")
+        FileSystems.delete([probe])
+    except Exception as exc:  # noqa: BLE001 - each filesystem raises its own errors
+        raise PreflightError(f"output.path {output} is not writable: {exc}") from None
+
+
+def check_input(pattern: str) -> None:
+    """At least one file matches (one is enough to ask for: a corpus of millions is not listed
+    twice)."""
+    try:
+        matched = FileSystems.match([pattern], limits=[1])[0].metadata_list
+    except Exception as exc:  # noqa: BLE001 - a bad bucket, no permission: all say the same here
+        raise PreflightError(f"input.pattern {pattern}: cannot list it: {exc}") from None
+    if not matched:
+        raise PreflightError(f"input.pattern {pattern} matches no file (a typo, or a disk that is "
+                             f"not mounted?); nothing was run and LATEST is unchanged")
+
+
+def check_output_apart(pattern: str, output: str) -> None:
+    """The output may sit inside the corpus (it is never read back), but the corpus may not sit
+    inside the output: every input would be excluded and the run would read nothing."""
+    from chunkline.readers import input_root
+
+    root = input_root(pattern)
+    if "://" in root or "://" in output:
+        if root.rstrip("/") == output.rstrip("/") or root.startswith(output.rstrip("/") + "/"):
+            raise PreflightError(f"input.pattern {pattern} lies inside output.path {output}")
+        return
+    real_root, real_output = Path(root or ".").resolve(), Path(output).resolve()
+    if real_root == real_output or real_output in real_root.parents:
+        raise PreflightError(f"input.pattern {pattern} lies inside output.path {output}: every "
+                             f"input would be skipped as output")
+
+
+def preflight(config: Config, run_id: str) -> None:
+    """Everything that can fail before the job, checked before it: the input matches files, the
+    tokenizer spec loads, the device exists, the output is writable. (The model and the budget
+    are checked by :func:`plan`.)"""
+    from chunkline import TokenizerNotAvailable, get_tokenizer
+    from transforms.model_cache import local_tokenizer_spec
+
+    check_input(config.input.pattern)
+    check_output_apart(config.input.pattern, config.output.path)
+    if config.split.tokenizer is not None:
+        try:
+            get_tokenizer(local_tokenizer_spec(config.split.tokenizer))
+        except (ValueError, TokenizerNotAvailable, OSError) as exc:
+            raise PreflightError(f"split.tokenizer {config.split.tokenizer!r}: {exc}") from None
+    if config.embed is not None:
+        check_device(config.embed.device)
+    check_output_writable(config.output.path, run_id)
+
+
+def plan(config: Config, run_id: str) -> Plan:
+    """Decide the split tokenizer and budget from the embedder, on the driver, before the job:
+    budget = model max input - its special tokens - the heading reserve."""
+    from chunkline.embedder import EmbedOptions, model_info, resolve_model_dir
+    from transforms.model_cache import local_model_dir
+
+    options = embed_options(config) or EmbedOptions()  # embed: null still budgets for the model
+    local = dataclasses.replace(options, model=local_model_dir(options.model))
+    _, dim, max_seq_length, special = model_info(local)
+    # A packaged name stays a name, so each worker resolves it in its own site-packages; a gs://
+    # model stays a URI, fetched by each worker (transforms/model_cache.py).
+    tokenizer_spec = config.split.tokenizer or f"hf:{options.model}"
+    # The same budget with embed: null, so a dry run shows exactly the chunks that would be
+    # embedded.
+    # Late chunking embeds the document itself, not prefix + chunk: nothing to reserve for.
+    late = config.embed is not None and config.embed.mode == "late"
+    reserve = 0 if late else config.split.heading_reserve + context_reserve(context_options(config))
+    max_tokens = config.split.max_tokens or (max_seq_length - special - reserve)
+    if config.split.max_tokens is None and max_tokens < 8:
+        raise ValueError(
+            f"derived chunk budget is {max_tokens} tokens (max_seq_length {max_seq_length} - "
+            f"{special} special - {reserve} reserved for the heading path and context header); "
+            f"lower split.heading_reserve or context.max_header_tokens"
+        )
+    if config.split.max_tokens is not None and config.embed is not None and \
+            config.split.max_tokens + reserve > max_seq_length - special:
+        raise ValueError(
+            f"split.max_tokens {config.split.max_tokens} + {reserve} reserved for the heading path "
+            f"and context header exceeds the model's input ({max_seq_length} - {special} special "
+            f"tokens): embedded text would be truncated")
+    if config.context is not None:
+        resolve_api_key(context_options(config))  # a missing key fails here, not on every worker
+    if config.split.overlap >= max_tokens:
+        raise ValueError(f"split.overlap ({config.split.overlap}) must be below the chunk budget ({max_tokens})")
+    run_dir = FileSystems.join(config.output.path, run_id)
+    signature = embedding_signature(config, resolve_model_dir(local.model), max_seq_length)
+    try:
+        previous = previous_run(config)
+        files, skipped = reusable_files(previous, signature, dim) if previous else ([], [])
+    except ManifestError as exc:
+        raise ManifestError(f"{exc}\n  the previous run's vectors cannot be trusted: pass "
+                            f"--set output.reuse_latest=false (or --previous another run) to "
+                            f"embed everything, and --allow-shrink if it is the published run "
+                            f"(the publish guard cannot compare with it either)") from None
+    return Plan(run_dir, tokenizer_spec, max_tokens, dim if config.embed is not None else None,
+                signature, previous, tuple(files), tuple(skipped),
+                config.embed.normalize if config.embed is not None else False)
+
+
+def new_run_id(config: Config) -> str:
+    """Time, config digest, and a random part: two runs started in the same second with the same
+    config still get different directories."""
+    digest = hashlib.sha256(json.dumps(to_dict(config), sort_keys=True).encode()).hexdigest()[:8]
+    return f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}Z-{digest}-{secrets.token_hex(3)}"
+

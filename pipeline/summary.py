@@ -1,0 +1,61 @@
+"""What a run reports: the summary the CLI prints and the exit code reads (``published``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class RunSummary:
+    run_id: str
+    run_dir: str
+    output: str
+    runner: str
+    seconds: float
+    counts: dict[str, int]
+    files: dict[str, list[str]]
+    reconciled: bool
+    problems: list[str] = field(default_factory=list)
+    model: dict[str, Any] | None = None
+    previous: str | None = None
+    published: bool = False
+    context_lines: list[str] = field(default_factory=list)
+    held_back: list[str] = field(default_factory=list)  # why a reconciled run was not published
+    reuse_skipped: list[str] = field(default_factory=list)  # previous shards not trusted, why
+
+
+def format_summary(summary: RunSummary) -> str:
+    c = summary.counts
+    check = "reconciled" if summary.reconciled else "NOT RECONCILED: " + "; ".join(summary.problems)
+    if summary.model:
+        embedded = (f"{c['tokens']:,} tokens ({summary.model['name']}, "
+                    f"{summary.model['dim']}-d, {summary.model['dtype']})")
+        if "embedded" in c:
+            source = f" from {summary.previous}" if summary.previous else ""
+            embedded += f"; vectors: {c['embedded']:,} embedded, {c['reused']:,} reused{source}"
+            if c.get("reuse_rejected"):
+                embedded += f" ({c['reuse_rejected']:,} stored vectors failed their check: re-embedded)"
+    else:
+        embedded = f"{c['tokens']:,} tokens (embedding off)"
+    lines = [
+        f"chunkline run {summary.run_id} on {summary.runner}: {summary.seconds:.1f} s",
+        f"  documents  read {c['documents']} = kept {c['kept']} + duplicate {c['duplicate']} "
+        f"+ rejected {c['rejected']}  ({check})",
+        f"  chunks     {c['chunks']:,}, {embedded}",
+        *summary.context_lines,
+        f"  shards     {len(summary.files['chunks'])} chunk, {len(summary.files['documents'])} "
+        f"document, {len(summary.files['rejected'])} rejected Parquet files + manifest.json",
+        *(f"  reuse      skipped {reason}" for reason in summary.reuse_skipped),
+        f"  output     {summary.run_dir}  " + (
+            f"(named in {summary.output}/LATEST)" if summary.published
+            else f"(NOT published: {summary.output}/LATEST still names the previous run)"),
+        *(f"  held back  {reason}" for reason in summary.held_back),
+    ]
+    if summary.held_back:
+        lines.append("             check the input; if the corpus really shrank, rerun with "
+                     "--allow-shrink to publish anyway")
+    if summary.model:
+        lines.append(f'  next       chunkline query {summary.output} "how long should the arm warm up before calibration?"')
+    return "\n".join(lines)
+
