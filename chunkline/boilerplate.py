@@ -25,7 +25,10 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from chunkline.options import check_fields, help_text
+from annotated_types import Ge, Le
+from typing import Annotated
 from typing import AbstractSet, Sequence
 
 from chunkline.clean import fenced_code_lines, without_lines
@@ -38,22 +41,20 @@ class BoilerplateOptions:
     """When a line (or short block) counts as corpus boilerplate: it occurs in at least
     ``min_docs`` documents and in at least ``min_fraction`` of all documents."""
 
-    min_docs: int = 5  # documents a line must occur in (protects small corpora)
-    min_fraction: float = 0.001  # share of all documents it must occur in (protects large ones)
-    # Normalised lines shorter than this are never boilerplate, so "Returns", "Example",
-    # "Parameters" survive however common they are; blocks must reach it in total.
-    min_line_chars: int = 20
-    # Paragraphs of 2..max_block_lines lines are also counted whole (signatures, address
-    # blocks, licence notices whose lines are short); 1 counts single lines only.
-    max_block_lines: int = 6
+    # At 1 every line of every document would count: repetition needs two documents.
+    min_docs: Annotated[int, Ge(2)] = field(default=5, metadata=help_text(
+        "A line is boilerplate in at least this many documents (protects small corpora)..."))
+    min_fraction: Annotated[float, Ge(0), Le(1)] = field(default=0.001, metadata=help_text(
+        "...and this fraction of all documents (protects large ones)."))
+    min_line_chars: Annotated[int, Ge(1)] = field(default=20, metadata=help_text(
+        "Shorter normalised lines never count, so 'Returns', 'Example', 'Parameters' survive "
+        "however common; blocks must reach it in total."))
+    max_block_lines: Annotated[int, Ge(1)] = field(default=6, metadata=help_text(
+        "Paragraphs of 2..this many lines also count whole (signatures, address blocks, "
+        "licence notices of short lines); 1: single lines only."))
 
     def __post_init__(self) -> None:
-        for name in ("min_docs", "min_line_chars", "max_block_lines"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"BoilerplateOptions.{name} must be a positive integer, got {value!r}")
-        if not 0.0 <= self.min_fraction <= 1.0:
-            raise ValueError(f"BoilerplateOptions.min_fraction must be in [0, 1], got {self.min_fraction!r}")
+        check_fields(self)
 
 
 def frequency_floor(n_documents: int, options: BoilerplateOptions) -> int:

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from chunkline.options import check_fields, help_text
 from itertools import pairwise
 from typing import Sequence
 
@@ -48,18 +49,19 @@ _FENCE = re.compile(r" {0,3}(`{3,}(?!.*`)|~{3,}).*")
 class CleanOptions:
     """What :func:`clean_text` does to each document (line endings are always normalised)."""
 
-    nfc: bool = True  # compose to Unicode NFC, so equal texts compare (and hash) equal
-    drop_control: bool = True  # drop control characters and ANSI escapes; tab and newline stay
-    # Drop lines that are only a page number: "Page 3", "Page 3 of 10", "3 of 10", "- 3 -", and
-    # bare numbers when the document has a rising series of them (12, 13, 14: an extracted PDF).
-    drop_page_numbers: bool = True
-    # Regular expressions; a line whose text (surrounding whitespace stripped) matches one in
-    # full is dropped, e.g. r"Share this (page|article)" or r"(?i)printed on .*".
-    patterns: tuple[str, ...] = ()
+    nfc: bool = field(default=True, metadata=help_text(
+        "Unicode NFC, so equal text has equal code points (and hashes equal)."))
+    drop_control: bool = field(default=True, metadata=help_text(
+        "Control characters and ANSI escapes (tab and newline stay)."))
+    drop_page_numbers: bool = field(default=True, metadata=help_text(
+        '"Page 3", "Page 3 of 10", "3 of 10", "- 3 -", and bare numbers when the document has '
+        "a rising series of them (12, 13, 14: an extracted PDF)."))
+    patterns: tuple[str, ...] = field(default=(), metadata=help_text(
+        "Regexes: a line whose text (surrounding whitespace stripped) matches one in full is "
+        "dropped, e.g. '^CONFIDENTIAL$' or '(?i)printed on .*'."))
 
     def __post_init__(self) -> None:
-        if not isinstance(self.patterns, tuple) or not all(isinstance(p, str) for p in self.patterns):
-            raise ValueError("CleanOptions.patterns must be a tuple of regular expressions")
+        check_fields(self)
         for pattern in self.patterns:
             try:
                 re.compile(pattern)

@@ -28,7 +28,10 @@ would make pooled token means a different space from the model's sentence vector
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from chunkline.options import check_fields, help_text
+from annotated_types import Ge
+from typing import Annotated
 from typing import TYPE_CHECKING, Iterator, NamedTuple, Sequence
 
 import numpy as np
@@ -40,31 +43,23 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class LateOptions:
-    """How the document is read for late chunking.
+    """How the document is read for late chunking."""
 
-    window: content tokens per forward pass (special tokens come on top). None: the model's
-        ``max_seq_length`` minus its special tokens (254 for all-MiniLM-L6-v2). Window plus
-        special tokens may not exceed the model's position table.
-    stride: tokens between the starts of consecutive windows, 1..window. None: half a window.
-    batch_size: windows per forward pass.
-    """
-
-    window: int | None = None
-    stride: int | None = None
-    batch_size: int = 8
+    window: Annotated[int, Ge(8)] | None = field(default=None, metadata=help_text(
+        "Content tokens per forward pass (special tokens come on top). null: the model's "
+        "max_seq_length minus its special tokens (254 for all-MiniLM-L6-v2)."))
+    stride: Annotated[int, Ge(1)] | None = field(default=None, metadata=help_text(
+        "Tokens between the starts of consecutive windows, 1..window. null: half a window."))
+    batch_size: Annotated[int, Ge(1)] = field(default=8, metadata=help_text(
+        "Windows per forward pass."))
 
     def __post_init__(self) -> None:
-        if self.window is not None and (isinstance(self.window, bool) or self.window < 1):
-            raise ValueError(f"LateOptions.window must be None or >= 1, got {self.window!r}")
-        if self.stride is not None and (isinstance(self.stride, bool) or self.stride < 1):
-            raise ValueError(f"LateOptions.stride must be None or >= 1, got {self.stride!r}")
+        check_fields(self)
         if self.window is not None and self.stride is not None and self.stride > self.window:
             raise ValueError(
                 f"LateOptions.stride ({self.stride}) may not exceed the window ({self.window}): "
                 f"tokens between windows would never be read"
             )
-        if isinstance(self.batch_size, bool) or self.batch_size < 1:
-            raise ValueError(f"LateOptions.batch_size must be >= 1, got {self.batch_size!r}")
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,10 @@ MurmurHash3-finalized), which is where the speed comes from (``bench/dedupe_benc
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from chunkline.options import check_fields, help_text
+from annotated_types import Ge, Gt, Le, Lt
+from typing import Annotated, Literal
 from typing import Hashable, Iterable, Sequence
 
 import numpy as np
@@ -51,49 +54,37 @@ class MinHashOptions:
     """Near-duplicate detection. Two documents are near duplicates when the estimated Jaccard
     similarity of their sets of word ``shingle_size``-grams is at least ``threshold``."""
 
-    shingle_size: int = 5  # words per shingle (datatrove and text-dedup use 5)
-    num_perm: int = 256  # signature length; the estimate's error is ~sqrt(J(1-J)/num_perm)
-    threshold: float = 0.8  # estimated Jaccard at or above which a candidate pair is a duplicate
-    seed: int = 1  # permutation seed; signatures from different seeds are not comparable
-    survivor: str = SMALLEST_DOC_ID  # which document of a cluster is kept: smallest_doc_id | longest
-    # LSH banding: None derives (bands, rows) from the threshold with datasketch's optimal
-    # parameter search, weighting a missed pair (false negative) over a candidate that
-    # verification then drops (false positive): a false candidate costs one comparison, a
-    # missed one costs a duplicate.
-    bands: int | None = None
-    rows: int | None = None
-    false_positive_weight: float = 0.1  # weight of false candidates in that search (0..1)
-    # A band bucket with more members than this yields only the pairs with its first member (a
-    # star) instead of all pairs, so a cluster of 10,000 copies costs 10,000 comparisons, not
-    # 50 million.
-    max_bucket_pairs: int = 64
+    shingle_size: Annotated[int, Ge(1), Le(32)] = field(default=5, metadata=help_text(
+        "Words per shingle (datatrove and text-dedup use 5)."))
+    num_perm: Annotated[int, Ge(16), Le(4096)] = field(default=256, metadata=help_text(
+        "Signature length; the estimate's error is ~sqrt(J(1-J)/num_perm)."))
+    threshold: Annotated[float, Gt(0), Le(1)] = field(default=0.8, metadata=help_text(
+        "Estimated Jaccard at or above which two documents are duplicates."))
+    seed: Annotated[int, Ge(0), Lt(2**32)] = field(default=1, metadata=help_text(
+        "Permutation seed; signatures from different seeds are not comparable."))
+    survivor: Literal["smallest_doc_id", "longest"] = field(default=SMALLEST_DOC_ID, metadata=help_text(
+        "Which document of a duplicate cluster is kept."))
+    bands: Annotated[int, Ge(1)] | None = field(default=None, metadata=help_text(
+        "LSH bands; null (with rows null): derived from the threshold by datasketch's optimal "
+        "parameter search, weighting a missed pair over a false candidate (which verification "
+        "drops for one comparison)."))
+    rows: Annotated[int, Ge(1)] | None = field(default=None, metadata=help_text(
+        "LSH rows per band; given together with bands."))
+    false_positive_weight: Annotated[float, Gt(0), Lt(1)] = field(default=0.1, metadata=help_text(
+        "Weight of false candidates in that search."))
+    max_bucket_pairs: Annotated[int, Ge(1)] = field(default=64, metadata=help_text(
+        "A band bucket with more members yields only the pairs with its first member (a star), "
+        "so 10,000 copies cost 10,000 comparisons, not 50 million."))
 
     def __post_init__(self) -> None:
-        def positive_int(name: str) -> None:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"MinHashOptions.{name} must be a positive integer, got {value!r}")
-
-        for name in ("shingle_size", "num_perm", "max_bucket_pairs"):
-            positive_int(name)
-        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or not 0 <= self.seed < 2**32:
-            raise ValueError(f"MinHashOptions.seed must be an integer in [0, 2**32), got {self.seed!r}")
-        if not 0.0 < self.threshold <= 1.0:
-            raise ValueError(f"MinHashOptions.threshold must be in (0, 1], got {self.threshold!r}")
-        if self.survivor not in SURVIVOR_RULES:
-            raise ValueError(f"MinHashOptions.survivor must be one of {SURVIVOR_RULES}, got {self.survivor!r}")
-        if not 0.0 < self.false_positive_weight < 1.0:
-            raise ValueError("MinHashOptions.false_positive_weight must be in (0, 1)")
+        check_fields(self)
         if (self.bands is None) != (self.rows is None):
             raise ValueError("MinHashOptions.bands and rows are given together or not at all")
-        if self.bands is not None:
-            positive_int("bands")
-            positive_int("rows")
-            if self.bands * self.rows > self.num_perm:
-                raise ValueError(
-                    f"MinHashOptions: bands x rows ({self.bands} x {self.rows}) exceeds num_perm "
-                    f"({self.num_perm})"
-                )
+        if self.bands is not None and self.bands * self.rows > self.num_perm:
+            raise ValueError(
+                f"MinHashOptions: bands x rows ({self.bands} x {self.rows}) exceeds num_perm "
+                f"({self.num_perm})"
+            )
 
     def lsh(self) -> tuple[int, int]:
         """(bands, rows): the configured pair, or the one derived from the threshold."""

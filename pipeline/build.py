@@ -7,10 +7,7 @@ import dataclasses
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
-from chunkline.boilerplate import BoilerplateOptions
-from chunkline.clean import CleanOptions
 from chunkline.embedder import EmbedOptions
-from chunkline.minhash import MinHashOptions
 from chunkline.records import (
     REJECTED,
     ChunkRecord,
@@ -56,9 +53,7 @@ class _EmbedTheirDocuments(beam.PTransform):
 
 def _embedder(config: Config, options: EmbedOptions, documents) -> beam.PTransform:
     if config.embed.mode == "late":
-        from chunkline.late import LateOptions
-
-        late = LateOptions(window=config.embed.late_window, stride=config.embed.late_stride)
+        late = config.embed.late.options()
         return _EmbedTheirDocuments(options, late, documents)
     from transforms.embed import EmbedChunks  # torch loads only when embedding is on
 
@@ -79,17 +74,17 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
     # Clean, then drop corpus boilerplate, then dedupe: duplicates are judged on the text that
     # is chunked, and the documents table stores exactly the text chunk offsets refer to.
     if config.clean is not None:
-        cleaned = documents | "Clean" >> CleanDocuments(CleanOptions(**config.clean.model_dump()))
+        cleaned = documents | "Clean" >> CleanDocuments(config.clean.options())
         documents = cleaned.documents
         rejected_parts.append(cleaned.rejected)
     if config.boilerplate is not None:
         stripped = documents | "Boilerplate" >> RemoveBoilerplate(
-            BoilerplateOptions(**config.boilerplate.model_dump()))
+            config.boilerplate.options())
         documents = stripped.documents
         rejected_parts.append(stripped.rejected)
     near = config.dedupe.near
     deduped = documents | "Dedupe" >> Dedupe(
-        config.dedupe.exact, MinHashOptions(**near.model_dump()) if near is not None else None)
+        config.dedupe.exact, near.options() if near is not None else None)
     semantic = None
     if config.split.mode == "semantic":
         from chunkline.semantic import SemanticOptions

@@ -7,20 +7,63 @@ each field with its help text; ``None`` means "off" or "derive it", never ``-1``
 
 from __future__ import annotations
 
+import dataclasses
 import re
+import typing
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
+
+from chunkline.boilerplate import BoilerplateOptions
+from chunkline.clean import CleanOptions
+from chunkline.embedder import EmbedOptions
+from chunkline.late import LateOptions
+from chunkline.minhash import MinHashOptions
 
 
 class ConfigError(ValueError):
     """The configuration is invalid; the message names every offending key path."""
 
 
+_STRICT = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    model_config = _STRICT
+
+
+class _OptionsSection(_Section):
+    """A config section generated from a library options dataclass (:func:`options_section`)."""
+
+    options_class: typing.ClassVar[type]
+
+    def options(self):
+        """The library's options object this section describes."""
+        cls = self.options_class
+        return cls(**{spec.name: getattr(self, spec.name) for spec in dataclasses.fields(cls)})
+
+    @model_validator(mode="after")
+    def _rules_across_fields(self):
+        self.options()  # the dataclass's own __post_init__: one home for each rule
+        return self
+
+
+def options_section(cls: type, **extra_fields: Any) -> type[_OptionsSection]:
+    """The config section for a library options dataclass: the same fields, types, bounds
+    (annotated-types markers, which pydantic reads), defaults and help text
+    (``field(metadata={"help": ...})``), plus ``extra_fields`` the pipeline alone uses."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    fields: dict[str, Any] = {
+        spec.name: (hints[spec.name], Field(spec.default, description=spec.metadata.get("help")))
+        for spec in dataclasses.fields(cls)
+    }
+    fields.update(extra_fields)
+    section = create_model(cls.__name__.removesuffix("Options") + "Config", __base__=_OptionsSection,
+                           __doc__=cls.__doc__, **fields)
+    section.options_class = cls
+    return section
 
 
 class RunnerConfig(_Section):
@@ -81,49 +124,9 @@ class OutputConfig(_Section):
         "taken over (the holder renews it every minute; a dead holder on the same host at once).")
 
 
-class CleanConfig(_Section):
-    """Per-document cleaning before anything else; the cleaned text is what offsets refer to."""
-
-    nfc: bool = Field(True, description="Unicode NFC, so equal text has equal code points.")
-    drop_control: bool = Field(True, description="Control characters and ANSI escapes (tab and "
-                               "newline stay).")
-    drop_page_numbers: bool = Field(True, description='"Page 3 of 10", "- 3 -" and running '
-                                    "page-number lines.")
-    patterns: tuple[str, ...] = Field((), description="Regexes: a line fully matching one is "
-                                      "dropped (e.g. '^CONFIDENTIAL$').")
-
-    @model_validator(mode="after")
-    def _patterns_compile(self) -> "CleanConfig":
-        for pattern in self.patterns:
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(f"pattern {pattern!r} does not compile: {exc}") from None
-        return self
-
-
-class BoilerplateConfig(_Section):
-    """Lines and short blocks repeated across the corpus (headers, footers, licences)."""
-
-    min_docs: int = Field(5, ge=2, description="A line is boilerplate in at least this many "
-                          "documents...")
-    min_fraction: float = Field(0.001, ge=0, le=1, description="...and this fraction of them.")
-    min_line_chars: int = Field(20, ge=1, description="Shorter lines never count ('Returns', "
-                                "'Example' survive).")
-    max_block_lines: int = Field(6, ge=1, description="Paragraphs up to this many lines also "
-                                 "count whole (signatures of short lines).")
-
-
-class NearDedupeConfig(_Section):
-    """MinHash LSH near-duplicate removal (bands and rows derived from the threshold)."""
-
-    shingle_size: int = Field(5, ge=1, le=32, description="Words per shingle.")
-    num_perm: int = Field(256, ge=16, le=4096, description="Signature length.")
-    threshold: float = Field(0.8, gt=0, lt=1, description="Estimated Jaccard at or above which "
-                             "two documents are duplicates.")
-    seed: int = Field(1, ge=0, description="Permutation seed.")
-    survivor: Literal["smallest_doc_id", "longest"] = Field(
-        "smallest_doc_id", description="Which document of a duplicate cluster is kept.")
+CleanConfig = options_section(CleanOptions)
+BoilerplateConfig = options_section(BoilerplateOptions)
+NearDedupeConfig = options_section(MinHashOptions)
 
 
 class DedupeConfig(_Section):
@@ -171,25 +174,15 @@ class SplitConfig(_Section):
         return self
 
 
-class EmbedConfig(_Section):
-    model: str = Field("all-MiniLM-L6-v2", description="Packaged model name or model directory.")
-    device: str = "cpu"
-    dtype: Literal["float32", "bfloat16"] = Field(
-        "float32", description="bfloat16 runs ~3x faster on CPUs with AMX."
-    )
-    normalize: bool = True
-    batch_size: int = Field(64, ge=1, le=4096)
-    max_seq_length: int | None = Field(
-        None, ge=8, description="Model input limit in tokens. None: the model's own."
-    )
-    mode: Literal["standard", "late"] = Field(
+LateConfig = options_section(LateOptions)
+EmbedConfig = options_section(
+    EmbedOptions,
+    mode=(Literal["standard", "late"], Field(
         "standard", description="late: embed the whole document (in overlapping windows) and "
         "mean-pool each chunk's token vectors (late chunking); the heading path and context "
-        "header are then not part of the vector.")
-    late_window: int | None = Field(None, ge=8, description="Late mode: content tokens per "
-                                    "window. None: the model's max input.")
-    late_stride: int | None = Field(None, ge=1, description="Late mode: tokens between window "
-                                    "starts. None: half a window.")
+        "header are then not part of the vector.")),
+    late=(LateConfig, Field(LateConfig(), description="Late mode: how the document is read.")),
+)
 
 
 class ContextConfig(_Section):
@@ -249,6 +242,11 @@ def _format(error: ValidationError) -> str:
         path = ".".join(str(part) for part in item["loc"]) or "(top level)"
         message = "unknown key" if item["type"] == "extra_forbidden" else item["msg"]
         shown = "" if item["type"] == "extra_forbidden" else f" (got {item.get('input')!r})"
+        if item["type"] == "value_error":  # a library check: its message names the field
+            message, shown = str(item["ctx"]["error"]), ""
+            named = re.match(r"\w+Options\.(\w+):? ", message)
+            if named:
+                path, message = f"{path}.{named[1]}", message[named.end():]
         lines.append(f"{path}: {message}{shown}")
     return "invalid config:\n  " + "\n  ".join(lines)
 

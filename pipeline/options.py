@@ -24,9 +24,7 @@ def read_options(config: Config) -> ReadOptions:
 def embed_options(config: Config) -> EmbedOptions | None:
     if config.embed is None:
         return None
-    e = config.embed
-    return EmbedOptions(model=e.model, device=e.device, dtype=e.dtype, normalize=e.normalize,
-                        batch_size=e.batch_size, max_seq_length=e.max_seq_length)
+    return config.embed.options()
 
 
 def context_options(config: Config):  # -> ContextOptions | None

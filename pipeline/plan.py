@@ -59,7 +59,8 @@ def embedding_signature(config: Config, model_dir: Path, max_seq_length: int) ->
     signature = {"model": e.model, "weights": _fingerprint(model_dir), "dtype": e.dtype,
                  "normalize": e.normalize, "max_seq_length": max_seq_length, "mode": e.mode}
     if e.mode == "late":
-        signature.update(late_window=e.late_window, late_stride=e.late_stride)
+        # The keys of earlier releases, so a rerun still finds the vectors it may reuse.
+        signature.update(late_window=e.late.window, late_stride=e.late.stride)
     return json.dumps(signature, sort_keys=True)
 
 

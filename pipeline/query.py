@@ -3,6 +3,7 @@ rank chunks by cosine similarity. No server, no vector store."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,8 +45,10 @@ def search(output: str, question: str, k: int = 5) -> list[Hit]:
     embed = manifest["config"].get("embed")
     if not embed:
         raise ValueError(f"{run_dir} was written with embed: null; it has no vectors to search")
-    options = EmbedOptions(**{key: embed[key] for key in
-                              ("model", "device", "dtype", "normalize", "batch_size", "max_seq_length")})
+    # The options the index was embedded with, as its manifest recorded them (the fields this
+    # version knows; a field added since keeps its default).
+    options = EmbedOptions(**{spec.name: embed[spec.name] for spec in dataclasses.fields(EmbedOptions)
+                              if spec.name in embed})
     columns = ["doc_id", "chunk_id", "headings", "start", "end", "text", "embedding"]
     tables = []
     for path in table_files(run_dir, manifest, "chunks"):
@@ -55,7 +58,7 @@ def search(output: str, question: str, k: int = 5) -> list[Hit]:
     if not rows:
         return []
     matrix = np.asarray([row["embedding"] for row in rows], dtype=np.float32)
-    local = EmbedOptions(**{**options.__dict__, "model": local_model_dir(options.model)})
+    local = dataclasses.replace(options, model=local_model_dir(options.model))
     query = embed_texts(load_model(local), [question], options)[0]
     if not options.normalize:  # cosine, whatever the index stored
         matrix = matrix / np.linalg.norm(matrix, axis=1, keepdims=True)

@@ -205,7 +205,7 @@ def test_thresholds_decide() -> None:
         assert_that(strict.documents | "SIds" >> beam.Map(lambda d: (d.doc_id, d.text)),
                     equal_to([(d.doc_id, d.text) for d in CORPUS]), label="strict")
         share = p | "Share" >> beam.Create(CORPUS) | "F" >> RemoveBoilerplate(
-            BoilerplateOptions(min_docs=1, min_fraction=0.2))  # 9 docs: floor 2
+            BoilerplateOptions(min_docs=2, min_fraction=0.2))  # 9 docs: floor max(2, 1.8)
         pairs = share.documents | "Pairs" >> beam.Filter(lambda d: d.doc_id.startswith("pair"))
         assert_that(pairs | "FIds" >> beam.Map(lambda d: (d.doc_id, d.text)),
                     equal_to([("pair-a.md", "A."), ("pair-b.md", "B.")]), label="share")

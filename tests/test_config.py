@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
+import types
+import typing
+
 from pathlib import Path
 
 import pytest
+
+from chunkline.boilerplate import BoilerplateOptions
+from chunkline.clean import CleanOptions
+from chunkline.embedder import EmbedOptions
+from chunkline.late import LateOptions
+from chunkline.minhash import MinHashOptions
 
 from pipeline.config import Config, ConfigError, load_config, validate
 
@@ -40,7 +51,7 @@ def test_defaults() -> None:
         ({"input": {"jsonl": {"id_fild": "x"}}}, "input.jsonl.id_fild: unknown key"),
         ({"output": {"chunk_shards": 0}}, "output.chunk_shards"),
         ({"runner": {"name": "SparkRunnerX"}}, "runner.name"),
-        ({"clean": {"patterns": ["(unclosed"]}}, "does not compile"),
+        ({"clean": {"patterns": ["(unclosed"]}}, "clean.patterns: '(unclosed' is not a valid regex"),
         ({"dedupe": {"near": {"threshold": 1.5}}}, "dedupe.near.threshold"),
         ({"split": {"mode": "semantic"}, "embed": None}, "semantic needs the embedding model"),
         ({"context": {"provider": "cohere"}}, "context.provider"),
@@ -77,3 +88,77 @@ def test_unreadable_config_is_a_config_error(tmp_path) -> None:
     bad.write_text("- a list\n", encoding="utf-8")
     with pytest.raises(ConfigError, match="mapping"):
         load_config(bad)
+
+
+# --- One home per rule: the config is generated from the library's options -----------------------
+
+# (dotted config path, the library options dataclass it is generated from)
+OPTION_SECTIONS = [
+    ("clean", CleanOptions),
+    ("boilerplate", BoilerplateOptions),
+    ("dedupe.near", MinHashOptions),
+    ("embed", EmbedOptions),
+    ("embed.late", LateOptions),
+]
+
+
+def _section(config, dotted: str):
+    for part in dotted.split("."):
+        config = getattr(config, part)
+    return config
+
+
+def _outside(marker) -> object | None:
+    """A value just outside an annotated-types bound."""
+    for name, step in (("ge", -1), ("gt", 0), ("le", 1), ("lt", 0)):
+        bound = getattr(marker, name, None)
+        if bound is not None:
+            return bound + step
+    return None
+
+
+def _bound_cases():
+    for dotted, cls in OPTION_SECTIONS:
+        hints = typing.get_type_hints(cls, include_extras=True)
+        for spec in dataclasses.fields(cls):
+            hint = hints[spec.name]
+            if typing.get_origin(hint) in (typing.Union, types.UnionType):
+                hint = next(a for a in typing.get_args(hint) if a is not type(None))
+            if typing.get_origin(hint) is not typing.Annotated:
+                continue
+            inner, *markers = typing.get_args(hint)
+            for marker in markers:
+                value = _outside(marker)
+                if value is not None:
+                    yield pytest.param(dotted, cls, spec.name, inner(value),
+                                       id=f"{dotted}.{spec.name}={value}")
+
+
+@pytest.mark.parametrize(("dotted", "cls"), OPTION_SECTIONS)
+def test_every_library_option_is_a_config_key_with_its_default_and_help(dotted, cls) -> None:
+    section = _section(load_config(None), dotted)
+    assert section.options() == cls()
+    schema = type(section).model_fields
+    for spec in dataclasses.fields(cls):
+        assert spec.name in schema, f"{cls.__name__}.{spec.name} cannot be set from YAML"
+        assert schema[spec.name].default == spec.default
+        assert schema[spec.name].description == spec.metadata["help"]
+
+
+@pytest.mark.parametrize(("dotted", "cls", "name", "value"), list(_bound_cases()))
+def test_library_and_config_refuse_the_same_values(dotted, cls, name, value) -> None:
+    with pytest.raises(ValueError, match=f"{cls.__name__}.{name}"):
+        cls(**{name: value})
+    with pytest.raises(ConfigError, match=re.escape(f"{dotted}.{name}:")):
+        load_config(None, [f"{dotted}.{name}={value}"])
+
+
+def test_a_rule_across_fields_is_the_library_check_named_by_its_field() -> None:
+    with pytest.raises(ValueError, match="bands and rows are given together"):
+        MinHashOptions(bands=4)
+    with pytest.raises(ConfigError, match="dedupe.near.bands: and rows are given together"):
+        load_config(None, ["dedupe.near.bands=4"])
+    config = load_config(None, ["dedupe.near.bands=16", "dedupe.near.rows=8",
+                                "embed.late.batch_size=2"])
+    assert config.dedupe.near.options().lsh() == (16, 8)
+    assert config.embed.late.options().batch_size == 2
