@@ -37,13 +37,15 @@ import codecs
 import json
 import posixpath
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from html.parser import HTMLParser
-from typing import Any, Iterator
+from typing import Annotated, Any, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from annotated_types import Ge, MinLen
 
+from chunkline.options import check_fields, help_text
 from chunkline.records import Document, Rejected
 
 TEXT_EXTENSIONS = frozenset({".txt", ".md", ".markdown"})
@@ -72,36 +74,50 @@ _CONTROL_BYTES = frozenset(b for b in range(0x20) if b not in _TEXT_CONTROLS) | 
 
 
 @dataclass(frozen=True)
+class JsonlOptions:
+    """Where a JSON Lines record keeps its id, text and metadata."""
+
+    id_field: Annotated[str, MinLen(1)] = field(default="id", metadata=help_text(
+        "Record field holding the document id (a string or an integer)."))
+    text_field: Annotated[str, MinLen(1)] = field(default="text", metadata=help_text(
+        "Record field holding the text (a string)."))
+    metadata_field: Annotated[str, MinLen(1)] | None = field(default="metadata", metadata=help_text(
+        "Record field holding an object of metadata; null: ignored."))
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
+@dataclass(frozen=True)
+class ParquetOptions:
+    """Which columns of a Parquet file hold the id, text and metadata."""
+
+    id_column: Annotated[str, MinLen(1)] = field(default="id", metadata=help_text(
+        "Column holding the document id."))
+    text_column: Annotated[str, MinLen(1)] = field(default="text", metadata=help_text(
+        "Column holding the text."))
+    metadata_columns: tuple[Annotated[str, MinLen(1)], ...] = field(default=(), metadata=help_text(
+        "Columns kept as metadata."))
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
+@dataclass(frozen=True)
 class ReadOptions:
     """How records are found in JSONL and Parquet files, and the size limit for a document."""
 
-    jsonl_id_field: str = "id"  # JSONL: the field holding the document id (string or integer)
-    jsonl_text_field: str = "text"  # JSONL: the field holding the document text (a string)
-    jsonl_metadata_field: str | None = "metadata"  # JSONL: an object of metadata; None: ignore
-    parquet_id_column: str = "id"
-    parquet_text_column: str = "text"
-    parquet_metadata_columns: tuple[str, ...] = ()  # Parquet: columns kept as metadata
-    max_document_bytes: int | None = 10_000_000  # UTF-8 bytes of one document; None: no limit
+    jsonl: JsonlOptions = field(default=JsonlOptions(), metadata=help_text(
+        "JSON Lines records (.jsonl)."))
+    parquet: ParquetOptions = field(default=ParquetOptions(), metadata=help_text(
+        "Parquet records (.parquet)."))
+    max_document_bytes: Annotated[int, Ge(1)] | None = field(default=10_000_000, metadata=help_text(
+        "UTF-8 bytes of one document; larger ones are rejected with that reason. null: no limit."))
 
     def __post_init__(self) -> None:
-        for name in ("jsonl_id_field", "jsonl_text_field", "parquet_id_column",
-                     "parquet_text_column"):
-            if not isinstance(getattr(self, name), str) or not getattr(self, name):
-                raise ValueError(f"ReadOptions.{name} must be a non-empty string")
-        if self.jsonl_metadata_field is not None and (
-            not isinstance(self.jsonl_metadata_field, str) or not self.jsonl_metadata_field
-        ):
-            raise ValueError("ReadOptions.jsonl_metadata_field must be a non-empty string or None")
-        if not isinstance(self.parquet_metadata_columns, tuple) or not all(
-            isinstance(c, str) and c for c in self.parquet_metadata_columns
-        ):
-            raise ValueError("ReadOptions.parquet_metadata_columns must be a tuple of column names")
-        if self.max_document_bytes is not None and (
-            isinstance(self.max_document_bytes, bool)
-            or not isinstance(self.max_document_bytes, int)
-            or self.max_document_bytes < 1
-        ):
-            raise ValueError("ReadOptions.max_document_bytes must be a positive integer or None")
+        check_fields(self)
+        if not isinstance(self.jsonl, JsonlOptions) or not isinstance(self.parquet, ParquetOptions):
+            raise ValueError("ReadOptions.jsonl and .parquet are JsonlOptions and ParquetOptions")
 
 
 # --- Paths -------------------------------------------------------------------------------------
@@ -472,7 +488,7 @@ def _jsonl_record(line: str, uri: str, options: ReadOptions) -> Document | str:
         return f"not valid JSON ({detail})"
     if not isinstance(value, dict):
         return f"not a JSON object (got {_type_name(value)})"
-    id_field, text_field = options.jsonl_id_field, options.jsonl_text_field
+    id_field, text_field = options.jsonl.id_field, options.jsonl.text_field
     for name in (id_field, text_field):
         if name not in value:
             return f"no {name!r} field"
@@ -483,7 +499,7 @@ def _jsonl_record(line: str, uri: str, options: ReadOptions) -> Document | str:
     if not isinstance(text, str):
         return f"{text_field!r} is {_type_name(text)}, not a string"
     metadata: tuple[tuple[str, str], ...] = ()
-    meta_field = options.jsonl_metadata_field
+    meta_field = options.jsonl.metadata_field
     if meta_field is not None and value.get(meta_field) is not None:
         if not isinstance(value[meta_field], dict):
             return f"{meta_field!r} is {_type_name(value[meta_field])}, not an object"
@@ -511,8 +527,8 @@ def _type_name(value: Any) -> str:
 def _decode_parquet(
     uri: str, path_id: str, data: bytes, options: ReadOptions
 ) -> list[Document | Rejected]:
-    id_col, text_col = options.parquet_id_column, options.parquet_text_column
-    wanted = list(dict.fromkeys((id_col, text_col, *options.parquet_metadata_columns)))
+    id_col, text_col = options.parquet.id_column, options.parquet.text_column
+    wanted = list(dict.fromkeys((id_col, text_col, *options.parquet.metadata_columns)))
     try:
         table = pq.read_table(pa.BufferReader(data))
         missing = [name for name in wanted if name not in table.column_names]
@@ -539,14 +555,14 @@ def _decode_parquet(
 def _parquet_row(
     row: int, columns: dict[str, list[Any]], uri: str, options: ReadOptions
 ) -> Document | str:
-    id_col, text_col = options.parquet_id_column, options.parquet_text_column
+    id_col, text_col = options.parquet.id_column, options.parquet.text_column
     doc_id, problem = _record_id(columns[id_col][row], id_col)
     if problem:
         return problem
     text = columns[text_col][row]
     if not isinstance(text, str):
         return f"{text_col!r} is {_type_name(text)}, not a string"
-    metadata = _metadata((name, columns[name][row]) for name in options.parquet_metadata_columns)
+    metadata = _metadata((name, columns[name][row]) for name in options.parquet.metadata_columns)
     return _document(doc_id, uri, text, metadata, id_col, text_col, options)
 
 

@@ -21,6 +21,7 @@ from chunkline.clean import CleanOptions
 from chunkline.embedder import EmbedOptions
 from chunkline.late import LateOptions
 from chunkline.minhash import MinHashOptions
+from chunkline.readers import ReadOptions
 
 
 class ConfigError(ValueError):
@@ -42,7 +43,9 @@ class _OptionsSection(_Section):
     def options(self):
         """The library's options object this section describes."""
         cls = self.options_class
-        return cls(**{spec.name: getattr(self, spec.name) for spec in dataclasses.fields(cls)})
+        values = {spec.name: getattr(self, spec.name) for spec in dataclasses.fields(cls)}
+        return cls(**{name: value.options() if isinstance(value, _OptionsSection) else value
+                      for name, value in values.items()})
 
     @model_validator(mode="after")
     def _rules_across_fields(self):
@@ -55,10 +58,13 @@ def options_section(cls: type, **extra_fields: Any) -> type[_OptionsSection]:
     (annotated-types markers, which pydantic reads), defaults and help text
     (``field(metadata={"help": ...})``), plus ``extra_fields`` the pipeline alone uses."""
     hints = typing.get_type_hints(cls, include_extras=True)
-    fields: dict[str, Any] = {
-        spec.name: (hints[spec.name], Field(spec.default, description=spec.metadata.get("help")))
-        for spec in dataclasses.fields(cls)
-    }
+    fields: dict[str, Any] = {}
+    for spec in dataclasses.fields(cls):
+        hint, default = hints[spec.name], spec.default
+        if dataclasses.is_dataclass(hint):  # options within options: a section within a section
+            hint = options_section(hint)
+            default = hint(**dataclasses.asdict(default))
+        fields[spec.name] = (hint, Field(default, description=spec.metadata.get("help")))
     fields.update(extra_fields)
     section = create_model(cls.__name__.removesuffix("Options") + "Config", __base__=_OptionsSection,
                            __doc__=cls.__doc__, **fields)
@@ -77,30 +83,14 @@ class RunnerConfig(_Section):
     )
 
 
-class JsonlConfig(_Section):
-    id_field: str = Field("id", description="Record field holding the document id.")
-    text_field: str = Field("text", description="Record field holding the text.")
-    metadata_field: str | None = Field("metadata", description="Record field kept as metadata.")
-
-
-class ParquetConfig(_Section):
-    id_column: str = "id"
-    text_column: str = "text"
-    metadata_columns: tuple[str, ...] = ()
-
-
-class InputConfig(_Section):
-    pattern: str = Field(
-        "examples/corpus/**", description="File pattern (local path or gs://), Beam glob syntax."
-    )
-    jsonl: JsonlConfig = JsonlConfig()
-    parquet: ParquetConfig = ParquetConfig()
-    max_document_bytes: int | None = Field(
-        10_000_000, ge=1, description="Larger documents are rejected with that reason."
-    )
-    follow_symlinks: bool = Field(
-        False, description="Follow symlinks that lead out of the input root (links inside it "
-        "are always read); off: such a link is a rejected row.")
+InputConfig = options_section(
+    ReadOptions,
+    pattern=(str, Field("examples/corpus/**", description="File pattern (local path or gs://), "
+                        "Beam glob syntax.")),
+    follow_symlinks=(bool, Field(False, description="Follow symlinks that lead out of the input "
+                                 "root (links inside it are always read); off: such a link is a "
+                                 "rejected row.")),
+)
 
 
 class OutputConfig(_Section):

@@ -9,16 +9,7 @@ from pipeline.config import Config
 
 
 def read_options(config: Config) -> ReadOptions:
-    source = config.input
-    return ReadOptions(
-        jsonl_id_field=source.jsonl.id_field,
-        jsonl_text_field=source.jsonl.text_field,
-        jsonl_metadata_field=source.jsonl.metadata_field,
-        parquet_id_column=source.parquet.id_column,
-        parquet_text_column=source.parquet.text_column,
-        parquet_metadata_columns=tuple(source.parquet.metadata_columns),
-        max_document_bytes=source.max_document_bytes,
-    )
+    return config.input.options()
 
 
 def embed_options(config: Config) -> EmbedOptions | None:

@@ -18,6 +18,8 @@ from chunkline.readers import (
     BINARY,
     NO_MAIN_CONTENT,
     SHORT_PAGE_CHARS,
+    JsonlOptions,
+    ParquetOptions,
     ReadOptions,
     codec_name,
     decode_file,
@@ -274,18 +276,20 @@ def test_reject_before_reading_lets_through(name: str, size: int) -> None:
 
 
 @pytest.mark.parametrize(
-    "bad",
+    ("cls", "bad"),
     [
-        {"max_document_bytes": 0},
-        {"max_document_bytes": True},
-        {"jsonl_id_field": ""},
-        {"jsonl_metadata_field": ""},
-        {"parquet_metadata_columns": ["a"]},
+        (ReadOptions, {"max_document_bytes": 0}),
+        (ReadOptions, {"max_document_bytes": True}),
+        (ReadOptions, {"jsonl": {"id_field": "key"}}),
+        (JsonlOptions, {"id_field": ""}),
+        (JsonlOptions, {"metadata_field": ""}),
+        (ParquetOptions, {"metadata_columns": ["a"]}),
+        (ParquetOptions, {"metadata_columns": ("a", "")}),
     ],
 )
-def test_options_are_validated(bad: dict) -> None:
-    with pytest.raises(ValueError):
-        ReadOptions(**bad)
+def test_options_are_validated(cls: type, bad: dict) -> None:
+    with pytest.raises(ValueError, match=cls.__name__):
+        cls(**bad)
 
 
 # --- HTML --------------------------------------------------------------------------------------
@@ -599,7 +603,7 @@ def test_jsonl_record_over_the_limit() -> None:
 
 
 def test_jsonl_custom_fields() -> None:
-    options = ReadOptions(jsonl_id_field="key", jsonl_text_field="body", jsonl_metadata_field=None)
+    options = ReadOptions(JsonlOptions(id_field="key", text_field="body", metadata_field=None))
     data = jsonl({"key": "k", "body": "B", "metadata": "ignored, not an object"})
     assert only(decode("x.jsonl", data, options)) == Document("k", f"{ROOT}/x.jsonl", "B")
 
@@ -658,7 +662,7 @@ def test_parquet_rows() -> None:
         "text": ["One.", None, "Three.", "  "],
         "lang": ["en", "de", None, "fr"],
     })
-    records = decode("t.parquet", parquet_bytes(table), ReadOptions(parquet_metadata_columns=("lang",)))
+    records = decode("t.parquet", parquet_bytes(table), ReadOptions(parquet=ParquetOptions(metadata_columns=("lang",))))
     uri = f"{ROOT}/t.parquet"
     assert records == [
         Document("1", uri, "One.", (("lang", '"en"'),)),
@@ -674,8 +678,8 @@ def test_parquet_custom_columns_and_typed_metadata() -> None:
     table = pa.table({
         "doc": ["a"], "body": ["Body."], "when": [datetime.date(2024, 6, 1)], "tags": [["x", "y"]],
     })
-    options = ReadOptions(parquet_id_column="doc", parquet_text_column="body",
-                          parquet_metadata_columns=("when", "tags"))
+    options = ReadOptions(parquet=ParquetOptions(id_column="doc", text_column="body",
+                                                 metadata_columns=("when", "tags")))
     assert only(decode("t.parquet", parquet_bytes(table), options)) == Document(
         "a", f"{ROOT}/t.parquet", "Body.", (("tags", '["x", "y"]'), ("when", '"2024-06-01"'))
     )
@@ -688,7 +692,7 @@ def test_parquet_dictionary_encoded_text() -> None:
 
 def test_parquet_missing_columns_reject_the_file() -> None:
     table = pa.table({"key": ["a"], "text": ["x"]})
-    options = ReadOptions(parquet_metadata_columns=("lang",))
+    options = ReadOptions(parquet=ParquetOptions(metadata_columns=("lang",)))
     assert rejection("t.parquet", parquet_bytes(table), options) == (
         "Parquet file has no column 'id', 'lang'"
     )
