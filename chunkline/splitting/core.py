@@ -211,7 +211,7 @@ def separator_cuts(measure: Measure, lo: int, hi: int, separator: str) -> list[i
 
     >>> from chunkline.sizers import get_tokenizer
     >>> separator_cuts(get_tokenizer("words").measure("a b. c"), 0, 6, ". ")
-    [4, 6]
+    [5, 6]
     """
     view = measure.cut_view
     if isinstance(view, bytes):
