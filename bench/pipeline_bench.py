@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from chunkline import get_tokenizer  # noqa: E402
 from chunkline.embedder import EmbedOptions, embed_texts, load_model, resolve_model_dir  # noqa: E402
-from chunkline.splitter import heading_prefix  # noqa: E402
+from chunkline.splitting.text import heading_prefix  # noqa: E402
 from pipeline.config import load_config  # noqa: E402
 
 WORDS = (

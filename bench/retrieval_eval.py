@@ -15,7 +15,7 @@ documents by cosine similarity:
 
 - recursive: ``chunkline.split``; + heading: the heading path prepended for embedding
   (``heading_prefix``, at most ``--reserve`` tokens), as the pipeline does.
-- semantic: ``chunkline.semantic.semantic_split`` (percentile 90, buffer 1), same two variants.
+- semantic: ``chunkline.splitting.semantic.semantic_split`` (percentile 90, buffer 1), same two variants.
 - late: the recursive chunks, vectors by late chunking over the whole document
   (``chunkline.late``: 254-token windows, stride 127), and the same for the semantic chunks.
 - LangChain: ``RecursiveCharacterTextSplitter.from_huggingface_tokenizer`` with the MiniLM
@@ -47,8 +47,8 @@ sys.path.insert(0, str(ROOT.parent))  # run from a checkout without installing
 from chunkline import get_tokenizer, split  # noqa: E402
 from chunkline.embedder import EmbedOptions, embed_texts, load_model  # noqa: E402
 from chunkline.late import LateChunker, LateOptions  # noqa: E402
-from chunkline.semantic import SemanticOptions, model_embed, semantic_split  # noqa: E402
-from chunkline.splitter import heading_prefix  # noqa: E402
+from chunkline.splitting.semantic import SemanticOptions, model_embed, semantic_split  # noqa: E402
+from chunkline.splitting.text import heading_prefix  # noqa: E402
 
 LABELS = ROOT / "retrieval"
 MODEL = "all-MiniLM-L6-v2"

@@ -16,8 +16,9 @@ What is measured, per (tokenizer, max_tokens, overlap) configuration:
   heading paths the peers do not);
 * LangChain, semchunk, semantic-text-splitter and chonkie, each given the
   same tokenizer object or the same exact length function;
-* for whole-word length, a straight Python port of the seed's reference
-  algorithm (``seed_split``).
+* for whole-word length, a naive recursive splitter (``naive_recursive_split``):
+  LangChain's recursive character splitting with ``#`` line-scan headings, which
+  re-measures every growing slice.
 
 Every emitted chunk is re-counted afterwards with the exact reference counter
 (outside the timer) to report how many chunks exceed the budget.
@@ -263,16 +264,18 @@ CONFIGS: dict[str, list[tuple[int, int]]] = {
 
 
 # --------------------------------------------------------------------------
-# The seed's reference algorithm, ported straight from its Rust (byte offsets
-# there, str offsets here). It re-measures every growing slice with the length
-# function on purpose: that is the cost chunkline is compared against.
+# A naive recursive splitter (LangChain's RecursiveCharacterTextSplitter shape:
+# separator levels, greedy packing, headings from a ``#`` line scan), ported from a
+# Rust reference (byte offsets there, str offsets here). It re-measures every
+# growing slice with the length function on purpose: that is the cost chunkline's
+# tokenize-once measures are compared against.
 # --------------------------------------------------------------------------
 
-SEED_SEPS = ("\n\n", "\n", ". ", " ")
-_SEED_HEADING = re.compile(r"(#{1,6}) (.*)")
+NAIVE_SEPARATORS = ("\n\n", "\n", ". ", " ")
+_ATX_HEADING_LINE = re.compile(r"(#{1,6}) (.*)")
 
 
-def _seed_atoms(t: str, lo: int, hi: int, seps: Sequence[str], length: Counter,
+def _naive_atoms(t: str, lo: int, hi: int, seps: Sequence[str], length: Counter,
                 max_tokens: int, out: list[tuple[int, int]]) -> None:
     if length(t[lo:hi]) <= max_tokens or not seps:
         out.append((lo, hi))
@@ -286,27 +289,27 @@ def _seed_atoms(t: str, lo: int, hi: int, seps: Sequence[str], length: Counter,
         pieces.append((start, hi))
     rest = seps[1:] if len(pieces) == 1 else seps
     for a, b in pieces:
-        _seed_atoms(t, a, b, rest, length, max_tokens, out)
+        _naive_atoms(t, a, b, rest, length, max_tokens, out)
 
 
-def _seed_headings(t: str) -> list[tuple[int, int, str]]:
+def _line_scan_headings(t: str) -> list[tuple[int, int, str]]:
     out, offset = [], 0
     for line in t.split("\n"):
-        m = _SEED_HEADING.match(line)
+        m = _ATX_HEADING_LINE.match(line)
         if m:
             out.append((offset, len(m.group(1)), m.group(2).strip()))
         offset += len(line) + 1
     return out
 
 
-def seed_split(t: str, max_tokens: int, overlap: int, length: Counter
+def naive_recursive_split(t: str, max_tokens: int, overlap: int, length: Counter
                ) -> list[tuple[int, int, tuple[str, ...]]]:
-    """Seed chunks as (start, end, heading titles). Faithful to the seed also where
-    it is odd: a whitespace-only atom measures 0 and so passes the overlap test
+    """Naive chunks as (start, end, heading titles). Faithful to the Rust reference
+    also where it is odd: a whitespace-only atom measures 0 and so passes the overlap test
     even at overlap=0, letting a chunk start on the previous chunk's last newline."""
     atoms: list[tuple[int, int]] = []
-    _seed_atoms(t, 0, len(t), SEED_SEPS, length, max_tokens, atoms)
-    heads, h = _seed_headings(t), 0
+    _naive_atoms(t, 0, len(t), NAIVE_SEPARATORS, length, max_tokens, atoms)
+    heads, h = _line_scan_headings(t), 0
     stack: list[tuple[int, str]] = []
     out: list[tuple[int, int, tuple[str, ...]]] = []
     i = 0
@@ -446,9 +449,9 @@ def chonkie_row(setup: TokenizerSetup, text: str, max_tokens: int, overlap: int)
                note=f"tokenizer={type(setup.native).__name__} object")
 
 
-def seed_row(setup: TokenizerSetup, text: str, max_tokens: int, overlap: int) -> Row:
-    return Row("seed reference (Python port)",
-               lambda: lambda: seed_split(text, max_tokens, overlap, setup.count),
+def naive_row(setup: TokenizerSetup, text: str, max_tokens: int, overlap: int) -> Row:
+    return Row("naive recursive (re-measures slices)",
+               lambda: lambda: naive_recursive_split(text, max_tokens, overlap, setup.count),
                lambda spans: [text[s:e] for s, e, _ in spans],
                note="re-measures growing slices; tracks a heading stack but never cuts at one")
 
@@ -456,7 +459,7 @@ def seed_row(setup: TokenizerSetup, text: str, max_tokens: int, overlap: int) ->
 def rows_for(setup: TokenizerSetup, text: str, max_tokens: int, overlap: int) -> list[Row]:
     rows = [tokenizer_alone_row(setup, text), *chunkline_rows(setup, text, max_tokens, overlap)]
     if setup.label == "words":
-        return rows + [seed_row(setup, text, max_tokens, overlap)]
+        return rows + [naive_row(setup, text, max_tokens, overlap)]
     return rows + [
         langchain_row(setup, text, max_tokens, overlap),
         semchunk_row(setup, text, max_tokens, overlap),

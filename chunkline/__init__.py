@@ -8,11 +8,11 @@ The pure library under the Beam pipeline; it never imports apache_beam.
 ('Guide',)
 """
 
-from chunkline.code import LANGUAGES, language_for, split_code
-from chunkline.markdown import Heading, Section, headings, sections
-from chunkline.splitter import SEPARATORS, Chunk, char_bound, default_max_chars, split
-from chunkline.tables import Table, tables
-from chunkline.tokenizers import Tokenizer, TokenizerNotAvailable, get_tokenizer
+from chunkline.sizers import Tokenizer, TokenizerNotAvailable, get_tokenizer
+from chunkline.splitting.code import LANGUAGES, language_for, split_code
+from chunkline.splitting.core import Chunk, char_bound, default_max_chars
+from chunkline.splitting.structure import Heading, Section, Table, headings, sections, tables
+from chunkline.splitting.text import SEPARATORS, split
 
 __all__ = [
     "LANGUAGES",

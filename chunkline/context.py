@@ -35,7 +35,7 @@ from typing import Any, Literal, Protocol
 
 import pyarrow as pa
 
-from chunkline.tokenizers import Tokenizer
+from chunkline.sizers import Tokenizer
 
 log = logging.getLogger("chunkline.context")
 
@@ -342,7 +342,7 @@ def fit_header(text: str, tokenizer: Tokenizer, reserve: int) -> str:
     one is near; "" when nothing fits. The split budget leaves ``reserve`` tokens free, so the
     embedded text (heading prefix + header + chunk) stays within the model's input.
 
-    >>> from chunkline.tokenizers import get_tokenizer
+    >>> from chunkline.sizers import get_tokenizer
     >>> fit_header("One two three. Four five six seven.", get_tokenizer("words"), 5)
     'One two three.'
     """

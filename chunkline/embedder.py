@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
 
 import numpy as np
 
-from chunkline.tokenizers import PACKAGED_HF_MODELS, TokenizerNotAvailable, hf_model_dir
+from chunkline.sizers import PACKAGED_HF_MODELS, TokenizerNotAvailable, hf_model_dir
 
 if TYPE_CHECKING:  # heavy imports (torch) happen only when a model is actually loaded
     from sentence_transformers import SentenceTransformer
@@ -263,7 +263,7 @@ def _dim_from_configs(model_dir: Path) -> int | None:
 def _special_tokens_count(model_dir: Path) -> int:
     """Tokens the tokenizer adds around every text ([CLS] and [SEP] for BERT: 2)."""
     if (model_dir / "tokenizer.json").is_file():
-        from chunkline.tokenizers import HFTokenizer
+        from chunkline.sizers import HFTokenizer
 
         return HFTokenizer(f"hf:{model_dir}", model_dir / "tokenizer.json").special_tokens_count()
     from transformers import AutoTokenizer

@@ -87,7 +87,7 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
         config.dedupe.exact, near.options() if near is not None else None)
     semantic = None
     if config.split.mode == "semantic":
-        from chunkline.semantic import SemanticOptions
+        from chunkline.splitting.semantic import SemanticOptions
 
         semantic = SemanticOptions(**config.split.semantic.model_dump())
     chunks = deduped["kept"] | "Split" >> SplitDocuments(

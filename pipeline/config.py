@@ -148,7 +148,7 @@ class SplitConfig(_Section):
     max_chars: int | None = Field(
         None, ge=1, description="No chunk's text is longer, whatever the tokenizer counts (a "
         "WordPiece [UNK] covers any word over 100 characters). None: 32 x the token budget + "
-        "1024 (chunkline.splitter.default_max_chars).")
+        "1024 (chunkline.splitting.core.default_max_chars).")
     markdown: bool = Field(True, description="Read Markdown headings (paths, section cuts).")
     tokenizer: str | None = Field(
         None, description="Tokenizer spec. None: the embedder's own tokenizer."

@@ -8,7 +8,7 @@ from functools import lru_cache
 from markdown_it import MarkdownIt
 
 from chunkline import Tokenizer, get_tokenizer
-from chunkline.markdown import mask_front_matter
+from chunkline.splitting.structure import mask_front_matter
 
 TOKENIZER_SPECS = (
     "words",

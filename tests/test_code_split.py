@@ -23,7 +23,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from chunkline import LANGUAGES, Chunk, default_max_chars, language_for, split, split_code
-from chunkline.code import _grammar
+from chunkline.splitting.code import _grammar
 from tests.helpers import TOKENIZER_SPECS, tokenizer
 from tests.test_splitter_properties import glued_unknowns
 
@@ -231,7 +231,7 @@ def definition_spans(text: str, language: str) -> list[tuple[int, int]]:
     """(start, end) str spans of the tree's definition nodes (functions, classes, ...)."""
     import tree_sitter
 
-    from chunkline.code import _SYNTAX
+    from chunkline.splitting.code import _SYNTAX
 
     source = text.encode("utf-8")
     root = tree_sitter.Parser(_grammar(language)).parse(source).root_node
@@ -407,7 +407,7 @@ def test_missing_grammar_or_no_language_is_the_text_splitter(monkeypatch) -> Non
     text = "# not a heading\nx = 1\n\ny = 2\n"
     plain = split(text, 3, 0, tokenizer("words"), markdown=False)
     assert split_code(text, None, 3, 0, tokenizer("words")) == plain
-    monkeypatch.setattr("chunkline.code._grammar", lambda language: None)
+    monkeypatch.setattr("chunkline.splitting.code._grammar", lambda language: None)
     assert split_code(text, "python", 3, 0, tokenizer("words")) == plain
 
 

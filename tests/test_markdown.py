@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import given, strategies as st
 
-from chunkline.markdown import _headings_markdown_it_py, headings, mask_front_matter, sections
+from chunkline.splitting.structure import _headings_markdown_it_py, headings, mask_front_matter, sections
 from tests.helpers import reference_headings
 from tests.test_splitter_properties import FRAGMENTS, any_text, markdown_doc
 

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from chunkline.markdown import headings
+from chunkline.splitting.structure import headings
 from chunkline.readers import (
     BINARY,
     NO_MAIN_CONTENT,

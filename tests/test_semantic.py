@@ -13,8 +13,8 @@ import regex
 from hypothesis import given, strategies as st
 
 from chunkline import default_max_chars, split
-from chunkline.markdown import sections
-from chunkline.semantic import SemanticOptions, model_embed, semantic_split, sentence_spans
+from chunkline.splitting.semantic import SemanticOptions, model_embed, semantic_split, sentence_spans
+from chunkline.splitting.structure import sections
 from tests.helpers import reference_headings, reference_path, tokenizer
 from tests.test_splitter_properties import any_text, glued_unknowns, markdown_doc
 

@@ -8,7 +8,7 @@ import regex
 from hypothesis import given, strategies as st
 
 from chunkline import Tokenizer, default_max_chars, split
-from chunkline.tokenizers import UNKNOWN_GRAPHEMES_TOLERATED, HFTokenizer
+from chunkline.sizers.hf import UNKNOWN_GRAPHEMES_TOLERATED, HFTokenizer
 from tests.helpers import TOKENIZER_SPECS, reference_headings, reference_path, tokenizer
 
 import pytest
@@ -159,7 +159,7 @@ cut_text = st.lists(
 @given(text=cut_text, data=st.data())
 def test_vector_separator_cuts_equal_bytes_split(text: str, data) -> None:
     """The numpy cutter used for long pieces makes exactly the cuts of bytes.split."""
-    from chunkline.splitter import SEPARATORS, _separator_ends, _split_ends
+    from chunkline.splitting.core import SEPARATORS, _separator_ends, _split_ends
 
     view = text.encode("ascii")
     lo = data.draw(st.integers(0, len(view)))

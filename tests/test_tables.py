@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 
 from chunkline import Chunk, split, tables
-from chunkline.markdown import headings, mask_front_matter
+from chunkline.splitting.structure import headings, mask_front_matter, read_structure
 from tests.helpers import TOKENIZER_SPECS, tokenizer
 from tests.test_splitter_properties import FRAGMENTS, check_invariants, prose
 
@@ -257,3 +257,25 @@ def test_a_row_that_opens_a_list_item_ends_the_table_where_markdown_it_py_does()
     text = "| The |\n|---|\nword1. first\n2. second\n"
     assert [(t.start, t.body, t.end, t.rows) for t in tables(text)] == reference_tables(text, [])
     assert reference_tables(text, []) == [(0, 14, 27, (14,))]
+
+
+# Lines that look like table parts without making one (column counts that differ, a delimiter
+# row with no pipe, a header row after a paragraph line, setext underlines below pipes): where
+# the one parse with the table rule finds no table, its headings are CommonMark's as they are.
+NEAR_TABLES = (
+    "| a | b |\n|---|\n", "| a |\n---\n", "a | b\n-|-\n", "text\n| a |\n|---|\n",
+    "| a |\n===\n", "|-|\n", "x |- y\n", "> | a |\n> |---|\n", "  | a |\n  |:-:|\n",
+    "| a |\n|---|\n---\n", "Title\n| a |\n", "| a |\n|---|\n# H\n", "- | a |\n  |---|\n",
+)
+structure_doc = st.lists(
+    st.one_of(st.sampled_from(NEAR_TABLES), st.sampled_from(FRAGMENTS), pipe_table(),
+              prose.map(lambda p: p + "\n")),
+    max_size=12,
+).map("".join)
+
+
+@given(text=st.one_of(table_doc, structure_doc))
+def test_one_parse_reads_the_same_headings_and_tables(text: str) -> None:
+    found = read_structure(text)
+    assert list(found.headings) == headings(text)  # the CommonMark reading, no table rule
+    assert list(found.tables) == tables(text)

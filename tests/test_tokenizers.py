@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 from chunkline import TokenizerNotAvailable, get_tokenizer
-from chunkline.tokenizers import BERT_SEPARATORS, PYTHON_WHITESPACE
+from chunkline.sizers.hf import BERT_SEPARATORS
+from chunkline.sizers.simple import PYTHON_WHITESPACE
 from tests.helpers import TOKENIZER_SPECS, tokenizer
 
 
@@ -156,4 +157,4 @@ def test_additive_cuts_are_additive(spec: str, text: str, data) -> None:
 def test_scalar_and_vectorized_cut_checks_agree(spec: str, text: str) -> None:
     measure = tokenizer(spec).measure(text)
     positions = list(range(len(text) + 1))
-    assert measure.additive_cuts(positions) == [measure._is_additive(p) for p in positions]
+    assert measure.additive_cuts(positions) == [measure._is_additive_cut(p) for p in positions]

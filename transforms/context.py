@@ -47,7 +47,7 @@ from chunkline.context import (
     resolve_api_key, text_hash,
 )
 from chunkline.records import ChunkRecord, Document, doc_hash
-from chunkline.tokenizers import get_tokenizer
+from chunkline.sizers import get_tokenizer
 from transforms.model_cache import local_tokenizer_spec
 from transforms.write import shard_of
 

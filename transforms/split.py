@@ -13,8 +13,9 @@ from apache_beam.metrics import Metrics
 from chunkline import get_tokenizer, language_for, split, split_code
 from chunkline.embedder import EmbedOptions
 from chunkline.records import ChunkRecord, Document, chunk_id
-from chunkline.semantic import SemanticOptions, model_embed, semantic_split
-from chunkline.splitter import Chunk, heading_prefix
+from chunkline.splitting.core import Chunk
+from chunkline.splitting.semantic import SemanticOptions, model_embed, semantic_split
+from chunkline.splitting.text import heading_prefix
 from transforms.model_cache import local_model_dir, local_tokenizer_spec
 
 log = logging.getLogger("chunkline.split")
@@ -111,10 +112,10 @@ class SplitDocuments(beam.PTransform):
     heading-path prefix the embedder will read, cut to ``heading_reserve`` tokens, and the
     repeated header of a table split between rows (``table_header``, counted in the budget).
     With ``code`` (the default) a document whose uri names a source file (``.py``, ``.ts``,
-    ``.go``, ... see ``chunkline.code.EXTENSIONS``) is split by its syntax tree, its headings
+    ``.go``, ... see ``chunkline.splitting.code.EXTENSIONS``) is split by its syntax tree, its headings
     the enclosing class and function names; without, it is split as plain text. With
     ``semantic`` (and the embedding model's options) prose is cut at topic shifts found with
-    the model (``chunkline.semantic``), never over ``max_tokens``; overlap does not apply.
+    the model (``chunkline.splitting.semantic``), never over ``max_tokens``; overlap does not apply.
     No chunk is longer than ``max_chars`` characters (None: the splitter's default bound)."""
 
     def __init__(self, tokenizer_spec: str, max_tokens: int, overlap: int = 0,

