@@ -87,9 +87,7 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
         config.dedupe.exact, near.options() if near is not None else None)
     semantic = None
     if config.split.mode == "semantic":
-        from chunkline.splitting.semantic import SemanticOptions
-
-        semantic = SemanticOptions(**config.split.semantic.model_dump())
+        semantic = config.split.semantic.options()
     chunks = deduped["kept"] | "Split" >> SplitDocuments(
         plan.tokenizer_spec,
         plan.max_tokens,

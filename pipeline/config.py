@@ -22,6 +22,8 @@ from chunkline.embedder import EmbedOptions
 from chunkline.late import LateOptions
 from chunkline.minhash import MinHashOptions
 from chunkline.readers import ReadOptions
+from chunkline.splitting.core import check_budget
+from chunkline.splitting.semantic import SemanticOptions
 
 
 class ConfigError(ValueError):
@@ -124,12 +126,7 @@ class DedupeConfig(_Section):
     near: NearDedupeConfig | None = Field(NearDedupeConfig(), description="null: off.")
 
 
-class SemanticConfig(_Section):
-    rule: Literal["percentile", "gradient"] = Field(
-        "percentile", description="Cut where neighbour distance (percentile) or its rise "
-        "(gradient) is above the percentile of the document's values.")
-    percentile: float = Field(90.0, ge=0, le=100, description="Higher cuts less.")
-    buffer: int = Field(1, ge=0, le=8, description="Neighbouring sentences embedded with each.")
+SemanticConfig = options_section(SemanticOptions)
 
 
 class SplitConfig(_Section):
@@ -159,8 +156,8 @@ class SplitConfig(_Section):
 
     @model_validator(mode="after")
     def _overlap_below_budget(self) -> "SplitConfig":
-        if self.max_tokens is not None and self.overlap >= self.max_tokens:
-            raise ValueError(f"overlap ({self.overlap}) must be below max_tokens ({self.max_tokens})")
+        if self.max_tokens is not None:  # a derived budget is checked when the plan derives it
+            check_budget(self.max_tokens, self.overlap)
         return self
 
 

@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
 from chunkline.context import context_reserve, resolve_api_key
+from chunkline.splitting.core import check_budget
 from pipeline.config import Config, to_dict
 from pipeline.manifest import ManifestError, latest_run, load_manifest, resolve_run, table_files
 from pipeline.options import context_options, embed_options
@@ -225,8 +226,10 @@ def plan(config: Config, run_id: str) -> Plan:
             f"tokens): embedded text would be truncated")
     if config.context is not None:
         resolve_api_key(context_options(config))  # a missing key fails here, not on every worker
-    if config.split.overlap >= max_tokens:
-        raise ValueError(f"split.overlap ({config.split.overlap}) must be below the chunk budget ({max_tokens})")
+    try:
+        check_budget(max_tokens, config.split.overlap)
+    except ValueError as exc:
+        raise ValueError(f"split: {exc} (the budget derived from the model)") from None
     run_dir = FileSystems.join(config.output.path, run_id)
     signature = embedding_signature(config, resolve_model_dir(local.model), max_seq_length)
     try:

@@ -17,6 +17,7 @@ from chunkline.embedder import EmbedOptions
 from chunkline.late import LateOptions
 from chunkline.minhash import MinHashOptions
 from chunkline.readers import JsonlOptions, ParquetOptions, ReadOptions
+from chunkline.splitting.semantic import SemanticOptions
 
 from pipeline.config import Config, ConfigError, load_config, validate
 
@@ -47,7 +48,7 @@ def test_defaults() -> None:
         ({"splitt": {}}, "splitt: unknown key"),
         ({"split": {"max_tokens": "256"}}, "split.max_tokens: Input should be a valid integer"),
         ({"split": {"overlap": -1}}, "split.overlap"),
-        ({"split": {"max_tokens": 10, "overlap": 10}}, "overlap (10) must be below"),
+        ({"split": {"max_tokens": 10, "overlap": 10}}, "overlap (10) must be an int >= 0 and below max_tokens (10)"),
         ({"embed": {"dtype": "fp8"}}, "embed.dtype"),
         ({"input": {"jsonl": {"id_fild": "x"}}}, "input.jsonl.id_fild: unknown key"),
         ({"output": {"chunk_shards": 0}}, "output.chunk_shards"),
@@ -103,6 +104,7 @@ OPTION_SECTIONS = [
     ("input", ReadOptions),
     ("input.jsonl", JsonlOptions),
     ("input.parquet", ParquetOptions),
+    ("split.semantic", SemanticOptions),
 ]
 
 

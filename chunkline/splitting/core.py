@@ -113,10 +113,18 @@ def check_arguments(text: object, max_tokens: object, overlap: object) -> None:
     """TypeError / ValueError for arguments no splitter accepts."""
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
+    check_budget(max_tokens, overlap)
+
+
+def check_budget(max_tokens: object, overlap: object) -> None:
+    """ValueError unless ``max_tokens >= 1`` and ``0 <= overlap < max_tokens`` (ints): the one
+    home of the rule, asked by every splitter, by the config when it names a budget and by the
+    pipeline's plan when it derives one."""
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         raise ValueError(f"max_tokens must be an int >= 1, got {max_tokens!r}")
     if isinstance(overlap, bool) or not isinstance(overlap, int) or not 0 <= overlap < max_tokens:
-        raise ValueError(f"overlap must be an int with 0 <= overlap < max_tokens, got {overlap!r}")
+        raise ValueError(f"overlap ({overlap!r}) must be an int >= 0 and below max_tokens "
+                         f"({max_tokens})")
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,11 +33,13 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Annotated, Callable, Literal
 
 import numpy as np
+from annotated_types import Ge, Le
 
+from chunkline.options import check_fields, help_text
 from chunkline.sizers import Tokenizer, get_tokenizer
 from chunkline.splitting.core import CLUSTER_CONTINUES, Chunk, char_bound, check_arguments
 from chunkline.splitting.structure import Section, sections
@@ -49,7 +51,6 @@ if TYPE_CHECKING:
     from chunkline.embedder import EmbedOptions
 
 Embed = Callable[[list[str]], np.ndarray]
-RULES = ("percentile", "gradient")
 
 
 @dataclass(frozen=True)
@@ -66,19 +67,17 @@ class SemanticOptions:
     buffer: neighbouring units embedded with each unit, on each side (Kamradt's buffer_size).
     """
 
-    rule: str = "percentile"
-    percentile: float = 90.0
-    buffer: int = 1
+    rule: Literal["percentile", "gradient"] = field(default="percentile", metadata=help_text(
+        "Cut where neighbour distance (percentile) or its rise (gradient) is above the "
+        "percentile of the document's values."))
+    percentile: Annotated[float, Ge(0), Le(100)] = field(default=90.0, metadata=help_text(
+        "Higher cuts less: at 90 about one neighbour pair in ten is cut (Kamradt's and "
+        "LangChain's default is 95)."))
+    buffer: Annotated[int, Ge(0), Le(8)] = field(default=1, metadata=help_text(
+        "Neighbouring sentences embedded with each, on each side (Kamradt's buffer_size)."))
 
     def __post_init__(self) -> None:
-        if self.rule not in RULES:
-            raise ValueError(f"SemanticOptions.rule must be one of {RULES}, got {self.rule!r}")
-        if isinstance(self.percentile, bool) or not 0 <= self.percentile <= 100:
-            raise ValueError(
-                f"SemanticOptions.percentile must be in [0, 100], got {self.percentile!r}"
-            )
-        if isinstance(self.buffer, bool) or not isinstance(self.buffer, int) or self.buffer < 0:
-            raise ValueError(f"SemanticOptions.buffer must be an int >= 0, got {self.buffer!r}")
+        check_fields(self)
 
 
 def semantic_split(
