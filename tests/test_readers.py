@@ -13,18 +13,16 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from chunkline.html_markdown import SHORT_PAGE_CHARS, html_to_markdown, html_to_text
 from chunkline.markdown import headings
 from chunkline.readers import (
     BINARY,
     NO_MAIN_CONTENT,
-    SHORT_PAGE_CHARS,
     ReadOptions,
     codec_name,
     decode_file,
     decode_text,
     extension,
-    html_to_markdown,
-    html_to_text,
     input_root,
     locator,
     reject_before_reading,
