@@ -8,7 +8,7 @@ Which decoder runs is decided by the file extension, case-insensitive:
     .py .js .mjs .ts     one document, the source code as it is, like a text file (the uri
     .tsx .go .java .rs   keeps the extension, so a code splitter can pick its grammar)
     .html .htm           one document, the page's main content as Markdown
-                         (:func:`html_to_markdown`: trafilatura); a page with none is rejected
+                         (``chunkline.html_markdown``: trafilatura); a page with none is rejected
     .jsonl               one document per non-blank line (a JSON object)
     .parquet             one document per row; a file without rows is rejected as empty
 
@@ -38,13 +38,13 @@ import json
 import posixpath
 import re
 from dataclasses import dataclass, field, replace
-from html.parser import HTMLParser
-from typing import Annotated, Any, Iterator
+from typing import Annotated, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from annotated_types import Ge, MinLen
 
+from chunkline.html_markdown import html_to_text, main_content
 from chunkline.options import check_fields, help_text
 from chunkline.records import Document, Rejected
 
@@ -64,7 +64,7 @@ BINARY = "binary file"
 NO_MAIN_CONTENT = "no main content"
 
 _GLOB_CHARS = re.compile(r"[*?\[]")
-_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+_URI_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 # The binary sniff looks where file(1) and Perl's -B look: the first block.
 _SNIFF_BYTES = 8192
 _MAX_CONTROL_RATIO = 0.30
@@ -130,7 +130,7 @@ def input_root(pattern: str) -> str:
     >>> input_root("gs://bucket/docs/**/*.md"), input_root("corpus/a.txt"), input_root("*.md")
     ('gs://bucket/docs', 'corpus', '')
     """
-    scheme_match = _SCHEME.match(pattern)
+    scheme_match = _URI_SCHEME.match(pattern)
     scheme = scheme_match.group(0) if scheme_match else ""
     path = pattern[len(scheme):]
     glob = _GLOB_CHARS.search(path)
@@ -208,7 +208,7 @@ def decode_file(
         plain = html_to_text(text)
         if not plain.strip():
             return [Rejected(uri, doc_id, EMPTY)]  # no text at all, not even page chrome
-        text = _main_content(text, plain)
+        text = main_content(text, plain)
         if text is None:
             return [Rejected(uri, doc_id, NO_MAIN_CONTENT)]
     if not text.strip():
@@ -248,7 +248,7 @@ def _looks_binary(data: bytes) -> bool:
     return controls > _MAX_CONTROL_RATIO * len(sample)
 
 
-def _utf8(data: bytes, offset: int = 0) -> tuple[str, str | None]:
+def _decode_utf8(data: bytes, offset: int = 0) -> tuple[str, str | None]:
     """(text, None), or ("", reason) naming the first bad byte (counted from ``offset``, in
     the bytes as given, BOM included). A leading UTF-8 BOM is dropped, not an error."""
     skip = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
@@ -271,11 +271,11 @@ _BOMS = (
 )
 # WHATWG HTML "prescan a byte stream to determine its encoding" reads at most the first 1024 bytes.
 _PRESCAN_BYTES = 1024
-_COMMENT = re.compile(rb"<!--.*?(?:-->|$)", re.S)
-_META = re.compile(rb"<meta[\s/][^>]*>?", re.I)
+_HTML_COMMENT = re.compile(rb"<!--.*?(?:-->|$)", re.S)
+_META_TAG = re.compile(rb"<meta[\s/][^>]*>?", re.I)
 # One pattern for both forms: <meta charset=X> and the "...; charset=X" inside the content of
 # <meta http-equiv="Content-Type">. Labels are letters, digits and "-_.:" (WHATWG Encoding).
-_CHARSET = re.compile(rb"""(?:^|[\s/;"'])charset\s*=\s*["']?\s*([A-Za-z0-9._:-]+)""", re.I)
+_CHARSET_PARAMETER = re.compile(rb"""(?:^|[\s/;"'])charset\s*=\s*["']?\s*([A-Za-z0-9._:-]+)""", re.I)
 _XML_DECLARATION = re.compile(
     rb"""^\s*<\?xml[^>]*?\sencoding\s*=\s*["']([A-Za-z0-9._:-]+)["']""", re.I)
 # The decoders a declared label gets, after WHATWG Encoding's label table: "iso-8859-1", "ascii"
@@ -334,10 +334,10 @@ def decode_text(data: bytes, *, html: bool = False) -> tuple[str, str] | str:
                 return data.decode(encoding), codec_name(encoding)
             except UnicodeError:  # the bytes do not decode under the label: not a declaration
                 continue
-    text, error = _utf8(data)
+    text, error = _decode_utf8(data)
     if error is None:
         return text, "utf-8"
-    detected = _detect(data)
+    detected = _detect_encoding(data)
     if detected is None:
         return f"{error} (and no other encoding detected with confidence)"
     if _looks_binary_text(detected[0]):
@@ -354,10 +354,10 @@ def codec_name(encoding: str) -> str:
     """
     name = codecs.lookup(encoding).name
     windows = "windows-" + name[2:] if re.fullmatch(r"cp12[5-9][0-9]", name) else None
-    return windows if windows and _known(windows) else name
+    return windows if windows and _is_known_codec(windows) else name
 
 
-def _known(encoding: str) -> bool:
+def _is_known_codec(encoding: str) -> bool:
     try:
         codecs.lookup(encoding)
     except LookupError:
@@ -367,7 +367,7 @@ def _known(encoding: str) -> bool:
 
 def _decode_with_bom(data: bytes, encoding: str) -> tuple[str, str] | str:
     if encoding == "utf-8":
-        text, error = _utf8(data)
+        text, error = _decode_utf8(data)
         if error is not None:
             return error
     else:
@@ -406,8 +406,13 @@ _WHATWG_CODECS = frozenset({
 def _declared_decoders(data: bytes) -> tuple[str, ...]:
     """The codecs to try for the charset an HTML page declares, most faithful first; () if it
     declares none Python knows."""
-    head = _COMMENT.sub(b"", data[:_PRESCAN_BYTES])
-    labels = [m.group(1) for tag in _META.finditer(head) for m in [_CHARSET.search(tag.group(0))] if m]
+    head = _HTML_COMMENT.sub(b"", data[:_PRESCAN_BYTES])
+    labels = [
+        match.group(1)
+        for tag in _META_TAG.finditer(head)
+        for match in [_CHARSET_PARAMETER.search(tag.group(0))]
+        if match
+    ]
     xml = _XML_DECLARATION.match(data[:_PRESCAN_BYTES])
     if xml:
         labels.append(xml.group(1))
@@ -426,7 +431,7 @@ def _declared_decoders(data: bytes) -> tuple[str, ...]:
     return ()
 
 
-def _detect(data: bytes) -> tuple[str, str] | None:
+def _detect_encoding(data: bytes) -> tuple[str, str] | None:
     """(text, encoding) when charset-normalizer is confident as defined above, else None."""
     from charset_normalizer import from_bytes  # only files that are not UTF-8 pay the import
 
@@ -464,8 +469,8 @@ def _decode_jsonl(
     offset = 0
     for number, raw in enumerate(data.split(b"\n"), start=1):
         line_start, offset = offset, offset + len(raw) + 1
-        # _utf8 also drops a BOM: the file's, or one of a file concatenated into this one.
-        text, error = _utf8(raw, line_start)
+        # _decode_utf8 also drops a BOM: the file's, or one of a file concatenated into this one.
+        text, error = _decode_utf8(raw, line_start)
         if error is None and not text.strip():
             continue  # blank lines separate nothing and are no records
         result = error if error is not None else _jsonl_record(text, uri, options)
@@ -504,12 +509,12 @@ def _jsonl_record(line: str, uri: str, options: ReadOptions) -> Document | str:
         if not isinstance(value[meta_field], dict):
             return f"{meta_field!r} is {_type_name(value[meta_field])}, not an object"
         try:
-            metadata = _metadata(value[meta_field].items())
+            metadata = _metadata_pairs(value[meta_field].items())
         except RecursionError:
             return f"{meta_field!r} is nested too deeply"
         if not all(utf8_encodable(key) and utf8_encodable(val) for key, val in metadata):
             return f"{meta_field!r} contains an unpaired surrogate escape"
-    return _document(doc_id, uri, text, metadata, id_field, text_field, options)
+    return _record_document(doc_id, uri, text, metadata, id_field, text_field, options)
 
 
 def _type_name(value: Any) -> str:
@@ -562,8 +567,8 @@ def _parquet_row(
     text = columns[text_col][row]
     if not isinstance(text, str):
         return f"{text_col!r} is {_type_name(text)}, not a string"
-    metadata = _metadata((name, columns[name][row]) for name in options.parquet.metadata_columns)
-    return _document(doc_id, uri, text, metadata, id_col, text_col, options)
+    metadata = _metadata_pairs((name, columns[name][row]) for name in options.parquet.metadata_columns)
+    return _record_document(doc_id, uri, text, metadata, id_col, text_col, options)
 
 
 # --- Shared record checks ----------------------------------------------------------------------
@@ -583,7 +588,7 @@ def _record_id(value: Any, field: str) -> tuple[str, str | None]:
     return value, None
 
 
-def _metadata(items: Any) -> tuple[tuple[str, str], ...]:
+def _metadata_pairs(items: Any) -> tuple[tuple[str, str], ...]:
     """Sorted (key, JSON value) pairs: hashable and stable, whatever the value's type. Values
     JSON has no form for (dates, bytes) are written as their ``str``."""
     return tuple(
@@ -594,7 +599,7 @@ def _metadata(items: Any) -> tuple[tuple[str, str], ...]:
     )
 
 
-def _document(
+def _record_document(
     doc_id: str,
     uri: str,
     text: str,
@@ -623,210 +628,3 @@ def utf8_encodable(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
-
-
-# --- HTML --------------------------------------------------------------------------------------
-
-# Pages with less visible text than this are converted whole by html_to_text. It is trafilatura's
-# own MIN_EXTRACTED_SIZE: below it, trafilatura's cascade replaces its structured extraction with
-# a structure-less dump of the page (core.trafilatura_sequence, stage 3 "baseline rescue"), so a
-# small page would lose its headings, lists and code fences; and a page that small has no chrome
-# worth separating from its content.
-SHORT_PAGE_CHARS = 250
-_TRAFILATURA_OPTIONS: dict[str, Any] = {
-    "output_format": "markdown",
-    "include_formatting": True,  # headings as "#" lines, code as fences, emphasis kept
-    "include_tables": True,  # pipe tables
-    "include_comments": False,  # reader comments are not the page's content
-    "include_links": False,  # link text stays, targets go: URLs are noise to an embedder
-    "include_images": False,
-    # trafilatura's dedup keeps a process-wide LRU: results would depend on what else the worker
-    # read; duplicates are the dedupe stage's job.
-    "deduplicate": False,
-    "with_metadata": False,
-    # Precision skips the cascade's "baseline rescue", which on a page of navigation, footer and
-    # cookie banner only would return that chrome as the content; with it such a page has no
-    # main content and is rejected. On examples/corpus/site the output is identical to the
-    # default focus.
-    "favor_precision": True,
-}
-
-
-def html_to_markdown(html: str) -> str | None:
-    """The main content of an HTML page as Markdown (``#`` headings, pipe tables, fenced code),
-    without navigation, headers, footers and cookie banners; None when the page has no main
-    content. Never raises.
-
-    Extraction is trafilatura's (Barbaresi 2021); a page with under :data:`SHORT_PAGE_CHARS` of
-    visible text is converted whole by :func:`html_to_text` instead (see there why), and so is a
-    page trafilatura's parser raises on or cannot read whole (nested deeper than libxml2's limit).
-    """
-    return _main_content(html, html_to_text(html))
-
-
-def _main_content(html: str, plain: str) -> str | None:
-    if not plain.strip():
-        return None
-    if len(plain) < SHORT_PAGE_CHARS:
-        return plain
-    # trafilatura parses with lxml's HTMLParser without huge_tree (trafilatura.utils.HTML_PARSER),
-    # and libxml2 (2.14) then stops at element depth 256 ("Excessive depth in document: 256, use
-    # XML_PARSE_HUGE option", an ERR_RESOURCE_LIMIT error) and drops everything deeper, text
-    # included. trafilatura then returns nothing, or only the shallow part (an intro paragraph
-    # kept, the article 300 elements down lost), so such a page keeps its whole text instead.
-    if _over_libxml2_limits(html):
-        return plain
-    import trafilatura  # heavy (lxml, justext, htmldate): only where HTML is read
-
-    try:
-        extracted = trafilatura.extract(html, **_TRAFILATURA_OPTIONS)
-    except Exception:  # noqa: BLE001 - lxml raises many types on hostile markup; never fail a read
-        return plain
-    return extracted if extracted and extracted.strip() else None
-
-
-def _over_libxml2_limits(html: str) -> bool:
-    """Whether libxml2's HTML parser, as trafilatura runs it, hits one of its resource limits."""
-    from lxml import etree, html as lxml_html
-
-    parser = lxml_html.HTMLParser(encoding="utf-8")
-    try:
-        lxml_html.document_fromstring(html.encode("utf-8", "surrogatepass"), parser=parser)
-    except Exception:  # noqa: BLE001 - the parser's own errors are in its log
-        pass
-    limit = etree.ErrorTypes.ERR_RESOURCE_LIMIT
-    return any(error.type == limit for error in parser.error_log)
-
-
-# Structural converter for short pages (and trafilatura failures): enough structure for the
-# splitter (paragraphs, headings as Markdown lines, code kept verbatim), none of the page chrome
-# that is not text.
-_SKIPPED = frozenset({"script", "style", "head", "noscript", "template"})
-_IN_HEAD = frozenset({"title", "meta", "link", "style", "script", "base", "noscript", "template"})
-_HEADINGS = {f"h{level}": level for level in range(1, 7)}
-_BLOCKS = frozenset({
-    "address", "article", "aside", "blockquote", "body", "caption", "dd", "details", "dialog",
-    "div", "dl", "dt", "fieldset", "figcaption", "figure", "footer", "form", "header", "hgroup",
-    "hr", "html", "li", "main", "nav", "ol", "p", "pre", "section", "summary", "table", "tbody",
-    "tfoot", "thead", "tr", "ul",
-}) | frozenset(_HEADINGS)
-_CELLS = frozenset({"td", "th"})
-
-
-class _TextExtractor(HTMLParser):
-    """Collects blocks of text; ``convert_charrefs`` unescapes entities in the data it sees."""
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.blocks: list[tuple[str, str]] = []  # (kind, text); kind: p, li, row, h, pre
-        self._parts: list[str | None] = []  # text, and None where a <br> breaks the line
-        self._skipping: list[str] = []  # open skipped elements, innermost last
-        self._heading = 0
-        self._list_item = False
-        self._pre = 0
-        self._row_has_cell = False
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if self._skipping == ["head"] and tag not in _IN_HEAD:
-            self._skipping.clear()  # </head> may be omitted: body content closes it
-        if tag in _SKIPPED:
-            self._skipping.append(tag)
-        if self._skipping:
-            return
-        if tag == "br":
-            self._parts.append(None)
-        elif tag in _CELLS:
-            if self._row_has_cell:
-                self._parts.append(" | ")
-            self._row_has_cell = True
-        elif tag in _BLOCKS:
-            self._flush()
-            if tag in _HEADINGS:
-                self._heading = _HEADINGS[tag]
-            elif tag == "li":
-                self._list_item = True
-            elif tag == "pre":
-                self._pre += 1
-            elif tag == "tr":
-                self._row_has_cell = False
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag in self._skipping:
-            while self._skipping.pop() != tag:
-                pass  # an unclosed element inside the skipped one ends with it
-            return
-        if self._skipping or tag not in _BLOCKS:
-            return
-        self._flush()
-        if tag in _HEADINGS:
-            self._heading = 0
-        elif tag == "li":
-            self._list_item = False
-        elif tag == "pre":
-            self._pre = max(0, self._pre - 1)
-        elif tag == "tr":
-            self._row_has_cell = False
-
-    def handle_data(self, data: str) -> None:
-        if not self._skipping:
-            self._parts.append(data)
-
-    def close(self) -> None:
-        super().close()
-        self._flush()
-
-    def _flush(self) -> None:
-        parts, self._parts = self._parts, []
-        if self._pre:
-            code = "".join("\n" if part is None else part for part in parts).strip("\r\n")
-            if code.strip():
-                self.blocks.append(("pre", code))
-            return
-        # Outside <pre> a source newline is only a space; a line ends only at a <br>.
-        lines: list[list[str]] = [[]]
-        for part in parts:
-            if part is None:
-                lines.append([])
-            else:
-                lines[-1].append(part)
-        text = "\n".join(filter(None, (" ".join("".join(line).split()) for line in lines)))
-        if not text:
-            return
-        if self._heading:
-            self.blocks.append(("h", "#" * self._heading + " " + " ".join(text.split())))
-        elif self._list_item:
-            self.blocks.append(("li", "- " + text))
-            self._list_item = False  # only the item's first block carries the bullet
-        elif self._row_has_cell:
-            self.blocks.append(("row", text))
-        else:
-            self.blocks.append(("p", text))
-
-
-def html_to_text(html: str) -> str:
-    """Readable text of an HTML page: blocks separated by blank lines, ``<h1>``-``<h6>`` as
-    Markdown ``#`` lines (so the splitter sees the headings), ``<pre>`` in a code fence,
-    ``<script>``/``<style>``/``<head>`` dropped, entities unescaped. Never raises.
-
-    >>> html_to_text("<h2>Setup</h2><p>Run &amp; wait.</p>")
-    '## Setup\\n\\nRun & wait.'
-    """
-    parser = _TextExtractor()
-    parser.feed(html)
-    parser.close()
-    return "".join(_joined(parser.blocks))
-
-
-def _joined(blocks: list[tuple[str, str]]) -> Iterator[str]:
-    previous = ""
-    for kind, text in blocks:
-        if previous:
-            # Items of one list and rows of one table stay on consecutive lines.
-            yield "\n" if kind == previous and kind in ("li", "row") else "\n\n"
-        if kind == "pre":
-            # A fence keeps "# comment" lines in code from reading as headings.
-            longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
-            fence = "`" * max(3, longest + 1)
-            text = f"{fence}\n{text}\n{fence}"
-        yield text
-        previous = kind

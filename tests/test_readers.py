@@ -13,11 +13,11 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from chunkline.html_markdown import SHORT_PAGE_CHARS, html_to_markdown, html_to_text
 from chunkline.splitting.structure import headings
 from chunkline.readers import (
     BINARY,
     NO_MAIN_CONTENT,
-    SHORT_PAGE_CHARS,
     JsonlOptions,
     ParquetOptions,
     ReadOptions,
@@ -25,8 +25,6 @@ from chunkline.readers import (
     decode_file,
     decode_text,
     extension,
-    html_to_markdown,
-    html_to_text,
     input_root,
     locator,
     reject_before_reading,
