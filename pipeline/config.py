@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
 from chunkline.boilerplate import BoilerplateOptions
+from chunkline.context.options import ContextOptions
 from chunkline.clean import CleanOptions
 from chunkline.embedder import EmbedOptions
 from chunkline.late import LateOptions
@@ -172,34 +173,7 @@ EmbedConfig = options_section(
 )
 
 
-class ContextConfig(_Section):
-    """LLM-written contextual headers (contextual retrieval); the section's presence turns the
-    stage on. The API key is read from the environment variable named here, never from config."""
-
-    provider: Literal["anthropic", "openai"] = Field(
-        "anthropic", description="openai: any OpenAI-compatible server (vLLM, llama.cpp, Ollama).")
-    model: str = "claude-haiku-4-5"
-    base_url: str | None = Field(None, description="Server URL. None: the SDK's default.")
-    api_key_env: str | None = Field(
-        None, description="Environment variable holding the key. None: ANTHROPIC_API_KEY or "
-        "OPENAI_API_KEY.")
-    max_concurrency: int = Field(8, ge=1, le=256, description="Requests in flight per worker.")
-    max_header_tokens: int = Field(
-        100, ge=8, le=1000, description="Header length cap; the split budget reserves it.")
-    prompt_version: str = Field("v1", description="Versioned prompt template (cache key part).")
-    timeout_s: float = Field(60.0, gt=0)
-    max_retries: int = Field(6, ge=0, le=20)
-    backoff_base_s: float = Field(1.0, gt=0)
-    backoff_max_s: float = Field(60.0, gt=0)
-    max_retry_after_s: float = Field(120.0, gt=0)
-    max_failures: int | None = Field(
-        100, ge=0, description="Failure budget: more failed chunks and the run is not published.")
-    prime_cache: bool = Field(True, description="First request of a document alone, so the "
-                              "rest read the provider's prompt cache.")
-    price_input: float | None = Field(None, ge=0, description="USD per million input tokens.")
-    price_cached_input: float | None = Field(None, ge=0)
-    price_cache_write: float | None = Field(None, ge=0)
-    price_output: float | None = Field(None, ge=0)
+ContextConfig = options_section(ContextOptions)
 
 
 class Config(_Section):

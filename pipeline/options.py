@@ -3,6 +3,7 @@ stages are built with."""
 
 from __future__ import annotations
 
+from chunkline.context.options import ContextOptions
 from chunkline.embedder import EmbedOptions
 from chunkline.readers import ReadOptions
 from pipeline.config import Config
@@ -18,9 +19,7 @@ def embed_options(config: Config) -> EmbedOptions | None:
     return config.embed.options()
 
 
-def context_options(config: Config):  # -> ContextOptions | None
-    from chunkline.context import ContextOptions
-
-    return ContextOptions(**config.context.model_dump()) if config.context is not None else None
+def context_options(config: Config) -> ContextOptions | None:
+    return config.context.options() if config.context is not None else None
 
 

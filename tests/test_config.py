@@ -13,6 +13,7 @@ import pytest
 
 from chunkline.boilerplate import BoilerplateOptions
 from chunkline.clean import CleanOptions
+from chunkline.context.options import ContextOptions
 from chunkline.embedder import EmbedOptions
 from chunkline.late import LateOptions
 from chunkline.minhash import MinHashOptions
@@ -105,6 +106,7 @@ OPTION_SECTIONS = [
     ("input.jsonl", JsonlOptions),
     ("input.parquet", ParquetOptions),
     ("split.semantic", SemanticOptions),
+    ("context", ContextOptions),
 ]
 
 
@@ -142,7 +144,7 @@ def _bound_cases():
 
 @pytest.mark.parametrize(("dotted", "cls"), OPTION_SECTIONS)
 def test_every_library_option_is_a_config_key_with_its_default_and_help(dotted, cls) -> None:
-    section = _section(load_config(None), dotted)
+    section = _section(validate({"context": {}}), dotted)  # context is off unless named
     assert section.options() == cls()
     schema = type(section).model_fields
     for spec in dataclasses.fields(cls):

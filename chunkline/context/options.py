@@ -7,14 +7,16 @@ key's lookup in the environment.
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Annotated, Literal
+
+from annotated_types import Ge, Gt, Le, MinLen
 
 from chunkline.context.prompts import PROMPTS
+from chunkline.options import check_fields, help_text
 
 PROVIDERS = ("anthropic", "openai")
 # Where a provider's key is looked for when ContextOptions.api_key_env is None.
@@ -58,30 +60,45 @@ class ContextOptions:
         price: no estimate).
     """
 
-    provider: Literal["anthropic", "openai"] = "anthropic"
-    model: str = "claude-haiku-4-5"
-    base_url: str | None = None
-    api_key_env: str | None = None
-    max_concurrency: int = 8
-    max_header_tokens: int = 100
-    prompt_version: str = "v1"
-    timeout_s: float = 60.0
-    max_retries: int = 6
-    backoff_base_s: float = 1.0
-    backoff_max_s: float = 60.0
-    max_retry_after_s: float = 120.0
-    max_failures: int | None = 100
-    prime_cache: bool = True
-    price_input: float | None = None
-    price_cached_input: float | None = None
-    price_cache_write: float | None = None
-    price_output: float | None = None
+    provider: Literal["anthropic", "openai"] = field(default="anthropic", metadata=help_text(
+        "openai: any OpenAI-compatible server (vLLM, llama.cpp, Ollama)."))
+    model: Annotated[str, MinLen(1)] = field(default="claude-haiku-4-5", metadata=help_text(
+        "The model name the server expects."))
+    base_url: Annotated[str, MinLen(1)] | None = field(default=None, metadata=help_text(
+        "Server URL. null: the SDK's default."))
+    api_key_env: Annotated[str, MinLen(1)] | None = field(default=None, metadata=help_text(
+        "Environment variable holding the key. null: ANTHROPIC_API_KEY or OPENAI_API_KEY."))
+    max_concurrency: Annotated[int, Ge(1), Le(256)] = field(default=8, metadata=help_text(
+        "Requests in flight per worker."))
+    max_header_tokens: Annotated[int, Ge(8), Le(1000)] = field(default=100, metadata=help_text(
+        "Header length cap; the split budget reserves it."))
+    prompt_version: str = field(default="v1", metadata=help_text(
+        "Versioned prompt template (cache key part)."))
+    timeout_s: Annotated[float, Gt(0)] = field(default=60.0, metadata=help_text(
+        "Per request; a timed-out request is retried."))
+    max_retries: Annotated[int, Ge(0), Le(20)] = field(default=6, metadata=help_text(
+        "Retries after the first attempt on 408/409/429/5xx, timeouts and connection errors."))
+    backoff_base_s: Annotated[float, Gt(0)] = field(default=1.0, metadata=help_text(
+        "Exponential backoff with full jitter: before retry n wait uniform(0, min(max, base * 2**n))."))
+    backoff_max_s: Annotated[float, Gt(0)] = field(default=60.0, metadata=help_text(
+        "The cap of that backoff."))
+    max_retry_after_s: Annotated[float, Gt(0)] = field(default=120.0, metadata=help_text(
+        "A server's retry-after is waited out up to this long."))
+    max_failures: Annotated[int, Ge(0)] | None = field(default=100, metadata=help_text(
+        "Failure budget: more failed chunks and the run is not published. null: no budget."))
+    prime_cache: bool = field(default=True, metadata=help_text(
+        "First request of a document alone, so the rest read the provider's prompt cache."))
+    price_input: Annotated[float, Ge(0)] | None = field(default=None, metadata=help_text(
+        "USD per million input tokens (for the cost estimate)."))
+    price_cached_input: Annotated[float, Ge(0)] | None = field(default=None, metadata=help_text(
+        "USD per million cached input tokens. null: the input price."))
+    price_cache_write: Annotated[float, Ge(0)] | None = field(default=None, metadata=help_text(
+        "USD per million cache-write tokens. null: the input price."))
+    price_output: Annotated[float, Ge(0)] | None = field(default=None, metadata=help_text(
+        "USD per million output tokens."))
 
     def __post_init__(self) -> None:
-        if self.provider not in PROVIDERS:
-            raise ValueError(f"ContextOptions.provider must be one of {PROVIDERS}, got {self.provider!r}")
-        if not isinstance(self.model, str) or not self.model:
-            raise ValueError("ContextOptions.model must name the model")
+        check_fields(self)
         if self.api_key_env is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", self.api_key_env):
             # A guard against pasting the key itself here, where it would be pickled and logged.
             raise ValueError("ContextOptions.api_key_env must be the NAME of an environment variable")
@@ -89,24 +106,6 @@ class ContextOptions:
             raise ValueError(
                 f"ContextOptions.prompt_version {self.prompt_version!r} is unknown; known: {sorted(PROMPTS)}"
             )
-        for name in ("max_concurrency", "max_header_tokens"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"ContextOptions.{name} must be a positive integer, got {value!r}")
-        if self.max_retries < 0:
-            raise ValueError(f"ContextOptions.max_retries must be >= 0, got {self.max_retries}")
-        if self.max_failures is not None and self.max_failures < 0:
-            raise ValueError(f"ContextOptions.max_failures must be None or >= 0, got {self.max_failures}")
-        for name in ("timeout_s", "backoff_base_s", "backoff_max_s", "max_retry_after_s"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or not value >= 0 or not math.isfinite(value):
-                raise ValueError(f"ContextOptions.{name} must be a finite number >= 0, got {value!r}")
-        if self.timeout_s <= 0:
-            raise ValueError("ContextOptions.timeout_s must be > 0")
-        for name in ("price_input", "price_cached_input", "price_cache_write", "price_output"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, (int, float)) or value < 0):
-                raise ValueError(f"ContextOptions.{name} must be None or >= 0, got {value!r}")
 
 
 def context_reserve(options: ContextOptions | None) -> int:
