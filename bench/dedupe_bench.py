@@ -179,7 +179,7 @@ def run_stage(path: Path, near: MinHashOptions | None) -> tuple[float, dict[str,
         _ = docs | beam.combiners.Count.Globally()
     else:
         out = docs | Dedupe(exact=True, near=near)
-        _ = out["statuses"] | beam.combiners.Count.Globally()
+        _ = out.statuses | beam.combiners.Count.Globally()
     result = pipeline.run()
     result.wait_until_finish()
     seconds = time.perf_counter() - start

@@ -95,6 +95,17 @@ class ChunkRecord:
         return self.embed_text()
 
 
+@dataclass(frozen=True)
+class DocumentChunks:
+    """A kept document with its chunks, in chunk order: what flows from split to the embed
+    stage, so that no later stage (contextual headers, late content keys, late chunking) has to
+    re-join a chunk with its document by id. An empty ``chunks`` is a document that made no
+    chunk (whitespace only): it flows on, and flattens to nothing."""
+
+    document: Document
+    chunks: tuple[ChunkRecord, ...] = ()
+
+
 def normalize_for_hash(text: str) -> str:
     """Exact-duplicate key text: NFC, lines stripped of trailing space, runs of blank lines and
     all whitespace inside a line collapsed, case kept."""

@@ -1,25 +1,48 @@
-"""Config -> the library's options: the one place a validated config becomes the objects the
-stages are built with."""
+"""Config -> the library's options, once: every section the library reads becomes its options
+object here (each section generated from that object's dataclass, ``pipeline/config.py``), and
+the graph, the plan and the run report take them from the result, never from the config again."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from chunkline.boilerplate import BoilerplateOptions
+from chunkline.clean import CleanOptions
 from chunkline.context.options import ContextOptions
 from chunkline.embedder import EmbedOptions
+from chunkline.late import LateOptions
+from chunkline.minhash import MinHashOptions
 from chunkline.readers import ReadOptions
+from chunkline.splitting.semantic import SemanticOptions
 from pipeline.config import Config
 
 
-def read_options(config: Config) -> ReadOptions:
-    return config.input.options()
+@dataclass(frozen=True)
+class StageOptions:
+    """The library options of one run; None: that stage is off."""
+
+    read: ReadOptions
+    clean: CleanOptions | None
+    boilerplate: BoilerplateOptions | None
+    near_duplicates: MinHashOptions | None
+    semantic: SemanticOptions | None  # split.mode: semantic
+    embed: EmbedOptions | None
+    late: LateOptions | None  # embed.mode: late
+    context: ContextOptions | None
 
 
-def embed_options(config: Config) -> EmbedOptions | None:
-    if config.embed is None:
-        return None
-    return config.embed.options()
+def stage_options(config: Config) -> StageOptions:
+    def optional(section):
+        return section.options() if section is not None else None
 
-
-def context_options(config: Config) -> ContextOptions | None:
-    return config.context.options() if config.context is not None else None
-
-
+    late = config.embed is not None and config.embed.mode == "late"
+    return StageOptions(
+        read=config.input.options(),
+        clean=optional(config.clean),
+        boilerplate=optional(config.boilerplate),
+        near_duplicates=optional(config.dedupe.near),
+        semantic=config.split.semantic.options() if config.split.mode == "semantic" else None,
+        embed=optional(config.embed),
+        late=config.embed.late.options() if late else None,
+        context=optional(config.context),
+    )

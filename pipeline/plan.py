@@ -20,7 +20,7 @@ from chunkline.context import context_reserve, resolve_api_key
 from chunkline.splitting.core import check_budget
 from pipeline.config import Config, to_dict
 from pipeline.manifest import ManifestError, latest_run, load_manifest, resolve_run, table_files
-from pipeline.options import context_options, embed_options
+from pipeline.options import StageOptions, stage_options
 
 log = logging.getLogger("chunkline.run")
 
@@ -38,6 +38,7 @@ class Plan:
     previous_files: tuple[str, ...] = ()  # its chunk shards that passed the driver's checks
     reuse_skipped: tuple[str, ...] = ()  # its shards left out, and why
     normalize: bool = False  # reused vectors must then be unit length
+    options: StageOptions | None = None  # the library options of every stage, from the config
 
 
 class PreflightError(ValueError):
@@ -200,7 +201,8 @@ def plan(config: Config, run_id: str) -> Plan:
     from chunkline.embedder import EmbedOptions, model_info, resolve_model_dir
     from transforms.model_cache import local_model_dir
 
-    options = embed_options(config) or EmbedOptions()  # embed: null still budgets for the model
+    stages = stage_options(config)
+    options = stages.embed or EmbedOptions()  # embed: null still budgets for the model
     local = dataclasses.replace(options, model=local_model_dir(options.model))
     _, dim, max_seq_length, special = model_info(local)
     # A packaged name stays a name, so each worker resolves it in its own site-packages; a gs://
@@ -210,7 +212,7 @@ def plan(config: Config, run_id: str) -> Plan:
     # embedded.
     # Late chunking embeds the document itself, not prefix + chunk: nothing to reserve for.
     late = config.embed is not None and config.embed.mode == "late"
-    reserve = 0 if late else config.split.heading_reserve + context_reserve(context_options(config))
+    reserve = 0 if late else config.split.heading_reserve + context_reserve(stages.context)
     max_tokens = config.split.max_tokens or (max_seq_length - special - reserve)
     if config.split.max_tokens is None and max_tokens < 8:
         raise ValueError(
@@ -225,7 +227,7 @@ def plan(config: Config, run_id: str) -> Plan:
             f"and context header exceeds the model's input ({max_seq_length} - {special} special "
             f"tokens): embedded text would be truncated")
     if config.context is not None:
-        resolve_api_key(context_options(config))  # a missing key fails here, not on every worker
+        resolve_api_key(stages.context)  # a missing key fails here, not on every worker
     try:
         check_budget(max_tokens, config.split.overlap)
     except ValueError as exc:
@@ -242,7 +244,7 @@ def plan(config: Config, run_id: str) -> Plan:
                             f"(the publish guard cannot compare with it either)") from None
     return Plan(run_dir, tokenizer_spec, max_tokens, dim if config.embed is not None else None,
                 signature, previous, tuple(files), tuple(skipped),
-                config.embed.normalize if config.embed is not None else False)
+                config.embed.normalize if config.embed is not None else False, stages)
 
 
 def new_run_id(config: Config) -> str:

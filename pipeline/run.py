@@ -23,7 +23,6 @@ from pipeline.build import build
 from pipeline.config import Config, to_dict
 from pipeline.lease import OutputLease
 from pipeline.manifest import ManifestError, latest_run, load_manifest
-from pipeline.options import context_options
 from pipeline.plan import new_run_id, plan, preflight
 from pipeline.summary import RunSummary
 from transforms.counters import (
@@ -168,7 +167,7 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
     context = None
     if config.context is not None:
         counters = {name: _metric(result, CONTEXT_NAMESPACE, name) or 0 for name in CONTEXT_COUNTERS}
-        context_opts = context_options(config)
+        context_opts = job.options.context
         context = {"counters": counters, "estimated_cost_usd": estimate_cost(counters, context_opts),
                    "summary": summary_lines(counters, context_opts)}
         if over_failure_budget(counters, context_opts):

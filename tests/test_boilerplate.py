@@ -164,12 +164,10 @@ def test_boilerplate_corpus() -> None:
         assert_that(out.rejected,
                     equal_to([Rejected("/c/only-chrome.md", "only-chrome.md", EMPTY_AFTER_BOILERPLATE)]),
                     label="rejected")
-        chunks = out.documents | SplitDocuments("words", 16, 0, True, heading_reserve=4)
         joined = (
-            {"doc": out.documents | "KeyDocs" >> beam.Map(lambda d: (d.doc_id, d)),
-             "chunk": chunks | "KeyChunks" >> beam.Map(lambda c: (c.doc_id, c))}
-            | beam.CoGroupByKey()
-            | beam.MapTuple(lambda doc_id, g: (doc_id, list(g["doc"]), list(g["chunk"])))
+            out.documents
+            | SplitDocuments("words", 16, 0, True, heading_reserve=4)
+            | beam.Map(lambda e: (e.document.doc_id, [e.document], list(e.chunks)))
         )
         assert_that(joined, check_chunks_against(EXPECTED), label="chunks")
     result = p.result

@@ -470,7 +470,7 @@ def test_split_documents_dispatches_code_and_tables() -> None:
 
     from chunkline.records import Document
     from tests.beam_helpers import fnapi_pipeline
-    from transforms.split import SplitDocuments
+    from transforms.split import FlattenChunks, SplitDocuments
 
     py_text = NESTED["python"][0] + "# not a heading\nx = 1\n"
     header = "| Robot | Zone |\n|---|---|\n"
@@ -509,6 +509,7 @@ def test_split_documents_dispatches_code_and_tables() -> None:
 
     with fnapi_pipeline() as p:
         documents = p | beam.Create(docs)
-        assert_that(documents | "Code" >> SplitDocuments("words", 12, 0), check, label="code")
+        assert_that(documents | "Code" >> SplitDocuments("words", 12, 0) | "CodeChunks" >> FlattenChunks(),
+                    check, label="code")
         assert_that(documents | "Plain" >> SplitDocuments("words", 12, 0, code=False)
-                    | beam.Filter(lambda r: r.doc_id.endswith(".py")), check_plain, label="plain")
+                    | "PlainChunks" >> FlattenChunks() | beam.Filter(lambda r: r.doc_id.endswith(".py")), check_plain, label="plain")

@@ -1,6 +1,6 @@
 """The context stage (transforms/context.py) on the FnApiRunner, the real SDKs talking to
-tests/llm_server.py: every chunk comes out, flagged; counts reconcile; a rerun makes no request;
-the header fits the split budget; the key is never written or logged."""
+tests/llm_server.py: every chunk comes out, flagged, with its document; counts reconcile; a
+rerun makes no request; the header fits the split budget; the key is never written or logged."""
 
 from __future__ import annotations
 
@@ -13,16 +13,17 @@ from pathlib import Path
 import apache_beam as beam
 import pytest
 from apache_beam.metrics import MetricsFilter
+from apache_beam.testing.util import assert_that
 
 from chunkline import split
 from chunkline.context import COUNTERS, ContextOptions, fit_header, status_kind, summary_lines
 from chunkline.embedder import EmbedOptions, model_info
-from chunkline.records import ChunkRecord, Document, chunk_id
+from chunkline.records import ChunkRecord, Document, DocumentChunks, chunk_id
 from tests.beam_helpers import fnapi_pipeline
 from tests.helpers import tokenizer
 from tests.llm_server import Fault, LLMServer, answer_for
 from transforms.context import ContextualHeaders
-from transforms.split import SplitDocuments
+from transforms.split import FlattenChunks, SplitDocuments
 
 KEY = "sk-test-beam-4e1d0b-never-written"
 KEY_ENV = "CHUNKLINE_TEST_LLM_KEY"
@@ -36,6 +37,8 @@ DOCS = [
     # Same text as notes.txt under another id (dedupe off): its headers come from the same requests.
     Document("copy.txt", "/c/copy.txt",
              "Epsilon first note on safety.\n\nZeta second note on storage.\n\nEta third note.\n"),
+    # Made no chunk: goes through untouched, counted nowhere, asks nothing.
+    Document("blank.txt", "/c/blank.txt", ""),
 ]
 
 
@@ -48,7 +51,6 @@ def chunks_of(doc: Document, max_tokens: int = 6) -> list[ChunkRecord]:
 
 
 CHUNKS = [c for d in DOCS for c in chunks_of(d)]
-ORPHAN = ChunkRecord("gone.md", "gone.md#0-4", 0, 0, 4, (), "Lost", 1)
 
 
 @pytest.fixture(scope="module")
@@ -79,16 +81,30 @@ def _dump(path: str):
     return write
 
 
+def _check_elements(documents):
+    """Every document comes out once, with its chunks in order, its text untouched."""
+    def check(elements):
+        assert sorted(e.document.doc_id for e in elements) == sorted(d.doc_id for d in documents)
+        for element in elements:
+            assert element.document.text == next(
+                d.text for d in documents if d.doc_id == element.document.doc_id)
+            assert [c.chunk_index for c in element.chunks] == list(range(len(element.chunks)))
+            assert all(c.doc_id == element.document.doc_id for c in element.chunks)
+    return check
+
+
 def run_stage(tmp_path: Path, options: ContextOptions, run_tag: str, documents=DOCS,
               chunks=CHUNKS, cache_dir: Path | None = None) -> tuple[list[ChunkRecord], dict[str, int]]:
     """One pipeline run; the records out (by chunk_id) and the stage's counters."""
     out = tmp_path / f"records-{run_tag}.pkl"
     p = fnapi_pipeline()
-    docs = p | "Documents" >> beam.Create(documents)
-    pieces = p | "Chunks" >> beam.Create(chunks)
+    elements = p | "Elements" >> beam.Create([
+        DocumentChunks(d, tuple(c for c in chunks if c.doc_id == d.doc_id)) for d in documents])
     stage = ContextualHeaders(options, str(cache_dir or tmp_path / "cache"), run_tag, "words")
-    records = {"documents": docs, "chunks": pieces} | "Context" >> stage
-    records | "All" >> beam.combiners.ToList() | "Dump" >> beam.Map(_dump(str(out)))
+    annotated = elements | "Context" >> stage
+    assert_that(annotated, _check_elements(documents), label="Elements")
+    (annotated | FlattenChunks() | "All" >> beam.combiners.ToList()
+     | "Dump" >> beam.Map(_dump(str(out))))
     result = p.run()
     result.wait_until_finish()
     counters = dict.fromkeys(COUNTERS, 0)
@@ -111,18 +127,18 @@ def test_every_chunk_comes_out_flagged_and_counts_reconcile(llm, tmp_path, caplo
         # Debug logging of everything that sees the key (not Beam's own, which is slow to log).
         for logger in ("anthropic", "openai", "httpx", "httpx2", "httpcore", "httpcore2", "chunkline"):
             stack.enter_context(caplog.at_level(logging.DEBUG, logger=logger))
-        records, counters = run_stage(tmp_path, options, "run1", chunks=CHUNKS + [ORPHAN])
+        records, counters = run_stage(tmp_path, options, "run1")
     assert any(r.name.startswith("httpcore") for r in caplog.records)
 
     # Never dropped: the same chunks come out, with nothing changed but the two context fields.
-    assert [r.chunk_id for r in records] == sorted(c.chunk_id for c in CHUNKS + [ORPHAN])
+    assert [r.chunk_id for r in records] == sorted(c.chunk_id for c in CHUNKS)
     by_id = {r.chunk_id: r for r in records}
-    for chunk in CHUNKS + [ORPHAN]:
+    for chunk in CHUNKS:
         record = by_id[chunk.chunk_id]
         assert (record.text, record.start, record.end, record.prefix) == (chunk.text, chunk.start, chunk.end, chunk.prefix)
     statuses = {r.text.split()[0]: r.context_status for r in records}
-    assert statuses["Delta"] == "failed: http 500" and statuses["Lost"] == "failed: document not found"
-    assert all(s == "ok" for first, s in statuses.items() if first not in ("Delta", "Lost"))
+    assert statuses["Delta"] == "failed: http 500"
+    assert all(s == "ok" for first, s in statuses.items() if first != "Delta")
     for record in records:
         if record.context_status == "ok":
             assert record.context == answer_for(record.text)  # landed on its own chunk
@@ -133,7 +149,7 @@ def test_every_chunk_comes_out_flagged_and_counts_reconcile(llm, tmp_path, caplo
 
     # Counts reconcile: chunks in = ok + cached + failed; requests as the server saw them.
     kinds = [status_kind(r.context_status) for r in records]
-    assert counters["chunks"] == len(records) == len(CHUNKS) + 1
+    assert counters["chunks"] == len(records) == len(CHUNKS)
     assert (counters["chunks_ok"], counters["chunks_cached"], counters["chunks_failed"]) == (
         kinds.count("ok"), 0, kinds.count("failed"))
     assert counters["requests"] == len(llm.requests)
@@ -166,7 +182,7 @@ def test_every_chunk_comes_out_flagged_and_counts_reconcile(llm, tmp_path, caplo
     # reads a corrupt foreign file in the cache as a warning, not an error.
     llm.reset()
     (tmp_path / "cache" / "context-garbage.parquet").write_bytes(b"not parquet")
-    records2, counters2 = run_stage(tmp_path, options, "run2", chunks=CHUNKS + [ORPHAN])
+    records2, counters2 = run_stage(tmp_path, options, "run2")
     assert {r.chunk for r in llm.requests} == {next(c.text.strip() for c in CHUNKS if c.text.startswith("Delta"))}
     assert counters2["cache_files_unreadable"] == 1
     assert {r.chunk_id: r.context_status for r in records2 if r.text.startswith("Delta")} == {
@@ -212,9 +228,12 @@ def test_the_split_budget_leaves_room_for_the_header(llm, tmp_path) -> None:
     out = tmp_path / "records.pkl"
     p = fnapi_pipeline()
     docs = p | beam.Create(documents)
-    chunks = docs | SplitDocuments(spec, budget, 0, True, heading_reserve=heading_reserve)
-    records = {"documents": docs, "chunks": chunks} | ContextualHeaders(
-        options, str(tmp_path / "cache"), "budget", spec)
+    records = (
+        docs
+        | SplitDocuments(spec, budget, 0, True, heading_reserve=heading_reserve)
+        | ContextualHeaders(options, str(tmp_path / "cache"), "budget", spec)
+        | FlattenChunks()
+    )
     records | beam.combiners.ToList() | beam.Map(_dump(str(out)))
     p.run().wait_until_finish()
     records = pickle.loads(out.read_bytes())

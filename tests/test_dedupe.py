@@ -171,10 +171,10 @@ def run_dedupe(documents: list[Document], near: MinHashOptions | None, *, exact:
         target = Path(tmp)
         pipeline = beam.Pipeline(runner=FnApiRunner(), options=PipelineOptions(list(beam_args)))
         out = pipeline | beam.Create(documents) | Dedupe(exact=exact, near=near)
-        (out["statuses"]
+        (out.statuses
          | "StatusRow" >> beam.Map(lambda s: json.dumps([s.doc_id, s.status, s.duplicate_of]))
          | "WriteStatuses" >> WriteToText(str(target / "statuses"), shard_name_template=""))
-        (out["kept"]
+        (out.kept
          | "KeptId" >> beam.Map(lambda d: d.doc_id)
          | "WriteKept" >> WriteToText(str(target / "kept"), shard_name_template=""))
         result = pipeline.run()
@@ -292,7 +292,7 @@ def test_exact_dedupe_api_is_unchanged() -> None:
     docs = [Document("b", "/b", "Same text."), Document("a", "/a", "Same  text.")]
     with fnapi_pipeline() as p:
         out = p | beam.Create(docs) | ExactDedupe(True)
-        assert_that(out["statuses"] | beam.Map(lambda s: (s.doc_id, s.status, s.duplicate_of)),
+        assert_that(out.statuses | beam.Map(lambda s: (s.doc_id, s.status, s.duplicate_of)),
                     equal_to([("a", KEPT, None), ("b", DUPLICATE, "a")]))
 
 
@@ -343,9 +343,9 @@ def conflicts(docs: list[Document]) -> tuple[list[tuple], list[Rejected]]:
         target = Path(tmp)
         pipeline = beam.Pipeline(runner=FnApiRunner())
         out = pipeline | beam.Create(docs) | ExactDedupe(enabled=False)
-        (out["kept"] | "Kept" >> beam.Map(lambda d: json.dumps([d.doc_id, d.uri, d.position]))
+        (out.kept | "Kept" >> beam.Map(lambda d: json.dumps([d.doc_id, d.uri, d.position]))
          | "WriteKept" >> WriteToText(str(target / "kept"), shard_name_template=""))
-        (out["rejected"] | "Rejected" >> beam.Map(lambda r: json.dumps([r.uri, r.doc_id, r.reason]))
+        (out.rejected | "Rejected" >> beam.Map(lambda r: json.dumps([r.uri, r.doc_id, r.reason]))
          | "WriteRejected" >> WriteToText(str(target / "rejected"), shard_name_template=""))
         pipeline.run().wait_until_finish()
         kept = sorted(tuple(json.loads(x)) for x in (target / "kept").read_text().splitlines())
@@ -394,6 +394,6 @@ def test_statuses_carry_the_encoding() -> None:
             Document("c", "/c", "Other text.")]
     with fnapi_pipeline() as p:
         out = p | beam.Create(docs) | Dedupe(exact=True, near=NEAR)
-        assert_that(out["statuses"] | beam.Map(lambda s: (s.doc_id, s.status, s.encoding)),
+        assert_that(out.statuses | beam.Map(lambda s: (s.doc_id, s.status, s.encoding)),
                     equal_to([("a", KEPT, "windows-1251"), ("b", DUPLICATE, "utf-16"),
                               ("c", KEPT, "")]))

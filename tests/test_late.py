@@ -264,14 +264,15 @@ def test_late_embed_chunks_sets_each_chunk_to_its_documents_late_vector(model):
     import apache_beam as beam
     from apache_beam.metrics.metric import MetricsFilter
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
-    from apache_beam.testing.util import assert_that
+    from apache_beam.testing.util import assert_that, equal_to
 
     from chunkline.embedder import EmbedOptions
-    from chunkline.records import ChunkRecord, Document, chunk_id
+    from chunkline.records import ChunkRecord, Document, DocumentChunks, chunk_id
     from transforms.late_embed import METRICS_NAMESPACE, LateEmbedChunks
+    from transforms.split import FlattenChunks
 
     documents = [Document("berlin.md", "berlin.md", DOC), Document("steps.txt", "steps.txt", LONG),
-                 Document("blank.txt", "blank.txt", "   ")]  # made no chunk: emits nothing
+                 Document("blank.txt", "blank.txt", "   ")]  # made no chunk: passes, counts nothing
     spans = {"berlin.md": SPANS, "steps.txt": [(0, 600), (600, len(LONG))]}
     texts = {d.doc_id: d.text for d in documents}
     chunks = [
@@ -291,12 +292,16 @@ def test_late_embed_chunks_sets_each_chunk_to_its_documents_late_vector(model):
             assert all(type(x) is float for x in record.embedding)
             np.testing.assert_allclose(record.embedding, expected[record.chunk_id], atol=1e-5)
 
+    elements = [DocumentChunks(d, tuple(c for c in chunks if c.doc_id == d.doc_id)) for d in documents]
     pipeline = beam.Pipeline(runner=FnApiRunner())
-    embedded = {
-        "documents": pipeline | "Docs" >> beam.Create(documents, reshuffle=False),
-        "chunks": pipeline | "Chunks" >> beam.Create(chunks, reshuffle=False),
-    } | "Embed" >> LateEmbedChunks(EmbedOptions(), late)
-    assert_that(embedded, check)
+    embedded = (
+        pipeline
+        | "Elements" >> beam.Create(elements, reshuffle=False)
+        | "Embed" >> LateEmbedChunks(EmbedOptions(), late)
+    )
+    assert_that(embedded | beam.Map(lambda e: e.document.doc_id),
+                equal_to([d.doc_id for d in documents]), label="documents")
+    assert_that(embedded | FlattenChunks(), check)
     result = pipeline.run()
     result.wait_until_finish()
 

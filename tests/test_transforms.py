@@ -13,7 +13,7 @@ from chunkline.records import (
 from tests.beam_helpers import fnapi_pipeline
 from tests.helpers import tokenizer
 from transforms.dedupe import ExactDedupe
-from transforms.split import SplitDocuments
+from transforms.split import FlattenChunks, SplitDocuments
 from transforms.write import WriteParquetShards, shard_of
 
 
@@ -30,23 +30,23 @@ def test_exact_dedupe_keeps_smallest_id_and_records_the_rest() -> None:
     ]
     with fnapi_pipeline() as p:
         out = p | beam.Create(docs) | ExactDedupe()
-        assert_that(out["kept"] | beam.Map(lambda d: d.doc_id), equal_to(["a.md", "c.md"]), label="kept")
+        assert_that(out.kept | beam.Map(lambda d: d.doc_id), equal_to(["a.md", "c.md"]), label="kept")
         assert_that(
-            out["statuses"] | beam.Map(lambda s: (s.doc_id, s.status, s.duplicate_of)),
+            out.statuses | beam.Map(lambda s: (s.doc_id, s.status, s.duplicate_of)),
             equal_to([("a.md", KEPT, None), ("c.md", KEPT, None),
                       ("b.md", DUPLICATE, "a.md"), ("d.md", DUPLICATE, "a.md")]),
             label="statuses",
         )
-        assert_that(out["rejected"], equal_to([]), label="rejected")
+        assert_that(out.rejected, equal_to([]), label="rejected")
 
 
 def test_conflicting_ids_are_rejected_not_merged() -> None:
     docs = [doc("t-1", "first record", "/x/a.jsonl"), doc("t-1", "second record", "/x/b.jsonl")]
     with fnapi_pipeline() as p:
         out = p | beam.Create(docs) | ExactDedupe(enabled=False)
-        assert_that(out["kept"] | beam.Map(lambda d: d.uri), equal_to(["/x/a.jsonl"]), label="kept")
+        assert_that(out.kept | beam.Map(lambda d: d.uri), equal_to(["/x/a.jsonl"]), label="kept")
         assert_that(
-            out["rejected"] | beam.Map(lambda r: (r.uri, "duplicate doc_id" in r.reason)),
+            out.rejected | beam.Map(lambda r: (r.uri, "duplicate doc_id" in r.reason)),
             equal_to([("/x/b.jsonl", True)]), label="rejected",
         )
 
@@ -68,7 +68,7 @@ def test_split_documents_matches_the_library_and_offsets_hold() -> None:
     with fnapi_pipeline() as p:
         out = p | beam.Create([doc("g.md", text)]) | SplitDocuments(
             "words", 20, 4, True, heading_reserve=8
-        )
+        ) | FlattenChunks()
         assert_that(out, check)
 
 

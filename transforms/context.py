@@ -5,19 +5,18 @@ runs so that no header is ever paid for twice.
 All prompt, client, retry and fitting work is ``chunkline.context``'s; this module adapts it to
 Beam and keeps the cross-run cache. The graph::
 
-    documents ─ KeyDocuments ─┐
-                              ├ JoinDocuments (doc_id) ─ PrepareWork ─┐ (doc key: provider,
-    chunks ─── KeyChunks ─────┘        └ orphans (no document): failed │  model, prompt, doc hash)
-                                                                       ├ JoinCache ─ WriteHeaders ─ chunks
-    cache_dir/context-*.parquet ─ MatchCache ─ ReadCache ───────────────┘                 └ new entries ─ WriteCache
+    documents with their chunks ─ PrepareWork ─┐ (doc key: provider, model, prompt, doc hash)
+                                  └ no chunk ──┼──────────────────────────────────────┐
+                                               ├ JoinCache ─ WriteHeaders ─ elements ─┴ AllElements
+    cache_dir/context-*.parquet ─ MatchCache ─ ReadCache ┘              └ new entries ─ WriteCache
 
-Joining on the document key brings a document's text, its chunks and its cached headers into one
-group: hits are answered from the cache, and the misses of one document go to the LLM together,
-back to back, with the identical document prefix (the provider's prompt cache holds it). Two
-shuffles, not three: the cache could be joined on each chunk's own key, but the misses would
-then need a third join to meet their document's text again.
+Each element already holds a document's text and its chunks (split emits them together), so one
+join on the document key brings in its cached headers: hits are answered from the cache, and the
+misses of one document go to the LLM together, back to back, with the identical document prefix
+(the provider's prompt cache holds it). One shuffle, against data that truly comes from
+elsewhere (the cache files); the document is never joined with its own chunks again.
 
-    chunks = {"documents": kept, "chunks": chunks} | "Context" >> ContextualHeaders(
+    elements = elements | "Context" >> ContextualHeaders(
         ContextOptions(provider="anthropic", model="claude-haiku-4-5"),
         cache_dir="out/_cache/context", run_tag=run_id, tokenizer_spec=plan.tokenizer_spec)
 """
@@ -43,17 +42,18 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from chunkline.context import (
     CACHED, COUNTERS, METRICS_NAMESPACE, OK, ContextOptions, HeaderResult, HeaderWriter,
-    cache_schema, doc_cache_key, entry_key, failed_status, fit_header, make_client,
+    cache_schema, doc_cache_key, entry_key, fit_header, make_client,
     resolve_api_key, text_hash,
 )
-from chunkline.records import ChunkRecord, Document, doc_hash
+from chunkline.records import ChunkRecord, DocumentChunks, doc_hash
 from chunkline.sizers import get_tokenizer
+from transforms.coders import JoinByKey
 from transforms.model_cache import local_tokenizer_spec
 from transforms.write import shard_of
 
 log = logging.getLogger("chunkline.context")
 
-_ORPHANS = "orphans"
+_NO_CHUNK = "no_chunk"
 _NEW_ENTRIES = "new_entries"
 _CACHE_FILE = "context-*.parquet"
 
@@ -62,43 +62,23 @@ def _counters() -> dict[str, Any]:
     return {name: Metrics.counter(METRICS_NAMESPACE, name) for name in COUNTERS}
 
 
-class _KeyChunks(beam.DoFn):
-    """chunk -> (doc_id, chunk), counting what enters the stage (``chunks``)."""
-
-    def __init__(self) -> None:
-        self._chunks = Metrics.counter(METRICS_NAMESPACE, "chunks")
-
-    def process(self, chunk: ChunkRecord) -> Iterator[tuple[str, ChunkRecord]]:
-        self._chunks.inc()
-        yield chunk.doc_id, chunk
-
-
 class _PrepareWork(beam.DoFn):
-    """(doc_id, {documents, chunks}) -> (doc key, (doc hash, text, chunks in order)); chunks
-    without a document come out as ``failed: document not found`` (kept, never dropped)."""
+    """A document with its chunks -> (doc key, (doc hash, element)), counting the chunks that
+    enter the stage (``chunks``); an element without chunks goes around the stage (tagged
+    ``no_chunk``): there is nothing to ask, and its text need not cross the cache join."""
 
     def __init__(self, options: ContextOptions) -> None:
         self._options = options
-        self._failed = Metrics.counter(METRICS_NAMESPACE, "chunks_failed")
+        self._chunks = Metrics.counter(METRICS_NAMESPACE, "chunks")
 
-    def process(self, element: tuple[str, dict[str, Iterable[Any]]]):
-        doc_id, groups = element
-        chunks = sorted(groups["chunks"], key=lambda c: c.chunk_index)
-        if not chunks:
+    def process(self, element: DocumentChunks):
+        if not element.chunks:
+            yield beam.pvalue.TaggedOutput(_NO_CHUNK, element)
             return
-        documents: list[Document] = list(groups["documents"])
-        if not documents:
-            log.warning("context: %d chunks of %r have no document; they go on without headers",
-                        len(chunks), doc_id)
-            for chunk in chunks:
-                self._failed.inc()
-                yield beam.pvalue.TaggedOutput(_ORPHANS, dataclasses.replace(
-                    chunk, context="", context_status=failed_status("document not found")))
-            return
-        text = documents[0].text
-        digest = doc_hash(text)
+        self._chunks.inc(len(element.chunks))
+        digest = doc_hash(element.document.text)
         o = self._options
-        yield doc_cache_key(o.provider, o.model, o.prompt_version, digest), (digest, text, tuple(chunks))
+        yield doc_cache_key(o.provider, o.model, o.prompt_version, digest), (digest, element)
 
 
 class _ReadCacheFile(beam.DoFn):
@@ -133,21 +113,22 @@ class _Pending(NamedTuple):
     future: Future[list[HeaderResult]]
     doc_hash: str
     hashes: list[str]  # the chunk hashes submitted, in the order of the future's results
-    chunks: list[tuple[ChunkRecord, str]]  # every chunk waiting on them, with its hash
+    # Every element waiting on them, each chunk either answered (a record) or its hash (a miss).
+    elements: list[tuple[DocumentChunks, list[ChunkRecord | str]]]
     timestamp: Any
     window: Any
 
 
 class _WriteHeaders(beam.DoFn):
-    """(doc key, {work, cache}) -> chunks with ``context`` and ``context_status`` set, and the
-    new cache rows (tagged ``new_entries``).
+    """(doc key, {work, cache}) -> each element with its chunks' ``context`` and
+    ``context_status`` set, and the new cache rows (tagged ``new_entries``).
 
-    Hits are answered at once. A document's misses are submitted to a HeaderWriter and the DoFn
-    moves on to the next document, so requests of several documents are in flight; finished
-    documents are emitted as they complete and the rest at the end of the bundle. At most
-    ``4 * max_concurrency`` documents wait per DoFn instance (bounded memory). Counters are
-    incremented here, on the DoFn's thread: Beam's metrics container is per thread, so an
-    increment from a pool thread would be lost.
+    Hits are answered at once (an element with no miss goes on at once). A document's misses are
+    submitted to a HeaderWriter and the DoFn moves on to the next document, so requests of
+    several documents are in flight; finished documents are emitted as they complete and the
+    rest at the end of the bundle. At most ``4 * max_concurrency`` documents wait per DoFn
+    instance (bounded memory). Counters are incremented here, on the DoFn's thread: Beam's
+    metrics container is per thread, so an increment from a pool thread would be lost.
 
     One HeaderWriter per worker process, shared by the DoFn instances there (a runner such as
     Dataflow runs one per harness thread): ``max_concurrency``, the failure budget and a
@@ -183,22 +164,28 @@ class _WriteHeaders(beam.DoFn):
         for chunk_hash, answer in groups["cache"]:
             cached.setdefault(chunk_hash, answer)
         misses: dict[str, str] = {}  # chunk hash -> chunk text, in document order
-        waiting: list[tuple[ChunkRecord, str]] = []
+        waiting: list[tuple[DocumentChunks, list[ChunkRecord | str]]] = []
         document = digest = None
         # Several work items share a key only when documents have the same (normalised) text:
         # one set of requests serves them all.
-        for item_hash, text, chunks in groups["work"]:
+        for item_hash, work in groups["work"]:
             if document is None:
-                document, digest = text, item_hash
-            for chunk in chunks:
+                document, digest = work.document.text, item_hash
+            answered: list[ChunkRecord | str] = []
+            for chunk in work.chunks:
                 chunk_hash = text_hash(chunk.text)
                 answer = cached.get(chunk_hash)
                 if answer is not None:
                     self._c["chunks_cached"].inc()
-                    yield dataclasses.replace(chunk, context=self._fit(answer), context_status=CACHED)
+                    answered.append(dataclasses.replace(
+                        chunk, context=self._fit(answer), context_status=CACHED))
                 else:
                     misses.setdefault(chunk_hash, chunk.text)
-                    waiting.append((chunk, chunk_hash))
+                    answered.append(chunk_hash)
+            if all(isinstance(a, ChunkRecord) for a in answered):
+                yield dataclasses.replace(work, chunks=tuple(answered))
+            else:
+                waiting.append((work, answered))
         if misses:
             future = self._writer.submit(document, list(misses.values()))
             self._pending.append(_Pending(future, digest, list(misses), waiting, timestamp, window))
@@ -248,17 +235,22 @@ class _WriteHeaders(beam.DoFn):
                 }
                 yield beam.pvalue.TaggedOutput(_NEW_ENTRIES, WindowedValue(row, pending.timestamp, windows))
         fitted: dict[str, str] = {}
-        for chunk, chunk_hash in pending.chunks:
-            result = results[chunk_hash]
-            if result.ok:
-                self._c["chunks_ok"].inc()
-                if chunk_hash not in fitted:
-                    fitted[chunk_hash] = self._fit(result.text)
-                record = dataclasses.replace(chunk, context=fitted[chunk_hash], context_status=OK)
-            else:
-                self._c["chunks_failed"].inc()
-                record = dataclasses.replace(chunk, context="", context_status=result.status)
-            yield WindowedValue(record, pending.timestamp, windows)
+        for work, answered in pending.elements:
+            chunks = []
+            for chunk, item in zip(work.chunks, answered, strict=True):
+                if isinstance(item, ChunkRecord):  # answered from the cache
+                    chunks.append(item)
+                    continue
+                result = results[item]
+                if result.ok:
+                    self._c["chunks_ok"].inc()
+                    if item not in fitted:
+                        fitted[item] = self._fit(result.text)
+                    chunks.append(dataclasses.replace(chunk, context=fitted[item], context_status=OK))
+                else:
+                    self._c["chunks_failed"].inc()
+                    chunks.append(dataclasses.replace(chunk, context="", context_status=result.status))
+            yield WindowedValue(dataclasses.replace(work, chunks=tuple(chunks)), pending.timestamp, windows)
 
 
 class _WriteCacheShard(beam.DoFn):
@@ -288,13 +280,15 @@ class _WriteCacheShard(beam.DoFn):
         yield path
 
 
-@beam.typehints.with_output_types(ChunkRecord)
+@beam.typehints.with_input_types(DocumentChunks)
+@beam.typehints.with_output_types(DocumentChunks)
 class ContextualHeaders(beam.PTransform):
-    """``{"documents": PCollection[Document], "chunks": PCollection[ChunkRecord]}`` (or the
-    tuple ``(documents, chunks)``) -> the same chunks, every one of them, with ``context`` (cut
-    to ``options.max_header_tokens`` tokens of ``tokenizer_spec``, separator included) and
-    ``context_status``: ``ok`` (written now), ``cached`` (an earlier run's, no request) or
-    ``failed: <reason>`` (no header; the chunk goes on without one).
+    """``PCollection[DocumentChunks]`` -> ``PCollection[DocumentChunks]``: every element, with
+    every one of its chunks, each with ``context`` (cut to ``options.max_header_tokens`` tokens
+    of ``tokenizer_spec``, separator included) and ``context_status``: ``ok`` (written now),
+    ``cached`` (an earlier run's, no request) or ``failed: <reason>`` (no header; the chunk
+    goes on without one). Counters (namespace ``context``): ``chunks`` in = ``chunks_ok`` +
+    ``chunks_cached`` + ``chunks_failed``, requests, retries and token usage.
 
     cache_dir: where headers are kept across runs (local or gs://), e.g.
         ``<output>/_cache/context``. Every ``context-*.parquet`` there is read; the headers
@@ -318,32 +312,25 @@ class ContextualHeaders(beam.PTransform):
         self._tokenizer_spec = tokenizer_spec
         self._cache_shards = cache_shards
 
-    def expand(self, inputs):
-        if isinstance(inputs, dict):
-            documents, chunks = inputs["documents"], inputs["chunks"]
-        else:
-            documents, chunks = inputs
+    def expand(self, elements: beam.PCollection[DocumentChunks]) -> beam.PCollection[DocumentChunks]:
         o = self._options
-        keyed_documents = documents | "KeyDocuments" >> beam.Map(lambda d: (d.doc_id, d))
-        keyed_chunks = chunks | "KeyChunks" >> beam.ParDo(_KeyChunks())
-        work = (
-            {"documents": keyed_documents, "chunks": keyed_chunks}
-            | "JoinDocuments" >> beam.CoGroupByKey()
-            | "PrepareWork" >> beam.ParDo(_PrepareWork(o)).with_outputs(_ORPHANS, main="work")
-        )
+        # Typed, so the elements cross JoinCache with their coder (the untyped side output
+        # carries the elements without chunks, which cross no shuffle).
+        work = elements | "PrepareWork" >> beam.ParDo(_PrepareWork(o)).with_output_types(
+            tuple[str, tuple[str, DocumentChunks]]).with_outputs(_NO_CHUNK, main="work")
         cache = (
-            documents.pipeline
+            elements.pipeline
             | "CachePattern" >> beam.Create([FileSystems.join(self._cache_dir, _CACHE_FILE)])
             # An empty or missing cache directory is the first run, not an error.
             | "MatchCache" >> fileio.MatchAll(fileio.EmptyMatchTreatment.ALLOW)
-            | "ReadCache" >> beam.ParDo(_ReadCacheFile(o))
+            | "ReadCache" >> beam.ParDo(_ReadCacheFile(o)).with_output_types(tuple[str, tuple[str, str]])
         )
         written = (
             {"work": work.work, "cache": cache}
-            | "JoinCache" >> beam.CoGroupByKey()
+            | "JoinCache" >> JoinByKey()
             | "WriteHeaders" >> beam.ParDo(
                 _WriteHeaders(o, self._tokenizer_spec, self._run_tag)
-            ).with_outputs(_NEW_ENTRIES, main="chunks")
+            ).with_outputs(_NEW_ENTRIES, main="elements")
         )
         shards = self._cache_shards
         (
@@ -352,4 +339,4 @@ class ContextualHeaders(beam.PTransform):
             | "GroupEntries" >> beam.GroupByKey()
             | "WriteCache" >> beam.ParDo(_WriteCacheShard(self._cache_dir, self._run_tag, shards))
         )
-        return (written.chunks, work[_ORPHANS]) | "AllChunks" >> beam.Flatten()
+        return (written.elements, work[_NO_CHUNK]) | "AllElements" >> beam.Flatten()

@@ -17,11 +17,12 @@ the runner groups in.
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
 import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
+from apache_beam.pvalue import PCollection
 
 from chunkline.minhash import (
     Components,
@@ -42,11 +43,18 @@ from chunkline.records import (
     Rejected,
     doc_hash,
 )
+from transforms.coders import JoinByKey  # and the record coders these shuffles use
 
 # Documents per signature batch: numpy's per-call overhead is paid once per batch (~2.5x the
 # throughput of one document per call, bench/dedupe_bench.py).
 _SIGNATURE_BATCH = 64
 _SIGNATURE_DTYPE = "<u4"  # fixed byte order: signatures travel between workers as bytes
+
+
+class DedupeOutputs(NamedTuple):
+    kept: PCollection[Document]  # one document per id and per (near) duplicate cluster
+    statuses: PCollection[DocumentStatus]  # exactly one per input document not rejected
+    rejected: PCollection[Rejected]  # id conflicts
 
 
 def _status(doc: Document, digest: str, status: str, duplicate_of: str | None = None) -> DocumentStatus:
@@ -120,9 +128,10 @@ class UniqueRejectedIds(beam.PTransform):
         return (
             {
                 "taken": statuses | "TakenIds" >> beam.Map(lambda s: (s.doc_id, None)),
-                "rejected": rejected | "KeyRejected" >> beam.Map(lambda r: (r.doc_id, r)),
+                "rejected": rejected | "KeyRejected" >> beam.Map(lambda r: (r.doc_id, r)).with_output_types(
+                    tuple[str, Rejected]),
             }
-            | "JoinIds" >> beam.CoGroupByKey()
+            | "JoinIds" >> JoinByKey()
             | "Rename" >> beam.ParDo(_RenameTakenIds())
         )
 
@@ -330,9 +339,9 @@ class _ApplySurvivors(beam.DoFn):
 
 
 class Dedupe(beam.PTransform):
-    """``PCollection[Document]`` -> dict of ``kept`` (Documents), ``statuses`` (exactly one
-    DocumentStatus for every input document that is not rejected) and ``rejected`` (id
-    conflicts).
+    """``PCollection[Document]`` -> :class:`DedupeOutputs`: ``kept`` (Documents), ``statuses``
+    (exactly one DocumentStatus for every input document that is not rejected) and ``rejected``
+    (id conflicts).
 
     ``exact``: documents with the same normalized text (``chunkline.records.doc_hash``) keep the
     smallest doc_id. ``near``: MinHash LSH over the exact survivors (see the module docstring);
@@ -349,14 +358,15 @@ class Dedupe(beam.PTransform):
     def expand(self, documents):
         unique = (
             documents
-            | "KeyById" >> beam.Map(lambda d: (d.doc_id, d))
+            | "KeyById" >> beam.Map(lambda d: (d.doc_id, d)).with_output_types(tuple[str, Document])
             | "GroupById" >> beam.GroupByKey()
             | "OnePerId" >> beam.ParDo(_OneDocumentPerId()).with_outputs("rejected", main="docs")
         )
         if self.exact:
             picked = (
                 unique.docs
-                | "KeyByHash" >> beam.Map(lambda d: (doc_hash(d.text), d))
+                | "KeyByHash" >> beam.Map(lambda d: (doc_hash(d.text), d)).with_output_types(
+                    tuple[str, Document])
                 | "GroupByHash" >> beam.GroupByKey()
                 | "PickSurvivor" >> beam.ParDo(_PickSurvivor()).with_outputs("statuses", main="kept")
             )
@@ -367,24 +377,26 @@ class Dedupe(beam.PTransform):
                 lambda d: _status(d, doc_hash(d.text), KEPT)
             )
         if self.near is None:
-            return {"kept": kept, "statuses": statuses, "rejected": unique.rejected}
+            return DedupeOutputs(kept, statuses, unique.rejected)
 
         links = kept | "NearDuplicates" >> NearDuplicates(self.near)
         resolved = (
             {
-                "doc": kept | "KeyKept" >> beam.Map(lambda d: (d.doc_id, d)),
+                "doc": kept | "KeyKept" >> beam.Map(lambda d: (d.doc_id, d)).with_output_types(
+                    tuple[str, Document]),
                 # An exact duplicate follows its exact survivor.
-                "status": statuses | "KeyStatus" >> beam.Map(lambda s: (s.duplicate_of or s.doc_id, s)),
+                "status": statuses | "KeyStatus" >> beam.Map(
+                    lambda s: (s.duplicate_of or s.doc_id, s)).with_output_types(tuple[str, DocumentStatus]),
                 "survivor": links,
             }
-            | "JoinSurvivors" >> beam.CoGroupByKey()
+            | "JoinSurvivors" >> JoinByKey()
             | "ApplySurvivors" >> beam.ParDo(_ApplySurvivors()).with_outputs("statuses", main="kept")
         )
-        return {"kept": resolved.kept, "statuses": resolved.statuses, "rejected": unique.rejected}
+        return DedupeOutputs(resolved.kept, resolved.statuses, unique.rejected)
 
 
 class ExactDedupe(Dedupe):
-    """``PCollection[Document]`` -> outputs ``kept`` (Documents), ``statuses``
+    """``PCollection[Document]`` -> :class:`DedupeOutputs`: ``kept`` (Documents), ``statuses``
     (a DocumentStatus for every input document) and ``rejected`` (id conflicts).
 
     With ``enabled=False`` every document is kept (ids are still made unique)."""

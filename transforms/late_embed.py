@@ -2,17 +2,17 @@
 
 Each chunk's vector is the mean of the contextual token vectors of its span, the model having
 read the whole document (in overlapping windows when it is longer than the model's input); see
-``chunkline.late``. The chunks of a document are brought together with their document by
-``doc_id`` (CoGroupByKey), since one pass serves all of them. All model work is
-``chunkline.late``'s; this module only adapts it to Beam.
+``chunkline.late``. The chunks travel with their document (``DocumentChunks``, from the split
+stage), so one pass over the document serves all of them and nothing is joined. All model work
+is ``chunkline.late``'s; this module only adapts it to Beam.
 
-    {"documents": kept, "chunks": chunks} | "Embed" >> LateEmbedChunks(EmbedOptions())
+    documents_with_chunks | "Embed" >> LateEmbedChunks(EmbedOptions())
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable, Iterator
+from typing import Iterator
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
@@ -20,7 +20,8 @@ from apache_beam.utils.shared import Shared
 
 from chunkline.embedder import EmbedOptions, load_model
 from chunkline.late import LateChunker, LateOptions
-from chunkline.records import ChunkRecord, Document
+from chunkline.records import DocumentChunks
+from transforms import coders  # noqa: F401 - registers DocumentChunksCoder
 from transforms.counters import CHUNKS_EMBEDDED, TOKENS_EMBEDDED
 from transforms.model_cache import local_model_dir
 
@@ -30,8 +31,8 @@ METRICS_NAMESPACE = CHUNKS_EMBEDDED.namespace
 
 
 class _LateEmbedDocument(beam.DoFn):
-    """(doc_id, {"documents": [Document], "chunks": [ChunkRecord, ...]}) -> the chunks with their
-    late-chunked vectors, in chunk order."""
+    """A document with its chunks -> the same, every chunk without a vector given its
+    late-chunked vector (a chunk that has one, reused from a previous run, is left as it is)."""
 
     def __init__(self, options: EmbedOptions, late: LateOptions, shared: Shared) -> None:
         self._options = options
@@ -51,38 +52,29 @@ class _LateEmbedDocument(beam.DoFn):
         local = dataclasses.replace(self._options, model=local_model_dir(self._options.model))
         return LateChunker(load_model(local), self._late)
 
-    def process(
-        self, element: tuple[str, dict[str, Iterable]]
-    ) -> Iterator[ChunkRecord]:
-        doc_id, grouped = element
-        chunks = sorted(grouped["chunks"], key=lambda record: record.chunk_index)
-        if not chunks:
-            return  # a document that made no chunk (whitespace only): nothing to embed
-        documents = list(grouped["documents"])
-        if len(documents) != 1:
-            # Ids are unique after dedupe; anything else is a wiring bug, not bad input.
-            raise ValueError(
-                f"late embedding needs exactly one document for doc_id {doc_id!r}, got "
-                f"{len(documents)} for {len(chunks)} chunks"
-            )
-        text = documents[0].text
-        read = self._chunker.read_spans(text, [(c.start, c.end) for c in chunks])
+    def process(self, element: DocumentChunks) -> Iterator[DocumentChunks]:
+        todo = [record for record in element.chunks if record.embedding is None]
+        if not todo:
+            # No chunk (a whitespace-only document), or every vector reused: nothing to read.
+            yield element
+            return
+        read = self._chunker.read_spans(element.document.text, [(c.start, c.end) for c in todo])
         self._tokens.inc(read.tokens_read)
-        self._chunks.inc(len(chunks))
+        self._chunks.inc(len(todo))
         self._documents.inc()
         self._windows.inc(read.windows)
-        for record, vector in zip(chunks, read.vectors):
-            # tolist(): Python floats for the fixed_size_list<float32> column, as in embed.py.
-            yield dataclasses.replace(record, embedding=tuple(vector.tolist()))
-
-
-def _by_doc_id(record: Document | ChunkRecord) -> tuple[str, Document | ChunkRecord]:
-    return record.doc_id, record
+        # tolist(): Python floats for the fixed_size_list<float32> column, as in embed.py.
+        vectors = {c.chunk_index: tuple(v.tolist()) for c, v in zip(todo, read.vectors, strict=True)}
+        yield dataclasses.replace(element, chunks=tuple(
+            dataclasses.replace(record, embedding=vectors[record.chunk_index])
+            if record.chunk_index in vectors else record
+            for record in element.chunks))
 
 
 class LateEmbedChunks(beam.PTransform):
-    """``{"documents": PCollection[Document], "chunks": PCollection[ChunkRecord]}`` ->
-    ``PCollection[ChunkRecord]``: every chunk with ``embedding`` set by late chunking.
+    """``PCollection[DocumentChunks]`` -> ``PCollection[DocumentChunks]``: every chunk with
+    ``embedding`` set by late chunking (chunks that already have one, reused from a previous
+    run, keep it and are not counted). A ParDo: each element holds its document.
 
     What is embedded is the *document's* tokens: the model reads ``document.text`` (in windows of
     ``late.window`` tokens when it is longer) and a chunk's vector is the normalized mean of the
@@ -103,15 +95,7 @@ class LateEmbedChunks(beam.PTransform):
         self._options = options
         self._late = late
 
-    def expand(self, inputs: dict[str, beam.PCollection]) -> beam.PCollection[ChunkRecord]:
-        keyed = {
-            "documents": inputs["documents"] | "KeyDocuments" >> beam.Map(_by_doc_id),
-            "chunks": inputs["chunks"] | "KeyChunks" >> beam.Map(_by_doc_id),
-        }
-        return (
-            keyed
-            | "GroupByDocument" >> beam.CoGroupByKey()
-            | "LateEmbed" >> beam.ParDo(
-                _LateEmbedDocument(self._options, self._late, Shared())
-            ).with_output_types(ChunkRecord)
-        )
+    def expand(self, elements: beam.PCollection[DocumentChunks]) -> beam.PCollection[DocumentChunks]:
+        return elements | "LateEmbed" >> beam.ParDo(
+            _LateEmbedDocument(self._options, self._late, Shared())
+        ).with_output_types(DocumentChunks)

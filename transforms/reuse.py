@@ -1,4 +1,5 @@
-"""REUSE: join this run's chunks with a previous run's vectors by content key, inside the graph.
+"""REUSE: content keys, and the join of this run's chunks with a previous run's vectors by
+content key, inside the graph.
 
 A nightly reindex of a corpus that changed a little should embed only what changed. Every chunk
 carries ``content_key`` = hash(embedding signature, exact embedded text); the previous run's
@@ -20,7 +21,8 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 from apache_beam.pvalue import PCollection, TaggedOutput
 
-from chunkline.records import ChunkRecord, content_key, doc_hash
+from chunkline.records import ChunkRecord, DocumentChunks, content_key, doc_hash
+from transforms.coders import JoinByKey
 from transforms.counters import CHUNKS_REUSED, REUSE_REJECTED
 
 NAMESPACE = CHUNKS_REUSED.namespace  # one home for the namespace: transforms/counters.py
@@ -106,6 +108,23 @@ class _AttachPrevious(beam.DoFn):
             yield TaggedOutput("missing", record)
 
 
+class _PreviousVectors(beam.PTransform):
+    """The previous run's chunk shards -> ``(content_key, Entry)``, one entry per key."""
+
+    def __init__(self, previous_files: Sequence[str], dim: int, normalize: bool) -> None:
+        super().__init__()
+        self.previous_files = list(previous_files)
+        self.dim, self.normalize = dim, normalize
+
+    def expand(self, root):
+        return (
+            root
+            | "PreviousShards" >> beam.Create(self.previous_files)
+            | "ReadPrevious" >> beam.ParDo(_ReadPreviousShard(self.dim, self.normalize))
+            | "OnePerKey" >> beam.CombinePerKey(_best)
+        )
+
+
 class ReusePreviousEmbeddings(beam.PTransform):
     """``PCollection[ChunkRecord]`` (content_key set) -> :class:`ReuseOutputs`.
 
@@ -121,49 +140,127 @@ class ReusePreviousEmbeddings(beam.PTransform):
         self.dim, self.normalize = dim, normalize
 
     def expand(self, chunks: PCollection[ChunkRecord]) -> ReuseOutputs:
-        previous = (
-            chunks.pipeline
-            | "PreviousShards" >> beam.Create(self.previous_files)
-            | "ReadPrevious" >> beam.ParDo(_ReadPreviousShard(self.dim, self.normalize))
-            | "OnePerKey" >> beam.CombinePerKey(_best)
-        )
-        keyed = chunks | "KeyByContent" >> beam.Map(lambda r: (r.content_key, r))
+        previous = chunks.pipeline | "Previous" >> _PreviousVectors(
+            self.previous_files, self.dim, self.normalize)
+        keyed = chunks | "KeyByContent" >> beam.Map(lambda r: (r.content_key, r)).with_output_types(
+            tuple[str, ChunkRecord])
         split = (
             {"new": keyed, "previous": previous}
-            | "JoinPrevious" >> beam.CoGroupByKey()
+            | "JoinPrevious" >> JoinByKey()
             | "Attach" >> beam.ParDo(_AttachPrevious()).with_outputs("missing", main="reused")
         )
         return ReuseOutputs(split.reused, split.missing)
 
 
-class _LateKey(beam.DoFn):
-    def __init__(self, signature: str) -> None:
-        self.signature = signature
-
-    def process(self, joined: tuple[str, dict[str, list]]):
-        _, groups = joined
-        documents = list(groups["documents"])
-        text_hash = doc_hash(documents[0].text) if documents else ""
-        for record in groups["chunks"]:
-            span = f"late:{text_hash}:{record.start}:{record.end}"
-            yield dataclasses.replace(record, content_key=content_key(self.signature, span))
+def _with_content_keys(element: DocumentChunks, signature: str) -> DocumentChunks:
+    return dataclasses.replace(element, chunks=tuple(
+        dataclasses.replace(record, content_key=content_key(signature, record.embed_text()))
+        for record in element.chunks))
 
 
-class LateContentKeys(beam.PTransform):
-    """Content keys for late chunking: a late vector reads the whole document, so its key is the
-    document's text hash plus the chunk's span, not the chunk's own text. An edit anywhere in a
-    document re-embeds all of its chunks; untouched documents are reused whole."""
+class ContentKeys(beam.PTransform):
+    """``PCollection[DocumentChunks]`` -> ``PCollection[DocumentChunks]``: every chunk's
+    ``content_key`` = hash(embedding signature, exactly what the embedder reads,
+    ``embed_text()``). A ParDo: nothing is joined."""
 
     def __init__(self, signature: str) -> None:
         super().__init__()
         self.signature = signature
 
-    def expand(self, inputs: dict[str, PCollection]) -> PCollection[ChunkRecord]:
+    def expand(self, elements: PCollection[DocumentChunks]) -> PCollection[DocumentChunks]:
+        return elements | "Key" >> beam.Map(_with_content_keys, self.signature).with_output_types(
+            DocumentChunks)
+
+
+def _with_late_keys(element: DocumentChunks, signature: str) -> DocumentChunks:
+    text_hash = doc_hash(element.document.text) if element.chunks else ""
+    return dataclasses.replace(element, chunks=tuple(
+        dataclasses.replace(record, content_key=content_key(
+            signature, f"late:{text_hash}:{record.start}:{record.end}"))
+        for record in element.chunks))
+
+
+class LateContentKeys(beam.PTransform):
+    """``PCollection[DocumentChunks]`` -> ``PCollection[DocumentChunks]``: content keys for late
+    chunking. A late vector reads the whole document, so its key is the document's text hash
+    plus the chunk's span, not the chunk's own text. An edit anywhere in a document re-embeds
+    all of its chunks; untouched documents are reused whole. A ParDo: the document is there."""
+
+    def __init__(self, signature: str) -> None:
+        super().__init__()
+        self.signature = signature
+
+    def expand(self, elements: PCollection[DocumentChunks]) -> PCollection[DocumentChunks]:
+        return elements | "LateKey" >> beam.Map(_with_late_keys, self.signature).with_output_types(
+            DocumentChunks)
+
+
+class _ReusableVectors(beam.DoFn):
+    """(content_key, {"new": [(doc_id, chunk_index)], "previous": [entry]}) -> (doc_id,
+    (chunk_index, vector)) for each chunk whose key has a trusted stored vector; counted as
+    :class:`_AttachPrevious` counts."""
+
+    def __init__(self) -> None:
+        self.reused = Metrics.counter(*CHUNKS_REUSED)
+        self.missing = Metrics.counter(NAMESPACE, "chunks_to_embed")
+        self.rejected = Metrics.counter(*REUSE_REJECTED)
+
+    def process(self, joined: tuple[str, dict[str, list]]):
+        _, groups = joined
+        previous = list(groups["previous"])
+        trusted = previous[0][0] if previous else False
+        for doc_id, chunk_index in groups["new"]:
+            if trusted:
+                self.reused.inc()
+                yield doc_id, (chunk_index, previous[0][2])
+                continue
+            if previous:
+                self.rejected.inc()
+            self.missing.inc()
+
+
+def _attach_found(joined: tuple[str, dict[str, list]]) -> Iterable[DocumentChunks]:
+    _, groups = joined
+    found = dict(groups["found"])
+    for element in groups["element"]:
+        yield dataclasses.replace(element, chunks=tuple(
+            dataclasses.replace(record, embedding=found[record.chunk_index])
+            if record.chunk_index in found else record
+            for record in element.chunks))
+
+
+def _chunk_refs(element: DocumentChunks) -> Iterable[tuple[str, tuple[str, int]]]:
+    for record in element.chunks:
+        yield record.content_key, (element.document.doc_id, record.chunk_index)
+
+
+class ReuseForDocuments(beam.PTransform):
+    """``PCollection[DocumentChunks]`` (content keys set) -> ``PCollection[DocumentChunks]``:
+    each chunk whose key has a trusted vector in ``previous_files`` gets it as its
+    ``embedding``; the others keep ``embedding=None`` (to embed). For late chunking, where the
+    embed stage needs each chunk's document: only (key, doc_id, index) meet the previous
+    vectors, and the vectors found go to their document (a join by doc_id with data from the
+    previous run). Checks and counters as :class:`ReusePreviousEmbeddings`."""
+
+    def __init__(self, previous_files: Sequence[str], dim: int, normalize: bool) -> None:
+        super().__init__()
+        self.previous_files = list(previous_files)
+        self.dim, self.normalize = dim, normalize
+
+    def expand(self, elements: PCollection[DocumentChunks]) -> PCollection[DocumentChunks]:
+        previous = elements.pipeline | "Previous" >> _PreviousVectors(
+            self.previous_files, self.dim, self.normalize)
+        found = (
+            {"new": elements | "KeyByContent" >> beam.FlatMap(_chunk_refs).with_output_types(
+                tuple[str, tuple[str, int]]),
+             "previous": previous}
+            | "JoinPrevious" >> JoinByKey()
+            | "Reusable" >> beam.ParDo(_ReusableVectors())
+        )
         return (
-            {
-                "documents": inputs["documents"] | "DocById" >> beam.Map(lambda d: (d.doc_id, d)),
-                "chunks": inputs["chunks"] | "ChunkById" >> beam.Map(lambda r: (r.doc_id, r)),
-            }
-            | "JoinDocument" >> beam.CoGroupByKey()
-            | "LateKey" >> beam.ParDo(_LateKey(self.signature))
+            {"element": elements | "KeyByDocument" >> beam.Map(
+                lambda e: (e.document.doc_id, e)).with_output_types(tuple[str, DocumentChunks]),
+             "found": found}
+            | "JoinDocument" >> JoinByKey()
+            | "Attach" >> beam.FlatMap(_attach_found).with_output_types(DocumentChunks)
         )

@@ -1,21 +1,25 @@
-"""Split: kept documents -> chunk records, through ``chunkline.split`` (prose, Markdown and its
-tables) or ``chunkline.split_code`` (source files, chosen by the uri's extension)."""
+"""Split: kept documents -> each document with its chunk records (``DocumentChunks``), through
+``chunkline.split`` (prose, Markdown and its tables) or ``chunkline.split_code`` (source files,
+chosen by the uri's extension). The chunks travel with their document until :class:`FlattenChunks`
+(before reuse, embed and write), so no stage between has to join them again by doc_id."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
 import time
+from typing import Iterator
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from chunkline import get_tokenizer, language_for, split, split_code
 from chunkline.embedder import EmbedOptions
-from chunkline.records import ChunkRecord, Document, chunk_id
+from chunkline.records import ChunkRecord, Document, DocumentChunks, chunk_id
 from chunkline.splitting.core import Chunk
 from chunkline.splitting.semantic import SemanticOptions, model_embed, semantic_split
 from chunkline.splitting.text import heading_prefix
+from transforms.coders import DocumentChunksCoder  # noqa: F401 - registered: how elements shuffle
 from transforms.model_cache import local_model_dir, local_tokenizer_spec
 
 log = logging.getLogger("chunkline.split")
@@ -75,16 +79,17 @@ class _SplitDocument(beam.DoFn):
         return split(doc.text, self.max_tokens, self.overlap, self.tokenizer, markdown,
                      max_chars=self.max_chars)
 
-    def process(self, doc: Document):
+    def process(self, doc: Document) -> Iterator[DocumentChunks]:
         pieces = self._split(doc)
         prefixes: dict[tuple[str, ...], str] = {}
+        records = []
         for index, piece in enumerate(pieces):
             prefix = prefixes.get(piece.headings)
             if prefix is None:
                 prefix = heading_prefix(piece.headings, self.prefix_tokenizer, self.heading_reserve)
                 prefixes[piece.headings] = prefix
             self.tokens.inc(piece.tokens)
-            yield ChunkRecord(
+            records.append(ChunkRecord(
                 doc_id=doc.doc_id,
                 chunk_id=chunk_id(doc.doc_id, piece.start, piece.end),
                 chunk_index=index,
@@ -95,7 +100,8 @@ class _SplitDocument(beam.DoFn):
                 tokens=piece.tokens,
                 prefix=prefix,
                 table_header=piece.table_header,
-            )
+            ))
+        yield DocumentChunks(doc, tuple(records))
         self.documents.inc()
         self.chunks.inc(len(pieces))
         self._seen[0] += 1
@@ -108,7 +114,9 @@ class _SplitDocument(beam.DoFn):
 
 
 class SplitDocuments(beam.PTransform):
-    """``PCollection[Document]`` -> ``PCollection[ChunkRecord]``; each record carries the
+    """``PCollection[Document]`` -> ``PCollection[DocumentChunks]``: one element per document,
+    the document with its chunk records in chunk order (none for a whitespace-only document;
+    :class:`FlattenChunks` gives the records). Each record carries the
     heading-path prefix the embedder will read, cut to ``heading_reserve`` tokens, and the
     repeated header of a table split between rows (``table_header``, counted in the budget).
     With ``code`` (the default) a document whose uri names a source file (``.py``, ``.ts``,
@@ -131,5 +139,18 @@ class SplitDocuments(beam.PTransform):
             semantic=semantic, semantic_model=semantic_model, max_chars=max_chars,
         )
 
-    def expand(self, documents):
-        return documents | "SplitDocument" >> beam.ParDo(self.fn)
+    def expand(self, documents: beam.PCollection[Document]) -> beam.PCollection[DocumentChunks]:
+        return documents | "SplitDocument" >> beam.ParDo(self.fn).with_output_types(DocumentChunks)
+
+
+def _chunks_of(element: DocumentChunks) -> tuple[ChunkRecord, ...]:
+    return element.chunks
+
+
+class FlattenChunks(beam.PTransform):
+    """``PCollection[DocumentChunks]`` -> ``PCollection[ChunkRecord]``: every chunk of every
+    document, the document left behind. Done once, where the stages that need a chunk's whole
+    document are behind it (before reuse, embed and write)."""
+
+    def expand(self, elements: beam.PCollection[DocumentChunks]) -> beam.PCollection[ChunkRecord]:
+        return elements | "Chunks" >> beam.FlatMap(_chunks_of).with_output_types(ChunkRecord)

@@ -8,7 +8,7 @@ give the same files, on any runner.
 
 
 import hashlib
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Optional
 
 import apache_beam as beam
 import pyarrow as pa
@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
 from chunkline.records import as_row
+from transforms import coders  # noqa: F401 - registers the record coders the shard shuffle uses
 
 
 def shard_of(key: str, shards: int) -> int:
@@ -49,11 +50,15 @@ class _WriteShard(beam.DoFn):
 class WriteParquetShards(beam.PTransform):
     """``PCollection[record]`` -> ``PCollection[(table, path, rows)]``: exactly ``shards``
     files named ``<table>-SSSSS-of-NNNNN.parquet`` (empty shards included, so a reader can
-    trust the count), each sorted by ``sort_key``, zstd-compressed, with ``schema``."""
+    trust the count), each sorted by ``sort_key``, zstd-compressed, with ``schema``.
+    ``record_type``: the records' class, so that they cross the shard shuffle with its
+    registered coder (``transforms/coders.py``) rather than pickled; None: Beam's default."""
 
     def __init__(self, directory: str, table: str, schema: pa.Schema, shards: int,
-                 shard_key: Callable[[Any], str], sort_key: Callable[[Any], Any]) -> None:
+                 shard_key: Callable[[Any], str], sort_key: Callable[[Any], Any],
+                 record_type: type | None = None) -> None:
         super().__init__()
+        self.record_type = record_type
         self.directory = directory
         self.table = table
         self.schema = schema
@@ -63,11 +68,13 @@ class WriteParquetShards(beam.PTransform):
 
     def expand(self, records):
         shards, shard_key = self.shards, self.shard_key
+        keyed_type = tuple[int, Optional[self.record_type or Any]]
         every_shard = (
             records.pipeline
-            | "EveryShard" >> beam.Create([(i, None) for i in range(shards)])
+            | "EveryShard" >> beam.Create([(i, None) for i in range(shards)]).with_output_types(keyed_type)
         )
-        keyed = records | "KeyByShard" >> beam.Map(lambda r: (shard_of(shard_key(r), shards), r))
+        keyed = records | "KeyByShard" >> beam.Map(
+            lambda r: (shard_of(shard_key(r), shards), r)).with_output_types(keyed_type)
         return (
             (keyed, every_shard)
             | "Together" >> beam.Flatten()

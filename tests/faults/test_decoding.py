@@ -134,9 +134,9 @@ def test_first_record_of_a_repeated_id_survives_whatever_the_runner_order() -> N
     for order in (docs, docs[::-1]):
         with fnapi_pipeline() as p:
             out = p | beam.Create(order) | ExactDedupe()
-            assert_that(out["kept"] | beam.Map(lambda d: (d.doc_id, d.text[:6])),
+            assert_that(out.kept | beam.Map(lambda d: (d.doc_id, d.text[:6])),
                         equal_to([("a", "Zebras"), ("b", "Calibr")]), label="kept")
-            assert_that(out["rejected"], equal_to([Rejected(
+            assert_that(out.rejected, equal_to([Rejected(
                 uri, f"{uri}#L3",
                 f"duplicate doc_id 'a': {uri}:3 repeats the id of {uri}:1, which is kept",
             )]), label="rejected")

@@ -1,0 +1,278 @@
+"""How records cross a shuffle: explicit, compact, deterministic coders, and a join that uses them.
+
+Without a coder of its own a dataclass crosses a shuffle pickled: a ChunkRecord with a 384-d
+vector as a tuple of Python floats is ~4.3 KB, the vector alone ~3.5 KB of it. Here every
+string is UTF-8 with its length (``surrogatepass``: a lone surrogate read from JSON survives),
+every int a varint, ``None`` a flag byte, a chunk id that is ``records.chunk_id(doc id, span)``
+(always, in the pipeline) one byte, and the vector float32 bytes, 4 per value: the
+model's vectors are float32, so float32 -> Python float is exact. A vector that is not exactly
+float32 (a float written in code) goes as float64 instead, so decoding is the identity on every
+record, never a silent rounding.
+
+The coders are registered with Beam's registry when this module is imported (the stage modules
+import it), so a PCollection declared as ``ChunkRecord`` (or ``tuple[str, ChunkRecord]``) is
+encoded with them. Beam's CoGroupByKey flattens its inputs into a ``Union`` type, which Beam
+encodes with its pickling fallback whatever is registered: :class:`JoinByKey` is the same join
+with every value encoded by its own PCollection's coder.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.coders import Coder
+from apache_beam.coders.coder_impl import create_InputStream, create_OutputStream
+from apache_beam.typehints import trivial_inference
+
+from chunkline.records import (
+    ChunkRecord,
+    Document,
+    DocumentChunks,
+    DocumentStatus,
+    Rejected,
+    chunk_id,
+)
+
+_NO_VECTOR, _FLOAT32, _FLOAT64 = 0, 1, 2
+
+
+def _write_str(out, value: str) -> None:
+    out.write(value.encode("utf-8", "surrogatepass"), True)
+
+
+def _read_str(stream) -> str:
+    return stream.read_all(True).decode("utf-8", "surrogatepass")
+
+
+def _write_optional_str(out, value: str | None) -> None:
+    out.write_byte(value is not None)
+    if value is not None:
+        _write_str(out, value)
+
+
+def _read_optional_str(stream) -> str | None:
+    return _read_str(stream) if stream.read_byte() else None
+
+
+def _write_vector(out, vector: tuple[float, ...] | None) -> None:
+    if vector is None:
+        out.write_byte(_NO_VECTOR)
+        return
+    wide = np.asarray(vector, dtype="<f8")
+    with np.errstate(over="ignore"):  # a float64 past float32's range: caught just below
+        narrow = wide.astype("<f4")
+    # Bitwise, so -0.0 and NaN payloads count too: float32 only where it decodes to the same.
+    exact = narrow.astype("<f8").tobytes() == wide.tobytes()
+    out.write_byte(_FLOAT32 if exact else _FLOAT64)
+    out.write((narrow if exact else wide).tobytes(), True)
+
+
+def _read_vector(stream) -> tuple[float, ...] | None:
+    kind = stream.read_byte()
+    if kind == _NO_VECTOR:
+        return None
+    data = stream.read_all(True)
+    return tuple(np.frombuffer(data, dtype="<f4" if kind == _FLOAT32 else "<f8").tolist())
+
+
+def _write_strs(out, values: tuple[str, ...]) -> None:
+    out.write_var_int64(len(values))
+    for value in values:
+        _write_str(out, value)
+
+
+def _read_strs(stream) -> tuple[str, ...]:
+    return tuple(_read_str(stream) for _ in range(stream.read_var_int64()))
+
+
+def encode_chunk(out, r: ChunkRecord) -> None:
+    _write_str(out, r.doc_id)
+    for number in (r.chunk_index, r.start, r.end, r.tokens):
+        out.write_var_int64(number)
+    # The id is the doc id and the span (records.chunk_id): sent only when it is something else.
+    _write_optional_str(out, None if r.chunk_id == chunk_id(r.doc_id, r.start, r.end) else r.chunk_id)
+    _write_strs(out, r.headings)
+    for text in (r.text, r.prefix, r.context, r.context_status, r.table_header, r.content_key):
+        _write_str(out, text)
+    _write_vector(out, r.embedding)
+
+
+def decode_chunk(stream) -> ChunkRecord:
+    doc_id = _read_str(stream)
+    chunk_index, start, end, tokens = (stream.read_var_int64() for _ in range(4))
+    explicit_id = _read_optional_str(stream)
+    headings = _read_strs(stream)
+    text, prefix, context, context_status, table_header, content_key = (
+        _read_str(stream) for _ in range(6))
+    return ChunkRecord(
+        doc_id=doc_id, chunk_id=chunk_id(doc_id, start, end) if explicit_id is None else explicit_id,
+        chunk_index=chunk_index, start=start, end=end,
+        headings=headings, text=text, tokens=tokens, embedding=_read_vector(stream), prefix=prefix,
+        context=context, context_status=context_status, table_header=table_header,
+        content_key=content_key)
+
+
+def encode_document(out, d: Document) -> None:
+    for text in (d.doc_id, d.uri, d.text, d.encoding):
+        _write_str(out, text)
+    out.write_var_int64(d.position)
+    out.write_var_int64(len(d.metadata))
+    for key, value in d.metadata:
+        _write_str(out, key)
+        _write_str(out, value)
+
+
+def decode_document(stream) -> Document:
+    doc_id, uri, text, encoding = (_read_str(stream) for _ in range(4))
+    position = stream.read_var_int64()
+    metadata = tuple((_read_str(stream), _read_str(stream)) for _ in range(stream.read_var_int64()))
+    return Document(doc_id, uri, text, metadata, position=position, encoding=encoding)
+
+
+def encode_document_chunks(out, e: DocumentChunks) -> None:
+    encode_document(out, e.document)
+    out.write_var_int64(len(e.chunks))
+    for chunk in e.chunks:
+        encode_chunk(out, chunk)
+
+
+def decode_document_chunks(stream) -> DocumentChunks:
+    document = decode_document(stream)
+    return DocumentChunks(document, tuple(decode_chunk(stream) for _ in range(stream.read_var_int64())))
+
+
+def encode_status(out, s: DocumentStatus) -> None:
+    for text in (s.doc_id, s.uri, s.text, s.doc_hash, s.status, s.encoding):
+        _write_str(out, text)
+    _write_optional_str(out, s.duplicate_of)
+
+
+def decode_status(stream) -> DocumentStatus:
+    doc_id, uri, text, digest, status, encoding = (_read_str(stream) for _ in range(6))
+    return DocumentStatus(doc_id, uri, text, digest, status, _read_optional_str(stream), encoding)
+
+
+def encode_rejected(out, r: Rejected) -> None:
+    for text in (r.uri, r.doc_id, r.reason):
+        _write_str(out, text)
+
+
+def decode_rejected(stream) -> Rejected:
+    return Rejected(*(_read_str(stream) for _ in range(3)))
+
+
+class _RecordCoder(Coder):
+    """A deterministic coder from an ``encode(stream, record)`` / ``decode(stream)`` pair."""
+
+    _encode: Callable[[Any, Any], None]
+    _decode: Callable[[Any], Any]
+
+    def encode(self, value: Any) -> bytes:
+        out = create_OutputStream()
+        type(self)._encode(out, value)
+        return out.get()
+
+    def decode(self, encoded: bytes) -> Any:
+        return type(self)._decode(create_InputStream(encoded))
+
+    def is_deterministic(self) -> bool:
+        return True
+
+    def __eq__(self, other: object) -> bool:
+        return type(self) is type(other)
+
+    def __hash__(self) -> int:
+        return hash(type(self))
+
+
+class ChunkRecordCoder(_RecordCoder):
+    _encode, _decode = staticmethod(encode_chunk), staticmethod(decode_chunk)
+
+    def to_type_hint(self):
+        return ChunkRecord
+
+
+class DocumentCoder(_RecordCoder):
+    _encode, _decode = staticmethod(encode_document), staticmethod(decode_document)
+
+    def to_type_hint(self):
+        return Document
+
+
+class DocumentChunksCoder(_RecordCoder):
+    _encode, _decode = staticmethod(encode_document_chunks), staticmethod(decode_document_chunks)
+
+    def to_type_hint(self):
+        return DocumentChunks
+
+
+class DocumentStatusCoder(_RecordCoder):
+    _encode, _decode = staticmethod(encode_status), staticmethod(decode_status)
+
+    def to_type_hint(self):
+        return DocumentStatus
+
+
+class RejectedCoder(_RecordCoder):
+    _encode, _decode = staticmethod(encode_rejected), staticmethod(decode_rejected)
+
+    def to_type_hint(self):
+        return Rejected
+
+
+CODERS: dict[type, type[Coder]] = {
+    ChunkRecord: ChunkRecordCoder,
+    Document: DocumentCoder,
+    DocumentChunks: DocumentChunksCoder,
+    DocumentStatus: DocumentStatusCoder,
+    Rejected: RejectedCoder,
+}
+
+# Beam's registry is Beam's (process-wide by its design); registering on import means any module
+# that builds a stage over these records, having imported this one, gets them.
+for _record_type, _coder in CODERS.items():
+    beam.coders.registry.register_coder(_record_type, _coder)
+
+
+def _tagged(element: tuple[Any, Any], index: int, coder: Coder) -> tuple[Any, bytes]:
+    key, value = element
+    return key, bytes((index,)) + coder.encode(value)
+
+
+def _untagged(element: tuple[Any, Iterable[bytes]], tags: tuple[str, ...],
+              coders: tuple[Coder, ...]) -> tuple[Any, dict[str, list[Any]]]:
+    key, encoded = element
+    groups: dict[str, list[Any]] = {tag: [] for tag in tags}
+    for data in encoded:
+        index = data[0]
+        groups[tags[index]].append(coders[index].decode(data[1:]))
+    return key, groups
+
+
+class JoinByKey(beam.PTransform):
+    """``{tag: PCollection[tuple[K, V_tag]]}`` -> ``PCollection[tuple[K, dict[tag, list[V_tag]]]]``:
+    ``beam.CoGroupByKey`` (dict form), except that each value crosses the shuffle encoded with
+    the coder of its own PCollection's declared value type (a registered record coder where the
+    value is a record), not pickled. Declare the inputs' types (``with_output_types``)."""
+
+    def expand(self, pcolls: dict[str, beam.PCollection]) -> beam.PCollection:
+        tags = tuple(sorted(pcolls))
+        if len(tags) > 255:
+            raise ValueError("JoinByKey takes at most 255 inputs")
+        coders, parts, key_types = [], [], set()
+        for index, tag in enumerate(tags):
+            key_type, value_type = trivial_inference.key_value_types(pcolls[tag].element_type)
+            key_types.add(key_type)
+            coder = beam.coders.registry.get_coder(value_type)
+            coders.append(coder)
+            parts.append(pcolls[tag] | f"Encode[{tag}]" >> beam.Map(_tagged, index, coder)
+                         .with_output_types(tuple[key_type, bytes]))
+        key_type = key_types.pop() if len(key_types) == 1 else Any
+        return (
+            parts
+            | "Flatten" >> beam.Flatten().with_output_types(tuple[key_type, bytes])
+            | "GroupByKey" >> beam.GroupByKey()
+            | "Decode" >> beam.Map(_untagged, tags, tuple(coders))
+        )
