@@ -1,4 +1,4 @@
-"""Behaviour of split(): the seed's demo, bad input, hostile text, structure."""
+"""Behaviour of split(): a small guide split by whole words, bad input, hostile text, structure."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from chunkline import default_max_chars, split
 from tests.helpers import TOKENIZER_SPECS, tokenizer
 
 
-def seed_demo_document() -> str:
+def small_guide() -> str:
     doc = "# Guide\nIntro text. It has two sentences.\n\n## Setup\n"
     for p in range(4):
         doc += (
@@ -28,9 +28,9 @@ def words(s: str) -> int:
     return len(s.split())
 
 
-def test_seed_demo_main_as_written() -> None:
-    """The design note's main(): max 20, overlap 8, whole-word length."""
-    doc = seed_demo_document()
+def test_small_guide_by_whole_words() -> None:
+    """Max 20, overlap 8, whole-word length: budget, overlap and heading paths on a tiny guide."""
+    doc = small_guide()
     max_tokens, overlap = 20, 8
     chunks = split(doc, max_tokens, overlap, tokenizer("words"))
     assert (chunks[0].start, chunks[-1].end) == (0, len(doc))
