@@ -26,7 +26,7 @@ from chunkline import char_bound, default_max_chars, split, split_code
 from chunkline.sizers import HFTokenizer
 from chunkline.splitting.semantic import SemanticOptions, semantic_split
 from tests.helpers import TOKENIZER_SPECS, tokenizer
-from tests.test_splitter_properties import glued_unknowns
+from tests.splitting.test_splitter_properties import glued_unknowns
 
 MINILM = "hf:all-MiniLM-L6-v2"
 ROOT = Path(__file__).resolve().parents[2]

@@ -25,10 +25,10 @@ from hypothesis import strategies as st
 from chunkline import LANGUAGES, Chunk, default_max_chars, language_for, split, split_code
 from chunkline.splitting.code import _grammar
 from tests.helpers import TOKENIZER_SPECS, tokenizer
-from tests.test_splitter_properties import glued_unknowns
+from tests.splitting.test_splitter_properties import glued_unknowns
 
 GRAPHEME = regex.compile(r"\X")
-CODE = Path(__file__).parent / "golden" / "code"
+CODE = Path(__file__).resolve().parents[1] / "golden" / "code"
 SAMPLES = sorted(p for p in CODE.iterdir() if p.is_file())
 
 
@@ -444,7 +444,7 @@ SNAPSHOT_CASES = [("hf:all-MiniLM-L6-v2", 64, 0), ("words", 24, 6)]
 @pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.name)
 @pytest.mark.parametrize(("spec", "max_tokens", "overlap"), SNAPSHOT_CASES)
 def test_code_snapshot(path: Path, spec: str, max_tokens: int, overlap: int) -> None:
-    """Behaviour as snapshots, as tests/test_golden.py does for Markdown; regenerate
+    """Behaviour as snapshots, as tests/splitting/test_golden.py does for Markdown; regenerate
     deliberately with ``UPDATE_GOLDEN=1``."""
     text = path.read_text(encoding="utf-8")
     chunks = split_code(text, language_for(str(path)), max_tokens, overlap, tokenizer(spec))

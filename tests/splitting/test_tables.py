@@ -17,7 +17,7 @@ from markdown_it import MarkdownIt
 from chunkline import Chunk, split, tables
 from chunkline.splitting.structure import headings, mask_front_matter, read_structure
 from tests.helpers import TOKENIZER_SPECS, tokenizer
-from tests.test_splitter_properties import FRAGMENTS, check_invariants, prose
+from tests.splitting.test_splitter_properties import FRAGMENTS, check_invariants, prose
 
 HEADER = "| Robot | Zone | Status |\n|:------|------|-------:|\n"
 

@@ -22,7 +22,7 @@ from chunkline.splitting.semantic import SemanticOptions
 
 from pipeline.config import Config, ConfigError, load_config, validate
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
 @pytest.mark.parametrize("name", ["local.yaml", "portable.yaml", "flink.yaml", "dataflow.yaml"])

@@ -16,7 +16,7 @@ from chunkline import default_max_chars, split
 from chunkline.splitting.semantic import SemanticOptions, model_embed, semantic_split, sentence_spans
 from chunkline.splitting.structure import sections
 from tests.helpers import reference_headings, reference_path, tokenizer
-from tests.test_splitter_properties import any_text, glued_unknowns, markdown_doc
+from tests.splitting.test_splitter_properties import any_text, glued_unknowns, markdown_doc
 
 GRAPHEME = regex.compile(r"\X")
 NO_BUFFER = SemanticOptions(buffer=0)

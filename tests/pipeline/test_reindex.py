@@ -18,7 +18,7 @@ import pytest
 from pipeline.config import load_config
 from pipeline.run import run
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 WORDS = ("robot arm calibration sensor firmware battery dock mission route map lidar torque "

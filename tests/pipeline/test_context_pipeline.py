@@ -14,7 +14,7 @@ from pipeline.config import load_config
 from pipeline.run import run
 from tests.llm_server import Fault, LLMServer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 KEY_ENV = "CHUNKLINE_TEST_LLM_KEY"
 KEY = "sk-test-never-written"
 pytestmark = pytest.mark.slow

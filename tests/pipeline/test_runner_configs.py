@@ -1,6 +1,6 @@
 """Runner configs: the Flink and Dataflow YAMLs build valid options and a graph those runners
 accept (they cannot run here), and the portable path runs for real, with LOOPBACK workers
-(tests/test_pipeline_e2e.py) and with an EXTERNAL worker pool started from this venv."""
+(tests/pipeline/test_pipeline_e2e.py) and with an EXTERNAL worker pool started from this venv."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from pipeline.config import load_config
 from pipeline.run import run
 from tests.gcs_emulator import free_port, wait_for_port
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
 
 

@@ -15,7 +15,7 @@ from pipeline.query import search
 from pipeline.run import run
 from tests.gcs_emulator import storage_emulator, upload_tree
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BUCKET = "chunkline-test"
 pytestmark = pytest.mark.slow
 

@@ -15,7 +15,7 @@ from pipeline.query import search
 from pipeline.run import run
 from pipeline.summary import format_summary
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "examples" / "corpus"
 pytestmark = pytest.mark.slow
 

@@ -6,7 +6,7 @@ from hypothesis import given, strategies as st
 
 from chunkline.splitting.structure import _headings_markdown_it_py, headings, mask_front_matter, sections
 from tests.helpers import reference_headings
-from tests.test_splitter_properties import FRAGMENTS, any_text, markdown_doc
+from tests.splitting.test_splitter_properties import FRAGMENTS, any_text, markdown_doc
 
 docs = st.one_of(markdown_doc, any_text, st.lists(st.sampled_from(FRAGMENTS), max_size=40).map("".join))
 

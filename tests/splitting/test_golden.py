@@ -2,7 +2,7 @@
 
 A snapshot records every chunk's span, heading path and token count, with the first words of
 its text for a human reading the diff. A change in the splitter's behaviour shows up here as a
-reviewable diff; regenerate deliberately with ``UPDATE_GOLDEN=1 pytest tests/test_golden.py``.
+reviewable diff; regenerate deliberately with ``UPDATE_GOLDEN=1 pytest tests/splitting/test_golden.py``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 from chunkline import split
 from tests.helpers import tokenizer
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 DOCS = sorted((GOLDEN / "docs").glob("*.md"))
 DOCS = [d for d in DOCS if d.name != "SOURCES.md"]
 CASES = [

@@ -13,7 +13,7 @@ from chunkline import get_tokenizer
 from pipeline.config import load_config
 from pipeline.run import run
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 PYTHON_SOURCE = '''"""Dock scheduling."""
