@@ -31,7 +31,7 @@ from annotated_types import Ge, Le
 from typing import Annotated
 from typing import AbstractSet, Sequence
 
-from chunkline.clean import fenced_code_lines, without_lines
+from chunkline.clean import fenced_code_lines, line_indexes, without_lines_marked
 
 _HEADING = re.compile(r" {0,3}#{1,6}(?:[ \t]|$)")
 
@@ -136,12 +136,22 @@ def remove_boilerplate(text: str, frequent: AbstractSet[str], options: Boilerpla
     >>> remove_boilerplate("# Arm\\n\\nCalibrate it.\\n\\n" + footer + "\\n", frequent, opts)
     '# Arm\\n\\nCalibrate it.\\n'
     """
+    return remove_boilerplate_marked(text, (), frequent, options)[0]
+
+
+def remove_boilerplate_marked(
+    text: str, marks: Sequence[int], frequent: AbstractSet[str], options: BoilerplateOptions
+) -> tuple[str, tuple[int, ...]]:
+    """:func:`remove_boilerplate`, and where each mark (an offset at a line start: a PDF's page
+    starts) lands in the text it returns."""
     if not frequent:
-        return text
+        return text, tuple(marks)
     lines, keys, blocks = _candidates(text, options)
     drop = [key is not None and key in frequent for key in keys]
     for para, key in blocks:
         if key in frequent:
             for index in para:
                 drop[index] = True
-    return without_lines(lines, drop) if any(drop) else text
+    if not any(drop):
+        return text, tuple(marks)
+    return without_lines_marked(lines, drop, line_indexes(text, marks))

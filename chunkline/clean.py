@@ -76,16 +76,31 @@ def clean_text(text: str, options: CleanOptions = CleanOptions()) -> str:
     >>> clean_text("Intro\\r\\n\\r\\nPage 3 of 10\\r\\n\\r\\nCafe\\u0301 \\x1b[1mbold\\x1b[0m\\r\\n")
     'Intro\\n\\nCafé bold\\n'
     """
-    text = _LINE_BREAKS.sub("\n", text)
-    if options.drop_control:
-        # Before NFC: a control between a letter and its combining mark would otherwise block
-        # the composition, and dropping it afterwards would leave an uncomposed pair.
-        text = _CONTROL.sub("", _ANSI.sub("", text))
-    if options.nfc:
-        text = unicodedata.normalize("NFC", text)
+    return clean_marked(text, (), options)[0]
+
+
+def clean_marked(
+    text: str, marks: Sequence[int], options: CleanOptions = CleanOptions()
+) -> tuple[str, tuple[int, ...]]:
+    """:func:`clean_text`, and where each mark lands in the cleaned text. A mark is an offset at
+    a line start (a PDF's page starts); decisions that look at the whole document (a rising
+    series of page numbers, fences) still do. Raises ValueError for a mark inside a line."""
+    for mark in marks:
+        if mark and text[mark - 1 : mark] != "\n":
+            raise ValueError(f"mark {mark} is not at a line start")
+    # Character-level steps act within a line, so a segment at a time gives the same text and
+    # tells where each segment now starts.
+    bounds = [*marks, len(text)]
+    pieces = [_clean_characters(text[lo:hi], options) for lo, hi in pairwise([0, *bounds])]
+    text = "".join(pieces)
+    starts = []
+    offset = len(pieces[0])
+    for piece in pieces[1:]:
+        starts.append(offset)
+        offset += len(piece)
     patterns = [re.compile(p) for p in options.patterns]  # re's own cache makes this cheap
     if not (options.drop_page_numbers or patterns):
-        return text
+        return text, tuple(starts)
     lines = text.split("\n")
     code = fenced_code_lines(lines)
     stripped = [line.strip() for line in lines]
@@ -99,7 +114,30 @@ def clean_text(text: str, options: CleanOptions = CleanOptions()) -> str:
     if options.drop_page_numbers:
         for index in _page_number_series(stripped, code):
             drop[index] = True
-    return without_lines(lines, drop) if any(drop) else text
+    if not any(drop):
+        return text, tuple(starts)
+    return without_lines_marked(lines, drop, line_indexes(text, starts))
+
+
+def _clean_characters(text: str, options: CleanOptions) -> str:
+    text = _LINE_BREAKS.sub("\n", text)
+    if options.drop_control:
+        # Before NFC: a control between a letter and its combining mark would otherwise block
+        # the composition, and dropping it afterwards would leave an uncomposed pair.
+        text = _CONTROL.sub("", _ANSI.sub("", text))
+    if options.nfc:
+        text = unicodedata.normalize("NFC", text)
+    return text
+
+
+def line_indexes(text: str, offsets: Sequence[int]) -> list[int]:
+    """The index (in ``text.split("\\n")``) of the line each offset falls in."""
+    found, line, position = [], 0, 0
+    for offset in offsets:
+        line += text.count("\n", position, offset)
+        position = offset
+        found.append(line)
+    return found
 
 
 def _page_number_series(stripped: Sequence[str], code: Sequence[bool]) -> list[int]:
@@ -147,13 +185,28 @@ def without_lines(lines: Sequence[str], drop: Sequence[bool]) -> str:
     >>> without_lines(["a", "", "Page 2", "", "b", "12", "c", ""], [0, 0, 1, 0, 0, 1, 0, 0])
     'a\\n\\nb\\nc\\n'
     """
+    return without_lines_marked(lines, drop, ())[0]
+
+
+def without_lines_marked(
+    lines: Sequence[str], drop: Sequence[bool], mark_lines: Sequence[int]
+) -> tuple[str, tuple[int, ...]]:
+    """:func:`without_lines`, and the offset in its text where each marked line (by index, in
+    order) now starts; a mark on a line that went starts where the text after the gap does.
+
+    >>> without_lines_marked(["a", "7", "b", "", "8", "c"], [0, 1, 0, 0, 1, 0], [1, 3])
+    ('a\\nb\\n\\nc', (2, 4))
+    """
     trailing_newline = len(lines) > 1 and lines[-1] == ""
     if trailing_newline:
         lines, drop = lines[:-1], drop[:-1]
     out: list[str] = []
+    # For every input line, the output line its content (or the gap it was in) starts at.
+    landing: list[int] = []
     index, count = 0, len(lines)
     while index < count:
         if not drop[index] and lines[index].strip():
+            landing.append(len(out))
             out.append(lines[index])
             index += 1
             continue
@@ -163,9 +216,21 @@ def without_lines(lines: Sequence[str], drop: Sequence[bool]) -> str:
             end += 1
         run = range(index, end)
         if not any(drop[i] for i in run):
+            landing.extend(len(out) + offset for offset in range(len(run)))
             out.extend(lines[i] for i in run)
-        elif out and end < count and any(not lines[i].strip() and not drop[i] for i in run):
-            out.append("")
+        else:
+            landing.extend([len(out)] * len(run))
+            if out and end < count and any(not lines[i].strip() and not drop[i] for i in run):
+                out.append("")
         index = end
     text = "\n".join(out)
-    return text + "\n" if trailing_newline and text else text
+    if trailing_newline and text:
+        text += "\n"
+    line_starts = [0]
+    for line in out:
+        line_starts.append(line_starts[-1] + len(line) + 1)
+    marks = tuple(
+        min(line_starts[landing[line]] if line < len(landing) else len(text), len(text))
+        for line in mark_lines
+    )
+    return text, marks

@@ -77,6 +77,38 @@ def main_content(html: str, plain: str) -> str | None:
     return extracted if extracted and extracted.strip() else None
 
 
+# WHATWG HTML: the root element's lang attribute is the page's language (a BCP 47 tag).
+_HTML_LANG = re.compile(r"<html\b[^>]*?\blang\s*=\s*[\"']?([A-Za-z]{2,3}(?:[-_][A-Za-z0-9]{1,8})*)", re.I)
+PAGE_METADATA_KEYS = ("title", "author", "date", "url", "language")
+
+
+def page_metadata(html: str) -> dict[str, str]:
+    """What a page says about itself: ``title``, ``author``, ``date`` (ISO 8601), ``url`` (the
+    canonical or og:url), from trafilatura's metadata extraction (its ``extensive`` date search
+    off: markup only, no guessing from prose), and ``language`` from ``<html lang>``. Keys
+    without a value are left out. Never raises."""
+    found: dict[str, str] = {}
+    language = _HTML_LANG.search(html[:_LANG_SCAN_CHARS])
+    if language:
+        found["language"] = language.group(1)
+    if _over_libxml2_limits(html):
+        return found
+    from trafilatura import extract_metadata
+
+    try:
+        extracted = extract_metadata(html, extensive=False)
+    except Exception:  # noqa: BLE001 - lxml raises many types on hostile markup; never fail a read
+        return found
+    for key in ("title", "author", "date", "url"):
+        value = getattr(extracted, key, None)
+        if isinstance(value, str) and value.strip():
+            found[key] = value.strip()
+    return found
+
+
+_LANG_SCAN_CHARS = 4096
+
+
 def _over_libxml2_limits(html: str) -> bool:
     """Whether libxml2's HTML parser, as trafilatura runs it, hits one of its resource limits."""
     from lxml import etree, html as lxml_html

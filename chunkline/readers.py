@@ -9,8 +9,17 @@ Which decoder runs is decided by the file extension, case-insensitive:
     .tsx .go .java .rs   keeps the extension, so a code splitter can pick its grammar)
     .html .htm           one document, the page's main content as Markdown
                          (``chunkline.html_markdown``: trafilatura); a page with none is rejected
+    .pdf                 one document, the text of its pages joined by a blank line, with the
+                         page-start table and the outline (``chunkline.pdf``: PDFium)
     .jsonl               one document per non-blank line (a JSON object)
     .parquet             one document per row; a file without rows is rejected as empty
+
+Metadata (``chunkline.metadata``): a Markdown or text file's YAML front matter is parsed and cut
+from the text (the document's text starts after it, so offsets stay exact); an HTML page's
+title, author, date, URL and language and a PDF's title and author are recorded; a JSONL
+record's metadata object and a Parquet file's metadata columns are copied, each value made
+JSON. The user's own fields win over what the format declares. Every document also records its
+``format`` and its file's size and modification time.
 
 Text is decoded by :func:`decode_text`, and every document records the codec in ``encoding``.
 A BOM (UTF-8, UTF-16, UTF-32) always decides, for every type above but Parquet (whose strings
@@ -44,8 +53,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from annotated_types import Ge, MinLen
 
-from chunkline.html_markdown import html_to_text, main_content
+from chunkline.html_markdown import html_to_text, main_content, page_metadata
+from chunkline.metadata import FrontMatter, MetadataError, front_matter, metadata_pairs
 from chunkline.options import check_fields, help_text
+from chunkline.pdf import read_pdf
 from chunkline.records import Document, Rejected
 
 TEXT_EXTENSIONS = frozenset({".txt", ".md", ".markdown"})
@@ -54,10 +65,19 @@ CODE_EXTENSIONS = frozenset({".py", ".js", ".mjs", ".ts", ".tsx", ".go", ".java"
 HTML_EXTENSIONS = frozenset({".html", ".htm"})
 JSONL_EXTENSIONS = frozenset({".jsonl"})
 PARQUET_EXTENSIONS = frozenset({".parquet"})
+PDF_EXTENSIONS = frozenset({".pdf"})
 # One file, one document: the file's size is the document's size, so an oversized file can be
-# rejected from its metadata without reading it.
+# rejected from its metadata without reading it. (A PDF's size is mostly fonts and images: its
+# limit applies to the text read from it.)
 SINGLE_DOCUMENT_EXTENSIONS = TEXT_EXTENSIONS | CODE_EXTENSIONS | HTML_EXTENSIONS
-SUPPORTED_EXTENSIONS = SINGLE_DOCUMENT_EXTENSIONS | JSONL_EXTENSIONS | PARQUET_EXTENSIONS
+SUPPORTED_EXTENSIONS = (SINGLE_DOCUMENT_EXTENSIONS | JSONL_EXTENSIONS | PARQUET_EXTENSIONS
+                        | PDF_EXTENSIONS)
+# The ``format`` each extension's documents record.
+FORMATS = {
+    **{ext: "markdown" for ext in (".md", ".markdown")}, ".txt": "text",
+    **{ext: "code" for ext in CODE_EXTENSIONS}, **{ext: "html" for ext in HTML_EXTENSIONS},
+    ".jsonl": "jsonl", ".parquet": "parquet", ".pdf": "pdf",
+}
 
 EMPTY = "empty document"
 BINARY = "binary file"
@@ -178,14 +198,23 @@ def reject_before_reading(
 
 
 def decode_file(
-    uri: str, data: bytes, root: str, options: ReadOptions
+    uri: str, data: bytes, root: str, options: ReadOptions, modified: float | None = None
 ) -> list[Document | Rejected]:
     """Every document in one file's bytes, and a ``Rejected`` for each thing that is not one.
+    ``modified``: the file's modification time (seconds since the epoch), where known.
 
     Never raises for bad input. A supported file always yields at least one record: a readable
     Parquet file with no rows yields one ``Rejected`` ("empty document (Parquet file has no
     rows)"), so no input vanishes from the accounting.
     """
+    records = _decode_file(uri, data, root, options)
+    facts = {"format": FORMATS.get(extension(uri), ""), "file_size": len(data),
+             "file_modified": modified}
+    return [replace(record, **facts) if isinstance(record, Document) else record
+            for record in records]
+
+
+def _decode_file(uri: str, data: bytes, root: str, options: ReadOptions) -> list[Document | Rejected]:
     early = reject_before_reading(uri, root, len(data), options)
     if early is not None:
         return [early]
@@ -195,6 +224,8 @@ def decode_file(
         return _decode_parquet(uri, doc_id, data, options)
     if ext in JSONL_EXTENSIONS:
         return _decode_jsonl(uri, doc_id, data, options)
+    if ext in PDF_EXTENSIONS:
+        return [_decode_pdf(uri, doc_id, data, options)]
     decoded = decode_text(data, html=ext in HTML_EXTENSIONS)
     if isinstance(decoded, str):
         return [Rejected(uri, doc_id, decoded)]
@@ -204,16 +235,46 @@ def decode_file(
         too_big = _over_limit(len(text.encode("utf-8")), options)
         if too_big:
             return [Rejected(uri, doc_id, too_big)]
+    metadata: tuple[tuple[str, str], ...] = ()
     if ext in HTML_EXTENSIONS:
         plain = html_to_text(text)
         if not plain.strip():
             return [Rejected(uri, doc_id, EMPTY)]  # no text at all, not even page chrome
-        text = main_content(text, plain)
+        html = text
+        text = main_content(html, plain)
         if text is None:
             return [Rejected(uri, doc_id, NO_MAIN_CONTENT)]
+        metadata = metadata_pairs(page_metadata(html).items())
+    elif ext in TEXT_EXTENSIONS:
+        found = front_matter(text)
+        if isinstance(found, str):
+            return [Rejected(uri, doc_id, found)]
+        if isinstance(found, FrontMatter):
+            # The fields are metadata, not content: the document's text starts after them.
+            text, metadata = text[found.body_start:], found.pairs
+            if not text.strip():
+                return [Rejected(uri, doc_id, f"{EMPTY} (front matter only)")]
     if not text.strip():
         return [Rejected(uri, doc_id, EMPTY)]
-    return [Document(doc_id=doc_id, uri=uri, text=text, encoding=encoding)]
+    return [Document(doc_id=doc_id, uri=uri, text=text, metadata=metadata, encoding=encoding)]
+
+
+def _decode_pdf(uri: str, doc_id: str, data: bytes, options: ReadOptions) -> Document | Rejected:
+    found = read_pdf(data)
+    if isinstance(found, str):
+        return Rejected(uri, doc_id, found)
+    text = found.text
+    if not utf8_encodable(text):
+        return Rejected(uri, doc_id, "PDF text contains an unpaired surrogate")
+    too_big = _over_limit(len(text.encode("utf-8")), options)
+    if too_big:
+        return Rejected(uri, doc_id, f"{too_big} (text read from the PDF)")
+    try:
+        metadata = metadata_pairs(found.info.items())
+    except MetadataError as exc:
+        return Rejected(uri, doc_id, str(exc))
+    return Document(doc_id=doc_id, uri=uri, text=text, metadata=metadata, encoding="",
+                    page_starts=found.page_starts, outline=found.outline)
 
 
 def locator(path: str, position: int) -> str:
@@ -509,11 +570,11 @@ def _jsonl_record(line: str, uri: str, options: ReadOptions) -> Document | str:
         if not isinstance(value[meta_field], dict):
             return f"{meta_field!r} is {_type_name(value[meta_field])}, not an object"
         try:
-            metadata = _metadata_pairs(value[meta_field].items())
+            metadata = metadata_pairs(value[meta_field].items())
         except RecursionError:
             return f"{meta_field!r} is nested too deeply"
-        if not all(utf8_encodable(key) and utf8_encodable(val) for key, val in metadata):
-            return f"{meta_field!r} contains an unpaired surrogate escape"
+        except MetadataError as exc:
+            return str(exc)
     return _record_document(doc_id, uri, text, metadata, id_field, text_field, options)
 
 
@@ -567,7 +628,10 @@ def _parquet_row(
     text = columns[text_col][row]
     if not isinstance(text, str):
         return f"{text_col!r} is {_type_name(text)}, not a string"
-    metadata = _metadata_pairs((name, columns[name][row]) for name in options.parquet.metadata_columns)
+    try:
+        metadata = metadata_pairs((name, columns[name][row]) for name in options.parquet.metadata_columns)
+    except MetadataError as exc:
+        return str(exc)
     return _record_document(doc_id, uri, text, metadata, id_col, text_col, options)
 
 
@@ -586,17 +650,6 @@ def _record_id(value: Any, field: str) -> tuple[str, str | None]:
     if not utf8_encodable(value):
         return "", f"{field!r} contains an unpaired surrogate escape"
     return value, None
-
-
-def _metadata_pairs(items: Any) -> tuple[tuple[str, str], ...]:
-    """Sorted (key, JSON value) pairs: hashable and stable, whatever the value's type. Values
-    JSON has no form for (dates, bytes) are written as their ``str``."""
-    return tuple(
-        sorted(
-            (str(key), json.dumps(value, sort_keys=True, ensure_ascii=False, default=str))
-            for key, value in items
-        )
-    )
 
 
 def _record_document(

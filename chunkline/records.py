@@ -8,11 +8,14 @@ changes one returns a new record (``dataclasses.replace``).
 from __future__ import annotations
 
 import hashlib
+from bisect import bisect_right
 import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+
+from chunkline.metadata import MetadataPairs, file_facts, merged, metadata_json
 
 KEPT = "kept"
 DUPLICATE = "duplicate"
@@ -34,6 +37,36 @@ class Document:
     # The Python codec the file's bytes were decoded with ("utf-8", "utf-16", "windows-1251");
     # "" where no bytes were decoded (a document built in code).
     encoding: str = field(default="", compare=False)
+    # What the reader made of the file: "markdown", "text", "code", "html", "pdf", "jsonl",
+    # "parquet" ("" for a document built in code). Provenance, like the file's size and
+    # modification time (seconds since the epoch), which enter the metadata column.
+    format: str = field(default="", compare=False)
+    file_size: int | None = field(default=None, compare=False)
+    file_modified: float | None = field(default=None, compare=False)
+    # A paged document (PDF): where each page starts in ``text`` (page 1 at index 0), kept
+    # exact through cleaning and boilerplate removal; () for a document without pages.
+    page_starts: tuple[int, ...] = ()
+    # The document's own outline (PDF bookmarks): (page index, level, title) in outline order.
+    outline: tuple[tuple[int, int, str], ...] = ()
+
+    def all_metadata(self) -> MetadataPairs:
+        """The file's facts (``source_uri``, ``file_size``, ``file_modified``) under the
+        document's own metadata: what the ``metadata`` columns hold."""
+        return merged(file_facts(self.uri, self.file_size, self.file_modified), self.metadata)
+
+    def page_range(self, start: int, end: int) -> tuple[int, int] | tuple[None, None]:
+        """The 1-based first and last page holding ``text[start:end]``; (None, None) for a
+        document without pages."""
+        if not self.page_starts:
+            return None, None
+        # Judged on the text, not the whitespace around it: a chunk that starts on the blank
+        # line between two pages holds text of the second only.
+        first, last = start, end - 1
+        while first < last and self.text[first].isspace():
+            first += 1
+        while last > first and self.text[last].isspace():
+            last -= 1
+        return bisect_right(self.page_starts, first), bisect_right(self.page_starts, max(first, last))
 
 
 @dataclass(frozen=True)
@@ -56,6 +89,14 @@ class DocumentStatus:
     status: str
     duplicate_of: str | None = None
     encoding: str = ""  # the document's ``Document.encoding``; "" for a rejected document
+    format: str = ""  # the document's ``Document.format``; "" for a rejected one
+    metadata: str = "{}"  # JSON object text: ``Document.all_metadata()``
+    page_starts: tuple[int, ...] | None = None  # a paged document's ``Document.page_starts``
+
+    @classmethod
+    def of(cls, doc: Document, digest: str, status: str, duplicate_of: str | None = None) -> DocumentStatus:
+        return cls(doc.doc_id, doc.uri, doc.text, digest, status, duplicate_of, doc.encoding,
+                   doc.format, metadata_json(doc.all_metadata()), doc.page_starts or None)
 
 
 @dataclass(frozen=True)
@@ -83,6 +124,12 @@ class ChunkRecord:
     table_header: str = ""
     # hash(model, dtype, mode, embed_text()): equal keys may reuse a previous run's vector.
     content_key: str = ""
+    # The document's metadata as JSON object text (the keys ``output.chunk_metadata`` names),
+    # and the 1-based pages the chunk spans in a paged document (None otherwise). Not in the
+    # content key: a metadata change keeps the chunk's vector.
+    metadata: str = "{}"
+    page_start: int | None = None
+    page_end: int | None = None
 
     def embed_text(self) -> str:
         """What the embedder reads: heading path, contextual header, repeated table header,
@@ -155,6 +202,9 @@ def chunk_schema(dim: int | None) -> pa.Schema:
             pa.field("context_status", pa.string(), nullable=False),
             pa.field("search_text", pa.string(), nullable=False),
             pa.field("content_key", pa.string(), nullable=False),
+            pa.field("metadata", pa.string(), nullable=False),
+            pa.field("page_start", pa.int32(), nullable=True),
+            pa.field("page_end", pa.int32(), nullable=True),
             pa.field("embedding", vector, nullable=dim is None),
         ]
     )
@@ -170,6 +220,9 @@ def document_schema() -> pa.Schema:
             pa.field("status", pa.string(), nullable=False),
             pa.field("duplicate_of", pa.string(), nullable=True),
             pa.field("encoding", pa.string(), nullable=False),
+            pa.field("format", pa.string(), nullable=False),
+            pa.field("metadata", pa.string(), nullable=False),
+            pa.field("page_starts", pa.list_(pa.int64()), nullable=True),
         ]
     )
 

@@ -70,6 +70,8 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
         semantic=stages.semantic,
         semantic_model=stages.embed if stages.semantic is not None else None,
         max_chars=config.split.max_chars,
+        chunk_metadata=(tuple(config.output.chunk_metadata)
+                        if config.output.chunk_metadata is not None else None),
     )
     if stages.context is not None:
         from transforms.context import ContextualHeaders  # the LLM SDKs load only when on

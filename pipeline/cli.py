@@ -144,8 +144,11 @@ def _query_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if not args.question.strip():
         print("chunkline query: the question is empty", file=err)
         return 2
+    from chunkline.metadata import parse_condition
+
     try:
-        hits = search(args.output, args.question, args.k)
+        where = [parse_condition(spec) for spec in args.where]
+        hits = search(args.output, args.question, args.k, where)
     except (ValueError, FileNotFoundError) as exc:
         print(f"chunkline query: {exc}", file=err)
         return 2
@@ -153,7 +156,9 @@ def _query_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         path = " › ".join(hit.headings) or "(no heading)"
         snippet = " ".join(hit.text.split())
         snippet = snippet if len(snippet) <= 240 else snippet[:239] + "…"
-        print(f"{rank}. {hit.score:.3f}  {hit.doc_id} [{hit.start}:{hit.end}]  {path}", file=out)
+        pages = ("" if hit.page_start is None else f"  p. {hit.page_start}" if hit.page_end == hit.page_start
+                 else f"  pp. {hit.page_start}-{hit.page_end}")
+        print(f"{rank}. {hit.score:.3f}  {hit.doc_id} [{hit.start}:{hit.end}]{pages}  {path}", file=out)
         print(f"   {snippet}", file=out)
     return 0
 
@@ -207,6 +212,10 @@ def build_parser() -> argparse.ArgumentParser:
     query_parser.add_argument("output", help="output directory (holding LATEST) or a run directory")
     query_parser.add_argument("question")
     query_parser.add_argument("-k", type=int, default=5, help="hits to print (>= 1)")
+    query_parser.add_argument(
+        "--where", action="append", default=[], metavar="KEY=VALUE",
+        help="only chunks whose metadata KEY equals VALUE (an array: contains it); repeat to "
+        "require several; applied before ranking")
     query_parser.set_defaults(handler=_query_command)
     return parser
 

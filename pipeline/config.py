@@ -11,10 +11,12 @@ import dataclasses
 import re
 import typing
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
+from pydantic import (
+    BaseModel, ConfigDict, Field, StringConstraints, ValidationError, create_model, model_validator,
+)
 
 from chunkline.boilerplate import BoilerplateOptions
 from chunkline.context.options import ContextOptions
@@ -100,6 +102,9 @@ class OutputConfig(_Section):
     path: str = Field("out", min_length=1, pattern=r"\S",
                       description="Directory (local or gs://) that receives <run_id>/.")
     chunk_shards: int = Field(4, ge=1, le=10_000, description="Number of chunk Parquet files.")
+    chunk_metadata: tuple[Annotated[str, StringConstraints(min_length=1)], ...] | None = Field(
+        None, description="Metadata keys copied onto chunk rows (the documents table keeps "
+        "them all). None: every key.")
     previous: str | None = Field(
         None, min_length=1,
         description="Reuse vectors from this index: an output root (its LATEST run) or a run "

@@ -7,7 +7,7 @@ import apache_beam as beam
 import pytest
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.testing.util import BeamAssertException, assert_that, equal_to
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chunkline.boilerplate import (
@@ -16,6 +16,7 @@ from chunkline.boilerplate import (
     line_keys,
     normalize_line,
     remove_boilerplate,
+    remove_boilerplate_marked,
 )
 from chunkline.records import Document, Rejected
 from tests.beam_helpers import fnapi_pipeline
@@ -207,3 +208,25 @@ def test_thresholds_decide() -> None:
         pairs = share.documents | "Pairs" >> beam.Filter(lambda d: d.doc_id.startswith("pair"))
         assert_that(pairs | "FIds" >> beam.Map(lambda d: (d.doc_id, d.text)),
                     equal_to([("pair-a.md", "A."), ("pair-b.md", "B.")]), label="share")
+
+
+# --- Page starts through boilerplate removal (PDF) ---------------------------------------------
+
+FOOTER = "Northwind Robotics confidential manual"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(["", FOOTER, "x", "body line one", "body line two"]),
+                         max_size=6), min_size=1, max_size=5))
+def test_page_starts_follow_the_lines_boilerplate_removal_keeps(pages: list[list[str]]) -> None:
+    options = BoilerplateOptions(min_line_chars=10)
+    frequent = line_keys(FOOTER, options)
+    text, starts = "", []
+    for number, lines in enumerate(pages):
+        starts.append(len(text))
+        text += "\n".join([f"page {number} marker", *lines]) + "\n\n"
+    stripped, moved = remove_boilerplate_marked(text, starts, frequent, options)
+    assert stripped == remove_boilerplate(text, frequent, options)
+    bounds = [*moved, len(stripped)]
+    for number, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
+        assert stripped[lo:hi].startswith(f"page {number} marker\n")

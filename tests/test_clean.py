@@ -7,10 +7,10 @@ import unicodedata
 import apache_beam as beam
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
-from hypothesis import example, given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from chunkline.clean import CleanOptions, clean_text, fenced_code_lines, without_lines
+from chunkline.clean import CleanOptions, clean_marked, clean_text, fenced_code_lines, without_lines
 from chunkline.records import Document, Rejected
 from tests.beam_helpers import fnapi_pipeline
 from transforms.clean import EMPTY_AFTER_CLEANING, CleanDocuments
@@ -158,3 +158,48 @@ def test_clean_documents_stage() -> None:
         ]), label="documents")
         assert_that(out.rejected, equal_to([Rejected("/c/c.txt", "c.txt", EMPTY_AFTER_CLEANING)]),
                     label="rejected")
+
+
+# --- Page starts through cleaning (PDF) --------------------------------------------------------
+
+
+NOISE_LINES = st.sampled_from(["", "  ", "Page 3 of 9", "- 4 -", "12", "13", "\x1b[1m", "\r", "Cafe\u0301"])
+
+
+@st.composite
+def paged_texts(draw):
+    """Pages of lines: each page has marker lines no cleaning drops, among noise that it may."""
+    pages = []
+    for page in range(draw(st.integers(1, 5))):
+        lines = draw(st.lists(NOISE_LINES, max_size=6))
+        for marker in range(draw(st.integers(0, 3))):
+            lines.insert(draw(st.integers(0, len(lines))), f"p{page}m{marker} text")
+        pages.append("\n".join(lines))
+    return pages
+
+
+@settings(max_examples=300, deadline=None)
+@given(paged_texts(), st.booleans())
+def test_page_starts_follow_the_lines_cleaning_keeps(pages: list[str], drop_numbers: bool) -> None:
+    text, starts = "", []
+    for page in pages:
+        starts.append(len(text))
+        text += page + "\n\n"
+    options = CleanOptions(drop_page_numbers=drop_numbers)
+    cleaned, moved = clean_marked(text, starts[1:], options)
+    assert cleaned == clean_text(text, options)
+    bounds = [0, *moved, len(cleaned)]
+    assert bounds == sorted(bounds)
+    for page, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
+        for line in cleaned.split("\n"):
+            if line.startswith("p") and "m" in line and line.endswith(" text"):
+                owner = int(line[1:line.index("m")])
+                position = cleaned.index(line)
+                assert (lo <= position < hi) == (owner == page), (line, page, moved)
+        if page:
+            assert lo == 0 or cleaned[lo - 1] == "\n"  # a page still starts a line
+
+
+def test_a_mark_inside_a_line_is_an_error() -> None:
+    with pytest.raises(ValueError):
+        clean_marked("ab\ncd", [1])

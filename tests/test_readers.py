@@ -228,7 +228,8 @@ def test_locator() -> None:
         # Bytes behind a UTF-16 BOM that decode to control characters are still binary.
         ("bom-binary.txt", b"\xff\xfe" + "\x01\x02\x03\x00".encode("utf-16-le") * 20,
          "binary file"),
-        ("paper.pdf", b"%PDF-1.7", "unsupported file type .pdf"),
+        ("slides.pptx", b"PK\x03\x04", "unsupported file type .pptx"),
+        ("paper.pdf", b"%PDF-1.7", "truncated PDF (no %%EOF marker at its end)"),
         ("README", b"text", "unsupported file type (no extension)"),
         ("archive.jsonl.gz", b"\x1f\x8b", "unsupported file type .gz"),
     ],
@@ -259,7 +260,7 @@ def test_no_size_limit() -> None:
     [
         ("big.md", 11, "document is 11 bytes, over the limit of 10"),
         ("empty.jsonl", 0, "empty document"),
-        ("x.pdf", 5, "unsupported file type .pdf"),
+        ("x.docx", 5, "unsupported file type .docx"),
     ],
 )
 def test_reject_before_reading(name: str, size: int, reason: str) -> None:
@@ -267,9 +268,11 @@ def test_reject_before_reading(name: str, size: int, reason: str) -> None:
     assert record == Rejected(f"{ROOT}/{name}", name, reason)
 
 
-@pytest.mark.parametrize(("name", "size"), [("ok.md", 10), ("big.jsonl", 11), ("big.parquet", 99)])
+@pytest.mark.parametrize(("name", "size"), [("ok.md", 10), ("big.jsonl", 11), ("big.parquet", 99),
+                                            ("big.pdf", 99)])
 def test_reject_before_reading_lets_through(name: str, size: int) -> None:
-    # A JSONL or Parquet file holds many documents: the limit applies to each, after reading.
+    # A JSONL or Parquet file holds many documents, a PDF mostly fonts and images: the limit
+    # applies to the text, after reading.
     assert reject_before_reading(name, "", size, ReadOptions(max_document_bytes=10)) is None
 
 
@@ -570,7 +573,7 @@ def test_jsonl_line_separator_inside_a_string_is_not_a_line_break() -> None:
         ('{"id": "b", "text": "\\ud800"}', "line 2: 'text' contains an unpaired surrogate escape (id 'b')"),
         ('{"id": "\\udc00", "text": "x"}', "line 2: 'id' contains an unpaired surrogate escape"),
         ('{"id": "b", "text": "x", "metadata": {"k": "\\ud800"}}',
-         "line 2: 'metadata' contains an unpaired surrogate escape"),
+         "line 2: metadata 'k' contains an unpaired surrogate escape"),
         ("[" * 100_000, "line 2: not valid JSON (nested too deeply)"),
         ('{"id": ' + "9" * 5000 + ', "text": "x"}', "line 2: not valid JSON (Exceeds the limit"),
     ],
@@ -774,3 +777,73 @@ def test_any_bytes_never_raise(data: bytes, name: str, limit: int | None) -> Non
 def test_readers_do_not_import_beam() -> None:
     code = "import sys, chunkline.readers; sys.exit('apache_beam' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+# --- Metadata and format -----------------------------------------------------------------------
+
+
+def meta(doc: Document) -> dict:
+    return {key: json.loads(value) for key, value in doc.all_metadata()}
+
+
+def test_front_matter_is_metadata_and_not_text() -> None:
+    data = "---\ntitle: Arm guide\naccess: [ops]\nreviewed: 2024-06-01\n---\n# Arm\n\nBody.\n".encode()
+    doc = only(decode("guides/arm.md", data))
+    assert doc.text == "# Arm\n\nBody.\n" and doc.format == "markdown"
+    assert meta(doc) == {"title": "Arm guide", "access": ["ops"], "reviewed": "2024-06-01",
+                         "source_uri": f"{ROOT}/guides/arm.md", "file_size": len(data)}
+
+
+@pytest.mark.parametrize(("data", "reason"), [
+    (b"---\ntitle: [unclosed\n---\nBody\n", "front matter is not valid YAML"),
+    (b"---\ntitle: x\n---\n\n  \n", "empty document (front matter only)"),
+    (b"---\nscore: .nan\n---\nBody\n", "front matter: metadata 'score' is nan"),
+])
+def test_bad_front_matter_rejects_the_document(data: bytes, reason: str) -> None:
+    assert rejection("a.md", data).startswith(reason)
+
+
+def test_front_matter_is_not_read_in_code_or_html() -> None:
+    source = b"---\ntitle: x\n---\nprint('hi')\n"
+    assert only(decode("a.py", source)).text == source.decode()
+
+
+def test_html_metadata_from_the_page() -> None:
+    page = ("<html lang='de-AT'><head><title>Arm guide</title><meta name='author' content='Ann Lee'>"
+            "<meta property='article:published_time' content='2024-03-05'>"
+            "<link rel='canonical' href='https://example.org/arm'></head>"
+            "<body><article><h1>Arm guide</h1><p>" + "Mount the arm on its base plate. " * 20
+            + "</p></article></body></html>")
+    doc = only(decode("site/arm.html", page.encode()))
+    fields = meta(doc)
+    assert doc.format == "html"
+    assert {k: fields[k] for k in ("title", "author", "date", "url", "language")} == {
+        "title": "Arm guide", "author": "Ann Lee", "date": "2024-03-05",
+        "url": "https://example.org/arm", "language": "de-AT"}
+
+
+def test_record_metadata_wins_and_file_facts_are_recorded() -> None:
+    data = jsonl({"id": "a", "text": "Alpha.", "metadata": {"source_uri": "https://wiki/a", "n": 1}})
+    [doc] = decode_file(f"{ROOT}/d.jsonl", data, ROOT, OPTIONS, 86_400.0)
+    assert doc.format == "jsonl"
+    assert meta(doc) == {"source_uri": "https://wiki/a", "n": 1, "file_size": len(data),
+                         "file_modified": "1970-01-02T00:00:00Z"}
+
+
+def test_metadata_json_cannot_hold_rejects_the_record() -> None:
+    data = jsonl({"id": "a", "text": "ok", "metadata": {"n": 1}}, '{"id": "b", "text": "x", "metadata": {"score": NaN}}')
+    good, bad = decode("d.jsonl", data)
+    assert isinstance(good, Document)
+    assert bad.reason == "line 2: metadata 'score' is nan, which JSON cannot hold"
+    table = pa.table({"id": ["a"], "text": ["x"], "blob": [b"\x00\x01"]})
+    options = ReadOptions(parquet=ParquetOptions(metadata_columns=("blob",)))
+    assert only(decode("t.parquet", parquet_bytes(table), options)).reason == (
+        "row 0: metadata 'blob' is binary (bytes), not text")
+
+
+@pytest.mark.parametrize(("name", "expected"), [
+    ("a.md", "markdown"), ("a.markdown", "markdown"), ("a.txt", "text"), ("a.py", "code"),
+    ("a.go", "code"),
+])
+def test_format_is_recorded(name: str, expected: str) -> None:
+    assert only(decode(name, b"text\n")).format == expected

@@ -19,9 +19,9 @@ from chunkline.boilerplate import (
     BoilerplateOptions,
     frequency_floor,
     line_keys,
-    remove_boilerplate,
+    remove_boilerplate_marked,
 )
-from chunkline.clean import CleanOptions, clean_text
+from chunkline.clean import CleanOptions, clean_marked
 from chunkline.records import Document, Rejected, doc_hash
 
 REJECTED = "rejected"
@@ -41,14 +41,15 @@ class _Clean(beam.DoFn):
         self._rejected = Metrics.counter("clean", "rejected")
 
     def process(self, doc: Document) -> Iterable[Document | TaggedOutput]:
-        text = clean_text(doc.text, self._options)
+        # A PDF's page starts move with the lines cleaning drops.
+        text, page_starts = clean_marked(doc.text, doc.page_starts, self._options)
         if not text.strip():
             self._rejected.inc()
             yield TaggedOutput(REJECTED, Rejected(doc.uri, doc.doc_id, EMPTY_AFTER_CLEANING))
             return
         if text != doc.text:
             self._changed.inc()
-            doc = dataclasses.replace(doc, text=text)
+            doc = dataclasses.replace(doc, text=text, page_starts=page_starts)
         yield doc
 
 class CleanDocuments(beam.PTransform):
@@ -79,7 +80,8 @@ class _Strip(beam.DoFn):
     def process(
         self, doc: Document, frequent: AbstractSet[str]
     ) -> Iterable[Document | TaggedOutput]:
-        text = remove_boilerplate(doc.text, frequent, self._options)
+        text, page_starts = remove_boilerplate_marked(doc.text, doc.page_starts, frequent,
+                                                      self._options)
         if text == doc.text:
             yield doc
             return
@@ -89,7 +91,7 @@ class _Strip(beam.DoFn):
             self._rejected.inc()
             yield TaggedOutput(REJECTED, Rejected(doc.uri, doc.doc_id, EMPTY_AFTER_BOILERPLATE))
             return
-        yield dataclasses.replace(doc, text=text)
+        yield dataclasses.replace(doc, text=text, page_starts=page_starts)
 
 class RemoveBoilerplate(beam.PTransform):
     """``PCollection[Document]`` -> :class:`CleanOutputs`: lines and short blocks that occur in

@@ -77,6 +77,26 @@ def _read_vector(stream) -> tuple[float, ...] | None:
     return tuple(np.frombuffer(data, dtype="<f4" if kind == _FLOAT32 else "<f8").tolist())
 
 
+def _write_optional_int(out, value: int | None) -> None:
+    out.write_byte(value is not None)
+    if value is not None:
+        out.write_var_int64(value)
+
+
+def _read_optional_int(stream) -> int | None:
+    return stream.read_var_int64() if stream.read_byte() else None
+
+
+def _write_ints(out, values: tuple[int, ...]) -> None:
+    out.write_var_int64(len(values))
+    for value in values:
+        out.write_var_int64(value)
+
+
+def _read_ints(stream) -> tuple[int, ...]:
+    return tuple(stream.read_var_int64() for _ in range(stream.read_var_int64()))
+
+
 def _write_strs(out, values: tuple[str, ...]) -> None:
     out.write_var_int64(len(values))
     for value in values:
@@ -94,8 +114,11 @@ def encode_chunk(out, r: ChunkRecord) -> None:
     # The id is the doc id and the span (records.chunk_id): sent only when it is something else.
     _write_optional_str(out, None if r.chunk_id == chunk_id(r.doc_id, r.start, r.end) else r.chunk_id)
     _write_strs(out, r.headings)
-    for text in (r.text, r.prefix, r.context, r.context_status, r.table_header, r.content_key):
+    for text in (r.text, r.prefix, r.context, r.context_status, r.table_header, r.content_key,
+                 r.metadata):
         _write_str(out, text)
+    _write_optional_int(out, r.page_start)
+    _write_optional_int(out, r.page_end)
     _write_vector(out, r.embedding)
 
 
@@ -104,31 +127,49 @@ def decode_chunk(stream) -> ChunkRecord:
     chunk_index, start, end, tokens = (stream.read_var_int64() for _ in range(4))
     explicit_id = _read_optional_str(stream)
     headings = _read_strs(stream)
-    text, prefix, context, context_status, table_header, content_key = (
-        _read_str(stream) for _ in range(6))
+    text, prefix, context, context_status, table_header, content_key, metadata = (
+        _read_str(stream) for _ in range(7))
+    page_start, page_end = _read_optional_int(stream), _read_optional_int(stream)
     return ChunkRecord(
         doc_id=doc_id, chunk_id=chunk_id(doc_id, start, end) if explicit_id is None else explicit_id,
         chunk_index=chunk_index, start=start, end=end,
         headings=headings, text=text, tokens=tokens, embedding=_read_vector(stream), prefix=prefix,
         context=context, context_status=context_status, table_header=table_header,
-        content_key=content_key)
+        content_key=content_key, metadata=metadata, page_start=page_start, page_end=page_end)
 
 
 def encode_document(out, d: Document) -> None:
-    for text in (d.doc_id, d.uri, d.text, d.encoding):
+    for text in (d.doc_id, d.uri, d.text, d.encoding, d.format):
         _write_str(out, text)
     out.write_var_int64(d.position)
     out.write_var_int64(len(d.metadata))
     for key, value in d.metadata:
         _write_str(out, key)
         _write_str(out, value)
+    _write_optional_int(out, d.file_size)
+    out.write_byte(d.file_modified is not None)
+    if d.file_modified is not None:
+        out.write_bigendian_double(d.file_modified)
+    _write_ints(out, d.page_starts)
+    out.write_var_int64(len(d.outline))
+    for page, level, title in d.outline:
+        out.write_var_int64(page)
+        out.write_var_int64(level)
+        _write_str(out, title)
 
 
 def decode_document(stream) -> Document:
-    doc_id, uri, text, encoding = (_read_str(stream) for _ in range(4))
+    doc_id, uri, text, encoding, format_ = (_read_str(stream) for _ in range(5))
     position = stream.read_var_int64()
     metadata = tuple((_read_str(stream), _read_str(stream)) for _ in range(stream.read_var_int64()))
-    return Document(doc_id, uri, text, metadata, position=position, encoding=encoding)
+    file_size = _read_optional_int(stream)
+    file_modified = stream.read_bigendian_double() if stream.read_byte() else None
+    page_starts = _read_ints(stream)
+    outline = tuple((stream.read_var_int64(), stream.read_var_int64(), _read_str(stream))
+                    for _ in range(stream.read_var_int64()))
+    return Document(doc_id, uri, text, metadata, position=position, encoding=encoding,
+                    format=format_, file_size=file_size, file_modified=file_modified,
+                    page_starts=page_starts, outline=outline)
 
 
 def encode_document_chunks(out, e: DocumentChunks) -> None:
@@ -144,14 +185,21 @@ def decode_document_chunks(stream) -> DocumentChunks:
 
 
 def encode_status(out, s: DocumentStatus) -> None:
-    for text in (s.doc_id, s.uri, s.text, s.doc_hash, s.status, s.encoding):
+    for text in (s.doc_id, s.uri, s.text, s.doc_hash, s.status, s.encoding, s.format, s.metadata):
         _write_str(out, text)
     _write_optional_str(out, s.duplicate_of)
+    out.write_byte(s.page_starts is not None)
+    if s.page_starts is not None:
+        _write_ints(out, s.page_starts)
 
 
 def decode_status(stream) -> DocumentStatus:
-    doc_id, uri, text, digest, status, encoding = (_read_str(stream) for _ in range(6))
-    return DocumentStatus(doc_id, uri, text, digest, status, _read_optional_str(stream), encoding)
+    doc_id, uri, text, digest, status, encoding, format_, metadata = (
+        _read_str(stream) for _ in range(8))
+    duplicate_of = _read_optional_str(stream)
+    page_starts = _read_ints(stream) if stream.read_byte() else None
+    return DocumentStatus(doc_id, uri, text, digest, status, duplicate_of, encoding, format_,
+                          metadata, page_starts)
 
 
 def encode_rejected(out, r: Rejected) -> None:

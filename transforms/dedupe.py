@@ -58,7 +58,7 @@ class DedupeOutputs(NamedTuple):
 
 
 def _status(doc: Document, digest: str, status: str, duplicate_of: str | None = None) -> DocumentStatus:
-    return DocumentStatus(doc.doc_id, doc.uri, doc.text, digest, status, duplicate_of, doc.encoding)
+    return DocumentStatus.of(doc, digest, status, duplicate_of)
 
 
 def _input_order(doc: Document) -> tuple[str, int, str]:

@@ -91,7 +91,9 @@ class _DecodeFile(beam.DoFn):
             # Only the read is guarded: one unreadable file is a rejection, not a failed job.
             reason = f"could not read file ({type(exc).__name__}: {exc})"
             return [Rejected(uri, relative_id(uri, self._root), reason)]
-        return decode_file(uri, data, self._root, self._options)
+        # Beam's FileMetadata says 0.0 where a filesystem did not report the time.
+        modified = readable.metadata.last_updated_in_seconds or None
+        return decode_file(uri, data, self._root, self._options, modified)
 
 
 class _NotRegular(Exception):

@@ -15,6 +15,8 @@ from apache_beam.metrics import Metrics
 
 from chunkline import get_tokenizer, language_for, split, split_code
 from chunkline.embedder import EmbedOptions
+from chunkline.metadata import metadata_json
+from chunkline.pdf import outline_headings
 from chunkline.records import ChunkRecord, Document, DocumentChunks, chunk_id
 from chunkline.splitting.core import Chunk
 from chunkline.splitting.semantic import SemanticOptions, model_embed, semantic_split
@@ -31,8 +33,10 @@ class _SplitDocument(beam.DoFn):
                  progress_seconds: float = 5.0, code: bool = True,
                  semantic: SemanticOptions | None = None,
                  semantic_model: EmbedOptions | None = None,
-                 max_chars: int | None = None) -> None:
+                 max_chars: int | None = None,
+                 chunk_metadata: tuple[str, ...] | None = None) -> None:
         self.tokenizer_spec = tokenizer_spec
+        self.chunk_metadata = chunk_metadata
         self.max_chars = max_chars
         self.max_tokens = max_tokens
         self.overlap = overlap
@@ -71,16 +75,20 @@ class _SplitDocument(beam.DoFn):
             # Source code: cut between syntax nodes; headings are the enclosing definitions.
             return split_code(doc.text, language, self.max_tokens, self.overlap, self.tokenizer,
                               max_chars=self.max_chars)
-        # A source file read as Markdown would take its `# comment` lines for headings.
-        markdown = self.markdown and language is None
+        # A source file read as Markdown would take its `# comment` lines for headings; a
+        # PDF's text is not Markdown either: its headings are its outline.
+        markdown = self.markdown and language is None and not doc.page_starts
         if self.embed is not None:
             return semantic_split(doc.text, self.max_tokens, self.tokenizer, self.embed,
                                   self.semantic, markdown, max_chars=self.max_chars)
+        outline = (outline_headings(doc.text, doc.page_starts, doc.outline)
+                   if doc.outline else None)
         return split(doc.text, self.max_tokens, self.overlap, self.tokenizer, markdown,
-                     max_chars=self.max_chars)
+                     max_chars=self.max_chars, headings=outline)
 
     def process(self, doc: Document) -> Iterator[DocumentChunks]:
         pieces = self._split(doc)
+        metadata = metadata_json(doc.all_metadata(), self.chunk_metadata)
         prefixes: dict[tuple[str, ...], str] = {}
         records = []
         for index, piece in enumerate(pieces):
@@ -89,6 +97,7 @@ class _SplitDocument(beam.DoFn):
                 prefix = heading_prefix(piece.headings, self.prefix_tokenizer, self.heading_reserve)
                 prefixes[piece.headings] = prefix
             self.tokens.inc(piece.tokens)
+            page_start, page_end = doc.page_range(piece.start, piece.end)
             records.append(ChunkRecord(
                 doc_id=doc.doc_id,
                 chunk_id=chunk_id(doc.doc_id, piece.start, piece.end),
@@ -100,6 +109,9 @@ class _SplitDocument(beam.DoFn):
                 tokens=piece.tokens,
                 prefix=prefix,
                 table_header=piece.table_header,
+                metadata=metadata,
+                page_start=page_start,
+                page_end=page_end,
             ))
         yield DocumentChunks(doc, tuple(records))
         self.documents.inc()
@@ -124,19 +136,24 @@ class SplitDocuments(beam.PTransform):
     the enclosing class and function names; without, it is split as plain text. With
     ``semantic`` (and the embedding model's options) prose is cut at topic shifts found with
     the model (``chunkline.splitting.semantic``), never over ``max_tokens``; overlap does not apply.
-    No chunk is longer than ``max_chars`` characters (None: the splitter's default bound)."""
+    No chunk is longer than ``max_chars`` characters (None: the splitter's default bound).
+    Every record carries its document's metadata as JSON text (only the ``chunk_metadata``
+    keys when given) and, for a paged document (PDF), the pages it spans; a PDF's outline gives
+    the heading paths."""
 
     def __init__(self, tokenizer_spec: str, max_tokens: int, overlap: int = 0,
                  markdown: bool = True, prefix_tokenizer_spec: str | None = None,
                  heading_reserve: int = 0, code: bool = True,
                  semantic: SemanticOptions | None = None,
                  semantic_model: EmbedOptions | None = None,
-                 max_chars: int | None = None) -> None:
+                 max_chars: int | None = None,
+                 chunk_metadata: tuple[str, ...] | None = None) -> None:
         super().__init__()
         self.fn = _SplitDocument(
             tokenizer_spec, max_tokens, overlap, markdown,
             prefix_tokenizer_spec or tokenizer_spec, heading_reserve, code=code,
             semantic=semantic, semantic_model=semantic_model, max_chars=max_chars,
+            chunk_metadata=chunk_metadata,
         )
 
     def expand(self, documents: beam.PCollection[Document]) -> beam.PCollection[DocumentChunks]:

@@ -32,7 +32,9 @@ from chunkline.splitting.core import (
     SEPARATORS, Atoms, Chunk, RepeatedHeader, add_pieces, add_span, char_bound, check_arguments,
     cut_by_separators, pack, separator_cuts,
 )
-from chunkline.splitting.structure import Section, Table, read_structure, sections_under
+from chunkline.splitting.structure import (
+    Heading, Section, Structure, Table, read_structure, sections_under,
+)
 
 __all__ = ["SEPARATORS", "heading_prefix", "split"]
 
@@ -45,9 +47,13 @@ def split(
     markdown: bool = True,
     *,
     max_chars: int | None = None,
+    headings: Sequence[Heading] | None = None,
 ) -> list[Chunk]:
     """Split ``text`` into chunks of at most ``max_tokens`` tokens of ``tokenizer`` and at most
     ``max_chars`` characters (None: :func:`default_max_chars` of ``max_tokens``).
+    ``headings``: the document's headings where they come from elsewhere (a PDF's outline,
+    ``chunkline.pdf.outline_headings``), in document order; the text is then not parsed as
+    Markdown.
 
     >>> [(c.start, c.end, c.headings) for c in split("# A\\nx y\\n# B\\nz", 5)]
     [(0, 8, ('A',)), (8, 13, ('B',))]
@@ -62,7 +68,10 @@ def split(
         return []
     measure = tokenizer.measure(text)
     cuts = tokenizer.unknown_word_cuts(text)
-    found = read_structure(text) if markdown else None
+    if headings is not None:
+        found: Structure | None = Structure(tuple(headings), ())
+    else:
+        found = read_structure(text) if markdown else None
     parts = sections_under(text, found.headings if found is not None else ())
     plans = _section_plans(text, parts, list(found.tables) if found is not None else [])
     spans = [piece for plan in plans for piece in plan if isinstance(piece, tuple)]
