@@ -59,11 +59,12 @@ class MetadataError(ValueError):
 def json_value(value: Any, where: str = "", _budget: list[int] | None = None) -> Any:
     """``value`` as a JSON value, or :class:`MetadataError` naming ``where`` it sits.
 
-    Coercions (documented, deterministic): dates, times and datetimes become ISO 8601 strings
+    Coercions (documented, deterministic): NaN becomes null (pandas writes a missing number as
+    NaN); dates, times and datetimes become ISO 8601 strings
     (a timezone-aware datetime keeps its offset); ``Decimal`` becomes its exact decimal string;
     tuples and sets become arrays (sets sorted by their JSON text); object keys become strings
     (``1`` -> ``"1"``, ``true`` -> ``"true"``, a date -> its ISO form). Rejected: NaN and
-    infinities, bytes, and any other type.
+    infinities (and a NaN ``Decimal``), bytes, and any other type.
     """
     budget = _budget if _budget is not None else [MAX_VALUES]
     budget[0] -= 1
@@ -75,7 +76,9 @@ def json_value(value: Any, where: str = "", _budget: list[int] | None = None) ->
             raise MetadataError(f"metadata {name!r} contains an unpaired surrogate escape")
         return value
     if isinstance(value, float):
-        if not math.isfinite(value):
+        if math.isnan(value):
+            return None  # how pandas writes a missing number: missing it stays
+        if math.isinf(value):
             raise MetadataError(f"metadata {name!r} is {value}, which JSON cannot hold")
         return value
     if isinstance(value, (datetime.date, datetime.time)):  # datetime is a date

@@ -632,6 +632,8 @@ def _parquet_row(
         metadata = metadata_pairs((name, columns[name][row]) for name in options.parquet.metadata_columns)
     except MetadataError as exc:
         return str(exc)
+    except RecursionError:
+        return "metadata is nested too deeply"
     return _record_document(doc_id, uri, text, metadata, id_col, text_col, options)
 
 

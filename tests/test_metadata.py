@@ -51,7 +51,8 @@ def test_coercions_are_documented_and_deterministic() -> None:
 
 
 @pytest.mark.parametrize("value, reason", [
-    (float("nan"), "metadata 'score' is nan, which JSON cannot hold"),
+    (float("-inf"), "metadata 'score' is -inf, which JSON cannot hold"),
+    (decimal.Decimal("NaN"), "metadata 'score' is NaN, which JSON cannot hold"),
     (float("inf"), "metadata 'score' is inf, which JSON cannot hold"),
     (b"\x00\x01", "metadata 'score' is binary (bytes), not text"),
     ({"deep": [object()]}, "metadata 'score[deep][0]'"),
@@ -122,3 +123,7 @@ def test_where_conditions() -> None:
     assert not matches(doc, [parse_condition("team=arm"), parse_condition("access=hr")])
     with pytest.raises(ValueError):
         parse_condition("no-equals-sign")
+
+
+def test_nan_is_a_missing_value() -> None:
+    assert metadata_pairs([("score", float("nan"))]) == (("score", "null"),)

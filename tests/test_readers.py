@@ -797,7 +797,7 @@ def test_front_matter_is_metadata_and_not_text() -> None:
 @pytest.mark.parametrize(("data", "reason"), [
     (b"---\ntitle: [unclosed\n---\nBody\n", "front matter is not valid YAML"),
     (b"---\ntitle: x\n---\n\n  \n", "empty document (front matter only)"),
-    (b"---\nscore: .nan\n---\nBody\n", "front matter: metadata 'score' is nan"),
+    (b"---\nscore: .inf\n---\nBody\n", "front matter: metadata 'score' is inf"),
 ])
 def test_bad_front_matter_rejects_the_document(data: bytes, reason: str) -> None:
     assert rejection("a.md", data).startswith(reason)
@@ -831,10 +831,10 @@ def test_record_metadata_wins_and_file_facts_are_recorded() -> None:
 
 
 def test_metadata_json_cannot_hold_rejects_the_record() -> None:
-    data = jsonl({"id": "a", "text": "ok", "metadata": {"n": 1}}, '{"id": "b", "text": "x", "metadata": {"score": NaN}}')
+    data = jsonl({"id": "a", "text": "ok", "metadata": {"n": 1}}, '{"id": "b", "text": "x", "metadata": {"score": Infinity}}')
     good, bad = decode("d.jsonl", data)
     assert isinstance(good, Document)
-    assert bad.reason == "line 2: metadata 'score' is nan, which JSON cannot hold"
+    assert bad.reason == "line 2: metadata 'score' is inf, which JSON cannot hold"
     table = pa.table({"id": ["a"], "text": ["x"], "blob": [b"\x00\x01"]})
     options = ReadOptions(parquet=ParquetOptions(metadata_columns=("blob",)))
     assert only(decode("t.parquet", parquet_bytes(table), options)).reason == (
@@ -847,3 +847,17 @@ def test_metadata_json_cannot_hold_rejects_the_record() -> None:
 ])
 def test_format_is_recorded(name: str, expected: str) -> None:
     assert only(decode(name, b"text\n")).format == expected
+
+
+def test_parquet_metadata_types_are_made_json() -> None:
+    import datetime
+
+    table = pa.table({
+        "id": ["a"], "text": ["x"], "score": pa.array([float("nan")]),
+        "at": pa.array([datetime.datetime(2024, 6, 1, 8, 30)], pa.timestamp("us", tz="UTC")),
+        "owner": pa.array([{"team": "arm", "size": 3}]),
+    })
+    options = ReadOptions(parquet=ParquetOptions(metadata_columns=("score", "at", "owner")))
+    assert meta(only(decode("t.parquet", parquet_bytes(table), options))) | {"file_size": 0} == {
+        "score": None, "at": "2024-06-01T08:30:00+00:00", "owner": {"size": 3, "team": "arm"},
+        "source_uri": f"{ROOT}/t.parquet", "file_size": 0}

@@ -48,7 +48,7 @@ def write_corpus(root: Path) -> dict[str, bytes]:
          "metadata": {"team": "fleet", "access": ["ops", "support"], "version": 3}},
         {"id": "faq-2", "text": "Charging stops at 95 percent to protect the battery.",
          "metadata": {"team": "battery"}},
-        '{"id": "faq-3", "text": "Bad metadata.", "metadata": {"score": NaN}}',
+        '{"id": "faq-3", "text": "Bad metadata.", "metadata": {"score": Infinity}}',
     ]
     (root / "faq.jsonl").write_text(
         "\n".join(r if isinstance(r, str) else json.dumps(r) for r in records) + "\n")
@@ -103,7 +103,7 @@ def test_rejections_name_their_reason(indexed) -> None:
     assert reasons["locked.pdf"].startswith("encrypted PDF")
     assert reasons["scan.pdf"].startswith("no text layer")
     assert reasons["cut.pdf"].startswith("truncated PDF")
-    assert reasons["faq.jsonl#L3"] == "line 3: metadata 'score' is nan, which JSON cannot hold"
+    assert reasons["faq.jsonl#L3"] == "line 3: metadata 'score' is inf, which JSON cannot hold"
     assert summary.counts["documents"] == summary.counts["kept"] + summary.counts["duplicate"] + summary.counts["rejected"]
 
 
