@@ -18,6 +18,10 @@ documents by cosine similarity:
 - semantic: ``chunkline.splitting.semantic.semantic_split`` (percentile 90, buffer 1), same two variants.
 - late: the recursive chunks, vectors by late chunking over the whole document
   (``chunkline.late``: 254-token windows, stride 127), and the same for the semantic chunks.
+- sparse / hybrid: the recursive + heading path chunks ranked by BM25 over their embedded text
+  (``chunkline.sparse``: the weights the pipeline writes, statistics over these chunks), and by
+  reciprocal rank fusion of the dense and BM25 rankings (``pipeline.query.fused``, k = 60), as
+  ``chunkline query --mode sparse`` / ``--mode hybrid`` rank.
 - LangChain: ``RecursiveCharacterTextSplitter.from_huggingface_tokenizer`` with the MiniLM
   tokenizer and the same budget, overlap 0; offsets from its ``add_start_index`` (``str.find``
   from the previous chunk on), each checked against the text.
@@ -49,6 +53,8 @@ from chunkline.embedder import EmbedOptions, embed_texts, load_model  # noqa: E4
 from chunkline.late import LateChunker, LateOptions  # noqa: E402
 from chunkline.splitting.semantic import SemanticOptions, model_embed, semantic_split  # noqa: E402
 from chunkline.splitting.text import heading_prefix  # noqa: E402
+from chunkline.sparse import CorpusStats, SparseOptions, bm25_weights, query_terms, term_counts  # noqa: E402
+from pipeline.query import fused  # noqa: E402
 
 LABELS = ROOT / "retrieval"
 MODEL = "all-MiniLM-L6-v2"
@@ -137,7 +143,29 @@ def langchain_pieces(docs: dict[str, str], model, tok, max_tokens: int) -> tuple
 
 def evaluate(pieces: list[Piece], vectors: np.ndarray, questions: list[Question],
              question_vectors: np.ndarray, k: int) -> dict[str, float]:
-    scores = question_vectors @ vectors.T
+    return evaluate_scores(pieces, question_vectors @ vectors.T, questions, k)
+
+
+def bm25_scores(pieces: list[Piece], questions: list[Question]) -> np.ndarray:
+    """(questions x pieces) BM25 scores, from the sparse vectors the pipeline would write."""
+    options = SparseOptions()
+    counted = [term_counts(p.embed_text, options) for p in pieces]
+    df: dict[int, int] = {}
+    for ids, _ in counted:
+        for i in ids:
+            df[i] = df.get(i, 0) + 1
+    stats = CorpusStats(len(pieces), sum(sum(c) for _, c in counted), df)
+    weights = [dict(zip(ids, bm25_weights(ids, counts, stats, options))) for ids, counts in counted]
+    scores = np.zeros((len(questions), len(pieces)))
+    for row, q in enumerate(questions):
+        terms = query_terms(q.question, options)
+        for column, w in enumerate(weights):
+            scores[row, column] = sum(w.get(t, 0.0) for t in terms)
+    return scores
+
+
+def evaluate_scores(pieces: list[Piece], scores: np.ndarray, questions: list[Question],
+                    k: int) -> dict[str, float]:
     ranked = np.argsort(-scores, axis=1, kind="stable")[:, :k]
     hit1, hitk, ious, heading_hits, cut = [], [], [], [], 0
     for q, top in zip(questions, ranked):
@@ -214,7 +242,7 @@ def run(setup: Setup, max_tokens: int, reserve: int) -> list[Row]:
         reference += f" ({fixed[0]} add_start_index offsets wrong)"
     return [
         _standard_row(setup, "chunkline recursive", plain, t_plain),
-        _standard_row(setup, "chunkline recursive + heading path", headed, t_headed),
+        *_hybrid_rows(setup, "chunkline recursive + heading path", headed, t_headed),
         _standard_row(setup, "chunkline semantic", sem, t_sem),
         _standard_row(setup, "chunkline semantic + heading path", sem_headed, t_sem_headed),
         _late_row(setup, "chunkline recursive, late chunking", plain, t_plain),
@@ -235,6 +263,25 @@ def _standard_row(setup: Setup, name: str, pieces: list[Piece], seconds: float) 
     seconds += time.perf_counter() - started
     metrics = evaluate(pieces, vectors, setup.questions, setup.question_vectors, setup.k)
     return Row(name, metrics, seconds)
+
+
+def _hybrid_rows(setup: Setup, name: str, pieces: list[Piece], seconds: float) -> list[Row]:
+    """The same chunks ranked dense, by BM25, and by both fused."""
+    started = time.perf_counter()
+    vectors = embed_texts(setup.model, [p.embed_text for p in pieces], setup.options)
+    dense = setup.question_vectors @ vectors.T
+    embedded = seconds + time.perf_counter() - started
+    started = time.perf_counter()
+    sparse = bm25_scores(pieces, setup.questions)
+    weighed = time.perf_counter() - started
+    hybrid = np.stack([fused(d, s) for d, s in zip(dense, sparse)])
+    return [
+        Row(name + " (dense)", evaluate_scores(pieces, dense, setup.questions, setup.k), embedded),
+        Row(name + ", sparse BM25", evaluate_scores(pieces, sparse, setup.questions, setup.k),
+            seconds + weighed),
+        Row(name + ", hybrid (RRF)", evaluate_scores(pieces, hybrid, setup.questions, setup.k),
+            embedded + weighed),
+    ]
 
 
 def _late_row(setup: Setup, name: str, pieces: list[Piece], seconds: float) -> Row:

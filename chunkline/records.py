@@ -130,6 +130,10 @@ class ChunkRecord:
     metadata: str = "{}"
     page_start: int | None = None
     page_end: int | None = None
+    # BM25 weights of ``search_text`` as a sparse vector: term ids ascending
+    # (``chunkline.sparse.term_id``) and their weights; empty when the sparse stage is off.
+    sparse_indices: tuple[int, ...] = ()
+    sparse_values: tuple[float, ...] = ()
 
     def embed_text(self) -> str:
         """What the embedder reads: heading path, contextual header, repeated table header,
@@ -205,6 +209,8 @@ def chunk_schema(dim: int | None) -> pa.Schema:
             pa.field("metadata", pa.string(), nullable=False),
             pa.field("page_start", pa.int32(), nullable=True),
             pa.field("page_end", pa.int32(), nullable=True),
+            pa.field("sparse_indices", pa.list_(pa.int32()), nullable=False),
+            pa.field("sparse_values", pa.list_(pa.float32()), nullable=False),
             pa.field("embedding", vector, nullable=dim is None),
         ]
     )

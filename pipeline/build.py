@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
@@ -28,6 +30,11 @@ from transforms.reuse import (
 )
 from transforms.split import FlattenChunks, SplitDocuments
 from transforms.write import WriteParquetShards
+
+
+class TermRow(NamedTuple):
+    term_id: int
+    df: int
 
 
 def _rejected_status(record: Rejected) -> DocumentStatus:
@@ -111,6 +118,18 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
         deduped.statuses,
         rejected | "RejectedStatus" >> beam.Map(_rejected_status),
     ) | "AllStatuses" >> beam.Flatten()
+
+    if stages.sparse is not None:
+        from transforms.sparse import SparseVectors, WriteStats, terms_schema
+
+        sparse = chunks | "Sparse" >> SparseVectors(stages.sparse)
+        chunks = sparse.chunks
+        sparse.stats | "WriteBm25Stats" >> beam.ParDo(WriteStats(plan.run_dir, stages.sparse))
+        (sparse.terms
+         | "TermRows" >> beam.MapTuple(TermRow)
+         | "WriteTerms" >> WriteParquetShards(
+             plan.run_dir, "terms", terms_schema(), 1,
+             shard_key=lambda r: str(r.term_id), sort_key=lambda r: r.term_id))
 
     chunks | "WriteChunks" >> WriteParquetShards(
         plan.run_dir, "chunks", chunk_schema(plan.dim), config.output.chunk_shards, record_type=ChunkRecord,

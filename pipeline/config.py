@@ -26,6 +26,7 @@ from chunkline.late import LateOptions
 from chunkline.minhash import MinHashOptions
 from chunkline.readers import ReadOptions
 from chunkline.splitting.core import check_budget
+from chunkline.sparse import SparseOptions
 from chunkline.splitting.semantic import SemanticOptions
 
 
@@ -179,6 +180,7 @@ EmbedConfig = options_section(
 
 
 ContextConfig = options_section(ContextOptions)
+SparseConfig = options_section(SparseOptions)
 
 
 class Config(_Section):
@@ -194,6 +196,8 @@ class Config(_Section):
     )
     context: ContextConfig | None = Field(
         None, description="LLM contextual headers; null (the default): off.")
+    sparse: SparseConfig | None = Field(
+        SparseConfig(), description="BM25 sparse vectors of each chunk's search text; null: off.")
 
     @model_validator(mode="after")
     def _modes_need_the_model(self) -> "Config":

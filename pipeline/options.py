@@ -13,6 +13,7 @@ from chunkline.embedder import EmbedOptions
 from chunkline.late import LateOptions
 from chunkline.minhash import MinHashOptions
 from chunkline.readers import ReadOptions
+from chunkline.sparse import SparseOptions
 from chunkline.splitting.semantic import SemanticOptions
 from pipeline.config import Config
 
@@ -29,6 +30,7 @@ class StageOptions:
     embed: EmbedOptions | None
     late: LateOptions | None  # embed.mode: late
     context: ContextOptions | None
+    sparse: SparseOptions | None
 
 
 def stage_options(config: Config) -> StageOptions:
@@ -45,4 +47,5 @@ def stage_options(config: Config) -> StageOptions:
         embed=optional(config.embed),
         late=config.embed.late.options() if late else None,
         context=optional(config.context),
+        sparse=optional(config.sparse),
     )

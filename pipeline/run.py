@@ -84,10 +84,11 @@ def _metric(result, namespace: str, name: str) -> int | None:
     return sum(values) if values else None
 
 
-def account(run_dir: str, result, embedding: bool = True) -> tuple[dict[str, int], dict[str, list[str]], list[str]]:
+def account(run_dir: str, result, embedding: bool = True, sparse: bool = False) -> tuple[dict[str, int], dict[str, list[str]], list[str]]:
     """Counts from the files actually written (and the read stage's counters): documents in =
     kept + duplicate + rejected, checked."""
-    files = {table: _files(run_dir, table) for table in ("chunks", "documents", "rejected")}
+    tables = ("chunks", "documents", "rejected") + (("terms",) if sparse else ())
+    files = {table: _files(run_dir, table) for table in tables}
     statuses = [s for path in files["documents"] for s in _read_column(path, "status")]
     tokens = [t for path in files["chunks"] for t in _read_column(path, "tokens")]
     rejected_rows = sum(pq.ParquetFile(FileSystems.open(p)).metadata.num_rows for p in files["rejected"])
@@ -163,7 +164,16 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
     state = result.wait_until_finish()
     if state is not None and str(state).upper().endswith(("FAILED", "CANCELLED")):
         raise RuntimeError(f"run {run_id} ended {state}; {config.output.path}/LATEST unchanged")
-    counts, files, problems = account(job.run_dir, result, config.embed is not None)
+    counts, files, problems = account(job.run_dir, result, config.embed is not None,
+                                      config.sparse is not None)
+    bm25 = None
+    if config.sparse is not None:
+        from transforms.sparse import STATS_FILE
+
+        with FileSystems.open(FileSystems.join(job.run_dir, STATS_FILE)) as handle:
+            bm25 = json.loads(handle.read())
+        if bm25["chunks"] != counts["chunks"]:
+            problems.append(f"BM25 statistics count {bm25['chunks']} chunks, the shards {counts['chunks']}")
     context = None
     if config.context is not None:
         counters = {name: _metric(result, CONTEXT_NAMESPACE, name) or 0 for name in CONTEXT_COUNTERS}
@@ -197,6 +207,7 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
         "counts": counts,
         "context": context and {k: v for k, v in context.items() if k != "summary"},
         "embed_mode": config.embed.mode if config.embed is not None else None,
+        "bm25": bm25,
         "reconciled": not problems,
         "problems": problems,
         "held_back": held_back,

@@ -119,6 +119,8 @@ def encode_chunk(out, r: ChunkRecord) -> None:
         _write_str(out, text)
     _write_optional_int(out, r.page_start)
     _write_optional_int(out, r.page_end)
+    _write_ints(out, r.sparse_indices)
+    _write_vector(out, r.sparse_values)
     _write_vector(out, r.embedding)
 
 
@@ -130,12 +132,15 @@ def decode_chunk(stream) -> ChunkRecord:
     text, prefix, context, context_status, table_header, content_key, metadata = (
         _read_str(stream) for _ in range(7))
     page_start, page_end = _read_optional_int(stream), _read_optional_int(stream)
+    sparse_indices = _read_ints(stream)
+    sparse_values = _read_vector(stream)
     return ChunkRecord(
         doc_id=doc_id, chunk_id=chunk_id(doc_id, start, end) if explicit_id is None else explicit_id,
         chunk_index=chunk_index, start=start, end=end,
         headings=headings, text=text, tokens=tokens, embedding=_read_vector(stream), prefix=prefix,
         context=context, context_status=context_status, table_header=table_header,
-        content_key=content_key, metadata=metadata, page_start=page_start, page_end=page_end)
+        content_key=content_key, metadata=metadata, page_start=page_start, page_end=page_end,
+        sparse_indices=sparse_indices, sparse_values=sparse_values)
 
 
 def encode_document(out, d: Document) -> None:

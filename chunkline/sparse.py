@@ -1,0 +1,141 @@
+"""BM25 as sparse vectors: each chunk's ``search_text`` weighted once at index time, so that a
+query's score is a dot product with the indicator vector of its terms (Robertson & Zaragoza,
+"The Probabilistic Relevance Framework: BM25 and Beyond", 2009; the Lucene variant, as
+bm25s implements it: Lù, "BM25S: Orders of magnitude faster lexical search via eager sparse
+scoring", 2024).
+
+Analysis, identical at index and query time (:func:`analyze`): lowercase; words are runs of two
+or more Unicode word characters (bm25s' and scikit-learn's default pattern ``\\b\\w\\w+\\b``);
+English stop words (bm25s' list, Lucene's 33 words) dropped; Snowball English stemming
+(PyStemmer). Term ids are hashed, not learned (:func:`term_id`), so a query needs no vocabulary
+and two runs agree on every id: the first 8 bytes of BLAKE2b of the term's UTF-8, modulo 2^29
+(below pgvector's sparsevec dimension limit of 10^9; Qdrant takes any uint32). Two terms share
+an id with probability ~n/2^30 per term for a vocabulary of n: 0.1 % of a million-term vocabulary.
+
+Weights (the Lucene BM25 of bm25s, ``method="lucene"``), with N chunks, ``df`` the chunks holding
+the term, ``dl`` the chunk's term count and ``avgdl`` the mean::
+
+    idf = ln(1 + (N - df + 0.5) / (df + 0.5))
+    w   = idf * tf / (tf + k1 * (1 - b + b * dl / avgdl))
+
+They depend on the corpus statistics (N, avgdl, df), which the run computes over all its chunks
+and writes beside the shards: a chunk's weights move when the corpus does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Annotated, Iterable, Literal, Mapping
+
+from annotated_types import Ge, Le
+
+from chunkline.options import check_fields, help_text
+
+TERM_SPACE = 2**29
+_WORD = re.compile(r"(?u)\b\w\w+\b")
+# Lucene's English stop words (EnglishAnalyzer.ENGLISH_STOP_WORDS_SET), bm25s' "en" list.
+ENGLISH_STOP_WORDS = frozenset(
+    "a an and are as at be but by for if in into is it no not of on or such that the their "
+    "then there these they this to was will with".split()
+)
+
+
+@dataclass(frozen=True)
+class SparseOptions:
+    """BM25 sparse vectors of each chunk's search text."""
+
+    k1: Annotated[float, Ge(0), Le(10)] = field(default=1.5, metadata=help_text(
+        "Term frequency saturation (bm25s' default)."))
+    b: Annotated[float, Ge(0), Le(1)] = field(default=0.75, metadata=help_text(
+        "Length normalisation: 0 none, 1 full."))
+    stemmer: Literal["english"] | None = field(default="english", metadata=help_text(
+        "Snowball stemmer (PyStemmer); null: terms as written."))
+    stop_words: Literal["english"] | None = field(default="english", metadata=help_text(
+        "Stop words dropped (Lucene's English list); null: none."))
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
+@lru_cache(maxsize=4)
+def _stemmer(language: str):
+    import Stemmer  # PyStemmer: Snowball in C
+
+    return Stemmer.Stemmer(language)
+
+
+def analyze(text: str, options: SparseOptions = SparseOptions()) -> list[str]:
+    """The terms of ``text`` in order, as both sides of the index see them.
+
+    >>> analyze("The robots were calibrating their arms")
+    ['robot', 'were', 'calibr', 'arm']
+    """
+    words = _WORD.findall(text.lower())
+    if options.stop_words == "english":
+        words = [word for word in words if word not in ENGLISH_STOP_WORDS]
+    if options.stemmer is not None:
+        words = _stemmer(options.stemmer).stemWords(words)
+    return words
+
+
+@lru_cache(maxsize=1 << 16)
+def term_id(term: str) -> int:
+    """A term's index in the sparse vector: stable across processes and runs."""
+    digest = hashlib.blake2b(term.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return int.from_bytes(digest, "little") % TERM_SPACE
+
+
+def term_counts(text: str, options: SparseOptions = SparseOptions()) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(term ids ascending, their counts) of ``text``: what a chunk contributes to the corpus
+    statistics, and its term frequencies. Terms that hash alike count as one."""
+    counts = Counter(term_id(term) for term in analyze(text, options))
+    ids = tuple(sorted(counts))
+    return ids, tuple(counts[i] for i in ids)
+
+
+@dataclass(frozen=True)
+class CorpusStats:
+    """What BM25 needs of the whole corpus: chunks, their summed length, each term's document
+    frequency (by term id)."""
+
+    documents: int
+    total_length: int
+    df: Mapping[int, int]
+
+    @property
+    def avgdl(self) -> float:
+        return self.total_length / self.documents if self.documents else 0.0
+
+
+def idf(df: int, documents: int) -> float:
+    return math.log(1 + (documents - df + 0.5) / (df + 0.5))
+
+
+def bm25_weights(
+    ids: tuple[int, ...], counts: tuple[int, ...], stats: CorpusStats, options: SparseOptions
+) -> tuple[float, ...]:
+    """The BM25 weight of each term of one chunk (``ids``/``counts`` from :func:`term_counts`)."""
+    length = sum(counts)
+    norm = options.k1 * (1 - options.b + options.b * length / stats.avgdl) if stats.avgdl else options.k1
+    return tuple(
+        idf(stats.df[i], stats.documents) * tf / (tf + norm) for i, tf in zip(ids, counts)
+    )
+
+
+def query_terms(question: str, options: SparseOptions = SparseOptions()) -> list[int]:
+    """The distinct term ids of a question, in order of first use: its sparse vector is 1 at
+    each (a term asked twice counts once)."""
+    return list(dict.fromkeys(term_id(term) for term in analyze(question, options)))
+
+
+def merge_counts(pairs: Iterable[tuple[tuple[int, ...], tuple[int, ...]]]) -> Counter:
+    """Document frequencies of a batch of chunks' :func:`term_counts`."""
+    df: Counter = Counter()
+    for ids, _ in pairs:
+        df.update(ids)
+    return df

@@ -1,0 +1,123 @@
+"""SPARSE: BM25 weights of every chunk's search text, from corpus statistics computed by a Beam
+combine over the run's chunks (``chunkline.sparse``).
+
+Each chunk is analyzed once: its term ids and counts ride on the record (``sparse_indices``,
+``sparse_values`` holding the counts) into the combine and on to the weighting, which reads the
+statistics as a side input and replaces the counts with weights. The statistics leave the job
+as ``bm25.json`` (chunks, total length, the options) and a ``terms`` table (term_id, df).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections import Counter
+from typing import Any, Iterable, NamedTuple
+
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics import Metrics
+from apache_beam.pvalue import AsSingleton, PCollection
+
+from chunkline.records import ChunkRecord
+from chunkline.sparse import TERM_SPACE, CorpusStats, SparseOptions, bm25_weights, term_counts
+from transforms.coders import ChunkRecordCoder  # noqa: F401 - registered: how chunks shuffle
+
+STATS_FILE = "bm25.json"
+
+
+def terms_schema() -> pa.Schema:
+    return pa.schema([pa.field("term_id", pa.int32(), nullable=False),
+                      pa.field("df", pa.int64(), nullable=False)])
+
+
+class SparseOutputs(NamedTuple):
+    chunks: PCollection[ChunkRecord]  # sparse_indices / sparse_values: BM25 weights
+    terms: PCollection[tuple[int, int]]  # (term_id, df), one per term of the corpus
+    stats: PCollection[CorpusStats]  # one element
+
+
+class _CorpusStatsFn(beam.CombineFn):
+    """Chunks, summed length and document frequencies; lifted before the shuffle, so each
+    worker sends one partial Counter, not a row per chunk."""
+
+    def create_accumulator(self) -> list[Any]:
+        return [0, 0, Counter()]
+
+    def add_input(self, accumulator: list[Any], chunk: ChunkRecord) -> list[Any]:
+        accumulator[0] += 1
+        accumulator[1] += int(sum(chunk.sparse_values))
+        accumulator[2].update(chunk.sparse_indices)
+        return accumulator
+
+    def merge_accumulators(self, accumulators: Iterable[list[Any]]) -> list[Any]:
+        merged = self.create_accumulator()
+        for documents, length, df in accumulators:
+            merged[0] += documents
+            merged[1] += length
+            merged[2].update(df)
+        return merged
+
+    def extract_output(self, accumulator: list[Any]) -> CorpusStats:
+        return CorpusStats(accumulator[0], accumulator[1], dict(accumulator[2]))
+
+
+def _with_counts(chunk: ChunkRecord, options: SparseOptions) -> ChunkRecord:
+    ids, counts = term_counts(chunk.search_text, options)
+    return dataclasses.replace(chunk, sparse_indices=ids, sparse_values=tuple(map(float, counts)))
+
+
+class _Weigh(beam.DoFn):
+    def __init__(self, options: SparseOptions) -> None:
+        self.options = options
+        self.terms = Metrics.counter("sparse", "terms")
+
+    def process(self, chunk: ChunkRecord, stats: CorpusStats) -> Iterable[ChunkRecord]:
+        counts = tuple(int(value) for value in chunk.sparse_values)
+        self.terms.inc(len(counts))
+        weights = bm25_weights(chunk.sparse_indices, counts, stats, self.options)
+        # float32, as stored: the record then decodes to exactly what the shard holds.
+        yield dataclasses.replace(
+            chunk, sparse_values=tuple(np.asarray(weights, dtype=np.float32).tolist()))
+
+
+class SparseVectors(beam.PTransform):
+    """``PCollection[ChunkRecord]`` -> :class:`SparseOutputs`: every chunk with the BM25 weights
+    of its ``search_text`` as a sparse vector (term ids ascending), the corpus's terms with
+    their document frequencies, and the statistics (one :class:`CorpusStats`)."""
+
+    def __init__(self, options: SparseOptions | None = None) -> None:
+        super().__init__()
+        self.options = options if options is not None else SparseOptions()
+
+    def expand(self, chunks: PCollection[ChunkRecord]) -> SparseOutputs:
+        counted = chunks | "CountTerms" >> beam.Map(_with_counts, self.options).with_output_types(ChunkRecord)
+        stats = counted | "CorpusStats" >> beam.CombineGlobally(_CorpusStatsFn())
+        weighted = counted | "Weigh" >> beam.ParDo(
+            _Weigh(self.options), AsSingleton(stats)).with_output_types(ChunkRecord)
+        terms = stats | "Terms" >> beam.FlatMap(lambda s: sorted(s.df.items()))
+        return SparseOutputs(weighted, terms, stats)
+
+
+def stats_json(stats: CorpusStats, options: SparseOptions) -> dict[str, Any]:
+    """What ``bm25.json`` (and the manifest) say about the sparse vectors."""
+    return {
+        "chunks": stats.documents, "total_length": stats.total_length, "avgdl": stats.avgdl,
+        "terms": len(stats.df), "k1": options.k1, "b": options.b, "method": "lucene",
+        "stemmer": options.stemmer, "stop_words": options.stop_words,
+        "term_ids": f"blake2b-64 little-endian mod {TERM_SPACE}", "term_space": TERM_SPACE,
+        "analyzer": "lowercase, \\b\\w\\w+\\b words, stop words, Snowball stemmer",
+    }
+
+
+class WriteStats(beam.DoFn):
+    def __init__(self, run_dir: str, options: SparseOptions) -> None:
+        self.run_dir, self.options = run_dir, options
+
+    def process(self, stats: CorpusStats) -> Iterable[str]:
+        path = FileSystems.join(self.run_dir, STATS_FILE)
+        with FileSystems.create(path) as handle:
+            handle.write((json.dumps(stats_json(stats, self.options), indent=2) + "\n").encode())
+        yield path
