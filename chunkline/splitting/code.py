@@ -13,8 +13,10 @@ parse, cut by depth as text-splitter's ``CodeSplitter`` and LlamaIndex's ``CodeS
 4. Atoms are packed greedily into chunks, with overlap, exactly as ``split`` packs them.
 
 Heading path: the names of the definitions (class, function, method, module, impl, ...)
-enclosing the chunk's first code character, outermost first; whitespace and comments at the
-chunk's start are skipped, and a definition's decorators (Python), ``export`` (JS/TS) or
+enclosing all of the chunk's code, outermost first: the innermost definition holding both its
+first and its last code character and those around it (a chunk packing ``helper_1`` ..
+``helper_4`` is labelled by the module: empty). Whitespace and comments at the chunk's ends
+are skipped, and a definition's decorators (Python), ``export`` (JS/TS) or
 attributes (Rust) count as part of it. Names are bare (``("Outer", "Inner", "method")``),
 except a Go method, named ``Type.Method`` after its receiver, and a Rust impl block,
 ``impl Trait for Type``. tree-sitter is error-tolerant: source with syntax errors is still
@@ -169,7 +171,7 @@ def split_code(
     atoms = _atoms(tree, measure, max_tokens, max_chars)
     cuts = tokenizer.unknown_word_cuts(text)
     chunks = pack(measure, atoms, max_tokens, max_chars, overlap, (), (), cuts)
-    return [replace(c, headings=tree.path(c.start)) for c in chunks]
+    return [replace(c, headings=tree.span_path(c.start, c.end)) for c in chunks]
 
 
 # ------------------------------------------------------------------------------------ offsets
@@ -258,17 +260,49 @@ class _Tree:
 
     def path(self, start: int) -> tuple[str, ...]:
         """Names of the definitions enclosing the first code character at or after ``start``."""
-        chain = self._first_code(self.offsets.byte(start))
-        names: list[str] = []
+        return tuple(name for _, name in self._definitions(self._first_code(self.offsets.byte(start))))
+
+    def span_path(self, start: int, end: int) -> tuple[str, ...]:
+        """Names of the definitions enclosing every code character of ``[start, end)``: those
+        around both its first and its last code character (compared as nodes, not names: two
+        overloads of one name are two definitions)."""
+        first = self._definitions(self._first_code(self.offsets.byte(start)))
+        last = self._definitions(self._last_code(self.offsets.byte(end)))
+        common: list[str] = []
+        for (a, name), (b, _) in zip(first, last):
+            if a != b:
+                break
+            common.append(name)
+        return tuple(common)
+
+    def _definitions(self, chain: list[Node]) -> list[tuple[int, str]]:
+        """(node id, name) of the named definitions of a chain, outermost first."""
+        found: list[tuple[int, str]] = []
         named: set[int] = set()  # nested wrappers (export const f = ...) reach one definition
         for node in chain:
             definition = node if node.type not in self.syntax.wrappers else self.wrapped(node)
             if definition is not None and definition.id not in named:
                 name = self.name(definition)
                 if name is not None:
-                    names.append(name)
+                    found.append((definition.id, name))
                     named.add(definition.id)
-        return tuple(names)
+        return found
+
+    def _last_code(self, end: int) -> list[Node]:
+        """The nodes holding the last byte before ``end`` that is neither whitespace nor inside
+        trivia, outermost first; [] when there is none."""
+        at = end - 1
+        while at >= 0:
+            while at >= 0 and self.source[at : at + 1].isspace():
+                at -= 1
+            if at < 0:
+                return []
+            chain = self._chain(at)
+            trivia = next((node for node in chain if self.is_trivia(node)), None)
+            if trivia is None:
+                return chain
+            at = min(trivia.start_byte, at) - 1
+        return []
 
     def _first_code(self, at: int) -> list[Node]:
         """The nodes holding the first byte at or after ``at`` that is neither whitespace nor

@@ -111,16 +111,24 @@ def python_tokens(text: str) -> list[tuple[int, int, int]]:
     return out
 
 
-def python_reference_path(text: str, tokens, definitions, start: int) -> tuple[str, ...]:
-    """Names of the defs enclosing the first code character at or after ``start`` (whitespace
-    and comments skipped; inside a string, the start itself)."""
-    position = len(text)
+def python_reference_path(text: str, tokens, definitions, start: int, end: int) -> tuple[str, ...]:
+    """Names of the defs enclosing every code character of ``text[start:end]``: those holding
+    both its first code character (at or after ``start``) and its last (before ``end``);
+    whitespace and comments skipped, inside a string the chunk's own ends."""
+    first = len(text)
     for a, b, kind in tokens:
         if b <= start or kind in _NOT_CODE:
             continue
-        position = max(a, start)
+        first = max(a, start)
         break
-    return tuple(name for lo, _, hi, name in definitions if lo <= position < hi)
+    last = -1
+    for a, b, kind in reversed(tokens):
+        if a >= end or kind in _NOT_CODE:
+            continue
+        last = min(b, end) - 1
+        break
+    # A chunk of whitespace only: the defs around the code on both sides of it hold it too.
+    return tuple(name for lo, _, hi, name in definitions if lo <= first < hi and lo <= last < hi)
 
 
 def python_units(text: str, definitions) -> list[tuple[int, int, int]]:
@@ -143,7 +151,8 @@ def check_python(
     definitions = python_definitions(text)
     tokens = python_tokens(text)
     for chunk in chunks:
-        assert chunk.headings == python_reference_path(text, tokens, definitions, chunk.start), (
+        assert chunk.headings == python_reference_path(text, tokens, definitions, chunk.start,
+                                                       chunk.end), (
             chunk, text[chunk.start : chunk.end])
     # A def or class that fits is never cut: no chunk boundary falls inside it. One holding a
     # word the tokenizer reads as one unknown token over several graphemes does not fit.
