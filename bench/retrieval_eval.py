@@ -216,7 +216,7 @@ class Setup:
     k: int
 
 
-def run(setup: Setup, max_tokens: int, reserve: int) -> list[Row]:
+def run(setup: Setup, max_tokens: int, reserve: int, merge_below: list[int]) -> list[Row]:
     """Every row at one budget."""
     docs, tok = setup.docs, setup.tok
     embed = model_embed(setup.model, setup.options)
@@ -235,6 +235,14 @@ def run(setup: Setup, max_tokens: int, reserve: int) -> list[Row]:
     headed, t_headed = timed(lambda: chunkline_pieces(docs, recursive, tok, reserve))
     sem, t_sem = timed(lambda: chunkline_pieces(docs, semantic, tok, None))
     sem_headed, t_sem_headed = timed(lambda: chunkline_pieces(docs, semantic, tok, reserve))
+    merged_rows: list[Row] = []
+    for below in merge_below:
+        def merging(text: str, below: int = below):
+            return split(text, max_tokens, 0, tok, merge_sections_below=below)
+
+        merged, t_merged = timed(lambda: chunkline_pieces(docs, merging, tok, reserve))
+        merged_rows += _hybrid_rows(
+            setup, f"chunkline recursive + heading path, sections under {below} merged", merged, t_merged)
     fixed: list[int] = []
     lc, t_lc = timed(lambda: _collect(langchain_pieces(docs, setup.model, tok, max_tokens), fixed))
     reference = "LangChain RecursiveCharacterTextSplitter (reference)"
@@ -243,6 +251,7 @@ def run(setup: Setup, max_tokens: int, reserve: int) -> list[Row]:
     return [
         _standard_row(setup, "chunkline recursive", plain, t_plain),
         *_hybrid_rows(setup, "chunkline recursive + heading path", headed, t_headed),
+        *merged_rows,
         _standard_row(setup, "chunkline semantic", sem, t_sem),
         _standard_row(setup, "chunkline semantic + heading path", sem_headed, t_sem_headed),
         _late_row(setup, "chunkline recursive, late chunking", plain, t_plain),
@@ -323,6 +332,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--k", type=int, default=5, help="retrieved chunks per question")
     parser.add_argument("--late-window", type=int, default=None,
                         help="late chunking window in tokens (default: the model's 254)")
+    parser.add_argument("--merge-below", type=int, nargs="*", default=[32, 64, 111],
+                        help="merged-sections rows: sections under this many tokens share chunks")
     parser.add_argument("--check", action="store_true",
                         help="only check the labelled set's answer spans")
     args = parser.parse_args(argv)
@@ -336,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     late = LateChunker(model, LateOptions(window=args.late_window))
     question_vectors = embed_texts(model, [q.question for q in questions], options)
     setup = Setup(docs, questions, question_vectors, model, tok, options, late, args.k)
-    results = {budget: run(setup, budget, args.reserve) for budget in args.max_tokens}
+    results = {budget: run(setup, budget, args.reserve, args.merge_below) for budget in args.max_tokens}
     heading = sum(q.needs_heading for q in questions)
     tokens = sum(tok.count(t) for t in docs.values())
     print(f"{len(questions)} questions ({heading} heading-only) over {len(docs)} documents, "

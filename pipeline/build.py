@@ -77,6 +77,7 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
         semantic=stages.semantic,
         semantic_model=stages.embed if stages.semantic is not None else None,
         max_chars=config.split.max_chars,
+        merge_sections_below=config.split.merge_sections_below,
         chunk_metadata=(tuple(config.output.chunk_metadata)
                         if config.output.chunk_metadata is not None else None),
     )

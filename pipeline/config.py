@@ -26,6 +26,7 @@ from chunkline.late import LateOptions
 from chunkline.minhash import MinHashOptions
 from chunkline.readers import ReadOptions
 from chunkline.splitting.core import check_budget
+from chunkline.splitting.text import MERGE_SECTIONS_BELOW
 from chunkline.sparse import SparseOptions
 from chunkline.splitting.semantic import SemanticOptions
 
@@ -154,6 +155,11 @@ class SplitConfig(_Section):
         "WordPiece [UNK] covers any word over 100 characters). None: 32 x the token budget + "
         "1024 (chunkline.splitting.core.default_max_chars).")
     markdown: bool = Field(True, description="Read Markdown headings (paths, section cuts).")
+    merge_sections_below: int | None = Field(
+        MERGE_SECTIONS_BELOW, ge=1, description="A Markdown section under this many tokens (a "
+        "heading right before its first sub-heading) shares a chunk with its neighbours, "
+        "labelled with their common heading path, never over the budget. null: every section "
+        "on its own.")
     tokenizer: str | None = Field(
         None, description="Tokenizer spec. None: the embedder's own tokenizer."
     )

@@ -34,8 +34,10 @@ class _SplitDocument(beam.DoFn):
                  semantic: SemanticOptions | None = None,
                  semantic_model: EmbedOptions | None = None,
                  max_chars: int | None = None,
-                 chunk_metadata: tuple[str, ...] | None = None) -> None:
+                 chunk_metadata: tuple[str, ...] | None = None,
+                 merge_sections_below: int | None = None) -> None:
         self.tokenizer_spec = tokenizer_spec
+        self.merge_sections_below = merge_sections_below
         self.chunk_metadata = chunk_metadata
         self.max_chars = max_chars
         self.max_tokens = max_tokens
@@ -84,7 +86,9 @@ class _SplitDocument(beam.DoFn):
         outline = (outline_headings(doc.text, doc.page_starts, doc.outline)
                    if doc.outline else None)
         return split(doc.text, self.max_tokens, self.overlap, self.tokenizer, markdown,
-                     max_chars=self.max_chars, headings=outline)
+                     max_chars=self.max_chars, headings=outline,
+                     merge_sections_below=self.merge_sections_below
+                     if markdown or outline is not None else None)
 
     def process(self, doc: Document) -> Iterator[DocumentChunks]:
         pieces = self._split(doc)
@@ -147,13 +151,14 @@ class SplitDocuments(beam.PTransform):
                  semantic: SemanticOptions | None = None,
                  semantic_model: EmbedOptions | None = None,
                  max_chars: int | None = None,
-                 chunk_metadata: tuple[str, ...] | None = None) -> None:
+                 chunk_metadata: tuple[str, ...] | None = None,
+                 merge_sections_below: int | None = None) -> None:
         super().__init__()
         self.fn = _SplitDocument(
             tokenizer_spec, max_tokens, overlap, markdown,
             prefix_tokenizer_spec or tokenizer_spec, heading_reserve, code=code,
             semantic=semantic, semantic_model=semantic_model, max_chars=max_chars,
-            chunk_metadata=chunk_metadata,
+            chunk_metadata=chunk_metadata, merge_sections_below=merge_sections_below,
         )
 
     def expand(self, documents: beam.PCollection[Document]) -> beam.PCollection[DocumentChunks]:

@@ -36,7 +36,11 @@ from chunkline.splitting.structure import (
     Heading, Section, Structure, Table, read_structure, sections_under,
 )
 
-__all__ = ["SEPARATORS", "heading_prefix", "split"]
+__all__ = ["SEPARATORS", "MERGE_SECTIONS_BELOW", "heading_prefix", "merge_small_sections", "split"]
+
+# The pipeline's default for ``merge_sections_below`` (measured in bench/RESULTS.md, "Merged
+# sections"); the library's own default stays None (every section on its own).
+MERGE_SECTIONS_BELOW: int | None = 64
 
 
 def split(
@@ -48,12 +52,16 @@ def split(
     *,
     max_chars: int | None = None,
     headings: Sequence[Heading] | None = None,
+    merge_sections_below: int | None = None,
 ) -> list[Chunk]:
     """Split ``text`` into chunks of at most ``max_tokens`` tokens of ``tokenizer`` and at most
     ``max_chars`` characters (None: :func:`default_max_chars` of ``max_tokens``).
     ``headings``: the document's headings where they come from elsewhere (a PDF's outline,
     ``chunkline.pdf.outline_headings``), in document order; the text is then not parsed as
-    Markdown.
+    Markdown. ``merge_sections_below``: a section under this many tokens (a heading directly
+    followed by its first sub-heading, a two-line subsection) is packed with its neighbours
+    into one chunk under their common heading path (:func:`merge_small_sections`); None: every
+    section is chunked on its own.
 
     >>> [(c.start, c.end, c.headings) for c in split("# A\\nx y\\n# B\\nz", 5)]
     [(0, 8, ('A',)), (8, 13, ('B',))]
@@ -73,6 +81,8 @@ def split(
     else:
         found = read_structure(text) if markdown else None
     parts = sections_under(text, found.headings if found is not None else ())
+    if merge_sections_below and len(parts) > 1:
+        parts = merge_small_sections(measure, parts, max_tokens, max_chars, merge_sections_below)
     plans = _section_plans(text, parts, list(found.tables) if found is not None else [])
     spans = [piece for plan in plans for piece in plan if isinstance(piece, tuple)]
     text_atoms = iter(_atomize_sections(measure, spans, max_tokens, max_chars))
@@ -86,6 +96,53 @@ def split(
             pack(measure, atoms, max_tokens, max_chars, overlap, part.headings, repeats, cuts)
         )
     return chunks
+
+
+# ----------------------------------------------------------------------------- small sections
+
+
+def _common_path(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[str, ...]:
+    size = 0
+    while size < min(len(a), len(b)) and a[size] == b[size]:
+        size += 1
+    return a[:size]
+
+
+def merge_small_sections(
+    measure: Measure, parts: list[Section], max_tokens: int, max_chars: int, below: int
+) -> list[Section]:
+    """Adjacent sections joined where one of two neighbours is under ``below`` tokens and the
+    two fit ``max_tokens`` (counted over the joined text: counts do not add across a join) and
+    ``max_chars`` together. The joined section's path is the common path of its parts, so it
+    still encloses every character (the sub-headings stay in its text); two sections join only
+    when that loses at most one level of the shallower path (a heading and its sub-heading,
+    two siblings), never across unrelated branches. A joined section fits one chunk, so no
+    chunk carries a path that does not hold all of it.
+
+    >>> from chunkline.sizers import get_tokenizer
+    >>> from chunkline.splitting.structure import sections
+    >>> text = "# A\\n\\n## B\\n\\nb text.\\n\\n## C\\n\\n" + "c words " * 40
+    >>> parts = merge_small_sections(get_tokenizer("words").measure(text), sections(text), 30, 10_000, 8)
+    >>> [(text[p.start:p.end].split()[:3], p.headings) for p in parts]
+    [(['#', 'A', '##'], ('A',)), (['##', 'C', 'c'], ('A', 'C'))]
+    """
+    sizes = measure.piece_counts([p.start for p in parts], [p.end for p in parts], max_tokens)
+    merged: list[Section] = [parts[0]]
+    small = [sizes[0] is not None and sizes[0] < below]
+    for part, size in zip(parts[1:], sizes[1:]):
+        last = merged[-1]
+        part_small = size is not None and size < below
+        common = _common_path(last.headings, part.headings)
+        related = len(common) >= min(len(last.headings), len(part.headings)) - 1
+        if ((small[-1] or part_small) and related and size is not None
+                and part.end - last.start <= max_chars
+                and measure.count(last.start, part.end) <= max_tokens):
+            merged[-1] = Section(last.start, part.end, common, last.heading_end)
+            small[-1] = measure.count(last.start, part.end) < below
+            continue
+        merged.append(part)
+        small.append(part_small)
+    return merged
 
 
 # ------------------------------------------------------------------------------------- tables

@@ -66,7 +66,9 @@ def manifest(run_dir: str) -> dict:
 @pytest.mark.parametrize("mode", [("split.mode=semantic",), ("embed.mode=late",), ()],
                          ids=["semantic", "late", "recursive"])
 def test_offsets_exact_and_budget_held(corpus, tmp_path, mode) -> None:
-    summary = job(corpus, tmp_path, *mode)
+    # Sections one by one, so that the h3 path below shows (merged, a small h3 section would
+    # share a chunk labelled with its parent's path).
+    summary = job(corpus, tmp_path, *mode, "split.merge_sections_below=null")
     assert summary.reconciled and summary.counts["documents"] == 4
     rows, texts = chunk_rows(summary.run_dir), documents(summary.run_dir)
     info = manifest(summary.run_dir)

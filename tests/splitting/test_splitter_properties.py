@@ -167,3 +167,35 @@ def test_vector_separator_cuts_equal_bytes_split(text: str, data) -> None:
     for separator in SEPARATORS:
         sep = separator.encode("ascii")
         assert _separator_ends(view, lo, hi, sep) == _split_ends(view[lo:hi].split(sep), lo, hi, len(sep))
+
+
+HEADED_DOCS = st.lists(
+    st.tuples(st.integers(1, 4), st.sampled_from(["Alpha", "Beta", "Gamma"]),
+              st.lists(st.sampled_from(["short line.", "a longer line of prose here.", "", "x y z"]),
+                       max_size=4)),
+    max_size=8,
+).map(lambda sections: "".join(
+    f"{'#' * level} {title}\n\n" + "\n".join(body) + ("\n\n" if body else "")
+    for level, title, body in sections))
+
+
+@pytest.mark.parametrize("spec", ["words", "hf:all-MiniLM-L6-v2"])
+@given(text=HEADED_DOCS, data=st.data())
+def test_merged_sections_keep_paths_that_enclose_every_character(spec: str, text: str, data) -> None:
+    """With small sections merged, every chunk's path is a prefix of the path at each of its
+    characters (it encloses all of it), and the budget still holds."""
+    tok = tokenizer(spec)
+    max_tokens = data.draw(st.integers(4, 80), label="max_tokens")
+    below = data.draw(st.integers(1, 80), label="merge_sections_below")
+    chunks = split(text, max_tokens, 0, tok, markdown=True, merge_sections_below=below)
+    assert "".join(text[c.start:c.end] for c in chunks) == text
+    found = reference_headings(text)
+    for chunk in chunks:
+        piece = text[chunk.start:chunk.end]
+        assert chunk.tokens == tok.count(piece) and (chunk.tokens <= max_tokens or chunk.oversized)
+        positions = [chunk.start, chunk.end - 1] + [s for s, _, _ in found if chunk.start < s < chunk.end]
+        for position in positions:
+            path = reference_path(found, position)
+            assert path[:len(chunk.headings)] == chunk.headings, (chunk, piece, path)
+    unmerged = split(text, max_tokens, 0, tok, markdown=True)
+    assert len(chunks) <= len(unmerged)
