@@ -54,6 +54,7 @@ from chunkline.late import LateChunker, LateOptions  # noqa: E402
 from chunkline.splitting.semantic import SemanticOptions, model_embed, semantic_split  # noqa: E402
 from chunkline.splitting.text import heading_prefix  # noqa: E402
 from chunkline.sparse import CorpusStats, SparseOptions, bm25_weights, query_terms, term_counts  # noqa: E402
+from chunkline.quantize import dequantized, stored  # noqa: E402
 from pipeline.query import fused  # noqa: E402
 
 LABELS = ROOT / "retrieval"
@@ -250,7 +251,8 @@ def run(setup: Setup, max_tokens: int, reserve: int, merge_below: list[int]) -> 
         reference += f" ({fixed[0]} add_start_index offsets wrong)"
     return [
         _standard_row(setup, "chunkline recursive", plain, t_plain),
-        *_hybrid_rows(setup, "chunkline recursive + heading path", headed, t_headed),
+        *_hybrid_rows(setup, "chunkline recursive + heading path", headed, t_headed,
+                      stored_as=("float16", "int8")),
         *merged_rows,
         _standard_row(setup, "chunkline semantic", sem, t_sem),
         _standard_row(setup, "chunkline semantic + heading path", sem_headed, t_sem_headed),
@@ -274,8 +276,10 @@ def _standard_row(setup: Setup, name: str, pieces: list[Piece], seconds: float) 
     return Row(name, metrics, seconds)
 
 
-def _hybrid_rows(setup: Setup, name: str, pieces: list[Piece], seconds: float) -> list[Row]:
-    """The same chunks ranked dense, by BM25, and by both fused."""
+def _hybrid_rows(setup: Setup, name: str, pieces: list[Piece], seconds: float,
+                 stored_as: tuple[str, ...] = ()) -> list[Row]:
+    """The same chunks ranked dense, by BM25, and by both fused; with ``stored_as``, also dense
+    and hybrid over the vectors as stored in those dtypes (``output.vector_dtype``)."""
     started = time.perf_counter()
     vectors = embed_texts(setup.model, [p.embed_text for p in pieces], setup.options)
     dense = setup.question_vectors @ vectors.T
@@ -284,12 +288,27 @@ def _hybrid_rows(setup: Setup, name: str, pieces: list[Piece], seconds: float) -
     sparse = bm25_scores(pieces, setup.questions)
     weighed = time.perf_counter() - started
     hybrid = np.stack([fused(d, s) for d, s in zip(dense, sparse)])
+    smaller = []
+    for dtype in stored_as:
+        rows = [stored(v, dtype) for v in vectors]
+        back = dequantized(np.asarray([r[0] for r in rows], dtype=np.float32),
+                           np.asarray([r[1] for r in rows]) if dtype == "int8" else None)
+        back /= np.linalg.norm(back, axis=1, keepdims=True)
+        small_dense = setup.question_vectors @ back.T
+        small_hybrid = np.stack([fused(d, s) for d, s in zip(small_dense, sparse)])
+        smaller += [
+            Row(name + f" (dense, {dtype} vectors)",
+                evaluate_scores(pieces, small_dense, setup.questions, setup.k), embedded),
+            Row(name + f", hybrid (RRF), {dtype} vectors",
+                evaluate_scores(pieces, small_hybrid, setup.questions, setup.k), embedded + weighed),
+        ]
     return [
         Row(name + " (dense)", evaluate_scores(pieces, dense, setup.questions, setup.k), embedded),
         Row(name + ", sparse BM25", evaluate_scores(pieces, sparse, setup.questions, setup.k),
             seconds + weighed),
         Row(name + ", hybrid (RRF)", evaluate_scores(pieces, hybrid, setup.questions, setup.k),
             embedded + weighed),
+        *smaller,
     ]
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import pyarrow as pa
 
 from chunkline.metadata import MetadataPairs, file_facts, merged, metadata_json
+from chunkline.quantize import stored
 
 KEPT = "kept"
 DUPLICATE = "duplicate"
@@ -187,10 +188,16 @@ def content_key(embedding_signature: str, embedded_text: str) -> str:
     return digest.hexdigest()
 
 
-def chunk_schema(dim: int | None) -> pa.Schema:
-    """Chunks table; ``embedding`` is fixed_size_list<float32>[dim], or absent-valued (null
-    list) when ``dim`` is None (embedding switched off)."""
-    vector = pa.list_(pa.float32(), dim) if dim else pa.list_(pa.float32())
+_STORED_TYPES = {"float32": pa.float32(), "float16": pa.float16(), "int8": pa.int8()}
+
+
+def chunk_schema(dim: int | None, vector_dtype: str = "float32") -> pa.Schema:
+    """Chunks table; ``embedding`` is fixed_size_list<float32>[dim] (float16 or int8 with
+    ``vector_dtype``; int8 adds ``embedding_scale``, see ``chunkline.quantize``), or
+    absent-valued (null list) when ``dim`` is None (embedding switched off)."""
+    item = _STORED_TYPES[vector_dtype]
+    vector = pa.list_(item, dim) if dim else pa.list_(item)
+    scale = [pa.field("embedding_scale", pa.float32(), nullable=True)] if vector_dtype == "int8" else []
     return pa.schema(
         [
             pa.field("doc_id", pa.string(), nullable=False),
@@ -212,6 +219,7 @@ def chunk_schema(dim: int | None) -> pa.Schema:
             pa.field("sparse_indices", pa.list_(pa.int32()), nullable=False),
             pa.field("sparse_values", pa.list_(pa.float32()), nullable=False),
             pa.field("embedding", vector, nullable=dim is None),
+            *scale,
         ]
     )
 
@@ -241,6 +249,24 @@ def rejected_schema() -> pa.Schema:
             pa.field("reason", pa.string(), nullable=False),
         ]
     )
+
+
+def chunk_row(record: ChunkRecord, schema: pa.Schema) -> dict[str, Any]:
+    """A chunk as a row of ``schema``: its vector stored in the schema's type (quantized to
+    int8 with its scale, or float16)."""
+    names = [n for n in schema.names if n not in ("embedding", "embedding_scale")]
+    row = {name: list(v) if isinstance(v := getattr(record, name), tuple) else v for name in names}
+    dtype = {pa.int8(): "int8", pa.float16(): "float16"}.get(schema.field("embedding").type.value_type, "float32")
+    if record.embedding is None:
+        row["embedding"] = None
+        if dtype == "int8":
+            row["embedding_scale"] = None
+        return row
+    values, scale = stored(record.embedding, dtype)
+    row["embedding"] = values
+    if dtype == "int8":
+        row["embedding_scale"] = scale
+    return row
 
 
 def as_row(record: Any, schema: pa.Schema) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from chunkline.records import (
     ChunkRecord,
     DocumentStatus,
     Rejected,
+    chunk_row,
     chunk_schema,
     document_schema,
     rejected_schema,
@@ -133,7 +134,8 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
              shard_key=lambda r: str(r.term_id), sort_key=lambda r: r.term_id))
 
     chunks | "WriteChunks" >> WriteParquetShards(
-        plan.run_dir, "chunks", chunk_schema(plan.dim), config.output.chunk_shards, record_type=ChunkRecord,
+        plan.run_dir, "chunks", chunk_schema(plan.dim, config.output.vector_dtype),
+        config.output.chunk_shards, record_type=ChunkRecord, to_row=chunk_row,
         shard_key=lambda r: r.doc_id, sort_key=lambda r: (r.doc_id, r.chunk_index),
     )
     statuses | "WriteDocuments" >> WriteParquetShards(

@@ -104,6 +104,9 @@ class OutputConfig(_Section):
     path: str = Field("out", min_length=1, pattern=r"\S",
                       description="Directory (local or gs://) that receives <run_id>/.")
     chunk_shards: int = Field(4, ge=1, le=10_000, description="Number of chunk Parquet files.")
+    vector_dtype: Literal["float32", "float16", "int8"] = Field(
+        "float32", description="How vectors are stored: float32, float16, or int8 with a scale "
+        "per vector (embedding_scale). Part of the embedding signature: changing it re-embeds.")
     chunk_metadata: tuple[Annotated[str, StringConstraints(min_length=1)], ...] | None = Field(
         None, description="Metadata keys copied onto chunk rows (the documents table keeps "
         "them all). None: every key.")

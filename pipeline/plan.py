@@ -60,6 +60,10 @@ def embedding_signature(config: Config, model_dir: Path, max_seq_length: int) ->
     e = config.embed
     signature = {"model": e.model, "weights": _fingerprint(model_dir), "dtype": e.dtype,
                  "normalize": e.normalize, "max_seq_length": max_seq_length, "mode": e.mode}
+    if config.output.vector_dtype != "float32":
+        # Stored float32 vectors keep the keys of earlier releases; a smaller storage never
+        # lends a vector to, nor takes one from, another.
+        signature["vector_dtype"] = config.output.vector_dtype
     if e.mode == "late":
         # The keys of earlier releases, so a rerun still finds the vectors it may reuse.
         signature.update(late_window=e.late.window, late_stride=e.late.stride)

@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
 from chunkline.metadata import matches
+from chunkline.quantize import dequantized
 from chunkline.sparse import SparseOptions, query_terms
 from pipeline.manifest import load_manifest, resolve_run, table_files
 
@@ -38,7 +39,8 @@ Mode = Literal["hybrid", "dense", "sparse"]
 MODES: tuple[str, ...] = ("hybrid", "dense", "sparse")
 RRF_K = 60
 _BASE_COLUMNS = ["doc_id", "chunk_id", "chunk_index", "headings", "start", "end", "text", "tokens"]
-_OPTIONAL = ["metadata", "page_start", "page_end", "sparse_indices", "sparse_values", "embedding"]
+_OPTIONAL = ["metadata", "page_start", "page_end", "sparse_indices", "sparse_values", "embedding",
+             "embedding_scale"]
 
 
 @dataclass(frozen=True)
@@ -93,12 +95,16 @@ def dense_scores(table: pa.Table, manifest: dict, run_dir: str, question: str) -
                               if spec.name in embed})
     vectors = table.column("embedding").combine_chunks()
     dim = vectors.type.list_size if pa.types.is_fixed_size_list(vectors.type) else None
-    flat = pc.list_flatten(vectors).to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
-    matrix = flat.reshape(len(table), dim or (flat.size // max(len(table), 1)))
+    flat = pc.list_flatten(vectors).to_numpy(zero_copy_only=False)
+    stored = flat.reshape(len(table), dim or (flat.size // max(len(table), 1)))
+    # Whatever the run stored: float32, float16, or int8 times each row's scale.
+    scales = (table.column("embedding_scale").to_numpy(zero_copy_only=False)
+              if "embedding_scale" in table.column_names else None)
+    matrix = dequantized(stored, scales)
     local = dataclasses.replace(options, model=local_model_dir(options.model))
     query = embed_texts(load_model(local), [question], options)[0]
-    if not options.normalize:  # cosine, whatever the index stored
-        matrix = matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
+    if not options.normalize or stored.dtype != np.float32:  # cosine, whatever was stored
+        matrix = matrix / np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-12)
         query = query / np.linalg.norm(query)
     return matrix @ query
 

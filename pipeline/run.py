@@ -190,7 +190,8 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
     model = None
     if config.embed is not None:
         model = {"name": config.embed.model, "dim": job.dim, "dtype": config.embed.dtype,
-                 "normalize": config.embed.normalize, "max_seq_length": config.embed.max_seq_length}
+                 "normalize": config.embed.normalize, "max_seq_length": config.embed.max_seq_length,
+                 "vector_dtype": config.output.vector_dtype}
     manifest = {
         "run_id": run_id,
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),

@@ -16,11 +16,13 @@ from typing import Iterable, NamedTuple, Sequence
 
 import apache_beam as beam
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 from apache_beam.pvalue import PCollection, TaggedOutput
 
+from chunkline.quantize import UNIT_TOLERANCE as QUANTIZED_UNIT_TOLERANCE
 from chunkline.records import ChunkRecord, DocumentChunks, content_key, doc_hash
 from transforms.coders import JoinByKey
 from transforms.counters import CHUNKS_REUSED, REUSE_REJECTED
@@ -39,7 +41,8 @@ class ReuseOutputs(NamedTuple):
     missing: PCollection[ChunkRecord]  # still to embed (new text, or a vector that failed its check)
 
 
-def vector_problem(vector: Sequence[float] | None, dim: int, normalize: bool) -> str | None:
+def vector_problem(vector: Sequence[float] | None, dim: int, normalize: bool,
+                   tolerance: float = UNIT_TOLERANCE) -> str | None:
     """Why a stored vector may not be reused (None: it may): the wrong length, a NaN or
     infinity, or, for a normalized index, not unit length."""
     if vector is None:
@@ -49,7 +52,7 @@ def vector_problem(vector: Sequence[float] | None, dim: int, normalize: bool) ->
         return f"{array.size} values, not {dim}"
     if not np.isfinite(array).all():
         return "not finite"
-    if normalize and abs(float(np.linalg.norm(array)) - 1.0) > UNIT_TOLERANCE:
+    if normalize and abs(float(np.linalg.norm(array)) - 1.0) > tolerance:
         return f"norm {float(np.linalg.norm(array)):.4g}, not 1"
     return None
 
@@ -70,10 +73,21 @@ class _ReadPreviousShard(beam.DoFn):
     def process(self, path: str) -> Iterable[tuple[str, Entry]]:
         try:
             with FileSystems.open(path) as handle:
-                for batch in pq.ParquetFile(handle).iter_batches(columns=PREVIOUS_COLUMNS):
-                    rows = zip(*(batch.column(name).to_pylist() for name in PREVIOUS_COLUMNS))
-                    for key, chunk, vector in rows:
-                        problem = vector_problem(vector, self.dim, self.normalize)
+                shard = pq.ParquetFile(handle)
+                # A run that stored its vectors as int8 (with a scale per row) or float16: the
+                # vector is read back as floats, and checked within that storage's error.
+                int8 = "embedding_scale" in shard.schema_arrow.names
+                item = shard.schema_arrow.field("embedding").type.value_type
+                dtype = "int8" if int8 else "float16" if item == pa.float16() else "float32"
+                columns = PREVIOUS_COLUMNS + (["embedding_scale"] if int8 else [])
+                for batch in shard.iter_batches(columns=columns):
+                    values = [batch.column(name).to_pylist() for name in columns]
+                    scales = values[3] if int8 else [None] * batch.num_rows
+                    for key, chunk, vector, scale in zip(*values[:3], scales):
+                        if int8 and vector is not None and scale is not None:
+                            vector = (np.asarray(vector, np.float32) * np.float32(scale)).tolist()
+                        problem = vector_problem(vector, self.dim, self.normalize,
+                                                 QUANTIZED_UNIT_TOLERANCE[dtype])
                         yield key, (problem is None, chunk, tuple(vector) if problem is None else ())
         except Exception as exc:  # noqa: BLE001 - a damaged file raises whatever arrow raises
             self.unreadable.inc()

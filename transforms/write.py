@@ -30,7 +30,8 @@ def shard_path(directory: str, table: str, index: int, shards: int) -> str:
 
 class _WriteShard(beam.DoFn):
     def __init__(self, directory: str, table: str, shards: int, schema: pa.Schema,
-                 sort_key: Callable[[Any], Any]) -> None:
+                 sort_key: Callable[[Any], Any], to_row: Callable[[Any, pa.Schema], dict]) -> None:
+        self.to_row = to_row
         self.directory = directory
         self.table = table
         self.shards = shards
@@ -39,7 +40,7 @@ class _WriteShard(beam.DoFn):
 
     def process(self, keyed: tuple[int, Iterable[Any]]):
         index, records = keyed
-        rows = [as_row(r, self.schema) for r in sorted((r for r in records if r is not None), key=self.sort_key)]
+        rows = [self.to_row(r, self.schema) for r in sorted((r for r in records if r is not None), key=self.sort_key)]
         table = pa.Table.from_pylist(rows, schema=self.schema)
         path = shard_path(self.directory, self.table, index, self.shards)
         with FileSystems.create(path) as handle:
@@ -56,8 +57,10 @@ class WriteParquetShards(beam.PTransform):
 
     def __init__(self, directory: str, table: str, schema: pa.Schema, shards: int,
                  shard_key: Callable[[Any], str], sort_key: Callable[[Any], Any],
-                 record_type: type | None = None) -> None:
+                 record_type: type | None = None,
+                 to_row: Callable[[Any, pa.Schema], dict] = as_row) -> None:
         super().__init__()
+        self.to_row = to_row
         self.record_type = record_type
         self.directory = directory
         self.table = table
@@ -80,6 +83,7 @@ class WriteParquetShards(beam.PTransform):
             | "Together" >> beam.Flatten()
             | "GroupByShard" >> beam.GroupByKey()
             | "WriteShard" >> beam.ParDo(
-                _WriteShard(self.directory, self.table, shards, self.schema, self.sort_key)
+                _WriteShard(self.directory, self.table, shards, self.schema, self.sort_key,
+                            self.to_row)
             )
         )

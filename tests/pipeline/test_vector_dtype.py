@@ -1,0 +1,77 @@
+"""Stored vectors as float16 or int8: the shards hold that type, the vectors keep their direction,
+a rerun reuses them unchanged, a query ranks as with float32, and the dtype is part of the
+embedding signature (no reuse across dtypes)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.config import load_config
+from pipeline.query import search
+from pipeline.run import run
+from tests.pipeline.test_reindex import write_corpus
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+
+def job(corpus: Path, output: Path, dtype: str):
+    return run(load_config(ROOT / "configs" / "local.yaml", [
+        f"input.pattern={corpus}/**", f"output.path={output}", f"output.vector_dtype={dtype}"]))
+
+
+def vectors(run_dir: str) -> dict[str, np.ndarray]:
+    table = pa.concat_tables([pq.read_table(p) for p in sorted(Path(run_dir).glob("chunks-*.parquet"))])
+    rows = table.to_pylist()
+    return {r["chunk_id"]: np.asarray(r["embedding"], np.float32) * np.float32(r.get("embedding_scale") or 1.0)
+            for r in rows}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    base = tmp_path_factory.mktemp("dtype")
+    corpus = base / "corpus"
+    write_corpus(corpus, 20)
+    return corpus, base, {dtype: job(corpus, base / dtype, dtype) for dtype in ("float32", "float16", "int8")}
+
+
+@pytest.mark.parametrize("dtype, item, floor", [("float16", pa.float16(), 0.99999), ("int8", pa.int8(), 0.9997)])
+def test_stored_type_and_direction(runs, dtype, item, floor) -> None:
+    _, _, done = runs
+    shard = sorted(Path(done[dtype].run_dir).glob("chunks-*.parquet"))[0]
+    schema = pq.read_schema(shard)
+    assert schema.field("embedding").type.value_type == item
+    assert ("embedding_scale" in schema.names) == (dtype == "int8")
+    full, small = vectors(done["float32"].run_dir), vectors(done[dtype].run_dir)
+    assert full.keys() == small.keys()
+    cosines = [float(full[k] @ small[k] / np.linalg.norm(small[k])) for k in full]
+    assert min(cosines) >= floor
+
+
+def test_rerun_reuses_quantized_vectors_unchanged(runs) -> None:
+    corpus, base, done = runs
+    again = job(corpus, base / "int8", "int8")
+    assert again.counts["embedded"] == 0 and again.counts["reused"] == again.counts["chunks"]
+    before, after = vectors(done["int8"].run_dir), vectors(again.run_dir)
+    assert all(np.array_equal(before[k], after[k]) for k in before)
+
+
+def test_dtype_is_part_of_the_signature(runs) -> None:
+    corpus, base, done = runs
+    switched = run(load_config(ROOT / "configs" / "local.yaml", [
+        f"input.pattern={corpus}/**", f"output.path={base / 'switched'}",
+        f"output.previous={done['float32'].run_dir}", "output.vector_dtype=int8"]))
+    assert switched.counts["reused"] == 0 and switched.counts["embedded"] == switched.counts["chunks"]
+
+
+def test_dense_query_ranks_alike(runs) -> None:
+    _, base, _ = runs
+    for question in ("battery dock charger", "robot arm calibration torque", "network latency alert"):
+        top = search(str(base / "float32"), question, k=1, mode="dense")[0].chunk_id
+        for dtype in ("float16", "int8"):
+            assert search(str(base / dtype), question, k=1, mode="dense")[0].chunk_id == top
