@@ -56,6 +56,10 @@ class EmbedOptions:
     max_seq_length: Annotated[int, Ge(8)] | None = field(default=None, metadata=help_text(
         "Tokens (special tokens included) the model reads of a text. null: the model's own "
         "(256 for all-MiniLM-L6-v2); at most its position table (512 for BERT-style models)."))
+    dims: Annotated[int, Ge(1)] | None = field(default=None, metadata=help_text(
+        "Keep the first dims values of each vector (then normalize): Matryoshka truncation, "
+        "as sentence-transformers' truncate_dim. Lossless only for Matryoshka-trained models; "
+        "for others the run measures and warns. null: all."))
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -107,6 +111,10 @@ def model_info(options: EmbedOptions) -> ModelInfo:
         dim = _dimension(load_model(options))
         if dim is None:
             raise ModelNotAvailable(f"cannot tell the output dimension of {options.model}")
+    if options.dims is not None:
+        if options.dims > dim:
+            raise ValueError(f"embed.dims {options.dims} is more than {options.model}'s {dim} dimensions")
+        dim = options.dims
     return ModelInfo(options.model, dim, max_seq_length, _special_tokens_count(model_dir))
 
 
@@ -140,7 +148,7 @@ def embed_texts(
     pads to similar lengths; rows come back in input order.
     """
     if not texts:
-        return np.zeros((0, _dimension(model)), dtype=np.float32)
+        return np.zeros((0, options.dims or _dimension(model)), dtype=np.float32)
     vectors = model.encode(
         list(texts),
         batch_size=options.batch_size,
@@ -150,10 +158,53 @@ def embed_texts(
         normalize_embeddings=False,
     )
     vectors = np.asarray(vectors, dtype=np.float32)
+    if options.dims is not None:
+        vectors = np.ascontiguousarray(vectors[:, : options.dims])  # Matryoshka: the first dims
     if options.normalize:
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         vectors = vectors / np.maximum(norms, np.float32(1e-12))
     return vectors
+
+
+def truncation_agreement(model: "SentenceTransformer", options: EmbedOptions,
+                         texts: Sequence[str]) -> float:
+    """How well ``options.dims`` values keep the model's geometry: the Spearman correlation of
+    all pairwise cosine similarities of ``texts``, first ``dims`` values against all. A
+    Matryoshka-trained model (Kusupati et al., "Matryoshka Representation Learning", NeurIPS
+    2022) stays near 1 down to its trained sizes; a model trained at one size falls off."""
+    full = embed_texts(model, texts, _replace_dims(options, None))
+    cut = embed_texts(model, texts, options)
+    upper = np.triu_indices(len(texts), k=1)
+    a = (full @ full.T)[upper]
+    b = (cut @ cut.T)[upper]
+    ranks_a, ranks_b = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
+    return float(np.corrcoef(ranks_a, ranks_b)[0, 1])
+
+
+def probe_texts(count: int = 64) -> list[str]:
+    """Real sentences every Python has: the first paragraph of the standard library's module
+    docstrings (read with ``ast``, nothing imported), in file order."""
+    import ast
+    import sysconfig
+
+    found: list[str] = []
+    for path in sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py")):
+        try:
+            doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")))
+        except (SyntaxError, UnicodeDecodeError, ValueError, OSError):
+            continue
+        first = " ".join((doc or "").split("\n\n")[0].split())
+        if len(first) >= 40:
+            found.append(first)
+        if len(found) >= count:
+            break
+    return found
+
+
+def _replace_dims(options: EmbedOptions, dims: int | None) -> EmbedOptions:
+    from dataclasses import replace
+
+    return replace(options, dims=dims)
 
 
 def token_lengths(model: "SentenceTransformer", texts: Sequence[str]) -> list[int]:

@@ -60,6 +60,8 @@ def embedding_signature(config: Config, model_dir: Path, max_seq_length: int) ->
     e = config.embed
     signature = {"model": e.model, "weights": _fingerprint(model_dir), "dtype": e.dtype,
                  "normalize": e.normalize, "max_seq_length": max_seq_length, "mode": e.mode}
+    if e.dims is not None:
+        signature["dims"] = e.dims
     if config.output.vector_dtype != "float32":
         # Stored float32 vectors keep the keys of earlier releases; a smaller storage never
         # lends a vector to, nor takes one from, another.
@@ -199,6 +201,22 @@ def preflight(config: Config, run_id: str) -> None:
     check_output_writable(config.output.path, run_id)
 
 
+def warn_truncation(options) -> float:
+    """Measure what ``embed.dims`` costs this model (``truncation_agreement`` on real probe
+    sentences) and say it: a warning below 0.99, where the model was not trained for the size."""
+    from chunkline.embedder import load_model, probe_texts, truncation_agreement
+
+    agreement = truncation_agreement(load_model(options), options, probe_texts())
+    message = (f"embed.dims={options.dims}: pairwise similarities of 64 probe sentences keep a "
+               f"Spearman correlation of {agreement:.3f} with the full vectors")
+    if agreement < 0.99:
+        log.warning("%s; this model loses ranking quality at that size (not Matryoshka-trained "
+                    "for it?)", message)
+    else:
+        log.info("%s", message)
+    return agreement
+
+
 def plan(config: Config, run_id: str) -> Plan:
     """Decide the split tokenizer and budget from the embedder, on the driver, before the job:
     budget = model max input - its special tokens - the heading reserve."""
@@ -232,6 +250,11 @@ def plan(config: Config, run_id: str) -> Plan:
             f"tokens): embedded text would be truncated")
     if config.context is not None:
         resolve_api_key(stages.context)  # a missing key fails here, not on every worker
+    if stages.embed is not None and stages.embed.dims is not None:
+        if late:
+            raise ValueError("embed.dims is not supported with embed.mode: late (late chunking "
+                             "pools token vectors of the full width)")
+        warn_truncation(local)
     try:
         check_budget(max_tokens, config.split.overlap)
     except ValueError as exc:

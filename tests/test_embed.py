@@ -189,3 +189,31 @@ def test_missing_model_directory_is_a_clear_error(tmp_path):
 def test_options_are_validated(bad):
     with pytest.raises(ValueError):
         EmbedOptions(**bad)
+
+
+# --- Matryoshka truncation (embed.dims) ---------------------------------------------------------
+
+
+def test_dims_keep_the_first_values_normalized() -> None:
+    from chunkline.embedder import probe_texts, truncation_agreement
+
+    full_options, cut_options = EmbedOptions(), EmbedOptions(dims=128)
+    model = load_model(full_options)
+    texts = ["The arm warms up for thirty minutes.", "Charging stops at 95 percent."]
+    full = embed_texts(model, texts, full_options)
+    cut = embed_texts(model, texts, cut_options)
+    assert cut.shape == (2, 128)
+    np.testing.assert_allclose(np.linalg.norm(cut, axis=1), 1.0, atol=1e-5)
+    expected = full[:, :128] / np.linalg.norm(full[:, :128], axis=1, keepdims=True)
+    np.testing.assert_allclose(cut, expected, atol=1e-5)
+    assert model_info(cut_options).dim == 128
+    probes = probe_texts()
+    assert len(probes) == 64
+    # all-MiniLM-L6-v2 was trained at 384 only: a third of it keeps the ranking only in part.
+    assert truncation_agreement(model, EmbedOptions(dims=384), probes) == pytest.approx(1.0)
+    assert truncation_agreement(model, cut_options, probes) < 0.95
+
+
+def test_dims_over_the_model_are_an_error() -> None:
+    with pytest.raises(ValueError, match="more than"):
+        model_info(EmbedOptions(dims=1000))

@@ -75,3 +75,32 @@ def test_dense_query_ranks_alike(runs) -> None:
         top = search(str(base / "float32"), question, k=1, mode="dense")[0].chunk_id
         for dtype in ("float16", "int8"):
             assert search(str(base / dtype), question, k=1, mode="dense")[0].chunk_id == top
+
+
+def test_embed_dims_truncate_warn_and_sign(runs, tmp_path, caplog) -> None:
+    corpus, _, done = runs
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="chunkline.run"):
+        small = run(load_config(ROOT / "configs" / "local.yaml", [
+            f"input.pattern={corpus}/**", f"output.path={tmp_path / 'dims'}", "embed.dims=128",
+            f"output.previous={done['float32'].run_dir}"]))
+    assert any("embed.dims=128" in r.getMessage() and "Spearman" in r.getMessage() for r in caplog.records)
+    # A different width is a different signature: nothing reused from the 384-d run.
+    assert small.counts["reused"] == 0 and small.counts["embedded"] == small.counts["chunks"]
+    schema = pq.read_schema(sorted(Path(small.run_dir).glob("chunks-*.parquet"))[0])
+    assert schema.field("embedding").type.list_size == 128
+    full = vectors(done["float32"].run_dir)
+    for chunk_id, vector in vectors(small.run_dir).items():
+        head = full[chunk_id][:128]
+        np.testing.assert_allclose(vector, head / np.linalg.norm(head), atol=1e-4)
+    assert search(str(tmp_path / "dims"), "battery dock charger", k=1, mode="dense")
+
+
+def test_embed_dims_with_late_chunking_is_refused(runs, tmp_path) -> None:
+    corpus, _, _ = runs
+    config = load_config(ROOT / "configs" / "local.yaml", [
+        f"input.pattern={corpus}/**", f"output.path={tmp_path / 'late'}", "embed.dims=128",
+        "embed.mode=late"])
+    with pytest.raises(ValueError, match="not supported with embed.mode: late"):
+        run(config)
