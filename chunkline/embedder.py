@@ -56,6 +56,10 @@ class EmbedOptions:
     max_seq_length: Annotated[int, Ge(8)] | None = field(default=None, metadata=help_text(
         "Tokens (special tokens included) the model reads of a text. null: the model's own "
         "(256 for all-MiniLM-L6-v2); at most its position table (512 for BERT-style models)."))
+    pass_tokens: Annotated[int, Ge(1)] | None = field(default=None, metadata=help_text(
+        "Padded tokens per forward pass: texts are sorted by their exact token count and cut "
+        "into passes of at most this many tokens (longest in the pass x texts), so short "
+        "chunks go many to a pass and long ones few. null: batch_size x max_seq_length."))
     dims: Annotated[int, Ge(1)] | None = field(default=None, metadata=help_text(
         "Keep the first dims values of each vector (then normalize): Matryoshka truncation, "
         "as sentence-transformers' truncate_dim. Lossless only for Matryoshka-trained models; "
@@ -157,6 +161,94 @@ def embed_texts(
         # Normalized below, in float32: in a bfloat16 model the norm would be ~1 +- 1e-2.
         normalize_embeddings=False,
     )
+    return _finish(vectors, options)
+
+
+class PassStats(NamedTuple):
+    """What a call of :func:`embed_by_tokens` fed the model."""
+
+    tokens: int  # real tokens read (special tokens included, after truncation)
+    padded: int  # positions computed: each pass's longest text x its texts
+    truncated: int  # texts cut at max_seq_length
+    passes: int
+
+
+# A pass takes a text only while its padding stays under this share of what it computes: the
+# bound that keeps padded tokens within ~1.10x of the real ones.
+PASS_PADDING = 0.10
+
+
+def token_passes(lengths: Sequence[int], budget: int, padding: float = PASS_PADDING) -> list[list[int]]:
+    """Indexes of ``lengths`` grouped into passes, longest first: each pass's longest length
+    times its size stays within ``budget`` (a single text over it is a pass of its own), and
+    a pass takes a shorter text only while its padded positions stay within ``padding`` of all
+    it computes.
+
+    >>> token_passes([5, 100, 7, 98, 6], 200)
+    [[1, 3], [2, 4], [0]]
+    """
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    passes: list[list[int]] = []
+    real = 0
+    for index in order:
+        # Sorted longest first: the pass's first text is its longest.
+        if passes:
+            longest, size = lengths[passes[-1][0]], len(passes[-1]) + 1
+            computed = longest * size
+            if computed <= budget and computed - (real + lengths[index]) <= padding * computed:
+                passes[-1].append(index)
+                real += lengths[index]
+                continue
+        passes.append([index])
+        real = lengths[index]
+    return passes
+
+
+def embed_by_tokens(
+    model: "SentenceTransformer", texts: Sequence[str], options: EmbedOptions
+) -> tuple[np.ndarray, PassStats]:
+    """:func:`embed_texts`, each text tokenized once: sorted by its exact token count and cut
+    into forward passes by padded tokens (``options.pass_tokens``) rather than by a count of
+    texts, so a pass pads only to texts of nearly its own length. Rows in input order; the
+    vectors equal ``model.encode``'s (the same tokenization, padding and pooling)."""
+    import torch
+
+    limit = model.max_seq_length
+    if not texts:
+        return np.zeros((0, options.dims or _dimension(model)), dtype=np.float32), PassStats(0, 0, 0, 0)
+    tokenizer = model.tokenizer
+    encoded = tokenizer(list(texts), add_special_tokens=True, truncation=False,
+                        return_attention_mask=False, verbose=False)
+    ids = encoded["input_ids"]
+    types = encoded.get("token_type_ids")
+    over = [i for i, row in enumerate(ids) if len(row) > limit]
+    if over:  # rare (chunkline's chunks fit the model): the tokenizer's own truncation for these
+        again = tokenizer([texts[i] for i in over], add_special_tokens=True, truncation=True,
+                          max_length=limit, return_attention_mask=False)
+        for slot, i in enumerate(over):
+            ids[i] = again["input_ids"][slot]
+            if types is not None:
+                types[i] = again["token_type_ids"][slot]
+    lengths = [len(row) for row in ids]
+    budget = options.pass_tokens or options.batch_size * limit
+    out = np.zeros((len(texts), options.dims or _dimension(model)), dtype=np.float32)
+    padded = 0
+    passes = token_passes(lengths, budget)
+    device = model.device
+    with torch.inference_mode():
+        for group in passes:
+            batch = {"input_ids": [ids[i] for i in group]}
+            if types is not None:
+                batch["token_type_ids"] = [types[i] for i in group]
+            features = tokenizer.pad(batch, padding=True, return_tensors="pt")
+            padded += int(features["input_ids"].numel())
+            features = {name: tensor.to(device) for name, tensor in features.items()}
+            vectors = model.forward(features)["sentence_embedding"].float().cpu().numpy()
+            out[group] = _finish(vectors, options)
+    return out, PassStats(sum(lengths), padded, len(over), len(passes))
+
+
+def _finish(vectors: np.ndarray, options: EmbedOptions) -> np.ndarray:
     vectors = np.asarray(vectors, dtype=np.float32)
     if options.dims is not None:
         vectors = np.ascontiguousarray(vectors[:, : options.dims])  # Matryoshka: the first dims

@@ -27,6 +27,7 @@ from pipeline.plan import new_run_id, plan, preflight
 from pipeline.summary import RunSummary
 from transforms.counters import (
     CHUNKS_EMBEDDED, CHUNKS_REUSED, READ_DOCUMENTS, READ_REJECTED, REUSE_REJECTED, TOKENS_EMBEDDED,
+    TOKENS_PADDED,
 )
 
 log = logging.getLogger("chunkline.run")
@@ -118,6 +119,7 @@ def account(run_dir: str, result, embedding: bool = True, sparse: bool = False) 
         embedded, reused = embedded or 0, reused or 0
         counts["embedded"], counts["reused"] = embedded, reused
         counts["tokens_embedded"] = _metric(result, *TOKENS_EMBEDDED) or 0
+        counts["tokens_padded"] = _metric(result, *TOKENS_PADDED) or 0
         counts["reuse_rejected"] = _metric(result, *REUSE_REJECTED) or 0
         if embedded + reused != counts["chunks"]:
             problems.append(f"{counts['chunks']} chunks written but {embedded} embedded + {reused} reused")

@@ -36,6 +36,10 @@ def format_summary(summary: RunSummary) -> str:
             embedded += f"; vectors: {c['embedded']:,} embedded, {c['reused']:,} reused{source}"
             if c.get("reuse_rejected"):
                 embedded += f" ({c['reuse_rejected']:,} stored vectors failed their check: re-embedded)"
+            if c.get("tokens_embedded"):
+                embedded += (f"; model read {c['tokens_embedded']:,} tokens in "
+                             f"{c.get('tokens_padded', 0):,} padded positions "
+                             f"({c.get('tokens_padded', 0) / c['tokens_embedded']:.2f}x)")
     else:
         embedded = f"{c['tokens']:,} tokens (embedding off)"
     lines = [

@@ -10,6 +10,8 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.util import assert_that
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from chunkline.embedder import (
     EmbedOptions,
     ModelInfo,
@@ -217,3 +219,40 @@ def test_dims_keep_the_first_values_normalized() -> None:
 def test_dims_over_the_model_are_an_error() -> None:
     with pytest.raises(ValueError, match="more than"):
         model_info(EmbedOptions(dims=1000))
+
+
+# --- Passes cut by padded tokens ----------------------------------------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(1, 300), max_size=80), st.integers(1, 5000))
+def test_token_passes_partition_within_budget_and_padding(lengths: list[int], budget: int) -> None:
+    from chunkline.embedder import PASS_PADDING, token_passes
+
+    passes = token_passes(lengths, budget)
+    assert sorted(i for group in passes for i in group) == list(range(len(lengths)))
+    for group in passes:
+        longest = max(lengths[i] for i in group)
+        assert lengths[group[0]] == longest
+        if len(group) > 1:
+            computed = longest * len(group)
+            assert computed <= budget
+            assert computed - sum(lengths[i] for i in group) <= PASS_PADDING * computed
+
+
+def test_embed_by_tokens_equals_encode_and_counts() -> None:
+    from chunkline.embedder import embed_by_tokens
+
+    options = EmbedOptions()
+    model = load_model(options)
+    words = "robot arm calibration sensor firmware battery dock mission route lidar".split()
+    texts = [" ".join(words[(i * 7 + j) % len(words)] for j in range(3 + (i * 37) % 150)) for i in range(70)]
+    texts.append("torque " * 400)  # over the model's 256 tokens: truncated, and counted
+    expected = embed_texts(model, texts, options)
+    vectors, stats = embed_by_tokens(model, texts, options)
+    np.testing.assert_allclose(vectors, expected, atol=2e-6)
+    lengths = [min(n, model.max_seq_length) for n in token_lengths(model, texts)]
+    assert stats.tokens == sum(lengths) and stats.truncated == 1
+    assert stats.tokens <= stats.padded <= 1.25 * stats.tokens
+    cut, _ = embed_by_tokens(model, texts[:5], EmbedOptions(dims=64, pass_tokens=300))
+    np.testing.assert_allclose(cut, embed_texts(model, texts[:5], EmbedOptions(dims=64)), atol=2e-6)
