@@ -165,6 +165,13 @@ def bm25_scores(pieces: list[Piece], questions: list[Question]) -> np.ndarray:
     return scores
 
 
+def hits_at_k(pieces: list[Piece], scores: np.ndarray, questions: list[Question], k: int) -> np.ndarray:
+    """Per question, whether a top-k chunk holds its whole answer span."""
+    ranked = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    return np.array([any(pieces[i].doc == q.doc and pieces[i].start <= q.start and q.end <= pieces[i].end
+                         for i in top) for q, top in zip(questions, ranked)])
+
+
 def evaluate_scores(pieces: list[Piece], scores: np.ndarray, questions: list[Question],
                     k: int) -> dict[str, float]:
     ranked = np.argsort(-scores, axis=1, kind="stable")[:, :k]
@@ -296,10 +303,14 @@ def _hybrid_rows(setup: Setup, name: str, pieces: list[Piece], seconds: float,
         back /= np.linalg.norm(back, axis=1, keepdims=True)
         small_dense = setup.question_vectors @ back.T
         small_hybrid = np.stack([fused(d, s) for d, s in zip(small_dense, sparse)])
+        lost_dense = int(np.sum(hits_at_k(pieces, dense, setup.questions, setup.k)
+                                & ~hits_at_k(pieces, small_dense, setup.questions, setup.k)))
+        lost_hybrid = int(np.sum(hits_at_k(pieces, hybrid, setup.questions, setup.k)
+                                 & ~hits_at_k(pieces, small_hybrid, setup.questions, setup.k)))
         smaller += [
-            Row(name + f" (dense, {dtype} vectors)",
+            Row(name + f" (dense, {dtype} vectors; questions lost at {setup.k} vs float32: {lost_dense})",
                 evaluate_scores(pieces, small_dense, setup.questions, setup.k), embedded),
-            Row(name + f", hybrid (RRF), {dtype} vectors",
+            Row(name + f", hybrid (RRF), {dtype} vectors; questions lost at {setup.k} vs float32: {lost_hybrid}",
                 evaluate_scores(pieces, small_hybrid, setup.questions, setup.k), embedded + weighed),
         ]
     return [
