@@ -53,7 +53,7 @@ from chunkline.embedder import EmbedOptions, embed_texts, load_model  # noqa: E4
 from chunkline.late import LateChunker, LateOptions  # noqa: E402
 from chunkline.splitting.semantic import SemanticOptions, model_embed, semantic_split  # noqa: E402
 from chunkline.splitting.text import heading_prefix  # noqa: E402
-from chunkline.sparse import CorpusStats, SparseOptions, bm25_weights, query_terms, term_counts  # noqa: E402
+from chunkline.sparse import SparseOptions, bm25_weights, corpus_stats, query_terms, term_counts  # noqa: E402
 from chunkline.quantize import dequantized, stored  # noqa: E402
 from pipeline.query import fused  # noqa: E402
 
@@ -151,11 +151,7 @@ def bm25_scores(pieces: list[Piece], questions: list[Question]) -> np.ndarray:
     """(questions x pieces) BM25 scores, from the sparse vectors the pipeline would write."""
     options = SparseOptions()
     counted = [term_counts(p.embed_text, options) for p in pieces]
-    df: dict[int, int] = {}
-    for ids, _ in counted:
-        for i in ids:
-            df[i] = df.get(i, 0) + 1
-    stats = CorpusStats(len(pieces), sum(sum(c) for _, c in counted), df)
+    stats = corpus_stats(counted)
     weights = [dict(zip(ids, bm25_weights(ids, counts, stats, options))) for ids, counts in counted]
     scores = np.zeros((len(questions), len(pieces)))
     for row, q in enumerate(questions):

@@ -15,6 +15,7 @@ ModelInfo(name='all-MiniLM-L6-v2', dim=384, max_seq_length=256, special_tokens_c
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass, field
@@ -264,8 +265,10 @@ def truncation_agreement(model: "SentenceTransformer", options: EmbedOptions,
     all pairwise cosine similarities of ``texts``, first ``dims`` values against all. A
     Matryoshka-trained model (Kusupati et al., "Matryoshka Representation Learning", NeurIPS
     2022) stays near 1 down to its trained sizes; a model trained at one size falls off."""
-    full = embed_texts(model, texts, _replace_dims(options, None))
-    cut = embed_texts(model, texts, options)
+    # One forward pass: both widths are cut from the same raw vectors.
+    raw = embed_texts(model, texts, dataclasses.replace(options, dims=None, normalize=False))
+    full = _finish(raw, dataclasses.replace(options, dims=None, normalize=True))
+    cut = _finish(raw, dataclasses.replace(options, normalize=True))
     upper = np.triu_indices(len(texts), k=1)
     a = (full @ full.T)[upper]
     b = (cut @ cut.T)[upper]
@@ -291,12 +294,6 @@ def probe_texts(count: int = 64) -> list[str]:
         if len(found) >= count:
             break
     return found
-
-
-def _replace_dims(options: EmbedOptions, dims: int | None) -> EmbedOptions:
-    from dataclasses import replace
-
-    return replace(options, dims=dims)
 
 
 def token_lengths(model: "SentenceTransformer", texts: Sequence[str]) -> list[int]:

@@ -78,6 +78,7 @@ def main_content(html: str, plain: str) -> str | None:
 
 
 # WHATWG HTML: the root element's lang attribute is the page's language (a BCP 47 tag).
+_LANG_SCAN_CHARS = 4096  # the root element opens within the page's first bytes
 _HTML_LANG = re.compile(r"<html\b[^>]*?\blang\s*=\s*[\"']?([A-Za-z]{2,3}(?:[-_][A-Za-z0-9]{1,8})*)", re.I)
 PAGE_METADATA_KEYS = ("title", "author", "date", "url", "language")
 
@@ -105,8 +106,6 @@ def page_metadata(html: str) -> dict[str, str]:
             found[key] = value.strip()
     return found
 
-
-_LANG_SCAN_CHARS = 4096
 
 
 def _over_libxml2_limits(html: str) -> bool:

@@ -256,7 +256,8 @@ def chunk_row(record: ChunkRecord, schema: pa.Schema) -> dict[str, Any]:
     int8 with its scale, or float16)."""
     names = [n for n in schema.names if n not in ("embedding", "embedding_scale")]
     row = {name: list(v) if isinstance(v := getattr(record, name), tuple) else v for name in names}
-    dtype = {pa.int8(): "int8", pa.float16(): "float16"}.get(schema.field("embedding").type.value_type, "float32")
+    item = schema.field("embedding").type.value_type
+    dtype = next(name for name, stored_type in _STORED_TYPES.items() if stored_type == item)
     if record.embedding is None:
         row["embedding"] = None
         if dtype == "int8":

@@ -133,9 +133,13 @@ def query_terms(question: str, options: SparseOptions = SparseOptions()) -> list
     return list(dict.fromkeys(term_id(term) for term in analyze(question, options)))
 
 
-def merge_counts(pairs: Iterable[tuple[tuple[int, ...], tuple[int, ...]]]) -> Counter:
-    """Document frequencies of a batch of chunks' :func:`term_counts`."""
+def corpus_stats(counted: Iterable[tuple[tuple[int, ...], tuple[int, ...]]]) -> CorpusStats:
+    """The statistics of chunks given as their :func:`term_counts`, in one process (the
+    pipeline computes the same with a Beam combine, ``transforms/sparse.py``)."""
+    documents = length = 0
     df: Counter = Counter()
-    for ids, _ in pairs:
+    for ids, counts in counted:
+        documents += 1
+        length += sum(counts)
         df.update(ids)
-    return df
+    return CorpusStats(documents, length, dict(df))

@@ -17,10 +17,10 @@ from chunkline.records import ChunkRecord
 from chunkline.sparse import (
     ENGLISH_STOP_WORDS,
     TERM_SPACE,
-    CorpusStats,
     SparseOptions,
     analyze,
     bm25_weights,
+    corpus_stats,
     query_terms,
     term_counts,
     term_id,
@@ -42,11 +42,7 @@ QUESTIONS = ["how long should the arm warm up before calibration", "battery char
 
 def index(texts: list[str], options: SparseOptions = SparseOptions()):
     counted = [term_counts(text, options) for text in texts]
-    df: dict[int, int] = {}
-    for ids, _ in counted:
-        for i in ids:
-            df[i] = df.get(i, 0) + 1
-    stats = CorpusStats(len(texts), sum(sum(c) for _, c in counted), df)
+    stats = corpus_stats(counted)
     return [(ids, bm25_weights(ids, counts, stats, options)) for ids, counts in counted], stats
 
 

@@ -23,6 +23,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.pvalue import PCollection, TaggedOutput
 
 from chunkline.quantize import UNIT_TOLERANCE as QUANTIZED_UNIT_TOLERANCE
+from chunkline.quantize import dequantized
 from chunkline.records import ChunkRecord, DocumentChunks, content_key, doc_hash
 from transforms.coders import JoinByKey
 from transforms.counters import CHUNKS_REUSED, REUSE_REJECTED
@@ -85,7 +86,7 @@ class _ReadPreviousShard(beam.DoFn):
                     scales = values[3] if int8 else [None] * batch.num_rows
                     for key, chunk, vector, scale in zip(*values[:3], scales):
                         if int8 and vector is not None and scale is not None:
-                            vector = (np.asarray(vector, np.float32) * np.float32(scale)).tolist()
+                            vector = dequantized(np.asarray([vector]), np.asarray([scale]))[0].tolist()
                         problem = vector_problem(vector, self.dim, self.normalize,
                                                  QUANTIZED_UNIT_TOLERANCE[dtype])
                         yield key, (problem is None, chunk, tuple(vector) if problem is None else ())

@@ -27,13 +27,12 @@ from typing import Any, Iterator
 
 from markdown_it import MarkdownIt
 
+from chunkline.metadata import FRONT_MATTER
+
 # A line that could open an ATX heading or underline a setext one. Documents with none skip
 # the parse entirely.
 _HEADING_CANDIDATE = re.compile(r"^ {0,3}(?:#{1,6}(?:[ \t]|$)|=+[ \t]*$|-+[ \t]*$)", re.M)
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
-# YAML front matter (Jekyll, Hugo, MkDocs): not CommonMark, which would read its closing "---"
-# as a setext underline and make the metadata a heading.
-_FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(?:.*?\r?\n)?(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)", re.S)
 # A delimiter row has a pipe beside a dash or colon, maybe spaced (markdown-it-pyrs reads no
 # table whose delimiter row has no pipe). Documents with none skip the table rule; a false alarm
 # costs the rule's tries. The plain substrings are found at memchr speed, the regex only if
@@ -45,7 +44,9 @@ _DELIMITER_MARK = re.compile(r"[-:][ \t]*\||\|[ \t]*[-:]")
 def mask_front_matter(text: str) -> str:
     """``text`` with a leading YAML front matter block blanked out (line breaks kept, so every
     offset and line number is unchanged); other text is returned as is."""
-    found = _FRONT_MATTER.match(text)
+    # YAML front matter (Jekyll, Hugo, MkDocs) is not CommonMark, which would read its closing
+    # "---" as a setext underline and make the metadata a heading.
+    found = FRONT_MATTER.match(text)
     if found is None:
         return text
     block = found.group()
