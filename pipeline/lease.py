@@ -134,8 +134,12 @@ class _LocalStore:
         try:
             fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
+            try:
+                age = time.time() - marker.stat().st_mtime
+            except FileNotFoundError:
+                return False  # the winner has swapped and removed its marker meanwhile
             # A taker killed between marker and swap must not block every later run.
-            if time.time() - marker.stat().st_mtime > self.timeout:
+            if age > self.timeout:
                 marker.unlink(missing_ok=True)
             return False
         os.close(fd)
