@@ -36,6 +36,7 @@ they can never be a hit), the chunk count, and the mean and max chunk tokens.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -89,7 +90,7 @@ def load_labels(root: Path = LABELS) -> tuple[dict[str, str], list[Question]]:
     """Documents by relative path and the questions; raises if any answer span is not exactly
     its quoted text."""
     docs = {str(p.relative_to(root)): p.read_text(encoding="utf-8")
-            for p in sorted((root / "docs").glob("*.md"))}
+            for p in sorted((root / "docs").iterdir()) if p.suffix in (".md", ".txt")}
     questions = [Question(**json.loads(line)) for line in
                  (root / "questions.jsonl").read_text(encoding="utf-8").splitlines() if line]
     bad = [q.id for q in questions
@@ -218,6 +219,8 @@ class Setup:
     options: EmbedOptions
     late: LateChunker
     k: int
+    backends: tuple[str, ...] = ()  # "backend:dtype" rows (embed.backend, embed.dtype)
+    quick: bool = False  # only the recursive + heading path rows
 
 
 def run(setup: Setup, max_tokens: int, reserve: int, merge_below: list[int]) -> list[Row]:
@@ -235,8 +238,11 @@ def run(setup: Setup, max_tokens: int, reserve: int, merge_below: list[int]) -> 
         started = time.perf_counter()
         return make(), time.perf_counter() - started
 
-    plain, t_plain = timed(lambda: chunkline_pieces(docs, recursive, tok, None))
     headed, t_headed = timed(lambda: chunkline_pieces(docs, recursive, tok, reserve))
+    if setup.quick:
+        return _hybrid_rows(setup, "chunkline recursive + heading path", headed, t_headed,
+                            stored_as=("float16", "int8"), backends=setup.backends)
+    plain, t_plain = timed(lambda: chunkline_pieces(docs, recursive, tok, None))
     sem, t_sem = timed(lambda: chunkline_pieces(docs, semantic, tok, None))
     sem_headed, t_sem_headed = timed(lambda: chunkline_pieces(docs, semantic, tok, reserve))
     merged_rows: list[Row] = []
@@ -255,7 +261,7 @@ def run(setup: Setup, max_tokens: int, reserve: int, merge_below: list[int]) -> 
     return [
         _standard_row(setup, "chunkline recursive", plain, t_plain),
         *_hybrid_rows(setup, "chunkline recursive + heading path", headed, t_headed,
-                      stored_as=("float16", "int8")),
+                      stored_as=("float16", "int8"), backends=setup.backends),
         *merged_rows,
         _standard_row(setup, "chunkline semantic", sem, t_sem),
         _standard_row(setup, "chunkline semantic + heading path", sem_headed, t_sem_headed),
@@ -280,9 +286,11 @@ def _standard_row(setup: Setup, name: str, pieces: list[Piece], seconds: float) 
 
 
 def _hybrid_rows(setup: Setup, name: str, pieces: list[Piece], seconds: float,
-                 stored_as: tuple[str, ...] = ()) -> list[Row]:
+                 stored_as: tuple[str, ...] = (), backends: tuple[str, ...] = ()) -> list[Row]:
     """The same chunks ranked dense, by BM25, and by both fused; with ``stored_as``, also dense
-    and hybrid over the vectors as stored in those dtypes (``output.vector_dtype``)."""
+    and hybrid over the vectors as stored in those dtypes (``output.vector_dtype``); with
+    ``backends``, also embedded (chunks and questions) by those ``embed.backend:dtype``, each
+    alone and with int8 storage."""
     started = time.perf_counter()
     vectors = embed_texts(setup.model, [p.embed_text for p in pieces], setup.options)
     dense = setup.question_vectors @ vectors.T
@@ -309,6 +317,35 @@ def _hybrid_rows(setup: Setup, name: str, pieces: list[Piece], seconds: float,
             Row(name + f", hybrid (RRF), {dtype} vectors; questions lost at {setup.k} vs float32: {lost_hybrid}",
                 evaluate_scores(pieces, small_hybrid, setup.questions, setup.k), embedded + weighed),
         ]
+    for spec in backends:
+        backend, dtype = spec.split(":")
+        options = dataclasses.replace(setup.options, backend=backend, dtype=dtype)
+        model = load_model(options)
+        started = time.perf_counter()
+        other = embed_texts(model, [p.embed_text for p in pieces], options)
+        took = time.perf_counter() - started
+        asked = embed_texts(model, [q.question for q in setup.questions], options)
+        cosine = float(np.mean(np.sum(other * vectors, axis=1)))
+        for stored_dtype in ("float32", "int8"):
+            kept = other
+            if stored_dtype == "int8":
+                rows = [stored(v, "int8") for v in other]
+                kept = dequantized(np.asarray([r[0] for r in rows], dtype=np.float32),
+                                   np.asarray([r[1] for r in rows]))
+                kept /= np.linalg.norm(kept, axis=1, keepdims=True)
+            other_dense = asked @ kept.T
+            other_hybrid = np.stack([fused(d, s) for d, s in zip(other_dense, sparse)])
+            lost = [int(np.sum(hits_at_k(pieces, base, setup.questions, setup.k)
+                               & ~hits_at_k(pieces, new, setup.questions, setup.k)))
+                    for base, new in ((dense, other_dense), (hybrid, other_hybrid))]
+            label = (f"{name}, embed {backend} {dtype}, {stored_dtype} vectors (mean cosine to "
+                     f"torch float32 {cosine:.4f}; questions lost at {setup.k}: dense {lost[0]}, "
+                     f"hybrid {lost[1]})")
+            smaller += [
+                Row(label + " dense", evaluate_scores(pieces, other_dense, setup.questions, setup.k), took),
+                Row(label + " hybrid", evaluate_scores(pieces, other_hybrid, setup.questions, setup.k),
+                    took + weighed),
+            ]
     return [
         Row(name + " (dense)", evaluate_scores(pieces, dense, setup.questions, setup.k), embedded),
         Row(name + ", sparse BM25", evaluate_scores(pieces, sparse, setup.questions, setup.k),
@@ -343,7 +380,7 @@ def table(results: dict[int, list[Row]], k: int) -> str:
             m = row.metrics
             lines.append(
                 f"| {budget} | {row.name} | {m['r1']:.1%} | {m['rk']:.1%} | "
-                f"{m['r1_heading']:.1%} | {m['iou']:.1%} | {m['cut']} | {m['chunks']} | "
+                f"{'n/a' if m['r1_heading'] != m['r1_heading'] else format(m['r1_heading'], '.1%')} | {m['iou']:.1%} | {m['cut']} | {m['chunks']} | "
                 f"{m['mean_tokens']:.0f} | {m['max_tokens']} | {row.seconds:.1f} |"
             )
     return "\n".join(lines)
@@ -360,10 +397,18 @@ def main(argv: list[str] | None = None) -> int:
                         help="late chunking window in tokens (default: the model's 254)")
     parser.add_argument("--merge-below", type=int, nargs="*", default=[32, 64, 111],
                         help="merged-sections rows: sections under this many tokens share chunks")
+    parser.add_argument("--labels", type=Path, default=LABELS,
+                        help="labelled set: docs/*.md|txt and questions.jsonl (default: "
+                             "bench/retrieval; bench/faq_set.py writes one from real FAQs)")
+    parser.add_argument("--backends", nargs="*", default=["torch:bfloat16", "onnx:float32", "onnx:int8"],
+                        help="embed.backend:dtype rows beside torch float32")
+    parser.add_argument("--quick", action="store_true",
+                        help="only the recursive + heading path rows (dense, sparse, hybrid, "
+                             "stored dtypes, backends)")
     parser.add_argument("--check", action="store_true",
                         help="only check the labelled set's answer spans")
     args = parser.parse_args(argv)
-    docs, questions = load_labels()
+    docs, questions = load_labels(args.labels)
     if args.check:
         print(f"{len(questions)} questions over {len(docs)} documents: every answer span matches")
         return 0
@@ -372,7 +417,8 @@ def main(argv: list[str] | None = None) -> int:
     tok = get_tokenizer(f"hf:{MODEL}")
     late = LateChunker(model, LateOptions(window=args.late_window))
     question_vectors = embed_texts(model, [q.question for q in questions], options)
-    setup = Setup(docs, questions, question_vectors, model, tok, options, late, args.k)
+    setup = Setup(docs, questions, question_vectors, model, tok, options, late, args.k,
+                  tuple(args.backends), args.quick)
     results = {budget: run(setup, budget, args.reserve, args.merge_below) for budget in args.max_tokens}
     heading = sum(q.needs_heading for q in questions)
     tokens = sum(tok.count(t) for t in docs.values())

@@ -46,9 +46,16 @@ class EmbedOptions:
         "directory."))
     device: Annotated[str, MinLen(1)] = field(default="cpu", metadata=help_text(
         "A torch device: cpu, cuda, cuda:1, mps."))
-    dtype: Literal["float32", "bfloat16"] = field(default="float32", metadata=help_text(
-        "Weights and activations; vectors come out float32 either way. bfloat16 runs ~3x faster "
-        "on CPUs with AMX."))
+    backend: Literal["torch", "onnx"] = field(default="torch", metadata=help_text(
+        "torch: sentence-transformers on PyTorch. onnx: ONNX Runtime's CPU provider, the model "
+        "exported here from its directory on first use and cached beside it."))
+    dtype: Literal["float32", "bfloat16", "int8"] = field(default="float32", metadata=help_text(
+        "Weights and activations; vectors come out float32 either way. torch: float32 or "
+        "bfloat16 (~3x faster on CPUs with AMX); onnx: float32 or int8 (dynamic quantization)."))
+    threads: Annotated[int, Ge(1)] | None = field(default=None, metadata=help_text(
+        "Threads the model computes with in each worker process. Set it to cores / worker "
+        "processes on multi-process runners so they do not oversubscribe the cores. null: the "
+        "library's default (all cores)."))
     normalize: bool = field(default=True, metadata=help_text(
         "Unit L2 norm (cosine = dot product). Off: what the model outputs (all-MiniLM-L6-v2 "
         "ends in a Normalize module and gives unit vectors regardless)."))
@@ -68,6 +75,16 @@ class EmbedOptions:
 
     def __post_init__(self) -> None:
         check_fields(self)
+        allowed = BACKEND_DTYPES[self.backend]
+        if self.dtype not in allowed:
+            raise ValueError(f"EmbedOptions.dtype {self.dtype!r} is not available with backend "
+                             f"{self.backend!r} (it runs {' or '.join(allowed)})")
+        if self.backend == "onnx" and self.device != "cpu":
+            raise ValueError(f"EmbedOptions.backend 'onnx' runs on the cpu (ONNX Runtime's CPU "
+                             f"provider), not on {self.device!r}; use backend torch there")
+
+
+BACKEND_DTYPES = {"torch": ("float32", "bfloat16"), "onnx": ("float32", "int8")}
 
 
 class ModelInfo(NamedTuple):
@@ -125,7 +142,9 @@ def model_info(options: EmbedOptions) -> ModelInfo:
 
 def load_model(options: EmbedOptions) -> "SentenceTransformer":
     """The model, from local files only, on ``options.device`` in ``options.dtype``, in eval mode,
-    reading at most ``options.max_seq_length`` tokens of a text when that is set."""
+    reading at most ``options.max_seq_length`` tokens of a text when that is set. With
+    ``backend: onnx`` an :class:`chunkline.onnx_encoder.OnnxSentenceEncoder`, which answers the
+    same calls."""
     model_dir = resolve_model_dir(options.model)
     max_seq_length = _max_seq_length(model_dir, options)
     # Belt and braces against a hub call: the offline switches (read by huggingface_hub when it
@@ -135,6 +154,19 @@ def load_model(options: EmbedOptions) -> "SentenceTransformer":
     import torch
     from sentence_transformers import SentenceTransformer
 
+    if options.threads is not None:
+        torch.set_num_threads(options.threads)
+    if options.backend == "onnx":
+        from chunkline.onnx_encoder import OnnxSentenceEncoder
+
+        dim = _dim_from_configs(model_dir)
+        if dim is None:
+            dim = _dimension(load_model(dataclasses.replace(options, backend="torch", dtype="float32")))
+        def torch_model() -> "SentenceTransformer":
+            return load_model(EmbedOptions(model=str(model_dir)))
+
+        return OnnxSentenceEncoder(model_dir, options.dtype, max_seq_length, dim, torch_model,
+                                   options.threads)
     model = SentenceTransformer(str(model_dir), device=options.device, local_files_only=True)
     if options.dtype == "bfloat16":
         model.to(torch.bfloat16)
@@ -154,6 +186,8 @@ def embed_texts(
     """
     if not texts:
         return np.zeros((0, options.dims or _dimension(model)), dtype=np.float32)
+    if options.backend == "onnx":  # no encode() there: the same passes by padded tokens
+        return embed_by_tokens(model, texts, options)[0]
     vectors = model.encode(
         list(texts),
         batch_size=options.batch_size,
@@ -174,16 +208,17 @@ class PassStats(NamedTuple):
     passes: int
 
 
-# A pass takes a text only while its padding stays under this share of what it computes: the
-# bound that keeps padded tokens within ~1.10x of the real ones.
-PASS_PADDING = 0.10
+# A pass takes a text only while the positions it computes stay within this multiple of the
+# real tokens in it, so the whole call stays within it too: under the 1.10x of the real tokens
+# that padding is allowed, with room for the passes a short window forces.
+PASS_PADDED_RATIO = 1.08
 
 
-def token_passes(lengths: Sequence[int], budget: int, padding: float = PASS_PADDING) -> list[list[int]]:
+def token_passes(lengths: Sequence[int], budget: int, ratio: float = PASS_PADDED_RATIO) -> list[list[int]]:
     """Indexes of ``lengths`` grouped into passes, longest first: each pass's longest length
     times its size stays within ``budget`` (a single text over it is a pass of its own), and
-    a pass takes a shorter text only while its padded positions stay within ``padding`` of all
-    it computes.
+    a pass takes a shorter text only while the positions it computes stay within ``ratio``
+    times its real tokens.
 
     >>> token_passes([5, 100, 7, 98, 6], 200)
     [[1, 3], [2, 4], [0]]
@@ -196,7 +231,7 @@ def token_passes(lengths: Sequence[int], budget: int, padding: float = PASS_PADD
         if passes:
             longest, size = lengths[passes[-1][0]], len(passes[-1]) + 1
             computed = longest * size
-            if computed <= budget and computed - (real + lengths[index]) <= padding * computed:
+            if computed <= budget and computed <= ratio * (real + lengths[index]):
                 passes[-1].append(index)
                 real += lengths[index]
                 continue

@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
 from chunkline.context import context_reserve, resolve_api_key
+from chunkline.sizers import model_fingerprint
 from chunkline.splitting.core import check_budget
 from pipeline.config import Config, to_dict
 from pipeline.manifest import ManifestError, latest_run, load_manifest, resolve_run, table_files
@@ -45,23 +46,18 @@ class PreflightError(ValueError):
     """The config cannot run here; found on the driver before the job starts."""
 
 
-def _fingerprint(model_dir: Path) -> str:
-    """Which weights: file names and sizes of the model directory (cheap, and a replaced model
-    under the same name changes it)."""
-    listing = sorted((str(p.relative_to(model_dir)), p.stat().st_size)
-                     for p in model_dir.rglob("*") if p.is_file())
-    return hashlib.sha256(repr(listing).encode()).hexdigest()[:16]
-
-
 def embedding_signature(config: Config, model_dir: Path, max_seq_length: int) -> str:
     """Everything besides the text that decides a vector; part of every chunk's content key."""
     if config.embed is None:
         return "none"
     e = config.embed
-    signature = {"model": e.model, "weights": _fingerprint(model_dir), "dtype": e.dtype,
+    signature = {"model": e.model, "weights": model_fingerprint(model_dir), "dtype": e.dtype,
                  "normalize": e.normalize, "max_seq_length": max_seq_length, "mode": e.mode}
     if e.dims is not None:
         signature["dims"] = e.dims
+    if e.backend != "torch":
+        # torch keeps the keys of earlier releases; vectors of two backends are never mixed.
+        signature["backend"] = e.backend
     if config.output.vector_dtype != "float32":
         # Stored float32 vectors keep the keys of earlier releases; a smaller storage never
         # lends a vector to, nor takes one from, another.
@@ -250,6 +246,9 @@ def plan(config: Config, run_id: str) -> Plan:
             f"tokens): embedded text would be truncated")
     if config.context is not None:
         resolve_api_key(stages.context)  # a missing key fails here, not on every worker
+    if stages.embed is not None and stages.embed.backend != "torch" and late:
+        raise ValueError(f"embed.backend {stages.embed.backend} is not supported with embed.mode: "
+                         f"late (late chunking reads the transformer's token vectors in torch)")
     if stages.embed is not None and stages.embed.dims is not None:
         if late:
             raise ValueError("embed.dims is not supported with embed.mode: late (late chunking "

@@ -21,7 +21,7 @@ Specs accepted by :func:`get_tokenizer`::
 from __future__ import annotations
 
 from chunkline.sizers.base import Measure, Tokenizer, TokenizerNotAvailable
-from chunkline.sizers.hf import PACKAGED_HF_MODELS, HFTokenizer, hf_model_dir
+from chunkline.sizers.hf import PACKAGED_HF_MODELS, HFTokenizer, hf_model_dir, model_fingerprint
 from chunkline.sizers.simple import CharsTokenizer, WordsTokenizer
 from chunkline.sizers.tiktoken import TiktokenTokenizer
 
@@ -67,4 +67,5 @@ __all__ = [
     "WordsTokenizer",
     "get_tokenizer",
     "hf_model_dir",
+    "model_fingerprint",
 ]

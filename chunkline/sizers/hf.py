@@ -59,6 +59,15 @@ def hf_model_dir(arg: str) -> Path:
     return _resolve_hf(arg).parent
 
 
+def model_fingerprint(model_dir: Path) -> str:
+    """Files and sizes of a model directory: a model replaced under the same path changes it."""
+    import hashlib
+
+    listing = sorted((str(p.relative_to(model_dir)), p.stat().st_size)
+                     for p in model_dir.rglob("*") if p.is_file())
+    return hashlib.sha256(repr(listing).encode()).hexdigest()[:16]
+
+
 class HFTokenizer(Tokenizer):
     """A Hugging Face ``tokenizers`` tokenizer with truncation and padding switched off: a
     model's tokenizer.json often sets both (all-MiniLM-L6-v2 pads and truncates at 128), and a
