@@ -5,7 +5,7 @@ files, without loading weights), loading it, and embedding a list of texts. The 
 (``transforms/embed.py``) wraps these in a RunInference model handler so that the model is
 loaded once per worker.
 
->>> options = EmbedOptions()                      # packaged all-MiniLM-L6-v2, cpu, float32
+>>> options = EmbedOptions(dtype="float32")       # packaged all-MiniLM-L6-v2, cpu
 >>> model_info(options)
 ModelInfo(name='all-MiniLM-L6-v2', dim=384, max_seq_length=256, special_tokens_count=2)
 >>> vectors = embed_texts(load_model(options), ["A first chunk.", "A second."], options)
@@ -49,9 +49,12 @@ class EmbedOptions:
     backend: Literal["torch", "onnx"] = field(default="torch", metadata=help_text(
         "torch: sentence-transformers on PyTorch. onnx: ONNX Runtime's CPU provider, the model "
         "exported here from its directory on first use and cached beside it."))
-    dtype: Literal["float32", "bfloat16", "int8"] = field(default="float32", metadata=help_text(
+    dtype: Literal["auto", "float32", "bfloat16", "int8"] = field(default="auto", metadata=help_text(
         "Weights and activations; vectors come out float32 either way. torch: float32 or "
-        "bfloat16 (~3x faster on CPUs with AMX); onnx: float32 or int8 (dynamic quantization)."))
+        "bfloat16 (~3x faster on CPUs with AMX); onnx: float32 or int8 (dynamic quantization). "
+        "auto: bfloat16 where the hardware computes it natively (a CPU with AMX or AVX512-BF16, "
+        "a CUDA device that supports it), else float32; decided once on the driver, recorded "
+        "in the manifest and the embedding signature."))
     threads: Annotated[int, Ge(1)] | None = field(default=None, metadata=help_text(
         "Threads the model computes with in each worker process. Set it to cores / worker "
         "processes on multi-process runners so they do not oversubscribe the cores. null: the "
@@ -84,7 +87,31 @@ class EmbedOptions:
                              f"provider), not on {self.device!r}; use backend torch there")
 
 
-BACKEND_DTYPES = {"torch": ("float32", "bfloat16"), "onnx": ("float32", "int8")}
+BACKEND_DTYPES = {"torch": ("auto", "float32", "bfloat16"), "onnx": ("auto", "float32", "int8")}
+
+
+def native_bfloat16(device: str) -> bool:
+    """Whether ``device`` multiplies bfloat16 in hardware. Without it PyTorch emulates bfloat16
+    and runs slower than float32."""
+    import torch
+
+    if device.startswith("cuda"):
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    if device != "cpu":
+        return False
+    cpu = torch.cpu
+    return bool(getattr(cpu, "_is_amx_tile_supported", lambda: False)()
+                or getattr(cpu, "_is_avx512_bf16_supported", lambda: False)())
+
+
+def resolve_dtype(options: "EmbedOptions") -> str:
+    """``options.dtype`` with ``auto`` decided for this machine. ONNX's auto is float32: its
+    int8 lost 1.4 points of R@5 on a 423-question set (bench/RESULTS.md), bfloat16 none."""
+    if options.dtype != "auto":
+        return options.dtype
+    if options.backend == "torch" and native_bfloat16(options.device):
+        return "bfloat16"
+    return "float32"
 
 
 class ModelInfo(NamedTuple):
@@ -156,6 +183,7 @@ def load_model(options: EmbedOptions) -> "SentenceTransformer":
 
     if options.threads is not None:
         torch.set_num_threads(options.threads)
+    dtype = resolve_dtype(options)
     if options.backend == "onnx":
         from chunkline.onnx_encoder import OnnxSentenceEncoder
 
@@ -163,12 +191,12 @@ def load_model(options: EmbedOptions) -> "SentenceTransformer":
         if dim is None:
             dim = _dimension(load_model(dataclasses.replace(options, backend="torch", dtype="float32")))
         def torch_model() -> "SentenceTransformer":
-            return load_model(EmbedOptions(model=str(model_dir)))
+            return load_model(EmbedOptions(model=str(model_dir), dtype="float32"))
 
-        return OnnxSentenceEncoder(model_dir, options.dtype, max_seq_length, dim, torch_model,
+        return OnnxSentenceEncoder(model_dir, dtype, max_seq_length, dim, torch_model,
                                    options.threads)
     model = SentenceTransformer(str(model_dir), device=options.device, local_files_only=True)
-    if options.dtype == "bfloat16":
+    if dtype == "bfloat16":
         model.to(torch.bfloat16)
     model.max_seq_length = max_seq_length
     model.eval()

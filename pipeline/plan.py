@@ -50,8 +50,11 @@ def embedding_signature(config: Config, model_dir: Path, max_seq_length: int) ->
     """Everything besides the text that decides a vector; part of every chunk's content key."""
     if config.embed is None:
         return "none"
+    from chunkline.embedder import resolve_dtype
+
     e = config.embed
-    signature = {"model": e.model, "weights": model_fingerprint(model_dir), "dtype": e.dtype,
+    signature = {"model": e.model, "weights": model_fingerprint(model_dir),
+                 "dtype": resolve_dtype(e.options()),
                  "normalize": e.normalize, "max_seq_length": max_seq_length, "mode": e.mode}
     if e.dims is not None:
         signature["dims"] = e.dims
@@ -216,10 +219,13 @@ def warn_truncation(options) -> float:
 def plan(config: Config, run_id: str) -> Plan:
     """Decide the split tokenizer and budget from the embedder, on the driver, before the job:
     budget = model max input - its special tokens - the heading reserve."""
-    from chunkline.embedder import EmbedOptions, model_info, resolve_model_dir
+    from chunkline.embedder import EmbedOptions, model_info, resolve_dtype, resolve_model_dir
     from transforms.model_cache import local_model_dir
 
     stages = stage_options(config)
+    if stages.embed is not None:  # dtype auto decided here, once, for every worker
+        stages = dataclasses.replace(
+            stages, embed=dataclasses.replace(stages.embed, dtype=resolve_dtype(stages.embed)))
     options = stages.embed or EmbedOptions()  # embed: null still budgets for the model
     local = dataclasses.replace(options, model=local_model_dir(options.model))
     _, dim, max_seq_length, special = model_info(local)

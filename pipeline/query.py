@@ -93,6 +93,8 @@ def dense_scores(table: pa.Table, manifest: dict, run_dir: str, question: str) -
     # version knows; a field added since keeps its default).
     options = EmbedOptions(**{spec.name: embed[spec.name] for spec in dataclasses.fields(EmbedOptions)
                               if spec.name in embed})
+    if options.dtype == "auto":  # what the run decided on its driver, not what this machine would
+        options = dataclasses.replace(options, dtype=(manifest.get("model") or {}).get("dtype", "float32"))
     vectors = table.column("embedding").combine_chunks()
     dim = vectors.type.list_size if pa.types.is_fixed_size_list(vectors.type) else None
     flat = pc.list_flatten(vectors).to_numpy(zero_copy_only=False)

@@ -191,7 +191,7 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
         held_back = []
     model = None
     if config.embed is not None:
-        model = {"name": config.embed.model, "dim": job.dim, "dtype": config.embed.dtype,
+        model = {"name": config.embed.model, "dim": job.dim, "dtype": job.options.embed.dtype,
                  "normalize": config.embed.normalize, "max_seq_length": config.embed.max_seq_length,
                  "vector_dtype": config.output.vector_dtype}
     manifest = {

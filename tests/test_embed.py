@@ -35,7 +35,7 @@ TEXTS = [
     "The lease ends automatically if the tenant fails to pay the rent within thirty days.",
     "Sourdough rises slowly because wild yeast ferments the dough over many hours.",
 ]
-F32 = EmbedOptions(batch_size=4)
+F32 = EmbedOptions(dtype="float32", batch_size=4)
 BF16 = EmbedOptions(dtype="bfloat16", batch_size=4, max_seq_length=512)
 
 
@@ -199,7 +199,7 @@ def test_options_are_validated(bad):
 def test_dims_keep_the_first_values_normalized() -> None:
     from chunkline.embedder import probe_texts, truncation_agreement
 
-    full_options, cut_options = EmbedOptions(), EmbedOptions(dims=128)
+    full_options, cut_options = EmbedOptions(dtype="float32"), EmbedOptions(dtype="float32", dims=128)
     model = load_model(full_options)
     texts = ["The arm warms up for thirty minutes.", "Charging stops at 95 percent."]
     full = embed_texts(model, texts, full_options)
@@ -243,7 +243,7 @@ def test_token_passes_partition_within_budget_and_padding(lengths: list[int], bu
 def test_embed_by_tokens_equals_encode_and_counts() -> None:
     from chunkline.embedder import embed_by_tokens
 
-    options = EmbedOptions()
+    options = EmbedOptions(dtype="float32")
     model = load_model(options)
     words = "robot arm calibration sensor firmware battery dock mission route lidar".split()
     texts = [" ".join(words[(i * 7 + j) % len(words)] for j in range(3 + (i * 37) % 150)) for i in range(70)]

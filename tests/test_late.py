@@ -136,7 +136,7 @@ SPANS = [(0, _SECOND), (_SECOND, _THIRD), (_THIRD, _BLANKS)]  # three sentences,
 def model():
     from chunkline.embedder import EmbedOptions, load_model
 
-    return load_model(EmbedOptions())
+    return load_model(EmbedOptions(dtype="float32"))
 
 
 def single_pass(model, text):
@@ -175,7 +175,7 @@ def test_vectors_differ_from_embedding_each_chunk_alone(model):
 
     spans = SPANS
     late = late_chunk_vectors(model, DOC, spans)
-    naive = embed_texts(model, [DOC[s:e] for s, e in spans], EmbedOptions())
+    naive = embed_texts(model, [DOC[s:e] for s, e in spans], EmbedOptions(dtype="float32"))
     cosines = np.sum(late * naive, axis=1)
     # Related (same tokens) but not the same: the late vectors read the rest of the document.
     assert cosines.min() > 0.5 and cosines.max() < 0.99, cosines
@@ -191,7 +191,7 @@ def test_whitespace_chunk_takes_the_nearest_token_and_empty_text_the_empty_vecto
     last = tokens.vectors[-1] / np.linalg.norm(tokens.vectors[-1])  # "." before the blanks
     np.testing.assert_allclose(chunker.vectors(DOC, [(tail, len(DOC))])[0], last, atol=1e-6)
     empty = chunker.vectors("  \n", [(0, 3), (1, 2)])
-    np.testing.assert_allclose(empty, np.tile(embed_texts(model, [""], EmbedOptions()), (2, 1)),
+    np.testing.assert_allclose(empty, np.tile(embed_texts(model, [""], EmbedOptions(dtype="float32")), (2, 1)),
                                atol=1e-5)
 
 
@@ -297,7 +297,7 @@ def test_late_embed_chunks_sets_each_chunk_to_its_documents_late_vector(model):
     embedded = (
         pipeline
         | "Elements" >> beam.Create(elements, reshuffle=False)
-        | "Embed" >> LateEmbedChunks(EmbedOptions(), late)
+        | "Embed" >> LateEmbedChunks(EmbedOptions(dtype="float32"), late)
     )
     assert_that(embedded | beam.Map(lambda e: e.document.doc_id),
                 equal_to([d.doc_id for d in documents]), label="documents")

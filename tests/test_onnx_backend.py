@@ -40,7 +40,7 @@ def demo_texts() -> list[str]:
 
 @pytest.fixture(scope="module")
 def torch_vectors(demo_texts) -> np.ndarray:
-    options = EmbedOptions()
+    options = EmbedOptions(dtype="float32")
     return embed_texts(load_model(options), demo_texts, options)
 
 
@@ -64,7 +64,7 @@ def test_onnx_vectors_match_torch_on_the_demo_chunks(demo_texts, torch_vectors, 
 
 def test_passes_by_tokens_count_the_same_tokens_on_both_backends(demo_texts) -> None:
     texts = demo_texts[:40]
-    _, on_torch = embed_by_tokens(load_model(EmbedOptions()), texts, EmbedOptions())
+    _, on_torch = embed_by_tokens(load_model(EmbedOptions(dtype="float32")), texts, EmbedOptions(dtype="float32"))
     options = EmbedOptions(backend="onnx")
     _, on_onnx = embed_by_tokens(load_model(options), texts, options)
     assert on_torch == on_onnx
@@ -165,3 +165,19 @@ def test_threads_option_sets_torch_threads() -> None:
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
+
+
+def test_auto_dtype_is_decided_once_on_the_driver_and_recorded(tmp_path) -> None:
+    from chunkline.embedder import native_bfloat16, resolve_dtype
+    from pipeline.plan import plan
+
+    expected = "bfloat16" if native_bfloat16("cpu") else "float32"
+    assert resolve_dtype(EmbedOptions()) == expected
+    assert resolve_dtype(EmbedOptions(backend="onnx")) == "float32"  # its int8 costs recall
+    assert resolve_dtype(EmbedOptions(dtype="float32")) == "float32"
+    config = load_config(ROOT / "configs" / "local.yaml", [
+        f"output.path={tmp_path}", f"input.pattern={ROOT}/examples/corpus/**"])
+    assert config.embed.dtype == "auto"
+    decided = plan(config, "run-1")
+    assert decided.options.embed.dtype == expected  # what every worker is handed
+    assert f'"dtype": "{expected}"' in decided.embedding_signature

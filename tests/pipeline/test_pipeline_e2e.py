@@ -137,14 +137,26 @@ def test_multiprocess_run_gives_the_same_rows(first_run, tmp_path) -> None:
     other = run_job(tmp_path, beam_args=("--direct_num_workers=2", "--direct_running_mode=multi_processing"))
     a, b = comparable(first_run.run_dir), comparable(other.run_dir)
     assert a[:3] == b[:3]
-    assert np.allclose(a[3], b[3], atol=1e-5)
+    if first_run.model["dtype"] == "float32":
+        assert np.allclose(a[3], b[3], atol=1e-5)
+    else:
+        # Other workers form other passes: a bfloat16 forward pass rounds differently with the
+        # padded shape (the kernels block it differently), so vectors agree in direction only.
+        cosines = np.sum(a[3] * b[3], axis=1)
+        assert cosines.min() >= 0.9995, cosines.min()
 
 
 def test_portable_runner_gives_the_same_rows(first_run, tmp_path) -> None:
     other = run_job(tmp_path, config="portable.yaml")
     a, b = comparable(first_run.run_dir), comparable(other.run_dir)
     assert a[:3] == b[:3]
-    assert np.allclose(a[3], b[3], atol=1e-5)
+    if first_run.model["dtype"] == "float32":
+        assert np.allclose(a[3], b[3], atol=1e-5)
+    else:
+        # Other workers form other passes: a bfloat16 forward pass rounds differently with the
+        # padded shape (the kernels block it differently), so vectors agree in direction only.
+        cosines = np.sum(a[3] * b[3], axis=1)
+        assert cosines.min() >= 0.9995, cosines.min()
 
 
 def test_hostile_files_land_in_rejected_and_counts_reconcile(tmp_path) -> None:
