@@ -244,6 +244,7 @@ def render(data: ReportData) -> str:
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        '<link rel="icon" href="data:,">'  # no favicon request either
         f"<title>chunkline run {escape(data.run_id)}</title><style>{CSS}</style></head><body>"
         f'<h1>chunkline run <code>{escape(data.run_id)}</code></h1>'
         f'<p class="note">{escape(str(m.get("created_at", "")))} · {escape(str(m.get("runner", "")))} · '
