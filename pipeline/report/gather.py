@@ -7,12 +7,12 @@ tokens); text is read for the few documents shown.
 
 from __future__ import annotations
 
-import bisect
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -214,22 +214,24 @@ def histogram(tokens: pa.Array, budget: int | None, bins: int = HISTOGRAM_BINS) 
     edges = sorted({min(i * width, end) for i in range(bins + 1)} | {end})
     if largest >= end:
         edges.append(largest + 1)
-    counts = [0] * (len(edges) - 1)
-    bounds = edges[1:]
-    for value in values:
-        counts[bisect.bisect_right(bounds, int(value))] += 1
-    return Histogram(tuple(edges), tuple(counts), budget, len(values), largest)
+    bins_of = np.searchsorted(np.asarray(edges[1:]), np.asarray(values, dtype=np.int64), side="right")
+    counts = np.bincount(bins_of, minlength=len(edges) - 1).tolist()
+    return Histogram(tuple(edges), tuple(int(c) for c in counts), budget, len(values), largest)
 
 
 def clusters(documents: pa.Table) -> tuple[dict[str, list[dict]], int]:
     """{survivor: its duplicates' rows} for the MAX_CLUSTERS largest clusters (ties by
-    survivor id), and the number of clusters."""
+    survivor id), and the number of clusters. Counted in Arrow: only the rows of the clusters
+    shown become Python objects."""
     dups = documents.filter(pc.equal(documents.column("status"), DUPLICATE))
-    members: dict[str, list[dict]] = defaultdict(list)
-    for row in dups.select(["doc_id", "uri", "doc_hash", "duplicate_of"]).to_pylist():
+    sizes = dups.group_by("duplicate_of").aggregate([("doc_id", "count")]).to_pylist()
+    largest = sorted(sizes, key=lambda r: (-r["doc_id_count"], r["duplicate_of"]))[:MAX_CLUSTERS]
+    shown = [r["duplicate_of"] for r in largest]
+    rows = dups.filter(pc.is_in(dups.column("duplicate_of"), pa.array(shown, pa.string())))
+    members: dict[str, list[dict]] = {s: [] for s in shown}
+    for row in rows.select(["doc_id", "uri", "doc_hash", "duplicate_of"]).to_pylist():
         members[row["duplicate_of"]].append(row)
-    largest = sorted(members, key=lambda s: (-len(members[s]), s))[:MAX_CLUSTERS]
-    return {s: sorted(members[s], key=lambda r: r["doc_id"]) for s in largest}, len(members)
+    return {s: sorted(m, key=lambda r: r["doc_id"]) for s, m in members.items()}, len(sizes)
 
 
 def near_options(manifest: dict[str, Any]) -> MinHashOptions | None:
@@ -288,11 +290,10 @@ def samples(documents: pa.Table, doc_paths: list[str], chunk_paths: list[str]) -
     its text cut to SAMPLE_CHARS and its chunks that start inside that cut."""
     kept = documents.filter(pc.equal(documents.column("status"), KEPT))
     chosen: dict[str, str] = {}
-    for doc_id, fmt, ext in zip(kept.column("doc_id").to_pylist(), kept.column("format").to_pylist(),
-                                kept.column("ext").to_pylist()):
-        name = fmt or FORMATS.get(ext, "other")
-        if name not in chosen or doc_id < chosen[name]:
-            chosen[name] = doc_id
+    for row in kept.group_by(["format", "ext"]).aggregate([("doc_id", "min")]).to_pylist():
+        name = row["format"] or FORMATS.get(row["ext"], "other")
+        if name not in chosen or row["doc_id_min"] < chosen[name]:
+            chosen[name] = row["doc_id_min"]
     texts = _texts(doc_paths, set(chosen.values()))
     ids = sorted(chosen.values())
     chunk_table = (_read(chunk_paths, ["doc_id", "chunk_index", "start", "end", "tokens", "headings"],

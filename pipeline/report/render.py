@@ -136,7 +136,7 @@ def _duplicates(data: ReportData) -> str:
     more = (f'<p class="note">{data.cluster_count - len(data.clusters):,} smaller clusters not shown.</p>'
             if data.cluster_count > len(data.clusters) else "")
     return (f'<section id="duplicates"><h2>Duplicate clusters</h2><p class="note">{escape(data.similarity_note)}</p>'
-            f'<table><tr><th>survivor (kept)</th><th class="n">duplicates</th><th>duplicates</th></tr>'
+            f'<table><tr><th>survivor (kept)</th><th class="n">duplicates</th><th>members</th></tr>'
             f'{"".join(rows)}</table>{more}</section>')
 
 
