@@ -144,14 +144,42 @@ def remove_boilerplate_marked(
 ) -> tuple[str, tuple[int, ...]]:
     """:func:`remove_boilerplate`, and where each mark (an offset at a line start: a PDF's page
     starts) lands in the text it returns."""
+    stripped, moved, _ = remove_boilerplate_found(text, marks, frequent, options)
+    return stripped, moved
+
+
+# What a removed line or block is shown as (run report): the stage records it per document, so a
+# megabyte-long "line" must not travel whole.
+MAX_SHOWN_CHARS = 300
+
+
+def remove_boilerplate_found(
+    text: str, marks: Sequence[int], frequent: AbstractSet[str], options: BoilerplateOptions
+) -> tuple[str, tuple[int, ...], dict[str, str]]:
+    """:func:`remove_boilerplate_marked`, and what it removed: each frequent key found in
+    ``text`` with its first occurrence (a line stripped, or a block's lines joined by newlines),
+    cut to :data:`MAX_SHOWN_CHARS`.
+
+    >>> opts = BoilerplateOptions(min_line_chars=10)
+    >>> frequent = line_keys("copyright northwind", opts)
+    >>> text, _, found = remove_boilerplate_found("Hi.\\n  Copyright  Northwind \\n", (), frequent, opts)
+    >>> text, list(found.values())
+    ('Hi.\\n', ['Copyright  Northwind'])
+    """
     if not frequent:
-        return text, tuple(marks)
+        return text, tuple(marks), {}
     lines, keys, blocks = _candidates(text, options)
     drop = [key is not None and key in frequent for key in keys]
+    found: dict[str, str] = {}
+    for index, key in enumerate(keys):
+        if drop[index] and key not in found:
+            found[key] = lines[index].strip()[:MAX_SHOWN_CHARS]
     for para, key in blocks:
         if key in frequent:
+            found.setdefault(key, "\n".join(lines[i].strip() for i in para)[:MAX_SHOWN_CHARS])
             for index in para:
                 drop[index] = True
     if not any(drop):
-        return text, tuple(marks)
-    return without_lines_marked(lines, drop, line_indexes(text, marks))
+        return text, tuple(marks), {}
+    stripped, moved = without_lines_marked(lines, drop, line_indexes(text, marks))
+    return stripped, moved, found

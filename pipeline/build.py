@@ -20,7 +20,7 @@ from chunkline.records import (
 from pipeline.config import Config
 from pipeline.options import stage_options
 from pipeline.plan import Plan
-from transforms.clean import CleanDocuments, RemoveBoilerplate
+from transforms.clean import CleanDocuments, RemoveBoilerplate, WriteRemovedLines
 from transforms.dedupe import Dedupe, UniqueRejectedIds
 from transforms.read import ReadDocuments
 from transforms.reuse import (
@@ -65,6 +65,7 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
         stripped = documents | "Boilerplate" >> RemoveBoilerplate(stages.boilerplate)
         documents = stripped.documents
         rejected_parts.append(stripped.rejected)
+        stripped.removed | "WriteBoilerplateLines" >> beam.ParDo(WriteRemovedLines(plan.run_dir))
     deduped = documents | "Dedupe" >> Dedupe(config.dedupe.exact, stages.near_duplicates)
     # One element per document, its chunks with it, until they are flattened once before reuse
     # and embed: the stages between need a chunk's whole document and never re-join it by id.

@@ -25,6 +25,7 @@ from pipeline.lease import OutputLease
 from pipeline.manifest import ManifestError, latest_run, load_manifest
 from pipeline.plan import new_run_id, plan, preflight
 from pipeline.summary import RunSummary
+from pipeline.timing import stage_seconds
 from transforms.counters import (
     CHUNKS_EMBEDDED, CHUNKS_REUSED, READ_DOCUMENTS, READ_REJECTED, REUSE_REJECTED, TOKENS_EMBEDDED,
     TOKENS_PADDED,
@@ -131,6 +132,18 @@ def _write_text(path: str, text: str) -> None:
         handle.write(text.encode("utf-8"))
 
 
+def _write_report(run_dir: str) -> None:
+    """``report.html`` beside the manifest, before LATEST names the run. The index is complete
+    without it, so a report that fails is a warning, and ``chunkline report`` rebuilds it."""
+    from pipeline.report import write_report
+
+    try:
+        write_report(run_dir)
+    except Exception as exc:  # noqa: BLE001 - never hold back a reconciled index for its report
+        log.warning("run report not written (%s: %s); rebuild it with: chunkline report %s",
+                    type(exc).__name__, exc, run_dir)
+
+
 def publish(output: str, run_id: str) -> None:
     """Point ``output/LATEST`` at ``run_id`` so that a reader (or a crash) sees the old name or
     the new one, never a torn file: an object store's write is atomic by itself; a local file is
@@ -176,6 +189,14 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
             bm25 = json.loads(handle.read())
         if bm25["chunks"] != counts["chunks"]:
             problems.append(f"BM25 statistics count {bm25['chunks']} chunks, the shards {counts['chunks']}")
+    boilerplate = None
+    if config.boilerplate is not None:
+        from transforms.clean import BOILERPLATE_FILE
+
+        with FileSystems.open(FileSystems.join(job.run_dir, BOILERPLATE_FILE)) as handle:
+            boilerplate = {"top_removed": json.loads(handle.read()), **{
+                name: _metric(result, "boilerplate", name) or 0
+                for name in ("documents_changed", "chars_removed", "frequent_keys")}}
     context = None
     if config.context is not None:
         counters = {name: _metric(result, CONTEXT_NAMESPACE, name) or 0 for name in CONTEXT_COUNTERS}
@@ -211,6 +232,9 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
         "context": context and {k: v for k, v in context.items() if k != "summary"},
         "embed_mode": config.embed.mode if config.embed is not None else None,
         "bm25": bm25,
+        "boilerplate": boilerplate,
+        "wall_seconds": round(time.monotonic() - started, 3),
+        "stage_seconds": stage_seconds(result),
         "reconciled": not problems,
         "problems": problems,
         "held_back": held_back,
@@ -223,6 +247,7 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
     # every document and passes the guard: otherwise LATEST stays on the previous good run.
     _write_text(FileSystems.join(job.run_dir, "manifest.json"), json.dumps(manifest, indent=2) + "\n")
     if publishable:
+        _write_report(job.run_dir)
         publish(config.output.path, run_id)
     return RunSummary(run_id, job.run_dir, config.output.path, config.runner.name,
                       time.monotonic() - started, counts, files, not problems, problems, model,

@@ -20,7 +20,7 @@ from chunkline.boilerplate import (
 )
 from chunkline.records import Document, Rejected
 from tests.beam_helpers import fnapi_pipeline
-from transforms.clean import EMPTY_AFTER_BOILERPLATE, RemoveBoilerplate
+from transforms.clean import EMPTY_AFTER_BOILERPLATE, TOP_REMOVED, RemoveBoilerplate
 from transforms.split import SplitDocuments
 
 OPTIONS = BoilerplateOptions(min_docs=3, min_fraction=0.0)
@@ -178,6 +178,33 @@ def test_boilerplate_corpus() -> None:
     # the signature.
     assert counters["frequent_keys"] == 10
     assert counters["documents_changed"] == 7 and counters["rejected"] == 1
+
+
+def test_removed_lines_are_recorded_with_the_documents_they_left() -> None:
+    """Each line or block removed, shown as its first occurrence, with the number of documents
+    it was removed from (the run report's boilerplate table)."""
+    licence_lines = [(line, 6) for line in LICENCE.split("\n")]
+    footer = CORPUS[-1].text.split("\n\n")[1].rstrip("\n")  # FOOTER is rebound below (PDF tests)
+    expected = sorted([(HEADER, 7), (footer, 7), (COOKIE, 6), (f"{HEADER}\n{COOKIE}", 6),
+                       (LICENCE, 6), (SIGNATURE, 6), *licence_lines])
+    with fnapi_pipeline() as p:
+        out = p | beam.Create(CORPUS) | RemoveBoilerplate(OPTIONS)
+        shown = out.removed | beam.Map(lambda rows: sorted((r["text"], r["documents"]) for r in rows))
+        assert_that(shown, equal_to([expected]))
+
+
+def test_removed_lines_are_capped_most_frequent_first() -> None:
+    lines = [f"Boilerplate sentence number {k} that every page repeats." for k in range(TOP_REMOVED + 10)]
+    # Lines 0..9 are in one more document than the rest: they must be among those kept.
+    docs = [Document(f"d{i}.md", f"/c/d{i}.md", "\n\n".join(lines[: 10 if i == 3 else None]) + f"\n\nOwn text {i}.")
+            for i in range(4)]
+    with fnapi_pipeline() as p:
+        out = p | beam.Create(docs) | RemoveBoilerplate(OPTIONS)
+        def check(rows: list[dict]) -> None:
+            assert len(rows) == TOP_REMOVED
+            assert [r["documents"] for r in rows[:10]] == [4] * 10 and {r["text"] for r in rows[:10]} == set(lines[:10])
+            assert all(r["documents"] == 3 for r in rows[10:])
+        assert_that(out.removed, lambda found: check(found[0]))
 
 
 def test_exact_copies_count_once() -> None:

@@ -1,7 +1,8 @@
 """CLEAN: per-document cleaning, then corpus-level boilerplate removal.
 
-Thin over ``chunkline.clean`` and ``chunkline.boilerplate``. Both stages return
-:class:`CleanOutputs` (``documents``, ``rejected``), like the read stage: a document whose text
+Thin over ``chunkline.clean`` and ``chunkline.boilerplate``. Both stages return ``documents``
+and ``rejected`` (:class:`CleanOutputs`; :class:`BoilerplateOutputs` adds what boilerplate
+removal removed, for the run report), like the read stage: a document whose text
 is empty after cleaning is a ``Rejected`` with that reason, never dropped silently. The text
 they output is the text every chunk offset refers to (the ``documents`` table stores it).
 """
@@ -9,9 +10,11 @@ they output is the text every chunk offset refers to (the ``documents`` table st
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import AbstractSet, Iterable, NamedTuple
 
 import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 from apache_beam.pvalue import AsSingleton, PCollection, TaggedOutput
 
@@ -19,20 +22,37 @@ from chunkline.boilerplate import (
     BoilerplateOptions,
     frequency_floor,
     line_keys,
-    remove_boilerplate_marked,
+    remove_boilerplate_found,
 )
 from chunkline.clean import CleanOptions, clean_marked
 from chunkline.records import Document, Rejected, doc_hash
 
 REJECTED = "rejected"
+REMOVED = "removed"
 EMPTY_AFTER_CLEANING = "empty after cleaning"
 EMPTY_AFTER_BOILERPLATE = "empty after boilerplate removal"
 
 class CleanOutputs(NamedTuple):
-    """What :class:`CleanDocuments` and :class:`RemoveBoilerplate` return."""
+    """What :class:`CleanDocuments` returns."""
 
     documents: PCollection[Document]
     rejected: PCollection[Rejected]
+
+
+# The removed lines a run keeps (``BOILERPLATE_FILE``, read into the manifest): the most frequent
+# ones, so a corpus with millions of distinct boilerplate lines still records a few kilobytes.
+TOP_REMOVED = 50
+BOILERPLATE_FILE = "boilerplate.json"
+
+
+class BoilerplateOutputs(NamedTuple):
+    """What :class:`RemoveBoilerplate` returns: :class:`CleanOutputs`' two, and ``removed``, one
+    element: the :data:`TOP_REMOVED` most often removed lines and blocks as
+    ``{"text": first occurrence, "documents": documents it was removed from}``, most first."""
+
+    documents: PCollection[Document]
+    rejected: PCollection[Rejected]
+    removed: PCollection[list[dict]]
 
 class _Clean(beam.DoFn):
     def __init__(self, options: CleanOptions) -> None:
@@ -80,11 +100,13 @@ class _Strip(beam.DoFn):
     def process(
         self, doc: Document, frequent: AbstractSet[str]
     ) -> Iterable[Document | TaggedOutput]:
-        text, page_starts = remove_boilerplate_marked(doc.text, doc.page_starts, frequent,
-                                                      self._options)
+        text, page_starts, found = remove_boilerplate_found(doc.text, doc.page_starts, frequent,
+                                                            self._options)
         if text == doc.text:
             yield doc
             return
+        for removed in found.items():
+            yield TaggedOutput(REMOVED, removed)
         self._changed.inc()
         self._chars.inc(len(doc.text) - len(text))
         if not text.strip():
@@ -93,8 +115,48 @@ class _Strip(beam.DoFn):
             return
         yield dataclasses.replace(doc, text=text, page_starts=page_starts)
 
+class _CountWithSample(beam.CombineFn):
+    """(key, shown text) -> (documents, shown text): the smallest text seen, so the line shown
+    does not depend on the order the runner combines in (variants differ in case or spacing)."""
+
+    def create_accumulator(self) -> tuple[int, str | None]:
+        return 0, None
+
+    def add_input(self, acc: tuple[int, str | None], text: str) -> tuple[int, str | None]:
+        return acc[0] + 1, text if acc[1] is None else min(acc[1], text)
+
+    def merge_accumulators(self, accs: Iterable[tuple[int, str | None]]) -> tuple[int, str | None]:
+        count, texts = 0, []
+        for n, text in accs:
+            count += n
+            if text is not None:
+                texts.append(text)
+        return count, min(texts) if texts else None
+
+    def extract_output(self, acc: tuple[int, str | None]) -> tuple[int, str | None]:
+        return acc
+
+
+def _top_removed(top: list[tuple[str, tuple[int, str]]]) -> list[dict]:
+    return [{"text": text, "documents": count} for _, (count, text) in top]
+
+
+class WriteRemovedLines(beam.DoFn):
+    """The stage's ``removed`` list as ``run_dir/boilerplate.json`` (the driver reads it into the
+    manifest, as it does ``bm25.json``)."""
+
+    def __init__(self, run_dir: str) -> None:
+        self.run_dir = run_dir
+
+    def process(self, removed: list[dict]) -> Iterable[str]:
+        path = FileSystems.join(self.run_dir, BOILERPLATE_FILE)
+        with FileSystems.create(path) as handle:
+            handle.write((json.dumps(removed, indent=1, ensure_ascii=False) + "\n").encode("utf-8"))
+        yield path
+
+
 class RemoveBoilerplate(beam.PTransform):
-    """``PCollection[Document]`` -> :class:`CleanOutputs`: lines and short blocks that occur in
+    """``PCollection[Document]`` -> :class:`BoilerplateOutputs`: lines and short blocks that occur in
     at least ``frequency_floor(n_documents, options)`` documents removed from every document.
 
     The count is a Beam combine (``Count.PerElement`` over each document's set of keys, lifted
@@ -112,7 +174,7 @@ class RemoveBoilerplate(beam.PTransform):
         super().__init__()
         self._options = options if options is not None else BoilerplateOptions()
 
-    def expand(self, documents: PCollection[Document]) -> CleanOutputs:
+    def expand(self, documents: PCollection[Document]) -> BoilerplateOutputs:
         options = self._options
         # One set of keys per distinct text: exact copies count once.
         key_sets = (
@@ -142,5 +204,12 @@ class RemoveBoilerplate(beam.PTransform):
         )
         stripped = documents | "Strip" >> beam.ParDo(
             _Strip(options), AsSingleton(frequent)
-        ).with_outputs(REJECTED, main="documents")
-        return CleanOutputs(stripped.documents, stripped[REJECTED])
+        ).with_outputs(REJECTED, REMOVED, main="documents")
+        removed = (
+            stripped[REMOVED]
+            | "CountRemoved" >> beam.CombinePerKey(_CountWithSample())
+            # Ties broken by key: the same run gives the same list.
+            | "TopRemoved" >> beam.combiners.Top.Of(TOP_REMOVED, key=lambda kv: (kv[1][0], kv[0]))
+            | "AsRows" >> beam.Map(_top_removed)
+        )
+        return BoilerplateOutputs(stripped.documents, stripped[REJECTED], removed)

@@ -1,0 +1,355 @@
+"""What a run report shows, read from a run directory: the manifest and the Parquet tables it
+lists, never a glob. Everything here is bounded whatever the run's size: per-format counts, a
+capped list of rejection kinds and duplicate clusters, a histogram, one sample document per
+format cut to :data:`SAMPLE_CHARS`. Only columns without text are read whole (status, format,
+tokens); text is read for the few documents shown.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from apache_beam.io.filesystems import FileSystems
+
+from chunkline.minhash import MinHasher, MinHashOptions, estimate_jaccard
+from chunkline.readers import FORMATS, extension
+from chunkline.records import DUPLICATE, KEPT, REJECTED
+from pipeline.manifest import load_manifest, table_files
+
+# Caps: a run of a million documents still makes a report of a few megabytes.
+MAX_REASON_KINDS = 30
+EXAMPLES_PER_REASON = 3
+MAX_CLUSTERS = 50
+MEMBERS_PER_CLUSTER = 10
+SAMPLE_CHARS = 20_000
+MAX_SAMPLE_CHUNKS = 200
+HISTOGRAM_BINS = 24
+MAX_SHOWN = 300  # characters of a path, a reason, a heading shown
+
+
+def clip(text: str, limit: int = MAX_SHOWN) -> str:
+    """``text`` cut to ``limit`` characters, an ellipsis marking the cut."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@dataclass(frozen=True)
+class FormatRow:
+    format: str
+    kept: int
+    duplicate: int
+    rejected: int
+
+    @property
+    def read(self) -> int:
+        return self.kept + self.duplicate + self.rejected
+
+
+@dataclass(frozen=True)
+class ReasonKind:
+    kind: str  # the reason without its particulars (see :func:`reason_kind`)
+    count: int
+    examples: tuple[tuple[str, str], ...]  # (source, full reason), the first few by source
+
+
+@dataclass(frozen=True)
+class Member:
+    doc_id: str
+    uri: str
+    exact: bool  # same normalized text as the survivor (``doc_hash``)
+    similarity: float | None  # MinHash estimated Jaccard with the survivor; None: not computed
+
+
+@dataclass(frozen=True)
+class Cluster:
+    survivor: str
+    survivor_uri: str
+    size: int  # duplicates of the survivor, all of them (``members`` is capped)
+    members: tuple[Member, ...]
+
+
+@dataclass(frozen=True)
+class Histogram:
+    edges: tuple[int, ...]  # bin i holds chunks with edges[i] <= tokens < edges[i + 1]
+    counts: tuple[int, ...]
+    budget: int | None
+    chunks: int
+    largest: int
+
+
+@dataclass(frozen=True)
+class SampleChunk:
+    index: int
+    start: int
+    end: int
+    tokens: int
+    headings: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Sample:
+    format: str
+    doc_id: str
+    uri: str
+    text: str  # the document's text, cut to SAMPLE_CHARS
+    length: int  # the whole text's length
+    chunks: tuple[SampleChunk, ...]  # those starting within ``text``, capped
+    chunk_count: int  # all of the document's chunks
+
+
+@dataclass
+class ReportData:
+    run_id: str
+    manifest: dict[str, Any]
+    counts: dict[str, int]
+    formats: list[FormatRow]
+    reasons: list[ReasonKind]
+    reason_kinds: int  # all kinds, before the cap
+    clusters: list[Cluster]
+    cluster_count: int
+    similarity_note: str
+    histogram: Histogram
+    samples: list[Sample]
+    warnings: list[str] = field(default_factory=list)
+
+
+def _read(paths: Iterable[str], columns: list[str], filters: Any = None) -> pa.Table | None:
+    """The columns of a table's shards, concatenated; None when it has no shard. A local shard
+    is read in place (only the columns and row groups asked for); a remote one whole."""
+    tables = []
+    for path in paths:
+        if "://" not in path:
+            tables.append(pq.read_table(path, columns=columns, filters=filters))
+            continue
+        with FileSystems.open(path) as handle:
+            data = pa.BufferReader(handle.read())
+        tables.append(pq.read_table(data, columns=columns, filters=filters))
+    return pa.concat_tables(tables) if tables else None
+
+
+def _empty(columns: dict[str, pa.DataType]) -> pa.Table:
+    return pa.table({name: pa.array([], type=kind) for name, kind in columns.items()})
+
+
+def format_of(fmt: str, uri: str) -> str:
+    """The reader's format name; a rejected document has none, so its file's extension says
+    (``FORMATS``), or "other"."""
+    return fmt or FORMATS.get(extension(uri), "other")
+
+
+_RECORD = re.compile(r"^(?:line|row) \d+: ")  # a JSONL line's or Parquet row's own prefix
+_PARENTHESES = re.compile(r"\s*\([^()]*\)")
+_PARTICULARS = re.compile(r"""'[^']*'|"[^"]*"|\d+(?:\.\d+)?""")
+
+
+def reason_kind(reason: str) -> str:
+    """A reason without its particulars, so rejections group: no record prefix, no
+    parenthesised detail, only the part before the first colon, quoted names and numbers as
+    ``…``. The examples keep the whole reason.
+
+    >>> reason_kind("document of 12000000 bytes over input.max_document_bytes 10000000")
+    'document of … bytes over input.max_document_bytes …'
+    >>> reason_kind("line 7: not valid JSON (Unterminated string starting at: line 1 column 27)")
+    'not valid JSON'
+    >>> reason_kind("duplicate doc_id 'a': data/a.jsonl:3 repeats the id of data/a.jsonl:1, which is kept")
+    'duplicate doc_id …'
+    """
+    text = _RECORD.sub("", reason)
+    previous = None
+    while previous != text:  # innermost parentheses first, so nested ones go too
+        previous, text = text, _PARENTHESES.sub("", text)
+    head = text.split(": ", 1)[0].strip()
+    return clip(_PARTICULARS.sub("…", head), 120) or clip(reason, 120)
+
+
+def funnel(documents: pa.Table) -> list[FormatRow]:
+    """Per format: kept, duplicate, rejected documents; formats by documents read, most first."""
+    counts: dict[str, Counter] = defaultdict(Counter)
+    grouped = documents.group_by(["format", "status", "ext"]).aggregate([("status", "count")])
+    for row in grouped.to_pylist():
+        fmt = row["format"] or FORMATS.get(row["ext"], "other")
+        counts[fmt][row["status"]] += row["status_count"]
+    rows = [FormatRow(fmt, c[KEPT], c[DUPLICATE], c[REJECTED]) for fmt, c in counts.items()]
+    return sorted(rows, key=lambda r: (-r.read, r.format))
+
+
+def reasons(rejected: pa.Table) -> tuple[list[ReasonKind], int]:
+    """Rejections grouped by :func:`reason_kind`, most frequent first, capped; and how many
+    kinds there were."""
+    groups: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    totals: Counter = Counter()
+    for uri, reason in zip(rejected.column("uri").to_pylist(), rejected.column("reason").to_pylist()):
+        kind = reason_kind(reason)
+        totals[kind] += 1
+        examples = groups[kind]
+        examples.append((uri, reason))
+        if len(examples) > 4 * EXAMPLES_PER_REASON:  # keep memory bounded: the smallest few
+            examples.sort()
+            del examples[EXAMPLES_PER_REASON:]
+    kinds = sorted(totals, key=lambda k: (-totals[k], k))
+    shown = [ReasonKind(k, totals[k], tuple((clip(u), clip(r)) for u, r in sorted(groups[k])[:EXAMPLES_PER_REASON]))
+             for k in kinds[:MAX_REASON_KINDS]]
+    return shown, len(kinds)
+
+
+def histogram(tokens: pa.Array, budget: int | None, bins: int = HISTOGRAM_BINS) -> Histogram:
+    """Chunk sizes in ``bins`` bins of equal width from 0 up to the budget (the last one ends
+    at it, inclusive), and one more for chunks over the budget when there are any; without a
+    budget, up to the largest chunk.
+
+    >>> h = histogram(pa.array([0, 5, 9, 10, 12]), budget=9, bins=2)
+    >>> h.edges, h.counts
+    ((0, 5, 10, 13), (1, 2, 2))
+    """
+    values = tokens.to_numpy(zero_copy_only=False) if len(tokens) else []
+    largest = int(max(values)) if len(values) else 0
+    end = (budget if budget is not None else largest) + 1  # first token count past the range
+    width = max(1, -(-end // bins))
+    edges = sorted({min(i * width, end) for i in range(bins + 1)} | {end})
+    if largest >= end:
+        edges.append(largest + 1)
+    bins_of = np.searchsorted(np.asarray(edges[1:]), np.asarray(values, dtype=np.int64), side="right")
+    counts = np.bincount(bins_of, minlength=len(edges) - 1).tolist()
+    return Histogram(tuple(edges), tuple(int(c) for c in counts), budget, len(values), largest)
+
+
+def clusters(documents: pa.Table) -> tuple[dict[str, list[dict]], int]:
+    """{survivor: its duplicates' rows} for the MAX_CLUSTERS largest clusters (ties by
+    survivor id), and the number of clusters. Counted in Arrow: only the rows of the clusters
+    shown become Python objects."""
+    dups = documents.filter(pc.equal(documents.column("status"), DUPLICATE))
+    sizes = dups.group_by("duplicate_of").aggregate([("doc_id", "count")]).to_pylist()
+    largest = sorted(sizes, key=lambda r: (-r["doc_id_count"], r["duplicate_of"]))[:MAX_CLUSTERS]
+    shown = [r["duplicate_of"] for r in largest]
+    rows = dups.filter(pc.is_in(dups.column("duplicate_of"), pa.array(shown, pa.string())))
+    members: dict[str, list[dict]] = {s: [] for s in shown}
+    for row in rows.select(["doc_id", "uri", "doc_hash", "duplicate_of"]).to_pylist():
+        members[row["duplicate_of"]].append(row)
+    return {s: sorted(m, key=lambda r: r["doc_id"]) for s, m in members.items()}, len(sizes)
+
+
+def near_options(manifest: dict[str, Any]) -> MinHashOptions | None:
+    """The run's near-duplicate options, from its recorded config; None when near dedupe was off
+    (or the config is from a version these options cannot read)."""
+    near = (manifest.get("config", {}).get("dedupe") or {}).get("near")
+    if not near:
+        return None
+    try:
+        return MinHashOptions(**near)
+    except (TypeError, ValueError):
+        return None
+
+
+def _texts(paths: list[str], doc_ids: set[str]) -> dict[str, tuple[str, str]]:
+    """{doc_id: (uri, text)} of a few documents, read with a filter (row groups whose statistics
+    exclude them are skipped)."""
+    if not doc_ids:
+        return {}
+    table = _read(paths, ["doc_id", "uri", "text"], filters=[("doc_id", "in", sorted(doc_ids))])
+    if table is None:
+        return {}
+    return {r["doc_id"]: (r["uri"], r["text"]) for r in table.to_pylist()}
+
+
+def resolve_clusters(found: dict[str, list[dict]], survivor_hashes: dict[str, str],
+                     doc_paths: list[str], options: MinHashOptions | None) -> list[Cluster]:
+    """Clusters with their survivors' uris and each shown member's similarity: 1.0 for an exact
+    copy; for a near duplicate the MinHash estimate with the run's own options (same seed, so
+    the same signatures the dedupe stage compared)."""
+    shown = {s: rows[:MEMBERS_PER_CLUSTER] for s, rows in found.items()}
+    need_text = set(shown) | {r["doc_id"] for rows in shown.values() for r in rows}
+    texts = _texts(doc_paths, need_text)
+    hasher = MinHasher(options) if options is not None else None
+    out = []
+    for survivor, rows in shown.items():
+        survivor_uri, survivor_text = texts.get(survivor, ("", ""))
+        near_rows = [r for r in rows if hasher is not None and r["doc_id"] in texts
+                     and survivor in texts]
+        estimates: dict[str, float] = {}
+        if near_rows:
+            sigs = hasher.signatures([survivor_text] + [texts[r["doc_id"]][1] for r in near_rows])
+            estimates = {r["doc_id"]: float(estimate_jaccard(sigs[0], sig))
+                         for r, sig in zip(near_rows, sigs[1:], strict=True)}
+        members = []
+        for row in rows:
+            exact = row["doc_hash"] == survivor_hashes.get(survivor)
+            members.append(Member(row["doc_id"], clip(row["uri"]), exact,
+                                  1.0 if exact else estimates.get(row["doc_id"])))
+        out.append(Cluster(survivor, clip(survivor_uri), len(found[survivor]), tuple(members)))
+    return out
+
+
+def samples(documents: pa.Table, doc_paths: list[str], chunk_paths: list[str]) -> list[Sample]:
+    """One kept document per format (the smallest doc_id: the same run gives the same report),
+    its text cut to SAMPLE_CHARS and its chunks that start inside that cut."""
+    kept = documents.filter(pc.equal(documents.column("status"), KEPT))
+    chosen: dict[str, str] = {}
+    for row in kept.group_by(["format", "ext"]).aggregate([("doc_id", "min")]).to_pylist():
+        name = row["format"] or FORMATS.get(row["ext"], "other")
+        if name not in chosen or row["doc_id_min"] < chosen[name]:
+            chosen[name] = row["doc_id_min"]
+    texts = _texts(doc_paths, set(chosen.values()))
+    ids = sorted(chosen.values())
+    chunk_table = (_read(chunk_paths, ["doc_id", "chunk_index", "start", "end", "tokens", "headings"],
+                         filters=[("doc_id", "in", ids)]) if ids and chunk_paths else None)
+    by_doc: dict[str, list[dict]] = defaultdict(list)
+    for row in (chunk_table.to_pylist() if chunk_table is not None else []):
+        by_doc[row["doc_id"]].append(row)
+    out = []
+    for fmt in sorted(chosen):
+        doc_id = chosen[fmt]
+        if doc_id not in texts:
+            continue
+        uri, text = texts[doc_id]
+        rows = sorted(by_doc[doc_id], key=lambda r: r["chunk_index"])
+        inside = [SampleChunk(r["chunk_index"], r["start"], r["end"], r["tokens"], tuple(r["headings"]))
+                  for r in rows if r["start"] < SAMPLE_CHARS][:MAX_SAMPLE_CHUNKS]
+        out.append(Sample(fmt, doc_id, clip(uri), text[:SAMPLE_CHARS], len(text), tuple(inside), len(rows)))
+    return out
+
+
+def gather(run_dir: str) -> ReportData:
+    """Everything the report shows about the run in ``run_dir`` (a run directory, with its
+    manifest)."""
+    manifest = load_manifest(run_dir)
+    counts = manifest["counts"]
+    doc_paths = table_files(run_dir, manifest, "documents")
+    chunk_paths = table_files(run_dir, manifest, "chunks")
+    documents = _read(doc_paths, ["doc_id", "uri", "status", "format", "duplicate_of", "doc_hash"])
+    if documents is None:
+        documents = _empty({"doc_id": pa.string(), "uri": pa.string(), "status": pa.string(),
+                            "format": pa.string(), "duplicate_of": pa.string(), "doc_hash": pa.string()})
+    exts = [extension(uri) for uri in documents.column("uri").to_pylist()]
+    documents = documents.append_column("ext", pa.array(exts, type=pa.string()))
+    rejected = _read(table_files(run_dir, manifest, "rejected"), ["uri", "reason"])
+    tokens = _read(chunk_paths, ["tokens"])
+    warnings = list(manifest.get("problems") or [])
+
+    formats = funnel(documents)
+    for name in ("kept", "duplicate", "rejected"):
+        total = sum(getattr(row, name) for row in formats)
+        if name in counts and total != counts[name]:
+            warnings.append(f"documents table has {total} {name}, the manifest {counts[name]}")
+
+    reason_list, kinds = reasons(rejected if rejected is not None
+                                 else _empty({"uri": pa.string(), "reason": pa.string()}))
+    found, cluster_count = clusters(documents)
+    survivors = documents.filter(pc.is_in(documents.column("doc_id"), pa.array(list(found), pa.string())))
+    survivor_hashes = dict(zip(survivors.column("doc_id").to_pylist(),
+                               survivors.column("doc_hash").to_pylist()))
+    options = near_options(manifest)
+    resolved = resolve_clusters(found, survivor_hashes, doc_paths, options)
+    note = ("similarity: MinHash estimated Jaccard with the survivor, computed with the run's "
+            f"options ({options.num_perm} permutations, {options.shingle_size}-word shingles, "
+            f"threshold {options.threshold:g})" if options is not None
+            else "near-duplicate detection was off: every duplicate is an exact copy")
+    budget = (manifest.get("split") or {}).get("max_tokens")
+    hist = histogram(tokens.column("tokens") if tokens is not None else pa.array([], pa.int32()), budget)
+    return ReportData(manifest["run_id"], manifest, counts, formats, reason_list, kinds, resolved,
+                      cluster_count, note, hist, samples(documents, doc_paths, chunk_paths), warnings)
