@@ -7,7 +7,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo split-demo test bench clean
+.PHONY: setup demo split-demo test bench clean chromium
 
 setup: $(STAMP)
 
@@ -25,7 +25,11 @@ demo: $(STAMP)
 split-demo: $(STAMP)
 	$(VENV)/bin/chunkline split examples/guide.md --max-tokens 64 --overlap 8 --view
 
-test: $(STAMP)
+# The run report's browser test needs Debian's chromium and chromedriver (apt, when missing).
+chromium:
+	.ci/install-chromium
+
+test: $(STAMP) chromium
 	$(PY) -m pytest -q
 
 bench: $(STAMP)

@@ -73,7 +73,8 @@ def _export(model_dir: Path, directory: Path, name: str, dtype: str,
         return target
     import torch
 
-    model = torch_model()
+    # Exported in float32 whatever the loader gives: int8 is quantized from this graph.
+    model = torch_model().to(torch.float32)
     names = list(model.tokenizer.model_input_names)
     sample = model.tokenizer(["an example sentence", "a second, longer example sentence"],
                              padding=True, return_tensors="pt")

@@ -237,6 +237,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="only chunks whose metadata KEY equals VALUE (an array: contains it); repeat to "
         "require several; applied before ranking")
     query_parser.set_defaults(handler=_query_command)
+
+    from pipeline.report import add_arguments as add_report_arguments, report_command
+
+    report_parser = commands.add_parser(
+        "report", help="write a run's report.html: funnel, rejections, duplicates, boilerplate, "
+        "chunk sizes, vectors, time, sample documents with their chunk boundaries")
+    add_report_arguments(report_parser)
+    report_parser.set_defaults(handler=report_command)
     return parser
 
 

@@ -121,7 +121,7 @@ def test_embed_chunks_matches_embed_texts(model_f32):
     pipeline = beam.Pipeline(runner=FnApiRunner())
     embedded = (pipeline
                 | beam.Create(chunks, reshuffle=False)
-                | "Embed" >> EmbedChunks(EmbedOptions(batch_size=2)))
+                | "Embed" >> EmbedChunks(EmbedOptions(dtype="float32", batch_size=2)))
     assert_that(embedded, check)
     result = pipeline.run()
     result.wait_until_finish()

@@ -84,7 +84,7 @@ def test_export_is_cached_beside_the_model_and_reused(model_copy, monkeypatch, t
 
     def torch_model():
         loads.append(1)
-        return load_model(EmbedOptions(model=str(model_copy)))
+        return load_model(EmbedOptions(model=str(model_copy), dtype="float32"))
 
     int8 = exported_model(model_copy, "int8", torch_model)
     assert int8.parent == model_copy.parent / "minilm.chunkline-onnx"
@@ -102,7 +102,7 @@ def test_an_unwritable_place_beside_the_model_falls_back_to_the_user_cache(model
     monkeypatch.setenv("CHUNKLINE_MODEL_CACHE", str(tmp_path / "cache"))
     # A file where the export directory would go: mkdir fails there as on a read-only mount.
     (model_copy.parent / "minilm.chunkline-onnx").write_text("not a directory")
-    path = exported_model(model_copy, "float32", lambda: load_model(EmbedOptions(model=str(model_copy))))
+    path = exported_model(model_copy, "float32", lambda: load_model(EmbedOptions(model=str(model_copy), dtype="float32")))
     assert path.parent == tmp_path / "cache" / "onnx" == cache_dirs(model_copy)[1]
     options = EmbedOptions(model=str(model_copy), backend="onnx")
     assert load_model(options).path == path
@@ -110,9 +110,9 @@ def test_an_unwritable_place_beside_the_model_falls_back_to_the_user_cache(model
 
 def test_a_replaced_model_is_exported_again(model_copy, tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("CHUNKLINE_MODEL_CACHE", str(tmp_path / "cache"))
-    first = exported_model(model_copy, "float32", lambda: load_model(EmbedOptions(model=str(model_copy))))
+    first = exported_model(model_copy, "float32", lambda: load_model(EmbedOptions(model=str(model_copy), dtype="float32")))
     (model_copy / "README.md").write_text("a different model now\n" * 10)
-    second = exported_model(model_copy, "float32", lambda: load_model(EmbedOptions(model=str(model_copy))))
+    second = exported_model(model_copy, "float32", lambda: load_model(EmbedOptions(model=str(model_copy), dtype="float32")))
     assert first != second and first.is_file() and second.is_file()
 
 
@@ -133,12 +133,13 @@ def test_the_backend_is_part_of_the_embedding_signature(tmp_path) -> None:
         return embedding_signature(load_config(ROOT / "configs" / "local.yaml", list(overrides)),
                                    model_dir, 256)
 
-    torch_f32 = signature()
+    torch_f32 = signature("embed.dtype=float32")
     assert '"backend"' not in torch_f32  # the keys of earlier releases: their vectors reuse
     signatures = {torch_f32, signature("embed.dtype=bfloat16"), signature("embed.backend=onnx"),
                   signature("embed.backend=onnx", "embed.dtype=int8")}
     assert len(signatures) == 4
-    assert signature("embed.threads=1") == torch_f32  # threads change speed, not vectors
+    # threads change speed, not vectors
+    assert signature("embed.dtype=float32", "embed.threads=1") == torch_f32
 
 
 def test_config_rejects_a_backend_dtype_mismatch_with_the_field_named() -> None:
