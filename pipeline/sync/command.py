@@ -14,7 +14,7 @@ from typing import TextIO
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline.manifest import ManifestError, load_manifest, resolve_run
-from pipeline.sync.core import Report, stderr_progress, sync
+from pipeline.sync.core import Report, check, stderr_progress, sync
 from pipeline.sync.rows import load_rows
 from pipeline.sync.uri import open_store
 
@@ -40,6 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repair", action="store_true",
                         help="compare the store's values, not its recorded digests: rewrites rows "
                              "edited behind the tool's back")
+    parser.add_argument("--check", action="store_true",
+                        help="verify the store against the run and write nothing")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
 
@@ -58,6 +60,17 @@ def run_args(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = s
     except (ManifestError, ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=err)
         return 2
+    if args.check:
+        try:
+            found = check(store, rows, sparse=bool(manifest.get("bm25")))
+        finally:
+            store.close()
+        if not found.ok:
+            print(f"error: {args.to} does not match run {manifest['run_id']}: "
+                  f"{found.describe(len(rows))}", file=err)
+            return 1
+        print(f"verified: {found.rows} rows match run {manifest['run_id']}", file=out)
+        return 0
     try:
         report = sync(store, manifest["run_id"], rows, args.batch_size,
                       sparse=bool(manifest.get("bm25")), repair=args.repair,
@@ -67,7 +80,7 @@ def run_args(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = s
         return 2
     finally:
         store.close()
-    print(summary(report), file=out)
+    print(summary(report), file=out, flush=True)
     if not report.verification.ok:
         print(f"error: {args.to} does not match run {report.run_id}: "
               f"{report.verification.describe(len(rows))}. Run the sync again with --repair to "

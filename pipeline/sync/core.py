@@ -115,6 +115,12 @@ def verify(store: Store, run: pa.Table) -> Verification:
     )
 
 
+def check(store: Store, run: pa.Table, sparse: bool) -> Verification:
+    """Verify ``store`` against ``run`` and write nothing (``chunkline sync --check``)."""
+    store.open(run.schema.field("vector").type.list_size, sparse)
+    return verify(store, run)
+
+
 def sync(store: Store, run_id: str, run: pa.Table, batch_size: int, sparse: bool,
          repair: bool = False, progress: Callable[[str], None] | None = None) -> Report:
     """Make ``store`` equal to ``run`` (``rows.load_rows``) and verify it. ``repair``: plan from

@@ -14,7 +14,9 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Sequence
 
+import lancedb
 import pyarrow as pa
+from lancedb.index import FTS
 
 from pipeline.sync.core import SyncState
 from pipeline.sync.rows import DIGEST, schema
@@ -35,15 +37,13 @@ def _quoted(values: Sequence[str]) -> str:
 
 class LanceStore:
     def __init__(self, path: str, table: str = "chunks") -> None:
-        import lancedb
-
         self.path, self.name = path, table
         self.db = lancedb.connect(path)
         self.table = None
         self.dim = 0
 
     def _names(self) -> set[str]:
-        return set(self.db.table_names(limit=1_000_000))
+        return set(self.db.list_tables(limit=1_000_000).tables)
 
     def open(self, dim: int, sparse: bool) -> None:
         self.dim = dim
@@ -87,7 +87,7 @@ class LanceStore:
         indexed = {tuple(index.columns) for index in self.table.list_indices()}
         rows = self.table.count_rows()
         if ("search_text",) not in indexed:
-            self.table.create_fts_index("search_text", replace=True)
+            self.table.create_index("search_text", config=FTS())
         if ("vector",) not in indexed:
             if rows >= VECTOR_INDEX_MIN_ROWS:
                 self.table.create_index(metric="cosine", vector_column_name="vector",

@@ -22,7 +22,12 @@ import struct
 from typing import Sequence
 
 import numpy as np
+import psycopg
 import pyarrow as pa
+from psycopg import sql
+from psycopg.adapt import Dumper, Loader
+from psycopg.pq import Format
+from psycopg.types import TypeInfo
 
 from chunkline.sparse import TERM_SPACE
 from pipeline.sync.core import SyncState
@@ -71,10 +76,6 @@ def parse_sparse(data: bytes) -> tuple[np.ndarray, np.ndarray]:
 
 class PgvectorStore:
     def __init__(self, uri: str, table: str = "chunks") -> None:
-        import psycopg
-        from psycopg import sql
-
-        self.sql = sql
         self.conn = psycopg.connect(uri, autocommit=True)
         self.name = table
         self.table = sql.Identifier(table)
@@ -83,10 +84,6 @@ class PgvectorStore:
 
     def _adapt(self) -> None:
         """Binary dumpers and loaders for pgvector's types, by the OIDs this database gave them."""
-        from psycopg.adapt import Dumper, Loader
-        from psycopg.pq import Format
-        from psycopg.types import TypeInfo
-
         for name, kind, dump, load in (("vector", np.ndarray, vector_bytes, parse_vector),
                                        ("sparsevec", SparseValue, lambda v: sparse_bytes(*v), parse_sparse),
                                        ("jsonb", JsonText, jsonb_bytes, None)):
@@ -101,7 +98,7 @@ class PgvectorStore:
                 self.conn.adapters.register_loader(info.oid, loader)
 
     def open(self, dim: int, sparse: bool) -> None:
-        q = self.sql.SQL
+        q = sql.SQL
         self.dim = dim
         self.conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
         self._adapt()
@@ -112,7 +109,7 @@ class PgvectorStore:
             'tokens int4 NOT NULL, metadata jsonb NOT NULL, page_start int4, page_end int4, '
             'content_key text NOT NULL, embedding vector({}) NOT NULL, '
             'sparse sparsevec({}) NOT NULL, row_digest text NOT NULL)'
-        ).format(self.table, self.sql.Literal(dim), self.sql.Literal(TERM_SPACE)))
+        ).format(self.table, sql.Literal(dim), sql.Literal(TERM_SPACE)))
         have = self.conn.execute(
             "SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
             "WHERE attrelid = %s::regclass AND attname = 'embedding'", (self.name,)).fetchone()
@@ -124,19 +121,19 @@ class PgvectorStore:
                           .format(self.state_table))
 
     def state(self) -> SyncState | None:
-        row = self.conn.execute(self.sql.SQL("SELECT run_id, syncing, chunks, digest FROM {}")
+        row = self.conn.execute(sql.SQL("SELECT run_id, syncing, chunks, digest FROM {}")
                                 .format(self.state_table)).fetchone()
         return SyncState(*row) if row else None
 
     def save_state(self, state: SyncState) -> None:
-        self.conn.execute(self.sql.SQL(
+        self.conn.execute(sql.SQL(
             "INSERT INTO {} VALUES (1, %s, %s, %s, %s) ON CONFLICT (id) DO UPDATE SET "
             "run_id = EXCLUDED.run_id, syncing = EXCLUDED.syncing, chunks = EXCLUDED.chunks, "
             "digest = EXCLUDED.digest").format(self.state_table),
             (state.run_id, state.syncing, state.chunks, state.digest))
 
     def digests(self) -> dict[str, str]:
-        return dict(self.conn.execute(self.sql.SQL("SELECT chunk_id, row_digest FROM {}")
+        return dict(self.conn.execute(sql.SQL("SELECT chunk_id, row_digest FROM {}")
                                       .format(self.table)).fetchall())
 
     def upsert(self, rows: pa.Table) -> None:
@@ -147,11 +144,11 @@ class PgvectorStore:
         indices = rows.column("sparse_indices").to_pylist()
         values = rows.column("sparse_values").to_pylist()
         digests = rows.column(DIGEST).to_pylist()
-        names = self.sql.SQL(", ").join(self.sql.Identifier(n) for n in (
+        names = sql.SQL(", ").join(sql.Identifier(n) for n in (
             *_SCALARS, "embedding", "sparse", DIGEST))
         with self.conn.transaction(), self.conn.cursor() as cur:
-            cur.execute(self.sql.SQL("DELETE FROM {} WHERE chunk_id = ANY(%s)").format(self.table), (ids,))
-            with cur.copy(self.sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)")
+            cur.execute(sql.SQL("DELETE FROM {} WHERE chunk_id = ANY(%s)").format(self.table), (ids,))
+            with cur.copy(sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)")
                           .format(self.table, names)) as copy:
                 copy.set_types(_TYPES)
                 for i in range(len(ids)):
@@ -161,12 +158,12 @@ class PgvectorStore:
 
     def delete(self, chunk_ids: Sequence[str]) -> None:
         with self.conn.transaction():
-            self.conn.execute(self.sql.SQL("DELETE FROM {} WHERE chunk_id = ANY(%s)")
+            self.conn.execute(sql.SQL("DELETE FROM {} WHERE chunk_id = ANY(%s)")
                               .format(self.table), (list(chunk_ids),))
 
     def read_all(self) -> pa.Table:
         with self.conn.cursor(binary=True) as cur:
-            cur.execute(self.sql.SQL(
+            cur.execute(sql.SQL(
                 'SELECT chunk_id, doc_id, chunk_index, "start", "end", headings, text, search_text, '
                 "tokens, metadata::text, page_start, page_end, content_key, embedding, sparse, "
                 "row_digest FROM {} ORDER BY chunk_id").format(self.table))
@@ -185,10 +182,10 @@ class PgvectorStore:
 
     def finish(self) -> list[str]:
         self.conn.execute("SET maintenance_work_mem = '256MB'")
-        self.conn.execute(self.sql.SQL(
+        self.conn.execute(sql.SQL(
             "CREATE INDEX IF NOT EXISTS {} ON {} USING hnsw (embedding vector_cosine_ops)")
-            .format(self.sql.Identifier(self.name + "_embedding_hnsw"), self.table))
-        self.conn.execute(self.sql.SQL("ANALYZE {}").format(self.table))
+            .format(sql.Identifier(self.name + "_embedding_hnsw"), self.table))
+        self.conn.execute(sql.SQL("ANALYZE {}").format(self.table))
         return []
 
     def close(self) -> None:

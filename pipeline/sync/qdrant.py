@@ -21,6 +21,7 @@ from typing import Sequence
 
 import numpy as np
 import pyarrow as pa
+from qdrant_client import QdrantClient, models
 
 from pipeline.sync.core import SyncState
 from pipeline.sync.rows import DIGEST, canonical_metadata, schema, vector_matrix
@@ -39,16 +40,13 @@ def point_id(chunk_id: str) -> str:
 class QdrantStore:
     def __init__(self, collection: str = "chunks", path: str | None = None, url: str | None = None,
                  api_key: str | None = None) -> None:
-        from qdrant_client import QdrantClient, models
-
-        self.models = models
         self.local = path is not None
         self.client = QdrantClient(path=path) if path is not None else QdrantClient(url=url, api_key=api_key)
         self.name, self.state_name = collection, collection + "_sync"
         self.dim = 0
 
     def open(self, dim: int, sparse: bool) -> None:
-        m = self.models
+        m = models
         self.dim = dim
         if self.client.collection_exists(self.name):
             vectors = self.client.get_collection(self.name).config.params.vectors
@@ -68,7 +66,7 @@ class QdrantStore:
         return SyncState(**found[0].payload) if found else None
 
     def save_state(self, state: SyncState) -> None:
-        self.client.upsert(self.state_name, [self.models.PointStruct(
+        self.client.upsert(self.state_name, [models.PointStruct(
             id=1, vector={}, payload=asdict(state))], wait=True)
 
     def _scroll(self, payload: Sequence[str] | bool, vectors: bool):
@@ -84,7 +82,7 @@ class QdrantStore:
         return {p.payload["chunk_id"]: p.payload[DIGEST] for p in self._scroll(["chunk_id", DIGEST], False)}
 
     def upsert(self, rows: pa.Table) -> None:
-        m = self.models
+        m = models
         payload = {name: rows.column(name).to_pylist() for name in _PAYLOAD}
         payload["metadata"] = [json.loads(text) for text in payload["metadata"]]
         vectors = vector_matrix(rows).tolist()
@@ -98,7 +96,7 @@ class QdrantStore:
         self.client.upsert(self.name, points, wait=True)
 
     def delete(self, chunk_ids: Sequence[str]) -> None:
-        self.client.delete(self.name, self.models.PointIdsList(points=[point_id(c) for c in chunk_ids]),
+        self.client.delete(self.name, models.PointIdsList(points=[point_id(c) for c in chunk_ids]),
                            wait=True)
 
     def read_all(self) -> pa.Table:
@@ -120,7 +118,7 @@ class QdrantStore:
     def finish(self) -> list[str]:
         if self.local:
             return ["qdrant local mode: no HNSW index, every search scans all points (exact)"]
-        m = self.models
+        m = models
         for field in ("doc_id", "chunk_id"):
             self.client.create_payload_index(self.name, field, m.PayloadSchemaType.KEYWORD, wait=True)
         return []
