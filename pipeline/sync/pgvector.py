@@ -166,7 +166,7 @@ class PgvectorStore:
             cur.execute(sql.SQL(
                 'SELECT chunk_id, doc_id, chunk_index, "start", "end", headings, text, search_text, '
                 "tokens, metadata::text, page_start, page_end, content_key, embedding, sparse, "
-                "row_digest FROM {} ORDER BY chunk_id").format(self.table))
+                "row_digest FROM {}").format(self.table))
             fetched = cur.fetchall()
         columns = list(zip(*fetched)) if fetched else [[] for _ in range(16)]
         target = schema(self.dim)
