@@ -29,7 +29,7 @@ from pipeline.sync.rows import DIGEST, canonical_metadata, schema, vector_matrix
 CHUNK_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "chunkline:chunk_id")
 _PAYLOAD = ("chunk_id", "doc_id", "chunk_index", "start", "end", "headings", "text", "search_text",
             "tokens", "metadata", "page_start", "page_end", "content_key", DIGEST)
-_PAGE = 2048
+_PAGE = 5000  # points a scroll call returns: local mode sorts the collection once a call
 
 
 def point_id(chunk_id: str) -> str:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import struct
 
 import numpy as np
 import pyarrow as pa
@@ -130,22 +129,22 @@ def load_rows(run_dir: str, manifest: dict) -> pa.Table:
 
 def _encode(value: object) -> bytes:
     """A scalar with its type tag and length: no two values of the synced columns share bytes."""
+    if isinstance(value, str):
+        data = value.encode("utf-8", "surrogatepass")
+        return b"S" + len(data).to_bytes(4, "little") + data
     if value is None:
         return b"N"
     if isinstance(value, bool):
         raise TypeError("no boolean column is synced")
     if isinstance(value, int):
-        return b"I" + struct.pack("<q", value)
-    if isinstance(value, str):
-        data = value.encode("utf-8", "surrogatepass")
-        return b"S" + struct.pack("<I", len(data)) + data
+        return b"I" + value.to_bytes(8, "little", signed=True)
     if isinstance(value, (list, tuple)):
-        return b"L" + struct.pack("<I", len(value)) + b"".join(_encode(v) for v in value)
+        return b"L" + len(value).to_bytes(4, "little") + b"".join(map(_encode, value))
     raise TypeError(f"cannot digest a {type(value).__name__}")
 
 
 def _blob(data: bytes) -> bytes:
-    return b"B" + struct.pack("<I", len(data)) + data
+    return b"B" + len(data).to_bytes(4, "little") + data
 
 
 def row_digests(table: pa.Table) -> list[str]:
@@ -166,15 +165,13 @@ def row_digests(table: pa.Table) -> list[str]:
     if not np.array_equal(lengths, pc.list_value_length(value_list).to_numpy(zero_copy_only=False)):
         raise ValueError("sparse_indices and sparse_values differ in length in some row")
     bounds = np.concatenate([[0], np.cumsum(lengths)]) * 4
+    bounds = bounds.tolist()
     out = []
-    for i in range(n):
-        digest = hashlib.blake2b(digest_size=16)
-        for column in scalars:
-            digest.update(_encode(column[i]))
-        digest.update(_blob(vectors[i * width:(i + 1) * width]))
-        digest.update(_blob(ids[bounds[i]:bounds[i + 1]]))
-        digest.update(_blob(weights[bounds[i]:bounds[i + 1]]))
-        out.append(digest.hexdigest())
+    for i, values in enumerate(zip(*scalars)):
+        # One buffer a row, one hash call: the per-call overhead dominated at 100,000 rows.
+        data = b"".join([*map(_encode, values), _blob(vectors[i * width:(i + 1) * width]),
+                         _blob(ids[bounds[i]:bounds[i + 1]]), _blob(weights[bounds[i]:bounds[i + 1]])])
+        out.append(hashlib.blake2b(data, digest_size=16).hexdigest())
     return out
 
 
