@@ -134,7 +134,11 @@ def sync(store: Store, run_id: str, run: pa.Table, batch_size: int, sparse: bool
     wanted = dict(zip(ids, run.column(DIGEST).to_pylist()))
     if repair:
         held = store.read_all()
-        holding = dict(zip(held.column("chunk_id").to_pylist(), row_digests(held)))
+        # A row is kept only where its values and its recorded digest both agree with each
+        # other; a wrong recorded digest (right values) is rewritten too, or it would stay wrong.
+        holding = {chunk_id: value if value == recorded else ""
+                   for chunk_id, value, recorded in zip(held.column("chunk_id").to_pylist(),
+                                                        row_digests(held), held.column(DIGEST).to_pylist())}
     else:
         holding = store.digests()
     plan = make_plan(wanted, holding)
@@ -162,7 +166,7 @@ def _apply(store: Store, run: pa.Table, plan: Plan, batch_size: int, say: Callab
         say(f"batch {done}/{total}: deleted {len(chunk_ids)}")
     if not plan.upsert:
         return
-    # The run's rows in chunk_id order (load_rows sorts them), so a batch is a take of positions.
+    # A batch is a take of the run's rows at the positions of its chunk ids.
     positions = pc.index_in(pa.array(plan.upsert, pa.string()), run.column("chunk_id")).to_numpy()
     for part in batches(positions, batch_size):
         store.upsert(run.take(pa.array(part)))

@@ -128,15 +128,16 @@ def check_crash_then_resume(uri: str, run_dir: str, progress: Callable[[str], in
         store.close()
 
 
-def check_edits_behind_the_back(uri: str, run_dir: str, change_text: Callable[[str, str], None],
+def check_edits_behind_the_back(uri: str, run_dir: str, edit: Callable[[str, str, str, str], None],
                                 delete_row: Callable[[str, str], None]) -> None:
     """A row's text changed in the store: the next sync (which trusts its recorded digests)
     fails verification naming it, ``--repair`` rewrites it. A row deleted: ``--check`` fails
-    naming it; a sync writes it back."""
+    naming it; a sync writes it back. A recorded digest changed (values right): found, and
+    repaired. ``edit(uri, chunk_id, column, text)`` sets one column of one row."""
     output = str(Path(run_dir).parent)
     assert synced(uri, run_dir).verification.ok
     victims = sorted(parquet_rows(run_dir))
-    change_text(uri, victims[3])
+    edit(uri, victims[3], "text", "edited by hand")
     code, _, err = cli(output, "--to", uri)
     assert code == 1 and f"values differ: {victims[3]}" in err
     code, out, err = cli(output, "--to", uri, "--repair")
@@ -145,6 +146,11 @@ def check_edits_behind_the_back(uri: str, run_dir: str, change_text: Callable[[s
     code, _, err = cli(output, "--to", uri, "--check")
     assert code == 1 and f"missing: {victims[5]}" in err
     code, out, err = cli(output, "--to", uri)
+    assert code == 0 and "1 written, 0 deleted" in out, err
+    edit(uri, victims[7], "row_digest", "0" * 32)
+    code, _, err = cli(output, "--to", uri, "--check")
+    assert code == 1 and f"stored row_digest wrong: {victims[7]}" in err
+    code, out, err = cli(output, "--to", uri, "--repair")
     assert code == 0 and "1 written, 0 deleted" in out, err
     assert cli(output, "--to", uri, "--check")[0] == 0
 

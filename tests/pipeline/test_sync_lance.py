@@ -39,13 +39,13 @@ def test_a_killed_sync_resumes(uri, sync_runs) -> None:
 
 
 def test_edits_behind_the_tools_back_are_found(uri, sync_runs) -> None:
-    def change_text(u: str, chunk_id: str) -> None:
-        table(u).update(where=f"chunk_id = '{chunk_id}'", values={"text": "edited by hand"})
+    def edit(u: str, chunk_id: str, column: str, text: str) -> None:
+        table(u).update(where=f"chunk_id = '{chunk_id}'", values={column: text})
 
     def delete_row(u: str, chunk_id: str) -> None:
         table(u).delete(f"chunk_id = '{chunk_id}'")
 
-    cases.check_edits_behind_the_back(uri, sync_runs.demo_run, change_text, delete_row)
+    cases.check_edits_behind_the_back(uri, sync_runs.demo_run, edit, delete_row)
 
 
 def test_exact_dense_search_agrees_with_chunkline_query(uri, sync_runs) -> None:

@@ -61,17 +61,17 @@ def test_a_killed_sync_resumes(uri, sync_runs) -> None:
 
 
 def test_edits_behind_the_tools_back_are_found(uri, sync_runs) -> None:
-    def change_text(u: str, chunk_id: str) -> None:
+    def edit(u: str, chunk_id: str, column: str, text: str) -> None:
         conn, table = connect(u)
         with conn:
-            conn.execute(f"UPDATE {table} SET text = 'edited by hand' WHERE chunk_id = %s", (chunk_id,))
+            conn.execute(f"UPDATE {table} SET {column} = %s WHERE chunk_id = %s", (text, chunk_id))
 
     def delete_row(u: str, chunk_id: str) -> None:
         conn, table = connect(u)
         with conn:
             conn.execute(f"DELETE FROM {table} WHERE chunk_id = %s", (chunk_id,))
 
-    cases.check_edits_behind_the_back(uri, sync_runs.demo_run, change_text, delete_row)
+    cases.check_edits_behind_the_back(uri, sync_runs.demo_run, edit, delete_row)
 
 
 def test_exact_dense_search_agrees_with_chunkline_query(uri, sync_runs) -> None:

@@ -53,10 +53,10 @@ def test_a_killed_sync_resumes(uri, sync_runs) -> None:
 
 
 def test_edits_behind_the_tools_back_are_found(uri, sync_runs) -> None:
-    def change_text(u: str, chunk_id: str) -> None:
+    def edit(u: str, chunk_id: str, column: str, text: str) -> None:
         c = client(u)
         try:
-            c.set_payload("chunks", {"text": "edited by hand"}, points=[point_id(chunk_id)], wait=True)
+            c.set_payload("chunks", {column: text}, points=[point_id(chunk_id)], wait=True)
         finally:
             c.close()
 
@@ -67,13 +67,14 @@ def test_edits_behind_the_tools_back_are_found(uri, sync_runs) -> None:
         finally:
             c.close()
 
-    cases.check_edits_behind_the_back(uri, sync_runs.demo_run, change_text, delete_row)
+    cases.check_edits_behind_the_back(uri, sync_runs.demo_run, edit, delete_row)
 
 
 def test_exact_dense_search_agrees_with_chunkline_query(uri, sync_runs) -> None:
     def nearest(u: str, vector: np.ndarray) -> str:
         c = client(u)
         try:
+            # exact=True: a server's brute force; local mode always searches exhaustively.
             hits = c.query_points("chunks", query=vector.tolist(), using="dense", limit=1,
                                   search_params=models.SearchParams(exact=True)).points
             return hits[0].payload["chunk_id"]
