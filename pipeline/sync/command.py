@@ -14,7 +14,7 @@ from typing import TextIO
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline.manifest import ManifestError, load_manifest, resolve_run
-from pipeline.sync.core import Report, check, stderr_progress, sync
+from pipeline.sync.core import Report, StoreError, check, stderr_progress, sync
 from pipeline.sync.rows import load_rows
 from pipeline.sync.uri import open_store
 
@@ -57,12 +57,15 @@ def run_args(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = s
         manifest = load_manifest(run_dir)
         rows = load_rows(run_dir, manifest)
         store = open_store(args.to)
-    except (ManifestError, ValueError, FileNotFoundError) as exc:
+    except (ManifestError, ValueError, FileNotFoundError, StoreError) as exc:
         print(f"error: {exc}", file=err)
         return 2
     if args.check:
         try:
             found = check(store, rows, sparse=bool(manifest.get("bm25")))
+        except (ValueError, StoreError) as exc:
+            print(f"error: {exc}", file=err)
+            return 2
         finally:
             store.close()
         if not found.ok:
@@ -75,7 +78,7 @@ def run_args(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = s
         report = sync(store, manifest["run_id"], rows, args.batch_size,
                       sparse=bool(manifest.get("bm25")), repair=args.repair,
                       progress=None if args.quiet else stderr_progress)
-    except ValueError as exc:
+    except (ValueError, StoreError) as exc:
         print(f"error: {exc}", file=err)
         return 2
     finally:

@@ -28,6 +28,10 @@ from pipeline.sync.plan import Plan, batches, make_plan
 from pipeline.sync.rows import DIGEST, row_digests, set_digest
 
 
+class StoreError(Exception):
+    """The store cannot be reached or opened (no server, refused, locked by another process)."""
+
+
 @dataclass(frozen=True)
 class SyncState:
     run_id: str | None  # the last run synced and verified; None before the first

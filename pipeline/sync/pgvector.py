@@ -30,7 +30,7 @@ from psycopg.pq import Format
 from psycopg.types import TypeInfo
 
 from chunkline.sparse import TERM_SPACE
-from pipeline.sync.core import SyncState
+from pipeline.sync.core import StoreError, SyncState
 from pipeline.sync.rows import DIGEST, canonical_metadata, schema, vector_matrix
 
 _SCALARS = ("chunk_id", "doc_id", "chunk_index", "start", "end", "headings", "text", "search_text",
@@ -76,7 +76,10 @@ def parse_sparse(data: bytes) -> tuple[np.ndarray, np.ndarray]:
 
 class PgvectorStore:
     def __init__(self, uri: str, table: str = "chunks") -> None:
-        self.conn = psycopg.connect(uri, autocommit=True)
+        try:
+            self.conn = psycopg.connect(uri, autocommit=True)
+        except psycopg.OperationalError as exc:
+            raise StoreError(f"cannot connect to PostgreSQL: {exc}".strip()) from None
         self.name = table
         self.table = sql.Identifier(table)
         self.state_table = sql.Identifier(table + "_sync")

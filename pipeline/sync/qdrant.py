@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 from qdrant_client import QdrantClient, models
 
-from pipeline.sync.core import SyncState
+from pipeline.sync.core import StoreError, SyncState
 from pipeline.sync.rows import DIGEST, canonical_metadata, schema, vector_matrix
 
 CHUNK_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "chunkline:chunk_id")
@@ -41,14 +41,22 @@ class QdrantStore:
     def __init__(self, collection: str = "chunks", path: str | None = None, url: str | None = None,
                  api_key: str | None = None) -> None:
         self.local = path is not None
-        self.client = QdrantClient(path=path) if path is not None else QdrantClient(url=url, api_key=api_key)
+        try:
+            self.client = (QdrantClient(path=path) if path is not None
+                           else QdrantClient(url=url, api_key=api_key))
+        except RuntimeError as exc:  # local mode: the directory is held by another client
+            raise StoreError(f"cannot open Qdrant at {path}: {exc}") from None
         self.name, self.state_name = collection, collection + "_sync"
         self.dim = 0
 
     def open(self, dim: int, sparse: bool) -> None:
         m = models
         self.dim = dim
-        if self.client.collection_exists(self.name):
+        try:
+            exists = self.client.collection_exists(self.name)
+        except Exception as exc:  # noqa: BLE001 - httpx and gRPC errors alike: no server answers
+            raise StoreError(f"cannot reach Qdrant: {type(exc).__name__}: {exc}") from None
+        if exists:
             vectors = self.client.get_collection(self.name).config.params.vectors
             have = vectors.get("dense") if isinstance(vectors, dict) else None
             if have is None or have.size != dim:

@@ -15,6 +15,7 @@ the rows; the sync state sits beside it (``NAME_sync``).
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 from urllib.parse import parse_qsl, urlencode
@@ -58,20 +59,21 @@ def open_store(uri: str) -> Store:
     bare, table = split_table(uri)
     scheme, _ = scheme_and_rest(bare)
     if scheme in ("", "lancedb"):
-        from pipeline.sync.lance import LanceStore
-
-        return LanceStore(_path(bare), table)
+        return _module("lance", "lancedb").LanceStore(_path(bare), table)
     if scheme in ("postgresql", "postgres"):
-        from pipeline.sync.pgvector import PgvectorStore
-
-        return PgvectorStore(bare, table)
+        return _module("pgvector", "psycopg").PgvectorStore(bare, table)
     if scheme == "qdrant":
-        from pipeline.sync.qdrant import QdrantStore
-
-        return QdrantStore(table, path=_path(bare))
+        return _module("qdrant", "qdrant-client").QdrantStore(table, path=_path(bare))
     if scheme in ("http", "https"):
-        from pipeline.sync.qdrant import QdrantStore
-
-        return QdrantStore(table, url=bare, api_key=os.environ.get("QDRANT_API_KEY"))
+        return _module("qdrant", "qdrant-client").QdrantStore(
+            table, url=bare, api_key=os.environ.get("QDRANT_API_KEY"))
     raise ValueError(f"{uri}: unknown store; use a directory (LanceDB), lancedb://, postgresql://, "
                      "qdrant:// or http(s):// (a Qdrant server)")
+
+
+def _module(name: str, client: str):
+    """A store's module, imported only when a URI names it: each needs its own client."""
+    try:
+        return importlib.import_module(f"pipeline.sync.{name}")
+    except ModuleNotFoundError as exc:
+        raise ValueError(f"this store needs {client} ({exc}): pip install 'chunkline[sync]'") from None

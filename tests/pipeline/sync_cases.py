@@ -182,3 +182,5 @@ def check_usage_errors(uri: str, run_dir: str) -> None:
     assert main([output, "--to", uri, "--run", "no-such-run"]) == 2
     code, _, err = cli(output, "--to", uri, "--batch-size", "0")
     assert code == 2 and "--batch-size" in err
+    code, _, err = cli(output, "--to", "ftp://host/index")
+    assert code == 2 and "unknown store" in err

@@ -102,3 +102,9 @@ def test_sparse_vector_search_is_chunkline_bm25(uri, sync_runs) -> None:
 
 def test_usage_errors(uri, sync_runs) -> None:
     cases.check_usage_errors(uri, sync_runs.demo_run)
+    holder = client(uri)  # local mode: one client a directory
+    try:
+        code, _, err = cases.cli(str(sync_runs.demo), "--to", uri)
+    finally:
+        holder.close()
+    assert code == 2 and "cannot open Qdrant" in err
