@@ -2,21 +2,17 @@
 
 Exit status: 0 when the store equals the run (verified), 1 when verification found a
 difference (named on stderr), 2 for a usage error (no run, an unknown URI, a store that cannot
-hold the run).
+hold the run or cannot be reached).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from apache_beam.io.filesystems import FileSystems
-
-from pipeline.manifest import ManifestError, load_manifest, resolve_run
-from pipeline.sync.core import Report, StoreError, check, stderr_progress, sync
-from pipeline.sync.rows import load_rows
-from pipeline.sync.uri import open_store
+if TYPE_CHECKING:
+    from pipeline.sync.core import Report
 
 
 def parser() -> argparse.ArgumentParser:
@@ -47,6 +43,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_args(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     """Run a sync from parsed ``add_arguments`` options; the exit status."""
+    # Imported here, not above: the chunkline CLI builds this parser for every command, and
+    # Beam's filesystems and the store clients take seconds to import.
+    from apache_beam.io.filesystems import FileSystems
+
+    from pipeline.manifest import ManifestError, load_manifest, resolve_run
+    from pipeline.sync.core import StoreError, check, stderr_progress, sync
+    from pipeline.sync.rows import load_rows
+    from pipeline.sync.uri import open_store
+
     if args.batch_size < 1:
         print(f"error: --batch-size must be >= 1, got {args.batch_size}", file=err)
         return 2
