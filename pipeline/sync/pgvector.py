@@ -1,0 +1,195 @@
+"""PostgreSQL with pgvector: rows in a table, written with psycopg 3 in one transaction a batch.
+
+Columns: the ``pipeline.sync.rows`` names, with ``embedding vector(dim)`` (an HNSW index with
+``vector_cosine_ops`` once rows are in: pgvector builds it faster over loaded rows than row by
+row), ``metadata jsonb`` and the BM25 vector as ``sparse sparsevec(TERM_SPACE)``.
+
+Sparse vectors: pgvector's ``sparsevec`` holds up to 1,000,000,000 dimensions and 16,000
+non-zero elements per vector; its text form counts indices from 1, its binary form (used here,
+``sparsevec_send``/``sparsevec_recv`` in pgvector's ``src/sparsevec.c``) from 0. chunkline's term
+ids are below ``chunkline.sparse.TERM_SPACE`` (2**29), so the column is ``sparsevec(2**29)`` and
+term id ``t`` is stored at 0-based index ``t`` -- shown as ``t + 1`` in the text form
+(``'{t+1:w}/536870912'``). No index on it: pgvector's HNSW takes sparse vectors of at most 1,000
+non-zero elements, and the inner product over a table scan is exact.
+
+A batch deletes the chunk ids it is about to write and COPYs the rows in binary, in one
+transaction: a crash leaves the batch wholly written or not at all.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Sequence
+
+import numpy as np
+import psycopg
+import pyarrow as pa
+from psycopg import sql
+from psycopg.adapt import Dumper, Loader
+from psycopg.pq import Format
+from psycopg.types import TypeInfo
+
+from chunkline.sparse import TERM_SPACE
+from pipeline.sync.core import StoreError, SyncState
+from pipeline.sync.rows import DIGEST, canonical_metadata, schema, vector_matrix
+
+_SCALARS = ("chunk_id", "doc_id", "chunk_index", "start", "end", "headings", "text", "search_text",
+            "tokens", "metadata", "page_start", "page_end", "content_key")
+_TYPES = ["text", "text", "int4", "int8", "int8", "text[]", "text", "text", "int4", "jsonb", "int4",
+          "int4", "text", "vector", "sparsevec", "text"]
+
+
+class SparseValue(tuple):
+    """(indices int32 array, values float32 array): a sparsevec to dump."""
+
+
+class JsonText(str):
+    """JSON text to store as ``jsonb`` as it is (psycopg's own dumper would quote a str)."""
+
+
+def jsonb_bytes(text: str) -> bytes:
+    """PostgreSQL's binary ``jsonb``: a version byte (1), then the JSON text (``jsonb_send``)."""
+    return b"\x01" + text.encode("utf-8")
+
+
+def vector_bytes(values: np.ndarray) -> bytes:
+    """pgvector's binary ``vector``: int16 dim, int16 unused, big-endian float4s."""
+    return struct.pack(">hh", len(values), 0) + np.asarray(values, ">f4").tobytes()
+
+
+def sparse_bytes(indices: np.ndarray, values: np.ndarray, dim: int = TERM_SPACE) -> bytes:
+    """pgvector's binary ``sparsevec``: int32 dim, nnz, unused; 0-based int32 indices; float4s."""
+    return (struct.pack(">iii", dim, len(indices), 0) + np.asarray(indices, ">i4").tobytes()
+            + np.asarray(values, ">f4").tobytes())
+
+
+def parse_vector(data: bytes) -> np.ndarray:
+    dim = struct.unpack_from(">h", data)[0]
+    return np.frombuffer(data, ">f4", dim, 4).astype(np.float32)
+
+
+def parse_sparse(data: bytes) -> tuple[np.ndarray, np.ndarray]:
+    _, nnz, _ = struct.unpack_from(">iii", data)
+    indices = np.frombuffer(data, ">i4", nnz, 12).astype(np.int32)
+    return indices, np.frombuffer(data, ">f4", nnz, 12 + 4 * nnz).astype(np.float32)
+
+
+class PgvectorStore:
+    def __init__(self, uri: str, table: str = "chunks") -> None:
+        try:
+            self.conn = psycopg.connect(uri, autocommit=True)
+        except psycopg.OperationalError as exc:
+            raise StoreError(f"cannot connect to PostgreSQL: {exc}".strip()) from None
+        self.name = table
+        self.table = sql.Identifier(table)
+        self.state_table = sql.Identifier(table + "_sync")
+        self.dim = 0
+
+    def _adapt(self) -> None:
+        """Binary dumpers and loaders for pgvector's types, by the OIDs this database gave them."""
+        for name, kind, dump, load in (("vector", np.ndarray, vector_bytes, parse_vector),
+                                       ("sparsevec", SparseValue, lambda v: sparse_bytes(*v), parse_sparse),
+                                       ("jsonb", JsonText, jsonb_bytes, None)):
+            info = TypeInfo.fetch(self.conn, name)
+            info.register(self.conn)
+            dumper = type(f"{name}Dumper", (Dumper,), {"format": Format.BINARY, "oid": info.oid,
+                                                      "dump": lambda self, obj, f=dump: f(obj)})
+            loader = type(f"{name}Loader", (Loader,), {"format": Format.BINARY,
+                                                      "load": lambda self, data, f=load: f(bytes(data))})
+            self.conn.adapters.register_dumper(kind, dumper)
+            if load is not None:
+                self.conn.adapters.register_loader(info.oid, loader)
+
+    def open(self, dim: int, sparse: bool) -> None:
+        q = sql.SQL
+        self.dim = dim
+        self.conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        self._adapt()
+        self.conn.execute(q(
+            'CREATE TABLE IF NOT EXISTS {} (chunk_id text PRIMARY KEY, doc_id text NOT NULL, '
+            'chunk_index int4 NOT NULL, "start" int8 NOT NULL, "end" int8 NOT NULL, '
+            'headings text[] NOT NULL, text text NOT NULL, search_text text NOT NULL, '
+            'tokens int4 NOT NULL, metadata jsonb NOT NULL, page_start int4, page_end int4, '
+            'content_key text NOT NULL, embedding vector({}) NOT NULL, '
+            'sparse sparsevec({}) NOT NULL, row_digest text NOT NULL)'
+        ).format(self.table, sql.Literal(dim), sql.Literal(TERM_SPACE)))
+        have = self.conn.execute(
+            "SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
+            "WHERE attrelid = %s::regclass AND attname = 'embedding'", (self.name,)).fetchone()
+        if have is None or have[0] != f"vector({dim})":
+            raise ValueError(f"table {self.name!r} has embedding {have[0] if have else 'missing'}, "
+                             f"this run vector({dim}): sync into another table (?table=NAME)")
+        self.conn.execute(q("CREATE TABLE IF NOT EXISTS {} (id int PRIMARY KEY CHECK (id = 1), "
+                            "run_id text, syncing text, chunks int8 NOT NULL, digest text NOT NULL)")
+                          .format(self.state_table))
+
+    def state(self) -> SyncState | None:
+        row = self.conn.execute(sql.SQL("SELECT run_id, syncing, chunks, digest FROM {}")
+                                .format(self.state_table)).fetchone()
+        return SyncState(*row) if row else None
+
+    def save_state(self, state: SyncState) -> None:
+        self.conn.execute(sql.SQL(
+            "INSERT INTO {} VALUES (1, %s, %s, %s, %s) ON CONFLICT (id) DO UPDATE SET "
+            "run_id = EXCLUDED.run_id, syncing = EXCLUDED.syncing, chunks = EXCLUDED.chunks, "
+            "digest = EXCLUDED.digest").format(self.state_table),
+            (state.run_id, state.syncing, state.chunks, state.digest))
+
+    def digests(self) -> dict[str, str]:
+        return dict(self.conn.execute(sql.SQL("SELECT chunk_id, row_digest FROM {}")
+                                      .format(self.table)).fetchall())
+
+    def upsert(self, rows: pa.Table) -> None:
+        ids = rows.column("chunk_id").to_pylist()
+        columns = [rows.column(name).to_pylist() for name in _SCALARS]
+        columns[_SCALARS.index("metadata")] = [JsonText(m) for m in columns[_SCALARS.index("metadata")]]
+        vectors = vector_matrix(rows)
+        indices = rows.column("sparse_indices").to_pylist()
+        values = rows.column("sparse_values").to_pylist()
+        digests = rows.column(DIGEST).to_pylist()
+        names = sql.SQL(", ").join(sql.Identifier(n) for n in (
+            *_SCALARS, "embedding", "sparse", DIGEST))
+        with self.conn.transaction(), self.conn.cursor() as cur:
+            cur.execute(sql.SQL("DELETE FROM {} WHERE chunk_id = ANY(%s)").format(self.table), (ids,))
+            with cur.copy(sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)")
+                          .format(self.table, names)) as copy:
+                copy.set_types(_TYPES)
+                for i in range(len(ids)):
+                    copy.write_row([*(column[i] for column in columns), vectors[i],
+                                    SparseValue((np.asarray(indices[i], np.int32),
+                                                 np.asarray(values[i], np.float32))), digests[i]])
+
+    def delete(self, chunk_ids: Sequence[str]) -> None:
+        with self.conn.transaction():
+            self.conn.execute(sql.SQL("DELETE FROM {} WHERE chunk_id = ANY(%s)")
+                              .format(self.table), (list(chunk_ids),))
+
+    def read_all(self) -> pa.Table:
+        with self.conn.cursor(binary=True) as cur:
+            cur.execute(sql.SQL(
+                'SELECT chunk_id, doc_id, chunk_index, "start", "end", headings, text, search_text, '
+                "tokens, metadata::text, page_start, page_end, content_key, embedding, sparse, "
+                "row_digest FROM {}").format(self.table))
+            fetched = cur.fetchall()
+        columns = list(zip(*fetched)) if fetched else [[] for _ in range(16)]
+        target = schema(self.dim)
+        data = {name: list(columns[i]) for i, name in enumerate(_SCALARS)}
+        data["metadata"] = [canonical_metadata(m) for m in data["metadata"]]
+        matrix = np.stack(columns[13]) if fetched else np.zeros((0, self.dim), np.float32)
+        data["vector"] = pa.FixedSizeListArray.from_arrays(pa.array(matrix.reshape(-1), pa.float32()), self.dim)
+        data["sparse_indices"] = [s[0] for s in columns[14]]
+        data["sparse_values"] = [s[1] for s in columns[14]]
+        data[DIGEST] = list(columns[15])
+        return pa.table([pa.array(data[f.name], f.type) if f.name != "vector" else data["vector"]
+                         for f in target], schema=target)
+
+    def finish(self) -> list[str]:
+        self.conn.execute("SET maintenance_work_mem = '256MB'")
+        self.conn.execute(sql.SQL(
+            "CREATE INDEX IF NOT EXISTS {} ON {} USING hnsw (embedding vector_cosine_ops)")
+            .format(sql.Identifier(self.name + "_embedding_hnsw"), self.table))
+        self.conn.execute(sql.SQL("ANALYZE {}").format(self.table))
+        return []
+
+    def close(self) -> None:
+        self.conn.close()

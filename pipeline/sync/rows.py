@@ -1,0 +1,184 @@
+"""A run's chunks as the rows a vector store holds, and the digest of each row.
+
+One canonical table (``SCHEMA``) is what every store writes and what every store reads back
+for verification, so a row's digest is computed one way, from values, whatever the store:
+
+- ``vector``: the stored embedding as float32 (``chunkline.quantize.dequantized``), scaled to
+  unit length exactly when ``pipeline.query`` would (a run not normalized, or stored as
+  float16/int8), so that inner product, cosine and L2 order the rows as ``chunkline query``
+  does in every store, and a store that normalizes on insert (Qdrant's Cosine) is never
+  needed;
+- ``metadata``: the chunk's metadata JSON re-serialized with sorted keys and no spaces, so a
+  store that parses it (PostgreSQL ``jsonb``, a Qdrant payload) gives back the same text;
+- ``sparse_indices`` / ``sparse_values``: BM25 term ids (``chunkline.sparse.term_id``, below
+  ``chunkline.sparse.TERM_SPACE``) ascending and their float32 weights, as the run wrote them.
+
+The digest (BLAKE2b, RFC 7693, 16 bytes) covers every synced column of a row with a type tag
+and a length before each value, so no two different rows encode to the same bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from apache_beam.io.filesystems import FileSystems
+
+from chunkline.quantize import dequantized
+from pipeline.manifest import table_files
+
+# The synced columns other than the vectors, in digest order.
+SCALARS: tuple[str, ...] = ("chunk_id", "doc_id", "chunk_index", "start", "end", "headings", "text",
+                            "search_text", "tokens", "metadata", "page_start", "page_end",
+                            "content_key")
+DIGEST = "row_digest"
+_READ = ["chunk_id", "doc_id", "chunk_index", "start", "end", "headings", "text", "search_text",
+         "tokens", "metadata", "page_start", "page_end", "content_key", "sparse_indices",
+         "sparse_values", "embedding", "embedding_scale"]
+
+
+def schema(dim: int, with_digest: bool = True) -> pa.Schema:
+    """The canonical row: what a store writes and reads back (``row_digest`` last)."""
+    fields = [
+        pa.field("chunk_id", pa.string(), nullable=False),
+        pa.field("doc_id", pa.string(), nullable=False),
+        pa.field("chunk_index", pa.int32(), nullable=False),
+        pa.field("start", pa.int64(), nullable=False),
+        pa.field("end", pa.int64(), nullable=False),
+        pa.field("headings", pa.list_(pa.string()), nullable=False),
+        pa.field("text", pa.string(), nullable=False),
+        pa.field("search_text", pa.string(), nullable=False),
+        pa.field("tokens", pa.int32(), nullable=False),
+        pa.field("metadata", pa.string(), nullable=False),
+        pa.field("page_start", pa.int32(), nullable=True),
+        pa.field("page_end", pa.int32(), nullable=True),
+        pa.field("content_key", pa.string(), nullable=False),
+        pa.field("vector", pa.list_(pa.float32(), dim), nullable=False),
+        pa.field("sparse_indices", pa.list_(pa.int32()), nullable=False),
+        pa.field("sparse_values", pa.list_(pa.float32()), nullable=False),
+    ]
+    if with_digest:
+        fields.append(pa.field(DIGEST, pa.string(), nullable=False))
+    return pa.schema(fields)
+
+
+def canonical_metadata(text: str) -> str:
+    """JSON object text with sorted keys and no spaces: ``{"b": 1, "a": [2]}`` ->
+    ``{"a":[2],"b":1}``. Equal objects give equal text."""
+    return json.dumps(json.loads(text or "{}"), sort_keys=True, separators=(",", ":"),
+                      ensure_ascii=False, allow_nan=False)
+
+
+def vector_matrix(table: pa.Table, column: str = "vector") -> np.ndarray:
+    """``table[column]`` (a fixed-size list) as an ``[rows, dim]`` numpy array, no copy per row."""
+    vectors = table.column(column).combine_chunks()
+    dim = vectors.type.list_size
+    flat = pc.list_flatten(vectors).to_numpy(zero_copy_only=False)
+    return flat.reshape(len(table), dim)
+
+
+def load_rows(run_dir: str, manifest: dict) -> pa.Table:
+    """Every chunk of the run in ``schema(dim)``, ``row_digest`` included, sorted by chunk_id."""
+    embed = manifest["config"].get("embed")
+    if not embed:
+        raise ValueError(f"{run_dir} was written with embed: null: a vector store needs its vectors")
+    tables = []
+    for path in table_files(run_dir, manifest, "chunks"):
+        with FileSystems.open(path) as handle:
+            shard = pq.ParquetFile(handle)
+            present = set(shard.schema_arrow.names)
+            tables.append(shard.read(columns=[c for c in _READ if c in present]))
+    if not tables:
+        raise ValueError(f"{run_dir} lists no chunk shards")
+    table = pa.concat_tables(tables, promote_options="default")
+    if "search_text" not in table.column_names or "content_key" not in table.column_names:
+        raise ValueError(f"{run_dir}: chunk shards without search_text/content_key (an older "
+                         "chunkline wrote them): run it again to sync it")
+    stored = vector_matrix(table, "embedding")
+    scales = (table.column("embedding_scale").to_numpy(zero_copy_only=False)
+              if "embedding_scale" in table.column_names else None)
+    matrix = dequantized(stored, scales)
+    # The rule pipeline.query.dense_scores ranks by: cosine, whatever was stored.
+    if not embed.get("normalize", True) or stored.dtype != np.float32:
+        norms = np.linalg.norm(matrix, axis=1, keepdims=True).astype(np.float32)
+        matrix = (matrix / np.maximum(norms, np.float32(1e-12))).astype(np.float32)
+    dim = matrix.shape[1]
+    n = len(table)
+    empty_ints = pa.array([[]] * n, pa.list_(pa.int32()))
+    empty_floats = pa.array([[]] * n, pa.list_(pa.float32()))
+    columns = {
+        **{name: table.column(name) for name in ("chunk_id", "doc_id", "chunk_index", "start",
+                                                 "end", "headings", "text", "search_text",
+                                                 "tokens", "content_key")},
+        "metadata": pa.array([canonical_metadata(m) for m in table.column("metadata").to_pylist()]
+                             if "metadata" in table.column_names else ["{}"] * n, pa.string()),
+        "page_start": table.column("page_start") if "page_start" in table.column_names else pa.nulls(n, pa.int32()),
+        "page_end": table.column("page_end") if "page_end" in table.column_names else pa.nulls(n, pa.int32()),
+        "vector": pa.FixedSizeListArray.from_arrays(pa.array(matrix.reshape(-1), pa.float32()), dim),
+        "sparse_indices": table.column("sparse_indices") if "sparse_indices" in table.column_names else empty_ints,
+        "sparse_values": table.column("sparse_values") if "sparse_values" in table.column_names else empty_floats,
+    }
+    rows = pa.table([columns[f.name] for f in schema(dim, False)], schema=schema(dim, False))
+    rows = rows.sort_by("chunk_id")
+    return rows.append_column(DIGEST, pa.array(row_digests(rows), pa.string()))
+
+
+def _encode(value: object) -> bytes:
+    """A scalar with its type tag and length: no two values of the synced columns share bytes."""
+    if isinstance(value, str):
+        data = value.encode("utf-8", "surrogatepass")
+        return b"S" + len(data).to_bytes(4, "little") + data
+    if value is None:
+        return b"N"
+    if isinstance(value, bool):
+        raise TypeError("no boolean column is synced")
+    if isinstance(value, int):
+        return b"I" + value.to_bytes(8, "little", signed=True)
+    if isinstance(value, (list, tuple)):
+        return b"L" + len(value).to_bytes(4, "little") + b"".join(map(_encode, value))
+    raise TypeError(f"cannot digest a {type(value).__name__}")
+
+
+def _blob(data: bytes) -> bytes:
+    return b"B" + len(data).to_bytes(4, "little") + data
+
+
+def row_digests(table: pa.Table) -> list[str]:
+    """The digest of each row of ``table`` (``schema(dim)`` columns, ``row_digest`` ignored):
+    hex BLAKE2b-128 over the scalars in ``SCALARS`` order, the float32 vector's bytes
+    (little-endian), the sparse term ids (int32) and weights (float32)."""
+    n = len(table)
+    if n == 0:
+        return []
+    scalars = [table.column(name).to_pylist() for name in SCALARS]
+    vectors = np.ascontiguousarray(vector_matrix(table).astype("<f4", copy=False)).tobytes()
+    width = len(vectors) // n
+    index_list = table.column("sparse_indices").combine_chunks()
+    value_list = table.column("sparse_values").combine_chunks()
+    ids = pc.list_flatten(index_list).to_numpy(zero_copy_only=False).astype("<i4").tobytes()
+    weights = pc.list_flatten(value_list).to_numpy(zero_copy_only=False).astype("<f4").tobytes()
+    lengths = pc.list_value_length(index_list).to_numpy(zero_copy_only=False)
+    if not np.array_equal(lengths, pc.list_value_length(value_list).to_numpy(zero_copy_only=False)):
+        raise ValueError("sparse_indices and sparse_values differ in length in some row")
+    bounds = np.concatenate([[0], np.cumsum(lengths)]) * 4
+    bounds = bounds.tolist()
+    out = []
+    for i, values in enumerate(zip(*scalars)):
+        # One buffer a row, one hash call: the per-call overhead dominated at 100,000 rows.
+        data = b"".join([*map(_encode, values), _blob(vectors[i * width:(i + 1) * width]),
+                         _blob(ids[bounds[i]:bounds[i + 1]]), _blob(weights[bounds[i]:bounds[i + 1]])])
+        out.append(hashlib.blake2b(data, digest_size=16).hexdigest())
+    return out
+
+
+def set_digest(chunk_ids: list[str], digests: list[str]) -> str:
+    """One digest of a whole set of rows: their (chunk_id, row digest) pairs in chunk_id order."""
+    digest = hashlib.blake2b(digest_size=16)
+    for chunk_id, row in sorted(zip(chunk_ids, digests)):
+        digest.update(_encode(chunk_id))
+        digest.update(_encode(row))
+    return digest.hexdigest()

@@ -1,0 +1,61 @@
+"""``chunkline sync`` into LanceDB (embedded): the cases of ``sync_cases`` on a real table,
+edited and searched with lancedb's own client."""
+
+from __future__ import annotations
+
+import lancedb
+import numpy as np
+import pytest
+
+from tests.pipeline import sync_cases as cases
+
+pytestmark = pytest.mark.slow
+
+
+def table(uri: str):
+    path, _, name = uri.removeprefix("lancedb://").partition("?table=")
+    return lancedb.connect(path).open_table(name or "chunks")
+
+
+@pytest.fixture
+def uri(tmp_path) -> str:
+    return f"lancedb://{tmp_path}/lance?table=chunks"
+
+
+def test_full_sync_then_a_second_writes_nothing(uri, sync_runs) -> None:
+    cases.check_full_sync_and_idempotence(uri, sync_runs.demo_run)
+    indexed = {tuple(i.columns): i.index_type for i in table(uri).list_indices()}
+    assert indexed == {("search_text",): "FTS"}  # too few rows for IVF-PQ: said in the report
+    hits = table(uri).search("calibration warm-up", query_type="fts").limit(3).to_arrow()
+    assert hits.num_rows == 3
+
+
+def test_reindex_writes_the_changed_chunks_and_deletes_the_gone(uri, sync_runs) -> None:
+    cases.check_reindex(uri, sync_runs)
+
+
+def test_a_killed_sync_resumes(uri, sync_runs) -> None:
+    cases.check_crash_then_resume(uri, sync_runs.demo_run, lambda u: table(u).count_rows())
+
+
+def test_edits_behind_the_tools_back_are_found(uri, sync_runs) -> None:
+    def edit(u: str, chunk_id: str, column: str, text: str) -> None:
+        table(u).update(where=f"chunk_id = '{chunk_id}'", values={column: text})
+
+    def delete_row(u: str, chunk_id: str) -> None:
+        table(u).delete(f"chunk_id = '{chunk_id}'")
+
+    cases.check_edits_behind_the_back(uri, sync_runs.demo_run, edit, delete_row)
+
+
+def test_exact_dense_search_agrees_with_chunkline_query(uri, sync_runs) -> None:
+    def nearest(u: str, vector: np.ndarray) -> str:
+        hits = (table(u).search(vector, vector_column_name="vector").distance_type("cosine")
+                .bypass_vector_index().limit(1).select(["chunk_id"]).to_arrow())
+        return hits.column("chunk_id")[0].as_py()
+
+    cases.check_exact_dense_search(uri, sync_runs.demo_run, nearest)
+
+
+def test_usage_errors(uri, sync_runs) -> None:
+    cases.check_usage_errors(uri, sync_runs.demo_run)

@@ -1,0 +1,110 @@
+"""``chunkline sync`` into Qdrant through qdrant-client's local mode (the same client API a
+server answers), edited and searched with the client."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from qdrant_client import QdrantClient, models
+
+from chunkline.sparse import SparseOptions, query_terms
+from pipeline.manifest import load_manifest
+from pipeline.query import search
+from pipeline.sync.qdrant import point_id
+from tests.pipeline import sync_cases as cases
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def uri(tmp_path) -> str:
+    return f"qdrant://{tmp_path}/qdrant?table=chunks"
+
+
+def client(uri: str) -> QdrantClient:
+    return QdrantClient(path=uri.removeprefix("qdrant://").partition("?")[0])
+
+
+def count(uri: str) -> int:
+    c = client(uri)
+    try:
+        return c.count("chunks", exact=True).count
+    finally:
+        c.close()
+
+
+def test_full_sync_then_a_second_writes_nothing(uri, sync_runs) -> None:
+    cases.check_full_sync_and_idempotence(uri, sync_runs.demo_run)
+    c = client(uri)
+    try:
+        some = sorted(cases.parquet_rows(sync_runs.demo_run))[0]
+        point = c.retrieve("chunks", [point_id(some)], with_payload=True)[0]
+        assert point.payload["chunk_id"] == some and isinstance(point.payload["metadata"], dict)
+    finally:
+        c.close()
+
+
+def test_reindex_writes_the_changed_chunks_and_deletes_the_gone(uri, sync_runs) -> None:
+    cases.check_reindex(uri, sync_runs)
+
+
+def test_a_killed_sync_resumes(uri, sync_runs) -> None:
+    cases.check_crash_then_resume(uri, sync_runs.demo_run, count)
+
+
+def test_edits_behind_the_tools_back_are_found(uri, sync_runs) -> None:
+    def edit(u: str, chunk_id: str, column: str, text: str) -> None:
+        c = client(u)
+        try:
+            c.set_payload("chunks", {column: text}, points=[point_id(chunk_id)], wait=True)
+        finally:
+            c.close()
+
+    def delete_row(u: str, chunk_id: str) -> None:
+        c = client(u)
+        try:
+            c.delete("chunks", models.PointIdsList(points=[point_id(chunk_id)]), wait=True)
+        finally:
+            c.close()
+
+    cases.check_edits_behind_the_back(uri, sync_runs.demo_run, edit, delete_row)
+
+
+def test_exact_dense_search_agrees_with_chunkline_query(uri, sync_runs) -> None:
+    def nearest(u: str, vector: np.ndarray) -> str:
+        c = client(u)
+        try:
+            # exact=True: a server's brute force; local mode always searches exhaustively.
+            hits = c.query_points("chunks", query=vector.tolist(), using="dense", limit=1,
+                                  search_params=models.SearchParams(exact=True)).points
+            return hits[0].payload["chunk_id"]
+        finally:
+            c.close()
+
+    cases.check_exact_dense_search(uri, sync_runs.demo_run, nearest)
+
+
+def test_sparse_vector_search_is_chunkline_bm25(uri, sync_runs) -> None:
+    assert cases.synced(uri, sync_runs.demo_run).verification.ok
+    bm25 = load_manifest(sync_runs.demo_run)["bm25"]
+    options = SparseOptions(**{k: bm25[k] for k in ("k1", "b", "stemmer", "stop_words")})
+    c = client(uri)
+    try:
+        for question in cases.QUESTIONS:
+            terms = sorted(set(query_terms(question, options)))
+            best = c.query_points("chunks", query=models.SparseVector(indices=terms, values=[1.0] * len(terms)),
+                                  using="bm25", limit=1).points[0].score
+            expected = search(str(sync_runs.demo), question, k=1, mode="sparse")[0].score
+            assert best == pytest.approx(expected, rel=1e-5), question
+    finally:
+        c.close()
+
+
+def test_usage_errors(uri, sync_runs) -> None:
+    cases.check_usage_errors(uri, sync_runs.demo_run)
+    holder = client(uri)  # local mode: one client a directory
+    try:
+        code, _, err = cases.cli(str(sync_runs.demo), "--to", uri)
+    finally:
+        holder.close()
+    assert code == 2 and "cannot open Qdrant" in err
