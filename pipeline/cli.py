@@ -238,6 +238,14 @@ def build_parser() -> argparse.ArgumentParser:
         "require several; applied before ranking")
     query_parser.set_defaults(handler=_query_command)
 
+    from pipeline.sync.command import add_arguments as add_sync_arguments, run_args as sync_command
+
+    sync_parser = commands.add_parser(
+        "sync", help="make a vector store (LanceDB, PostgreSQL + pgvector, Qdrant) equal to the "
+        "index's LATEST run, verified row by row")
+    add_sync_arguments(sync_parser)
+    sync_parser.set_defaults(handler=sync_command)
+
     from pipeline.report import add_arguments as add_report_arguments, report_command
 
     report_parser = commands.add_parser(
