@@ -132,7 +132,24 @@ def _run_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print(f"chunkline run: {exc}", file=err)
         return 1
     print(format_summary(summary), file=out)
-    return 0 if summary.published else 1
+    if not summary.published:
+        return 1
+    if config.sink is None:
+        return 0
+    # The index is published either way; a store left behind is this command's failure, and a
+    # rerun of `chunkline sync` (or of the run, which reuses every vector) completes it.
+    from pipeline.sync.command import run_args as sync_command
+
+    sync_args = argparse.Namespace(
+        output=config.output.path, to=config.sink.to, run=summary.run_id,
+        batch_size=config.sink.batch_size, repair=False, check=False, quiet=True)
+    status = sync_command(sync_args, out, err)
+    if status:
+        # sink.to is not repeated: a PostgreSQL URI may carry a password.
+        print(f"chunkline run: run {summary.run_id} is published, but the sync into the sink "
+              f"failed (exit {status}); `chunkline sync {config.output.path} --to <sink.to>` "
+              f"completes it", file=err)
+    return status
 
 
 def _query_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

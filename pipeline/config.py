@@ -188,6 +188,14 @@ EmbedConfig = options_section(
 )
 
 
+class SinkConfig(_Section):
+    to: str = Field(
+        ..., min_length=1, description="The store to sync each published run into (the URIs of "
+        "`chunkline sync --to`): a directory or lancedb:///dir, postgresql://..., qdrant:///dir, "
+        "http(s)://host:6333; ?table=NAME.")
+    batch_size: int = Field(1000, ge=1, description="Rows per write (one transaction or commit).")
+
+
 ContextConfig = options_section(ContextOptions)
 SparseConfig = options_section(SparseOptions)
 
@@ -207,11 +215,16 @@ class Config(_Section):
         None, description="LLM contextual headers; null (the default): off.")
     sparse: SparseConfig | None = Field(
         SparseConfig(), description="BM25 sparse vectors of each chunk's search text; null: off.")
+    sink: SinkConfig | None = Field(
+        None, description="After a run publishes, sync it into this vector store and verify it "
+        "(as `chunkline sync`); null (the default): no store.")
 
     @model_validator(mode="after")
     def _modes_need_the_model(self) -> "Config":
         if self.split.mode == "semantic" and self.embed is None:
             raise ValueError("split.mode: semantic needs the embedding model (embed is null)")
+        if self.sink is not None and self.embed is None:
+            raise ValueError("sink needs vectors to sync (embed is null)")
         return self
 
 

@@ -59,3 +59,39 @@ def test_exact_dense_search_agrees_with_chunkline_query(uri, sync_runs) -> None:
 
 def test_usage_errors(uri, sync_runs) -> None:
     cases.check_usage_errors(uri, sync_runs.demo_run)
+
+
+def test_run_with_a_sink_publishes_then_syncs_and_a_rerun_writes_nothing(tmp_path) -> None:
+    """`sink:` in the config: `chunkline run` syncs the run it published and verifies it."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    from pipeline.cli import main
+    from tests.pipeline.test_reindex import write_corpus
+
+    corpus, output = tmp_path / "corpus", tmp_path / "index"
+    write_corpus(corpus, 6)
+    uri = f"lancedb://{tmp_path}/store?table=chunks"
+    argv = ["run", "--config", "configs/local.yaml", "--input", f"{corpus}/**", "--output",
+            str(output), "--set", f"sink.to={uri}", "--set", "sink.batch_size=7"]
+    out, err = io.StringIO(), io.StringIO()
+    assert main(argv, out, err) == 0, err.getvalue()
+    latest = (output / "LATEST").read_text().strip()
+    chunks = sum(pq.read_metadata(p).num_rows for p in (output / latest).glob("chunks-*.parquet"))
+    assert table(uri).count_rows() == chunks > 7
+    assert f"synced run {latest}" in out.getvalue() and "verified:" in out.getvalue()
+
+    out = io.StringIO()
+    assert main(argv, out, io.StringIO()) == 0
+    again = (output / "LATEST").read_text().strip()
+    assert again != latest
+    assert f"synced run {again}" in out.getvalue() and " 0 written, 0 deleted" in out.getvalue()
+    assert table(uri).count_rows() == chunks
+
+
+def test_a_sink_without_vectors_is_a_config_error(tmp_path) -> None:
+    from pipeline.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match="sink needs vectors"):
+        load_config("configs/local.yaml", ["embed=null", f"sink.to={tmp_path}/store"])
