@@ -132,16 +132,18 @@ def _write_text(path: str, text: str) -> None:
         handle.write(text.encode("utf-8"))
 
 
-def _write_report(run_dir: str) -> None:
-    """``report.html`` beside the manifest, before LATEST names the run. The index is complete
-    without it, so a report that fails is a warning, and ``chunkline report`` rebuilds it."""
+def _write_report(run_dir: str) -> str | None:
+    """``report.html`` beside the manifest, before LATEST names the run; its path, or None when
+    it failed. The index is complete without it, so a report that fails is a warning, and
+    ``chunkline report`` rebuilds it."""
     from pipeline.report import write_report
 
     try:
-        write_report(run_dir)
+        return write_report(run_dir)
     except Exception as exc:  # noqa: BLE001 - never hold back a reconciled index for its report
         log.warning("run report not written (%s: %s); rebuild it with: chunkline report %s",
                     type(exc).__name__, exc, run_dir)
+        return None
 
 
 def publish(output: str, run_id: str) -> None:
@@ -246,11 +248,12 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
     # Manifest last among the run's files, LATEST after it, and only for a run that accounts for
     # every document and passes the guard: otherwise LATEST stays on the previous good run.
     _write_text(FileSystems.join(job.run_dir, "manifest.json"), json.dumps(manifest, indent=2) + "\n")
+    report = None
     if publishable:
-        _write_report(job.run_dir)
+        report = _write_report(job.run_dir)
         publish(config.output.path, run_id)
     return RunSummary(run_id, job.run_dir, config.output.path, config.runner.name,
                       time.monotonic() - started, counts, files, not problems, problems, model,
                       job.previous_run, publishable, context["summary"] if context else [],
-                      held_back, list(job.reuse_skipped))
+                      held_back, list(job.reuse_skipped), report)
 

@@ -23,6 +23,7 @@ class RunSummary:
     context_lines: list[str] = field(default_factory=list)
     held_back: list[str] = field(default_factory=list)  # why a reconciled run was not published
     reuse_skipped: list[str] = field(default_factory=list)  # previous shards not trusted, why
+    report: str | None = None  # report.html's path, when it was written
 
 
 def format_summary(summary: RunSummary) -> str:
@@ -55,6 +56,7 @@ def format_summary(summary: RunSummary) -> str:
             f"(named in {summary.output}/LATEST)" if summary.published
             else f"(NOT published: {summary.output}/LATEST still names the previous run)"),
         *(f"  held back  {reason}" for reason in summary.held_back),
+        *([f"  report     {summary.report}"] if summary.report else []),
     ]
     if summary.held_back:
         lines.append("             check the input; if the corpus really shrank, rerun with "

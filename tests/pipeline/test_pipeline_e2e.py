@@ -75,6 +75,8 @@ def test_counts_reconcile_and_manifest_is_complete(first_run) -> None:
     assert manifest["split"]["max_tokens"] == 256 - 2 - 32
     summary = format_summary(first_run)
     assert "reconciled" in summary and "chunkline query" in summary
+    assert first_run.report == f"{first_run.run_dir}/report.html" and Path(first_run.report).is_file()
+    assert f"report     {first_run.report}" in summary
 
 
 def test_every_chunk_is_its_documents_text(first_run) -> None:
