@@ -27,8 +27,10 @@ if TYPE_CHECKING:
 
 METRICS_NAMESPACE = CHUNKS_EMBEDDED.namespace
 # Texts handed to the model per call: sorted there by exact token count and cut into passes by
-# padded tokens, so a wider window pads less; four batches bound what a bundle holds back.
-LENGTH_WINDOW = 4
+# padded tokens, so a wider window forms fewer, fuller passes. Sixteen batches: on 1,536 real
+# chunks, bfloat16 took 19 % less CPU than with windows of four (20 passes instead of 35),
+# float32 15 % less; a bundle holds back at most 16 x batch_size chunks for it.
+LENGTH_WINDOW = 16
 
 
 class SentenceTransformerHandler(ModelHandler[str, np.ndarray, "SentenceTransformer"]):
