@@ -50,7 +50,7 @@ def run_args(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = s
     from pipeline.manifest import ManifestError, load_manifest, resolve_run
     from pipeline.sync.core import StoreError, check, stderr_progress, sync
     from pipeline.sync.rows import load_rows
-    from pipeline.sync.uri import open_store
+    from pipeline.sync.uri import open_store, redacted
 
     if args.batch_size < 1:
         print(f"error: --batch-size must be >= 1, got {args.batch_size}", file=err)
@@ -74,7 +74,7 @@ def run_args(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = s
         finally:
             store.close()
         if not found.ok:
-            print(f"error: {args.to} does not match run {manifest['run_id']}: "
+            print(f"error: {redacted(args.to)} does not match run {manifest['run_id']}: "
                   f"{found.describe(len(rows))}", file=err)
             return 1
         print(f"verified: {found.rows} rows match run {manifest['run_id']}", file=out)
@@ -90,7 +90,7 @@ def run_args(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = s
         store.close()
     print(summary(report), file=out, flush=True)
     if not report.verification.ok:
-        print(f"error: {args.to} does not match run {report.run_id}: "
+        print(f"error: {redacted(args.to)} does not match run {report.run_id}: "
               f"{report.verification.describe(len(rows))}. Run the sync again with --repair to "
               "rewrite those rows.", file=err)
         return 1

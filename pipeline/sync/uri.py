@@ -28,6 +28,16 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 
 
+_USERINFO_PASSWORD = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://[^:/?#@]*):[^@/?#]*@")
+_QUERY_PASSWORD = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
+
+
+def redacted(uri: str) -> str:
+    """``uri`` fit for a message or a log: a password (``user:secret@``, ``?password=``, as
+    libpq takes them) replaced by ``***``."""
+    return _QUERY_PASSWORD.sub(r"\1***", _USERINFO_PASSWORD.sub(r"\1:***@", uri))
+
+
 def split_table(uri: str) -> tuple[str, str]:
     """(the URI without ``table=``, the table name). The rest of the URI stays as written
     (``urlunsplit`` would drop the empty host of ``postgresql:///db``)."""
@@ -50,7 +60,7 @@ def scheme_and_rest(uri: str) -> tuple[str, str]:
 def _path(uri: str) -> str:
     scheme, rest = scheme_and_rest(uri)
     if not rest:
-        raise ValueError(f"{uri}: no directory after {scheme}://")
+        raise ValueError(f"{redacted(uri)}: no directory after {scheme}://")
     return rest
 
 
@@ -67,7 +77,7 @@ def open_store(uri: str) -> Store:
     if scheme in ("http", "https"):
         return _module("qdrant", "qdrant-client").QdrantStore(
             table, url=bare, api_key=os.environ.get("QDRANT_API_KEY"))
-    raise ValueError(f"{uri}: unknown store; use a directory (LanceDB), lancedb://, postgresql://, "
+    raise ValueError(f"{redacted(uri)}: unknown store; use a directory (LanceDB), lancedb://, postgresql://, "
                      "qdrant:// or http(s):// (a Qdrant server)")
 
 

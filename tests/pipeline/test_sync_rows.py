@@ -15,7 +15,7 @@ from pipeline.sync.pgvector import parse_sparse, parse_vector, sparse_bytes, vec
 from pipeline.sync.plan import batches, make_plan
 from pipeline.sync.qdrant import point_id
 from pipeline.sync.rows import DIGEST, canonical_metadata, row_digests, schema, set_digest
-from pipeline.sync.uri import split_table
+from pipeline.sync.uri import redacted, split_table
 
 DIM = 4
 text = st.text(max_size=12)
@@ -157,3 +157,33 @@ def test_the_table_option_leaves_the_rest_of_the_uri_as_written() -> None:
 
 def test_the_digest_column_is_last_and_ignored() -> None:
     assert schema(DIM).names[-1] == DIGEST
+
+
+_SECRET = st.text(st.characters(whitelist_categories=("Ll", "Lu", "Nd"), whitelist_characters="!$%*+-._~"),
+                  min_size=6, max_size=20)
+
+
+@given(_SECRET, st.sampled_from(["postgresql", "postgres", "https"]))
+def test_a_password_never_reaches_a_message(secret: str, scheme: str) -> None:
+    in_userinfo = f"{scheme}://me:{secret}@db.example:5432/search?table=chunks"
+    assert secret not in redacted(in_userinfo)
+    assert redacted(in_userinfo) == f"{scheme}://me:***@db.example:5432/search?table=chunks"
+    in_query = f"{scheme}://db.example/search?user=me&password={secret}&table=chunks"
+    assert secret not in redacted(in_query)
+    assert redacted(in_query).endswith("password=***&table=chunks")
+
+
+@given(st.sampled_from(["/data/lance", "lancedb:///data/lance?table=t", "qdrant:///q",
+                        "postgresql://me@db:5432/search", "http://localhost:6333"]))
+def test_a_uri_without_a_password_is_shown_as_written(uri: str) -> None:
+    assert redacted(uri) == uri
+
+
+def test_an_unknown_store_message_hides_the_password() -> None:
+    import pytest
+
+    with pytest.raises(ValueError) as caught:
+        from pipeline.sync.uri import open_store
+
+        open_store("mysql://me:hunter2@db/search")
+    assert "hunter2" not in str(caught.value) and "me:***@db" in str(caught.value)
