@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import json
 import sys
 import time
@@ -380,7 +381,7 @@ def table(results: dict[int, list[Row]], k: int) -> str:
             m = row.metrics
             lines.append(
                 f"| {budget} | {row.name} | {m['r1']:.1%} | {m['rk']:.1%} | "
-                f"{'n/a' if m['r1_heading'] != m['r1_heading'] else format(m['r1_heading'], '.1%')} | {m['iou']:.1%} | {m['cut']} | {m['chunks']} | "
+                f"{'n/a' if math.isnan(m['r1_heading']) else format(m['r1_heading'], '.1%')} | {m['iou']:.1%} | {m['cut']} | {m['chunks']} | "
                 f"{m['mean_tokens']:.0f} | {m['max_tokens']} | {row.seconds:.1f} |"
             )
     return "\n".join(lines)
