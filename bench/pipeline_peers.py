@@ -231,20 +231,21 @@ def run_beam_ml_rag(corpus: Path) -> dict:
     return {"chunks": len(texts), "texts": texts}
 
 
-def child(system: str, corpus: Path, threads: int) -> dict:
-    """One system in this (fresh) process."""
-    import torch
-
-    torch.set_num_threads(threads)
-    if system in CHUNKLINE:
+def child(system: str, corpus: Path, threads: int, texts_file: Path) -> dict:
+    """One system in this (fresh) process. Its embedded texts go to ``texts_file``: the
+    truncation check loads a model of its own, which is the bench's cost, not the system's, so
+    the parent runs it after the timed process has exited."""
+    if system in CHUNKLINE:  # chunkline's own process sets its threads (embed.threads)
         result = run_chunkline(system, corpus, threads)
     else:
+        import torch
+
+        torch.set_num_threads(threads)
         counter = PassCounter()
         result = {"llamaindex": run_llamaindex, "langchain": run_langchain,
                   "beam-ml-rag": run_beam_ml_rag}[system](corpus)
         result.update(tokens=counter.tokens, padded=counter.padded)
-    texts = result.pop("texts")
-    result["truncated"] = truncated_share(texts)
+    texts_file.write_text(json.dumps(result.pop("texts")), encoding="utf-8")
     return result
 
 
@@ -259,11 +260,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--systems", default=",".join([*CHUNKLINE, *PEERS]))
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--corpus", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--texts", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     os.environ["HF_HUB_OFFLINE"] = os.environ["TRANSFORMERS_OFFLINE"] = "1"
     if args.child:
         sys.path.insert(0, str(ROOT))
-        print(json.dumps(child(args.child, args.corpus, args.threads)))
+        print(json.dumps(child(args.child, args.corpus, args.threads, args.texts)))
         return 0
     systems = args.systems.split(",")
     with tempfile.TemporaryDirectory() as tmp:
@@ -279,7 +281,8 @@ def main(argv: list[str] | None = None) -> int:
                 started = time.perf_counter()
                 done = subprocess.run(
                     [sys.executable, str(Path(__file__).resolve()), "--child", system,
-                     "--corpus", str(corpus), "--threads", str(args.threads)],
+                     "--corpus", str(corpus), "--threads", str(args.threads),
+                     "--texts", str(Path(tmp) / f"{system}.json")],
                     cwd=ROOT, capture_output=True, text=True)
                 wall = time.perf_counter() - started
                 after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -291,6 +294,9 @@ def main(argv: list[str] | None = None) -> int:
                 result["wall"], result["cpu"] = wall, cpu
                 seen[system].append(result)
                 print(f"round {round_ + 1} {system}: {wall:.1f} s wall, {cpu:.1f} s cpu", flush=True)
+        for system, runs in seen.items():  # untimed: the last round's texts of each system
+            texts = json.loads((Path(tmp) / f"{system}.json").read_text(encoding="utf-8"))
+            runs[-1]["truncated"] = truncated_share(texts)
     print("\n| system | wall s best / median | cpu s best / median | chunks | embedded tokens | "
           "padded tokens | padded / embedded | truncated |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
