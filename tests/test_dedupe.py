@@ -19,7 +19,7 @@ from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.util import assert_that, equal_to
 
 from chunkline.minhash import MinHasher, MinHashOptions, estimate_jaccard
-from chunkline.records import DUPLICATE, KEPT, Document, Rejected
+from chunkline.records import DUPLICATE, KEPT, Document, Rejected, doc_hash
 from tests.beam_helpers import fnapi_pipeline
 from transforms.dedupe import Dedupe, ExactDedupe
 
@@ -397,3 +397,29 @@ def test_statuses_carry_the_encoding() -> None:
         assert_that(out.statuses | beam.Map(lambda s: (s.doc_id, s.status, s.encoding)),
                     equal_to([("a", KEPT, "windows-1251"), ("b", DUPLICATE, "utf-16"),
                               ("c", KEPT, "")]))
+
+
+def test_one_record_twice_gets_one_status_and_one_rejection() -> None:
+    # The same record twice (one id, one place, one text): decisions are taken on summaries and
+    # the documents meet them by doc_id, so both copies match the decision; exactly one is kept.
+    same = Document("a", "/x/a.md", "Twice the same text.")
+    kept, rejected = conflicts([same, same])
+    assert kept == [("a", "/x/a.md", 0)]
+    assert [r.doc_id for r in rejected] == ["/x/a.md"]
+    rows, kept_ids, counters = run_dedupe([same, same, Document("b", "/x/b.md", "Twice the same text.")],
+                                          NEAR)
+    assert rows == [("a", KEPT, None), ("b", DUPLICATE, "a")]
+    assert kept_ids == ["a"] and counters["id_conflicts"] == 1
+
+
+def test_the_decided_record_is_the_one_released() -> None:
+    # Two records under one id with different texts: the first in input order keeps the id,
+    # and it is that record's text (not its twin's) that goes on, with that text's status.
+    first = Document("t", "/x/a.jsonl", "The first record, kept under the id.", position=1)
+    second = Document("t", "/x/a.jsonl", "A second record under the same id.", position=2)
+    with fnapi_pipeline() as p:
+        out = p | beam.Create([second, first]) | Dedupe(exact=True, near=NEAR)
+        assert_that(out.kept | beam.Map(lambda d: (d.doc_id, d.text)),
+                    equal_to([("t", first.text)]), label="kept")
+        assert_that(out.statuses | beam.Map(lambda s: (s.doc_id, s.text, s.doc_hash)),
+                    equal_to([("t", first.text, doc_hash(first.text))]), label="statuses")

@@ -12,12 +12,19 @@ Near duplicates, as a graph of shuffles (no step ever sees all documents at once
 A node is ``chunkline.minhash.survivor_key(...)``: a sortable tuple ending with the doc_id, so
 "the smallest node of a component" is the survivor under the configured rule, whatever order
 the runner groups in.
+
+Only small records cross these shuffles: each document is summarized once (ids, place, hashes,
+length, MinHash signature) where it is read, every decision is taken on the summaries, and the
+documents themselves cross one shuffle, the join of each with its decision by doc_id. A
+runner that buffers what crosses a shuffle (the in-process FnApiRunner keeps it in memory)
+then holds the corpus's text once here, not once per grouping.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable, NamedTuple
+import hashlib
+from typing import Any, Iterable, NamedTuple
 
 import apache_beam as beam
 import numpy as np
@@ -57,21 +64,56 @@ class DedupeOutputs(NamedTuple):
     rejected: PCollection[Rejected]  # id conflicts
 
 
-def _status(doc: Document, digest: str, status: str, duplicate_of: str | None = None) -> DocumentStatus:
-    return DocumentStatus.of(doc, digest, status, duplicate_of)
+def _text_digest(text: str) -> bytes:
+    """Tells two records under one id apart (and orders them when their place ties)."""
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
-def _input_order(doc: Document) -> tuple[str, int, str]:
+class _Summary(NamedTuple):
+    """A document as dedupe decides on it, without its text."""
+
+    doc_id: str
+    uri: str
+    position: int
+    text_digest: bytes
+    digest: str  # chunkline.records.doc_hash: equal for exact duplicates
+
+    @property
+    def ref(self) -> tuple[str, int, bytes]:
+        """Which record of its doc_id this is."""
+        return self.uri, self.position, self.text_digest
+
+
+def _summarize(doc: Document) -> tuple[str, _Summary]:
+    return doc.doc_id, _Summary(doc.doc_id, doc.uri, doc.position, _text_digest(doc.text),
+                                doc_hash(doc.text))
+
+
+class _Decision(NamedTuple):
+    """What becomes of the record ``ref`` of ``doc_id``: KEPT, or DUPLICATE of ``duplicate_of``."""
+
+    doc_id: str
+    ref: tuple[str, int, bytes]
+    digest: str
+    status: str
+    duplicate_of: str | None = None
+
+
+def _decision(summary: _Summary, status: str, duplicate_of: str | None = None) -> _Decision:
+    return _Decision(summary.doc_id, summary.ref, summary.digest, status, duplicate_of)
+
+
+def _input_order(summary: _Summary) -> tuple[str, int, bytes]:
     """Files by uri, records by their line or row: the order of the input itself, whatever order
-    the runner groups in (the text only breaks a tie between copies of one file)."""
-    return doc.uri, doc.position, doc.text
+    the runner groups in (a digest of the text only breaks a tie between copies of one file)."""
+    return summary.ref
 
 
-def _where(doc: Document) -> str:
+def _where(record: _Summary | Document) -> str:
     """``file:line`` of a JSONL record, ``file#row<n>`` of a Parquet row, the file's uri else."""
-    if extension(doc.uri) in JSONL_EXTENSIONS:
-        return f"{doc.uri}:{doc.position}"
-    return locator(doc.uri, doc.position)
+    if extension(record.uri) in JSONL_EXTENSIONS:
+        return f"{record.uri}:{record.position}"
+    return locator(record.uri, record.position)
 
 
 class _OneDocumentPerId(beam.DoFn):
@@ -83,9 +125,9 @@ class _OneDocumentPerId(beam.DoFn):
     def __init__(self) -> None:
         self.conflicts = Metrics.counter("dedupe", "id_conflicts")
 
-    def process(self, keyed: tuple[str, Iterable[Document]]):
-        _, docs = keyed
-        first, *others = sorted(docs, key=_input_order)
+    def process(self, keyed: tuple[str, Iterable[_Summary]]):
+        _, summaries = keyed
+        first, *others = sorted(summaries, key=_input_order)
         yield first
         for other in others:
             self.conflicts.inc()
@@ -142,17 +184,15 @@ class _PickSurvivor(beam.DoFn):
     def __init__(self) -> None:
         self.duplicates = Metrics.counter("dedupe", "exact_duplicates")
 
-    def process(self, keyed: tuple[str, Iterable[Document]]):
-        digest, docs = keyed
-        ordered = sorted(docs, key=lambda d: d.doc_id)
+    def process(self, keyed: tuple[str, Iterable[_Summary]]):
+        _, summaries = keyed
+        ordered = sorted(summaries, key=lambda s: s.doc_id)
         survivor = ordered[0]
         yield survivor
-        yield beam.pvalue.TaggedOutput("statuses", _status(survivor, digest, KEPT))
+        yield beam.pvalue.TaggedOutput("decisions", _decision(survivor, KEPT))
         for other in ordered[1:]:
             self.duplicates.inc()
-            yield beam.pvalue.TaggedOutput(
-                "statuses", _status(other, digest, DUPLICATE, survivor.doc_id)
-            )
+            yield beam.pvalue.TaggedOutput("decisions", _decision(other, DUPLICATE, survivor.doc_id))
 
 
 # --- Near duplicates ---------------------------------------------------------------------------
@@ -177,6 +217,42 @@ class _Signatures(beam.DoFn):
                 continue
             node = survivor_key(doc.doc_id, len(doc.text), self._options.survivor)
             yield node, signature.astype(_SIGNATURE_DTYPE).tobytes()
+
+
+class _SignedRecord(NamedTuple):
+    ref: tuple[str, int, bytes]
+    node: tuple
+    signature: bytes  # b"" for a text without shingles
+
+
+class _SignEvery(_Signatures):
+    """A batch of documents -> ``(doc_id, _SignedRecord)`` for every document, where it is read:
+    the text is not carried to the near-duplicate stage, its signature is."""
+
+    def process(self, batch: list[Document]) -> Iterable[tuple[str, _SignedRecord]]:
+        signatures = self._hasher.signatures([doc.text for doc in batch])
+        for doc, signature in zip(batch, signatures, strict=True):
+            node = survivor_key(doc.doc_id, len(doc.text), self._options.survivor)
+            data = b"" if is_empty(signature) else signature.astype(_SIGNATURE_DTYPE).tobytes()
+            yield doc.doc_id, _SignedRecord(
+                (doc.uri, doc.position, _text_digest(doc.text)), node, data)
+
+
+class _SignedSurvivors(beam.DoFn):
+    """doc_id -> its exact-stage survivor (if any) and the signatures of its records: the
+    survivor's ``(node, signature)``; one without shingles takes no part (counted)."""
+
+    def __init__(self) -> None:
+        self._unsigned = Metrics.counter("dedupe", "near_unsigned")
+
+    def process(self, joined: tuple[str, dict]) -> Iterable[tuple[tuple, bytes]]:
+        _, groups = joined
+        for ref in groups["kept"]:
+            signed = next(s for s in groups["signed"] if s.ref == ref)
+            if not signed.signature:
+                self._unsigned.inc()
+                continue
+            yield signed.node, signed.signature
 
 
 def _signature(data: bytes) -> np.ndarray:
@@ -280,6 +356,23 @@ class NearDuplicates(beam.PTransform):
         self._options = options
 
     def expand(self, documents):
+        return (
+            documents
+            | "Batch" >> beam.BatchElements(min_batch_size=_SIGNATURE_BATCH, max_batch_size=_SIGNATURE_BATCH)
+            | "Signatures" >> beam.ParDo(_Signatures(self._options))
+            | "Links" >> NearDuplicateLinks(self._options)
+        )
+
+
+class NearDuplicateLinks(beam.PTransform):
+    """``PCollection[(node, signature bytes)]`` -> ``PCollection[(doc_id, survivor doc_id)]``:
+    :class:`NearDuplicates` from signatures already taken."""
+
+    def __init__(self, options: MinHashOptions) -> None:
+        super().__init__()
+        self._options = options
+
+    def expand(self, signed):
         options = self._options
         bands, rows = options.lsh()  # derived once, on the driver
 
@@ -287,11 +380,6 @@ class NearDuplicates(beam.PTransform):
             node, data = signed
             return [(key, node) for key in band_keys(_signature(data), bands, rows)]
 
-        signed = (
-            documents
-            | "Batch" >> beam.BatchElements(min_batch_size=_SIGNATURE_BATCH, max_batch_size=_SIGNATURE_BATCH)
-            | "Signatures" >> beam.ParDo(_Signatures(options))
-        )
         pairs = (
             signed
             | "BandKeys" >> beam.FlatMap(keyed_bands)
@@ -316,26 +404,39 @@ class NearDuplicates(beam.PTransform):
 
 
 class _ApplySurvivors(beam.DoFn):
-    """One exact-stage survivor with its statuses (its own and its exact duplicates') and, if it
-    is a near duplicate, its final survivor: every status then points at that survivor."""
+    """One exact-stage survivor's decisions (its own and its exact duplicates') and, if it is a
+    near duplicate, its final survivor: every decision then points at that survivor."""
 
     def __init__(self) -> None:
         self.near = Metrics.counter("dedupe", "near_duplicates")
 
-    def process(self, joined: tuple[str, dict]):
+    def process(self, joined: tuple[str, dict]) -> Iterable[_Decision]:
         _, groups = joined
         survivor = next(iter(groups["survivor"]), None)
         if survivor is None:
-            yield from groups["doc"]
-            for status in groups["status"]:
-                yield beam.pvalue.TaggedOutput("statuses", status)
+            yield from groups["decision"]
             return
-        for status in groups["status"]:
-            if status.status == KEPT:
+        for decision in groups["decision"]:
+            if decision.status == KEPT:
                 self.near.inc()
-            yield beam.pvalue.TaggedOutput(
-                "statuses", dataclasses.replace(status, status=DUPLICATE, duplicate_of=survivor)
-            )
+            yield decision._replace(status=DUPLICATE, duplicate_of=survivor)
+
+
+class _Release(beam.DoFn):
+    """A doc_id's documents and its decision -> the status of the decided record (with its
+    text, for the documents table) and, when it is kept, the document itself. The other
+    records of the id were rejected as id conflicts already."""
+
+    def process(self, joined: tuple[str, dict]):
+        _, groups = joined
+        decisions, docs = groups["decision"], groups["doc"]
+        for decision in decisions:
+            doc = docs[0] if len(docs) == 1 else next(
+                d for d in docs if (d.uri, d.position, _text_digest(d.text)) == decision.ref)
+            status = DocumentStatus.of(doc, decision.digest, decision.status, decision.duplicate_of)
+            yield beam.pvalue.TaggedOutput("statuses", status)
+            if decision.status == KEPT:
+                yield doc
 
 
 class Dedupe(beam.PTransform):
@@ -348,6 +449,9 @@ class Dedupe(beam.PTransform):
     a near duplicate, and every exact duplicate of it, gets ``duplicate_of`` = its cluster's
     survivor, so chains (A~B, B~C) collapse to one survivor. Counters ``dedupe/exact_duplicates``,
     ``dedupe/near_duplicates``, ``dedupe/candidate_pairs``, ``dedupe/id_conflicts``.
+
+    The decisions are taken on summaries of the documents (:class:`_Summary`, signatures); the
+    documents cross one shuffle, to meet their decision.
     """
 
     def __init__(self, exact: bool = True, near: MinHashOptions | None = None) -> None:
@@ -358,41 +462,59 @@ class Dedupe(beam.PTransform):
     def expand(self, documents):
         unique = (
             documents
-            | "KeyById" >> beam.Map(lambda d: (d.doc_id, d)).with_output_types(tuple[str, Document])
+            | "Summarize" >> beam.Map(_summarize).with_output_types(tuple[str, Any])
             | "GroupById" >> beam.GroupByKey()
-            | "OnePerId" >> beam.ParDo(_OneDocumentPerId()).with_outputs("rejected", main="docs")
+            | "OnePerId" >> beam.ParDo(_OneDocumentPerId()).with_outputs("rejected", main="summaries")
         )
         if self.exact:
             picked = (
-                unique.docs
-                | "KeyByHash" >> beam.Map(lambda d: (doc_hash(d.text), d)).with_output_types(
-                    tuple[str, Document])
+                unique.summaries
+                | "KeyByHash" >> beam.Map(lambda s: (s.digest, s)).with_output_types(tuple[str, Any])
                 | "GroupByHash" >> beam.GroupByKey()
-                | "PickSurvivor" >> beam.ParDo(_PickSurvivor()).with_outputs("statuses", main="kept")
+                | "PickSurvivor" >> beam.ParDo(_PickSurvivor()).with_outputs("decisions", main="kept")
             )
-            kept, statuses = picked.kept, picked.statuses
+            kept, decisions = picked.kept, picked.decisions
         else:
-            kept = unique.docs
-            statuses = unique.docs | "AllKept" >> beam.Map(
-                lambda d: _status(d, doc_hash(d.text), KEPT)
+            kept = unique.summaries
+            decisions = kept | "AllKept" >> beam.Map(_decision, KEPT)
+        if self.near is not None:
+            signed = (
+                {
+                    "kept": kept | "KeptRef" >> beam.Map(lambda s: (s.doc_id, s.ref)).with_output_types(
+                        tuple[str, Any]),
+                    "signed": (
+                        documents
+                        | "Batch" >> beam.BatchElements(min_batch_size=_SIGNATURE_BATCH,
+                                                        max_batch_size=_SIGNATURE_BATCH)
+                        | "Signatures" >> beam.ParDo(_SignEvery(self.near)).with_output_types(
+                            tuple[str, Any])
+                    ),
+                }
+                | "JoinSignatures" >> JoinByKey()
+                | "SignedSurvivors" >> beam.ParDo(_SignedSurvivors())
             )
-        if self.near is None:
-            return DedupeOutputs(kept, statuses, unique.rejected)
-
-        links = kept | "NearDuplicates" >> NearDuplicates(self.near)
-        resolved = (
+            links = signed | "NearDuplicates" >> NearDuplicateLinks(self.near)
+            decisions = (
+                {
+                    # An exact duplicate follows its exact survivor.
+                    "decision": decisions | "KeyDecision" >> beam.Map(
+                        lambda d: (d.duplicate_of or d.doc_id, d)).with_output_types(tuple[str, Any]),
+                    "survivor": links,
+                }
+                | "JoinSurvivors" >> JoinByKey()
+                | "ApplySurvivors" >> beam.ParDo(_ApplySurvivors())
+            )
+        released = (
             {
-                "doc": kept | "KeyKept" >> beam.Map(lambda d: (d.doc_id, d)).with_output_types(
+                "doc": documents | "KeyById" >> beam.Map(lambda d: (d.doc_id, d)).with_output_types(
                     tuple[str, Document]),
-                # An exact duplicate follows its exact survivor.
-                "status": statuses | "KeyStatus" >> beam.Map(
-                    lambda s: (s.duplicate_of or s.doc_id, s)).with_output_types(tuple[str, DocumentStatus]),
-                "survivor": links,
+                "decision": decisions | "DecisionById" >> beam.Map(
+                    lambda d: (d.doc_id, d)).with_output_types(tuple[str, Any]),
             }
-            | "JoinSurvivors" >> JoinByKey()
-            | "ApplySurvivors" >> beam.ParDo(_ApplySurvivors()).with_outputs("statuses", main="kept")
+            | "Release" >> JoinByKey()
+            | "Decided" >> beam.ParDo(_Release()).with_outputs("statuses", main="kept")
         )
-        return DedupeOutputs(resolved.kept, resolved.statuses, unique.rejected)
+        return DedupeOutputs(released.kept, released.statuses, unique.rejected)
 
 
 class ExactDedupe(Dedupe):
