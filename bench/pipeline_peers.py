@@ -4,9 +4,10 @@ same model, the same threads, each system a fresh process, interleaved rounds.
     python bench/pipeline_peers.py [--mb 2] [--rounds 3] [--threads 2] [--systems a,b,...]
 
 The last column is each system's speed against the fastest peer stack, median wall time over
-median wall time. chunkline pays ~16 s per process that a bare ``encode`` script does not (Beam,
-its stages, the BM25 statistics, Parquet, the report), so its ratio grows with the corpus;
-2 MB is the size bench/RESULTS.md reports the targets at, with 1.58 MB and 1 MB beside it.
+median wall time. chunkline's process costs a little more to start than a bare ``encode``
+script (9.5 s against 7.1 s at 0.05 MB) and its own stages add ~4 s per MB, while its
+bfloat16 passes embed a MB in about a third of the peers' float32 time, so its ratio grows with
+the corpus: 2 MB is the size bench/RESULTS.md reports the targets at, 1.58 MB and 1 MB beside.
 
 The corpus: the long descriptions (READMEs) of the packages installed in this virtual
 environment, from their ``*.dist-info/METADATA``, in name order, up to ``--mb``; real text that
