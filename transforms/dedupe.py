@@ -227,7 +227,9 @@ class _SignedRecord(NamedTuple):
 
 class _SignEvery(_Signatures):
     """A batch of documents -> ``(doc_id, _SignedRecord)`` for every document, where it is read:
-    the text is not carried to the near-duplicate stage, its signature is."""
+    the text is not carried to the near-duplicate stage, its signature is. Exact duplicates
+    and id conflicts are signed too (which records survive is known only after two groupings,
+    and the text is not at hand then); :class:`_SignedSurvivors` passes on the survivors'."""
 
     def process(self, batch: list[Document]) -> Iterable[tuple[str, _SignedRecord]]:
         signatures = self._hasher.signatures([doc.text for doc in batch])
