@@ -37,8 +37,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import json
+import math
 import sys
 import time
 from dataclasses import dataclass

@@ -84,9 +84,8 @@ class _Summary(NamedTuple):
         return self.uri, self.position, self.text_digest
 
 
-def _summarize(doc: Document) -> tuple[str, _Summary]:
-    return doc.doc_id, _Summary(doc.doc_id, doc.uri, doc.position, _text_digest(doc.text),
-                                doc_hash(doc.text))
+def _summarize(doc: Document) -> _Summary:
+    return _Summary(doc.doc_id, doc.uri, doc.position, _text_digest(doc.text), doc_hash(doc.text))
 
 
 class _Decision(NamedTuple):
@@ -198,46 +197,38 @@ class _PickSurvivor(beam.DoFn):
 # --- Near duplicates ---------------------------------------------------------------------------
 
 
-class _Signatures(beam.DoFn):
-    """A batch of documents -> ``(node, signature bytes)`` for each document with shingles; a
-    document without any (no words at all) takes no part in near-duplicate detection."""
-
-    def __init__(self, options: MinHashOptions) -> None:
-        self._options = options
-        self._unsigned = Metrics.counter("dedupe", "near_unsigned")
-
-    def setup(self) -> None:
-        self._hasher = MinHasher(self._options)  # permutations drawn once per worker
-
-    def process(self, batch: list[Document]) -> Iterable[tuple[tuple, bytes]]:
-        signatures = self._hasher.signatures([doc.text for doc in batch])
-        for doc, signature in zip(batch, signatures, strict=True):
-            if is_empty(signature):
-                self._unsigned.inc()
-                continue
-            node = survivor_key(doc.doc_id, len(doc.text), self._options.survivor)
-            yield node, signature.astype(_SIGNATURE_DTYPE).tobytes()
-
-
 class _SignedRecord(NamedTuple):
     ref: tuple[str, int, bytes]
     node: tuple
     signature: bytes  # b"" for a text without shingles
 
 
-class _SignEvery(_Signatures):
-    """A batch of documents -> ``(doc_id, _SignedRecord)`` for every document, where it is read:
-    the text is not carried to the near-duplicate stage, its signature is. Exact duplicates
-    and id conflicts are signed too (which records survive is known only after two groupings,
-    and the text is not at hand then); :class:`_SignedSurvivors` passes on the survivors'."""
+class _Summarize(beam.DoFn):
+    """A batch of documents -> ``(doc_id, _Summary)`` for each and, with near-duplicate
+    detection on, its ``(doc_id, _SignedRecord)`` on the ``signed`` output: everything dedupe
+    decides on, taken in one pass where the text is at hand. Exact duplicates and id conflicts
+    are signed too: which records survive is known only after two groupings, when the text is
+    no longer there; :class:`_SignedSurvivors` passes on the survivors' signatures."""
 
-    def process(self, batch: list[Document]) -> Iterable[tuple[str, _SignedRecord]]:
+    def __init__(self, near: MinHashOptions | None) -> None:
+        self._near = near
+
+    def setup(self) -> None:
+        # Permutations drawn once per worker.
+        self._hasher = MinHasher(self._near) if self._near is not None else None
+
+    def process(self, batch: list[Document]):
+        summaries = [_summarize(doc) for doc in batch]
+        for summary in summaries:
+            yield summary.doc_id, summary
+        if self._hasher is None:
+            return
         signatures = self._hasher.signatures([doc.text for doc in batch])
-        for doc, signature in zip(batch, signatures, strict=True):
-            node = survivor_key(doc.doc_id, len(doc.text), self._options.survivor)
+        for doc, summary, signature in zip(batch, summaries, signatures, strict=True):
+            node = survivor_key(doc.doc_id, len(doc.text), self._near.survivor)
             data = b"" if is_empty(signature) else signature.astype(_SIGNATURE_DTYPE).tobytes()
-            yield doc.doc_id, _SignedRecord(
-                (doc.uri, doc.position, _text_digest(doc.text)), node, data)
+            yield beam.pvalue.TaggedOutput(
+                "signed", (doc.doc_id, _SignedRecord(summary.ref, node, data)))
 
 
 class _SignedSurvivors(beam.DoFn):
@@ -344,31 +335,14 @@ def _duplicate_links(roots: dict) -> Iterable[tuple[str, str]]:
 
 
 class NearDuplicates(beam.PTransform):
-    """``PCollection[Document]`` -> ``PCollection[tuple[doc_id, survivor doc_id]]``: one pair for
-    every document that is a near duplicate, the survivor being the smallest node (by the
-    survivor rule) of its connected component of verified pairs. Survivors and documents
-    without a near duplicate yield nothing.
+    """``PCollection[(node, signature bytes)]`` -> ``PCollection[tuple[doc_id, survivor doc_id]]``:
+    one pair for every document that is a near duplicate, the survivor being the smallest node
+    (by the survivor rule) of its connected component of verified pairs. Survivors and
+    documents without a near duplicate yield nothing.
 
     Counters: ``dedupe/candidate_pairs`` (distinct pairs compared), ``dedupe/verified_pairs``,
-    ``dedupe/near_buckets_shared``, ``dedupe/near_unsigned`` (documents without words).
+    ``dedupe/near_buckets_shared``.
     """
-
-    def __init__(self, options: MinHashOptions) -> None:
-        super().__init__()
-        self._options = options
-
-    def expand(self, documents):
-        return (
-            documents
-            | "Batch" >> beam.BatchElements(min_batch_size=_SIGNATURE_BATCH, max_batch_size=_SIGNATURE_BATCH)
-            | "Signatures" >> beam.ParDo(_Signatures(self._options))
-            | "Links" >> NearDuplicateLinks(self._options)
-        )
-
-
-class NearDuplicateLinks(beam.PTransform):
-    """``PCollection[(node, signature bytes)]`` -> ``PCollection[(doc_id, survivor doc_id)]``:
-    :class:`NearDuplicates` from signatures already taken."""
 
     def __init__(self, options: MinHashOptions) -> None:
         super().__init__()
@@ -462,9 +436,15 @@ class Dedupe(beam.PTransform):
         self.near = near
 
     def expand(self, documents):
-        unique = (
+        summarized = (
             documents
-            | "Summarize" >> beam.Map(_summarize).with_output_types(tuple[str, Any])
+            | "Batch" >> beam.BatchElements(min_batch_size=_SIGNATURE_BATCH,
+                                            max_batch_size=_SIGNATURE_BATCH)
+            | "Summarize" >> beam.ParDo(_Summarize(self.near)).with_output_types(
+                tuple[str, Any]).with_outputs("signed", main="summaries")
+        )
+        unique = (
+            summarized.summaries
             | "GroupById" >> beam.GroupByKey()
             | "OnePerId" >> beam.ParDo(_OneDocumentPerId()).with_outputs("rejected", main="summaries")
         )
@@ -484,18 +464,12 @@ class Dedupe(beam.PTransform):
                 {
                     "kept": kept | "KeptRef" >> beam.Map(lambda s: (s.doc_id, s.ref)).with_output_types(
                         tuple[str, Any]),
-                    "signed": (
-                        documents
-                        | "Batch" >> beam.BatchElements(min_batch_size=_SIGNATURE_BATCH,
-                                                        max_batch_size=_SIGNATURE_BATCH)
-                        | "Signatures" >> beam.ParDo(_SignEvery(self.near)).with_output_types(
-                            tuple[str, Any])
-                    ),
+                    "signed": summarized.signed,
                 }
                 | "JoinSignatures" >> JoinByKey()
                 | "SignedSurvivors" >> beam.ParDo(_SignedSurvivors())
             )
-            links = signed | "NearDuplicates" >> NearDuplicateLinks(self.near)
+            links = signed | "NearDuplicates" >> NearDuplicates(self.near)
             decisions = (
                 {
                     # An exact duplicate follows its exact survivor.

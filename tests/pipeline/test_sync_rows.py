@@ -8,6 +8,7 @@ import uuid
 
 import numpy as np
 import pyarrow as pa
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -15,7 +16,7 @@ from pipeline.sync.pgvector import parse_sparse, parse_vector, sparse_bytes, vec
 from pipeline.sync.plan import batches, make_plan
 from pipeline.sync.qdrant import point_id
 from pipeline.sync.rows import DIGEST, canonical_metadata, row_digests, schema, set_digest
-from pipeline.sync.uri import redacted, split_table
+from pipeline.sync.uri import open_store, redacted, split_table
 
 DIM = 4
 text = st.text(max_size=12)
@@ -180,10 +181,6 @@ def test_a_uri_without_a_password_is_shown_as_written(uri: str) -> None:
 
 
 def test_an_unknown_store_message_hides_the_password() -> None:
-    import pytest
-
     with pytest.raises(ValueError) as caught:
-        from pipeline.sync.uri import open_store
-
         open_store("mysql://me:hunter2@db/search")
     assert "hunter2" not in str(caught.value) and "me:***@db" in str(caught.value)
