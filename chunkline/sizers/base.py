@@ -18,7 +18,6 @@ keeps its counter and its measure in one module of this package, as text-splitte
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from bisect import bisect_left
 from typing import Sequence
 
 import numpy as np
@@ -27,6 +26,10 @@ import numpy as np
 # Below this many positions, plain Python beats numpy's per-call cost (a section of a few atoms,
 # a descended paragraph).
 FEW_POSITIONS = 16
+# Characters of a region to cut encoded at once, at most (past a separator-free run).
+REGION_WINDOW = 1 << 16
+# Windows encoded in one batch (the batch runs on all cores; its encodings are held together).
+WINDOWS_AT_ONCE = 8
 
 
 class TokenizerNotAvailable(RuntimeError):
@@ -143,15 +146,54 @@ class AdditiveMeasure(Measure):
     def __init__(self, text: str, tokenizer: "Tokenizer", whitespace: str | None) -> None:
         super().__init__(text, tokenizer)
         self._whitespace = whitespace
-        # An over-budget piece being cut: its token starts, from one encode, answer the counts
-        # of all the smaller pieces inside it (exact where both edges are additive cuts).
-        self._region: tuple[int, int, list[int]] | None = None
+        # An over-budget piece being cut: its token starts answer the counts of all the
+        # smaller pieces inside it (exact where both edges are additive cuts).
+        self._region: tuple[int, int, np.ndarray] | None = None
 
     def prepare_to_cut(self, lo: int, hi: int) -> None:
         region = self._region
         if region is not None and region[0] <= lo and hi <= region[1]:
             return
-        self._region = (lo, hi, (self.tokenizer.token_starts(self.text[lo:hi]) + lo).tolist())
+        self._region = (lo, hi, self._token_starts(lo, hi))
+
+    def count(self, start: int, end: int) -> int:
+        if end - start <= REGION_WINDOW:
+            return self.tokenizer.count(self.text[start:end])
+        # The sum over windows cut after separators: exact, and one enormous document counted
+        # (is it over budget?) never becomes one encoding (~90 bytes per character natively for
+        # a Hugging Face tokenizer).
+        windows = self._windows(start, end)
+        return sum(
+            sum(self.tokenizer.counts([self.text[a:b] for a, b in windows[k:k + WINDOWS_AT_ONCE]]))
+            for k in range(0, len(windows), WINDOWS_AT_ONCE))
+
+    def _windows(self, lo: int, hi: int) -> list[tuple[int, int]]:
+        windows = []
+        start = lo
+        while start < hi:
+            end = self._window_end(start, hi)
+            windows.append((start, end))
+            start = end
+        return windows
+
+    def _token_starts(self, lo: int, hi: int) -> np.ndarray:
+        """Token starts of ``text[lo:hi]``, encoded in windows that end after a separator. No
+        pre-token crosses one, so the starts are those of a single encode; but an enormous
+        region (a 4 MB generated source file) never becomes one encoding, whose offsets alone
+        are ~40 bytes of Python objects per character."""
+        windows = [self.tokenizer.token_starts(self.text[a:b]) + a for a, b in self._windows(lo, hi)]
+        return np.concatenate(windows) if windows else np.zeros(0, dtype=np.int64)
+
+    def _window_end(self, start: int, hi: int) -> int:
+        if hi - start <= REGION_WINDOW or self._whitespace is None:
+            return min(hi, start + REGION_WINDOW)
+        text, middle, end = self.text, start + REGION_WINDOW // 2, start + REGION_WINDOW
+        last = max(text.rfind(c, middle, end) for c in self._whitespace)
+        if last >= 0:
+            return last + 1
+        # No separator in the window's second half: the next one, or the region's end.
+        following = [p for p in (text.find(c, end, hi) for c in self._whitespace) if p >= 0]
+        return min(following) + 1 if following else hi
 
     def piece_counts(self, starts: list[int], ends: list[int], limit: int) -> list[int | None]:
         region = self._region
@@ -159,11 +201,12 @@ class AdditiveMeasure(Measure):
             return super().piece_counts(starts, ends, limit)
         token_starts = region[2]
         additive = self.additive_cuts(starts + ends[-1:])
+        between = (np.searchsorted(token_starts, ends) - np.searchsorted(token_starts, starts)).tolist()
         out: list[int | None] = []
         inside: list[int] = []  # pieces cut inside a word: encoded on their own
-        for k, (a, b) in enumerate(zip(starts, ends)):
+        for k in range(len(starts)):
             if additive[k] and additive[k + 1]:
-                out.append(bisect_left(token_starts, b) - bisect_left(token_starts, a))
+                out.append(between[k])
             else:
                 out.append(None)
                 inside.append(k)

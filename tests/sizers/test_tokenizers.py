@@ -158,3 +158,50 @@ def test_scalar_and_vectorized_cut_checks_agree(spec: str, text: str) -> None:
     measure = tokenizer(spec).measure(text)
     positions = list(range(len(text) + 1))
     assert measure.additive_cuts(positions) == [measure._is_additive_cut(p) for p in positions]
+
+
+@pytest.mark.parametrize("spec", ["hf:all-MiniLM-L6-v2", "words", "chars"])
+@given(
+    text=st.lists(
+        st.sampled_from(["word", " ", "\n", "\n\n", "\t", ". ", "é", "日本", "👍🏽", "\r\n",
+                         "x1", "'s", "unbrokenrunofletters", "e\u0301", "\u3000", "\xa0", "?"]),
+        max_size=60,
+    ).map("".join),
+    window=st.integers(1, 40),
+    data=slices,
+)
+def test_a_region_read_in_windows_has_the_starts_of_one_encode(spec: str, text: str, window: int,
+                                                                data) -> None:
+    # An enormous region to cut is encoded in windows ending after a separator; the token
+    # starts, and so every piece count answered from them, are those of one encode.
+    from chunkline.sizers import base
+
+    tok = tokenizer(spec)
+    measure = tok.measure(text)
+    if not hasattr(measure, "_token_starts"):
+        pytest.skip("not a measure that reads regions")
+    lo = data.draw(st.integers(0, len(text)))
+    hi = data.draw(st.integers(lo, len(text)))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(base, "REGION_WINDOW", window)
+        windowed = measure._token_starts(lo, hi)
+    assert windowed.tolist() == (tok.token_starts(text[lo:hi]) + lo).tolist()
+
+
+@pytest.mark.parametrize("spec", ["hf:all-MiniLM-L6-v2", "words", "chars"])
+@given(
+    text=st.lists(st.sampled_from(["word", " ", "\n", "\t", "é", "日本", "unbrokenrun", "?", "\xa0"]),
+                  max_size=60).map("".join),
+    window=st.integers(1, 40),
+    data=slices,
+)
+def test_a_long_slice_counted_in_windows_is_exact(spec: str, text: str, window: int, data) -> None:
+    from chunkline.sizers import base
+
+    tok = tokenizer(spec)
+    measure = tok.measure(text)
+    start = data.draw(st.integers(0, len(text)))
+    end = data.draw(st.integers(start, len(text)))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(base, "REGION_WINDOW", window)
+        assert measure.count(start, end) == tok.count(text[start:end])
