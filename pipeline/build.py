@@ -29,6 +29,7 @@ from transforms.reuse import (
     ReuseForDocuments,
     ReusePreviousEmbeddings,
 )
+from transforms.spill import spill_dir
 from transforms.split import FlattenChunks, SplitDocuments
 from transforms.write import WriteParquetShards
 
@@ -62,11 +63,13 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
         documents = cleaned.documents
         rejected_parts.append(cleaned.rejected)
     if stages.boilerplate is not None:
-        stripped = documents | "Boilerplate" >> RemoveBoilerplate(stages.boilerplate)
+        stripped = documents | "Boilerplate" >> RemoveBoilerplate(
+            stages.boilerplate, spill_dir(plan.run_dir, "boilerplate"))
         documents = stripped.documents
         rejected_parts.append(stripped.rejected)
         stripped.removed | "WriteBoilerplateLines" >> beam.ParDo(WriteRemovedLines(plan.run_dir))
-    deduped = documents | "Dedupe" >> Dedupe(config.dedupe.exact, stages.near_duplicates)
+    deduped = documents | "Dedupe" >> Dedupe(config.dedupe.exact, stages.near_duplicates,
+                                             spill_dir(plan.run_dir, "dedupe"))
     # One element per document, its chunks with it, until they are flattened once before reuse
     # and embed: the stages between need a chunk's whole document and never re-join it by id.
     split = deduped.kept | "Split" >> SplitDocuments(
@@ -117,16 +120,19 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
         (deduped.statuses, (*rejected_parts, deduped.rejected) | "AllRejected" >> beam.Flatten())
         | "UniqueIds" >> UniqueRejectedIds()
     )
-    statuses = (
-        deduped.statuses,
-        rejected | "RejectedStatus" >> beam.Map(_rejected_status),
-    ) | "AllStatuses" >> beam.Flatten()
+    # Two inputs, not a Flatten: the kept and duplicate statuses carry their text, and each
+    # goes to part files where it is made.
+    statuses = (deduped.statuses, rejected | "RejectedStatus" >> beam.Map(_rejected_status))
 
+    weigh = {}
     if stages.sparse is not None:
-        from transforms.sparse import SparseVectors, WriteStats, terms_schema
+        from transforms.sparse import BM25Weights, SparseCounts, WriteStats, terms_schema
 
-        sparse = chunks | "Sparse" >> SparseVectors(stages.sparse)
+        sparse = chunks | "Sparse" >> SparseCounts(stages.sparse)
         chunks = sparse.chunks
+        # Weights need the whole run's statistics: applied as each shard is written, so the
+        # chunks wait in their part files rather than in memory.
+        weigh = {"finish": BM25Weights(stages.sparse), "finish_input": sparse.stats}
         sparse.stats | "WriteBm25Stats" >> beam.ParDo(WriteStats(plan.run_dir, stages.sparse))
         (sparse.terms
          | "TermRows" >> beam.MapTuple(TermRow)
@@ -137,7 +143,7 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
     chunks | "WriteChunks" >> WriteParquetShards(
         plan.run_dir, "chunks", chunk_schema(plan.dim, config.output.vector_dtype),
         config.output.chunk_shards, record_type=ChunkRecord, to_row=chunk_row,
-        shard_key=lambda r: r.doc_id, sort_key=lambda r: (r.doc_id, r.chunk_index),
+        shard_key=lambda r: r.doc_id, sort_key=lambda r: (r.doc_id, r.chunk_index), **weigh,
     )
     statuses | "WriteDocuments" >> WriteParquetShards(
         plan.run_dir, "documents", document_schema(), 1, record_type=DocumentStatus,

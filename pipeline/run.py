@@ -26,6 +26,7 @@ from pipeline.manifest import ManifestError, latest_run, load_manifest
 from pipeline.plan import new_run_id, plan, preflight
 from pipeline.summary import RunSummary
 from pipeline.timing import stage_seconds
+from transforms.spill import remove_dead_spills, remove_spill
 from transforms.counters import (
     CHUNKS_EMBEDDED, CHUNKS_REUSED, READ_DOCUMENTS, READ_REJECTED, REUSE_REJECTED, TOKENS_EMBEDDED,
     TOKENS_PADDED,
@@ -173,12 +174,24 @@ def run(config: Config, beam_args: Sequence[str] = (), allow_shrink: bool = Fals
 def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, run_id: str,
                 lease: OutputLease, started: float) -> RunSummary:
     job = plan(config, run_id)
+    try:
+        if removed := remove_dead_spills(config.output.path):
+            log.info("removed %d parts left by a run that died", removed)
+    except Exception as exc:  # noqa: BLE001 - stale temporary files must not stop a run
+        log.warning("could not remove the parts of a dead run: %s", exc)
     options = PipelineOptions(list(config.runner.options) + list(beam_args))
     pipeline = beam.Pipeline(runner=_runner(config), options=options)
     build(pipeline, config, job)
     log.info("running %s on %s into %s", run_id, config.runner.name, job.run_dir)
-    result = pipeline.run()
-    state = result.wait_until_finish()
+    try:
+        result = pipeline.run()
+        state = result.wait_until_finish()
+    finally:
+        # Each stage deletes its parts once read; a job that failed midway leaves the rest.
+        try:
+            remove_spill(job.run_dir)
+        except Exception as exc:  # noqa: BLE001 - a cleanup failure must not hide the job's own
+            log.warning("could not remove %s/_spill: %s", job.run_dir, exc)
     if state is not None and str(state).upper().endswith(("FAILED", "CANCELLED")):
         raise RuntimeError(f"run {run_id} ended {state}; {config.output.path}/LATEST unchanged")
     counts, files, problems = account(job.run_dir, result, config.embed is not None,

@@ -400,8 +400,8 @@ def test_statuses_carry_the_encoding() -> None:
 
 
 def test_one_record_twice_gets_one_status_and_one_rejection() -> None:
-    # The same record twice (one id, one place, one text): decisions are taken on summaries and
-    # the documents meet them by doc_id, so both copies match the decision; exactly one is kept.
+    # The same record twice (one id, one place, one text): each copy is parked in its own place
+    # and the decision names one of them; exactly one is kept, the other is an id conflict.
     same = Document("a", "/x/a.md", "Twice the same text.")
     kept, rejected = conflicts([same, same])
     assert kept == [("a", "/x/a.md", 0)]

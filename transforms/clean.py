@@ -26,6 +26,7 @@ from chunkline.boilerplate import (
 )
 from chunkline.clean import CleanOptions, clean_marked
 from chunkline.records import Document, Rejected, doc_hash
+from transforms.spill import ReadSpilled, RemoveParts, SpillRecords, default_spill_dir
 
 REJECTED = "rejected"
 REMOVED = "removed"
@@ -164,18 +165,24 @@ class RemoveBoilerplate(beam.PTransform):
     only the frequent keys, not the corpus's lines). Counters ``boilerplate/frequent_keys``,
     ``boilerplate/documents_changed``, ``boilerplate/chars_removed``, ``boilerplate/rejected``.
 
+    The documents wait for the frequent keys in part files under ``spill_dir`` (default:
+    ``default_spill_dir``; deleted once every document is stripped), not in a shuffle.
+
     Documents are counted once per distinct text (``doc_hash``), so it can run before dedupe:
     five exact copies of a page do not make every line of it "occur in five documents". Near
     copies do count apiece; ``min_docs`` and ``min_fraction`` must stay above the number of
     versions one document is likely to have in the corpus.
     """
 
-    def __init__(self, options: BoilerplateOptions | None = None) -> None:
+    def __init__(self, options: BoilerplateOptions | None = None,
+                 spill_dir: str | None = None) -> None:
         super().__init__()
         self._options = options if options is not None else BoilerplateOptions()
+        self._spill_dir = spill_dir
 
     def expand(self, documents: PCollection[Document]) -> BoilerplateOutputs:
         options = self._options
+        parked = self._spill_dir or default_spill_dir(documents.pipeline, "boilerplate")
         # One set of keys per distinct text: exact copies count once.
         key_sets = (
             documents
@@ -202,9 +209,18 @@ class RemoveBoilerplate(beam.PTransform):
             | "Collect" >> beam.combiners.ToList()
             | "AsSet" >> beam.Map(as_set)
         )
-        stripped = documents | "Strip" >> beam.ParDo(
-            _Strip(options), AsSingleton(frequent)
-        ).with_outputs(REJECTED, REMOVED, main="documents")
+        # The side input is known only once every document is counted: until then the
+        # documents wait in part files, and only the parts' paths wait in memory.
+        stripped = (
+            documents
+            | "Park" >> SpillRecords(parked, Document)
+            | "Unpark" >> ReadSpilled(Document)
+            | "Strip" >> beam.ParDo(_Strip(options), AsSingleton(frequent))
+            .with_outputs(REJECTED, REMOVED, main="documents")
+        )
+        (stripped.documents
+         | "CountStripped" >> beam.combiners.Count.Globally()
+         | "RemoveParts" >> beam.ParDo(RemoveParts(parked)))
         removed = (
             stripped[REMOVED]
             | "CountRemoved" >> beam.CombinePerKey(_CountWithSample())

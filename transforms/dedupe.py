@@ -13,11 +13,12 @@ A node is ``chunkline.minhash.survivor_key(...)``: a sortable tuple ending with 
 "the smallest node of a component" is the survivor under the configured rule, whatever order
 the runner groups in.
 
-Only small records cross these shuffles: each document is summarized once (ids, place, hashes,
-length, MinHash signature) where it is read, every decision is taken on the summaries, and the
-documents themselves cross one shuffle, the join of each with its decision by doc_id. A
-runner that buffers what crosses a shuffle (the in-process FnApiRunner keeps it in memory)
-then holds the corpus's text once here, not once per grouping.
+Only small records cross these shuffles: each document is parked in a part file
+(``transforms/spill.py``) and summarized (ids, place, where it is parked, hashes, length,
+MinHash signature) where it arrives, and every decision is taken on the summaries. The
+decisions then go to the parts their documents are in, and each part is read once to release
+its documents with their statuses. No document crosses a shuffle: a runner that buffers what
+does (the in-process FnApiRunner keeps it in memory) holds summaries, not the corpus's text.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from chunkline.records import (
     doc_hash,
 )
 from transforms.coders import JoinByKey  # and the record coders these shuffles use
+from transforms.spill import PartWriter, RemoveParts, coder_of, default_spill_dir, read_part
 
 # Documents per signature batch: numpy's per-call overhead is paid once per batch (~2.5x the
 # throughput of one document per call, bench/dedupe_bench.py).
@@ -69,6 +71,9 @@ def _text_digest(text: str) -> bytes:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
+Occurrence = tuple[str, int]  # (part path, index): where one record read is parked
+
+
 class _Summary(NamedTuple):
     """A document as dedupe decides on it, without its text."""
 
@@ -77,6 +82,7 @@ class _Summary(NamedTuple):
     position: int
     text_digest: bytes
     digest: str  # chunkline.records.doc_hash: equal for exact duplicates
+    occurrence: Occurrence
 
     @property
     def ref(self) -> tuple[str, int, bytes]:
@@ -84,28 +90,31 @@ class _Summary(NamedTuple):
         return self.uri, self.position, self.text_digest
 
 
-def _summarize(doc: Document) -> _Summary:
-    return _Summary(doc.doc_id, doc.uri, doc.position, _text_digest(doc.text), doc_hash(doc.text))
+def _summarize(doc: Document, occurrence: Occurrence) -> _Summary:
+    return _Summary(doc.doc_id, doc.uri, doc.position, _text_digest(doc.text), doc_hash(doc.text),
+                    occurrence)
 
 
 class _Decision(NamedTuple):
-    """What becomes of the record ``ref`` of ``doc_id``: KEPT, or DUPLICATE of ``duplicate_of``."""
+    """What becomes of the record parked at ``occurrence`` under ``doc_id``: KEPT, or DUPLICATE
+    of ``duplicate_of``."""
 
     doc_id: str
-    ref: tuple[str, int, bytes]
+    occurrence: Occurrence
     digest: str
     status: str
     duplicate_of: str | None = None
 
 
 def _decision(summary: _Summary, status: str, duplicate_of: str | None = None) -> _Decision:
-    return _Decision(summary.doc_id, summary.ref, summary.digest, status, duplicate_of)
+    return _Decision(summary.doc_id, summary.occurrence, summary.digest, status, duplicate_of)
 
 
-def _input_order(summary: _Summary) -> tuple[str, int, bytes]:
+def _input_order(summary: _Summary) -> tuple[tuple[str, int, bytes], Occurrence]:
     """Files by uri, records by their line or row: the order of the input itself, whatever order
-    the runner groups in (a digest of the text only breaks a tie between copies of one file)."""
-    return summary.ref
+    the runner groups in (a digest of the text only breaks a tie between copies of one file;
+    where it is parked, between two reads of one record, which are the same)."""
+    return summary.ref, summary.occurrence
 
 
 def _where(record: _Summary | Document) -> str:
@@ -198,27 +207,36 @@ class _PickSurvivor(beam.DoFn):
 
 
 class _SignedRecord(NamedTuple):
-    ref: tuple[str, int, bytes]
+    occurrence: Occurrence
     node: tuple
     signature: bytes  # b"" for a text without shingles
 
 
-class _Summarize(beam.DoFn):
-    """A batch of documents -> ``(doc_id, _Summary)`` for each and, with near-duplicate
-    detection on, its ``(doc_id, _SignedRecord)`` on the ``signed`` output: everything dedupe
-    decides on, taken in one pass where the text is at hand. Exact duplicates and id conflicts
-    are signed too: which records survive is known only after two groupings, when the text is
-    no longer there; :class:`_SignedSurvivors` passes on the survivors' signatures."""
+class _ParkAndSummarize(beam.DoFn):
+    """A batch of documents -> each parked in a part under ``directory``, and its
+    ``(doc_id, _Summary)`` and, with near-duplicate detection on, its ``(doc_id, _SignedRecord)``
+    on the ``signed`` output: everything dedupe decides on, taken in one pass where the text is
+    at hand. Exact duplicates and id conflicts are signed too: which records survive is known
+    only after two groupings, when the text is no longer there; :class:`_SignedSurvivors`
+    passes on the survivors' signatures."""
 
-    def __init__(self, near: MinHashOptions | None) -> None:
+    def __init__(self, near: MinHashOptions | None, directory: str) -> None:
         self._near = near
+        self._directory = directory
 
     def setup(self) -> None:
         # Permutations drawn once per worker.
         self._hasher = MinHasher(self._near) if self._near is not None else None
 
+    def start_bundle(self) -> None:
+        self._parts = PartWriter(self._directory, coder_of(Document))
+
+    def finish_bundle(self) -> None:
+        # Before the bundle commits the summaries that point into its parts.
+        self._parts.flush()
+
     def process(self, batch: list[Document]):
-        summaries = [_summarize(doc) for doc in batch]
+        summaries = [_summarize(doc, self._parts.add(doc)) for doc in batch]
         for summary in summaries:
             yield summary.doc_id, summary
         if self._hasher is None:
@@ -228,7 +246,7 @@ class _Summarize(beam.DoFn):
             node = survivor_key(doc.doc_id, len(doc.text), self._near.survivor)
             data = b"" if is_empty(signature) else signature.astype(_SIGNATURE_DTYPE).tobytes()
             yield beam.pvalue.TaggedOutput(
-                "signed", (doc.doc_id, _SignedRecord(summary.ref, node, data)))
+                "signed", (doc.doc_id, _SignedRecord(summary.occurrence, node, data)))
 
 
 class _SignedSurvivors(beam.DoFn):
@@ -240,8 +258,8 @@ class _SignedSurvivors(beam.DoFn):
 
     def process(self, joined: tuple[str, dict]) -> Iterable[tuple[tuple, bytes]]:
         _, groups = joined
-        for ref in groups["kept"]:
-            signed = next(s for s in groups["signed"] if s.ref == ref)
+        for occurrence in groups["kept"]:
+            signed = next(s for s in groups["signed"] if s.occurrence == occurrence)
             if not signed.signature:
                 self._unsigned.inc()
                 continue
@@ -398,17 +416,22 @@ class _ApplySurvivors(beam.DoFn):
             yield decision._replace(status=DUPLICATE, duplicate_of=survivor)
 
 
-class _Release(beam.DoFn):
-    """A doc_id's documents and its decision -> the status of the decided record (with its
-    text, for the documents table) and, when it is kept, the document itself. The other
-    records of the id were rejected as id conflicts already."""
+class _ReleasePart(beam.DoFn):
+    """A part and the decisions on its records -> the status of each decided record (with its
+    text, for the documents table) and, when it is kept, the document itself. The records of a
+    part without a decision were rejected as id conflicts already."""
 
-    def process(self, joined: tuple[str, dict]):
-        _, groups = joined
-        decisions, docs = groups["decision"], groups["doc"]
-        for decision in decisions:
-            doc = docs[0] if len(docs) == 1 else next(
-                d for d in docs if (d.uri, d.position, _text_digest(d.text)) == decision.ref)
+    def __init__(self) -> None:
+        self._coder = coder_of(Document)
+
+    def process(self, keyed: tuple[str, Iterable[_Decision]]):
+        part, decisions = keyed
+        by_index = {decision.occurrence[1]: decision for decision in decisions}
+        for index, data in enumerate(read_part(part)):
+            decision = by_index.get(index)
+            if decision is None:
+                continue
+            doc = self._coder.decode(data)
             status = DocumentStatus.of(doc, decision.digest, decision.status, decision.duplicate_of)
             yield beam.pvalue.TaggedOutput("statuses", status)
             if decision.status == KEPT:
@@ -427,20 +450,24 @@ class Dedupe(beam.PTransform):
     ``dedupe/near_duplicates``, ``dedupe/candidate_pairs``, ``dedupe/id_conflicts``.
 
     The decisions are taken on summaries of the documents (:class:`_Summary`, signatures); the
-    documents cross one shuffle, to meet their decision.
+    documents wait in part files under ``spill_dir`` (default: ``default_spill_dir``, deleted
+    once every document is released) and never cross a shuffle.
     """
 
-    def __init__(self, exact: bool = True, near: MinHashOptions | None = None) -> None:
+    def __init__(self, exact: bool = True, near: MinHashOptions | None = None,
+                 spill_dir: str | None = None) -> None:
         super().__init__()
         self.exact = exact
         self.near = near
+        self.spill_dir = spill_dir
 
     def expand(self, documents):
+        parked = self.spill_dir or default_spill_dir(documents.pipeline, "dedupe")
         summarized = (
             documents
             | "Batch" >> beam.BatchElements(min_batch_size=_SIGNATURE_BATCH,
                                             max_batch_size=_SIGNATURE_BATCH)
-            | "Summarize" >> beam.ParDo(_Summarize(self.near)).with_output_types(
+            | "Summarize" >> beam.ParDo(_ParkAndSummarize(self.near, parked)).with_output_types(
                 tuple[str, Any]).with_outputs("signed", main="summaries")
         )
         unique = (
@@ -462,7 +489,7 @@ class Dedupe(beam.PTransform):
         if self.near is not None:
             signed = (
                 {
-                    "kept": kept | "KeptRef" >> beam.Map(lambda s: (s.doc_id, s.ref)).with_output_types(
+                    "kept": kept | "KeptRef" >> beam.Map(lambda s: (s.doc_id, s.occurrence)).with_output_types(
                         tuple[str, Any]),
                     "signed": summarized.signed,
                 }
@@ -481,15 +508,16 @@ class Dedupe(beam.PTransform):
                 | "ApplySurvivors" >> beam.ParDo(_ApplySurvivors())
             )
         released = (
-            {
-                "doc": documents | "KeyById" >> beam.Map(lambda d: (d.doc_id, d)).with_output_types(
-                    tuple[str, Document]),
-                "decision": decisions | "DecisionById" >> beam.Map(
-                    lambda d: (d.doc_id, d)).with_output_types(tuple[str, Any]),
-            }
-            | "Release" >> JoinByKey()
-            | "Decided" >> beam.ParDo(_Release()).with_outputs("statuses", main="kept")
+            decisions
+            | "KeyByPart" >> beam.Map(lambda d: (d.occurrence[0], d)).with_output_types(tuple[str, Any])
+            | "GroupByPart" >> beam.GroupByKey()
+            | "Release" >> beam.ParDo(_ReleasePart())
+            .with_output_types(Document, statuses=DocumentStatus)
+            .with_outputs("statuses", main="kept")
         )
+        (released.statuses
+         | "CountReleased" >> beam.combiners.Count.Globally()
+         | "RemoveParts" >> beam.ParDo(RemoveParts(parked)))
         return DedupeOutputs(released.kept, released.statuses, unique.rejected)
 
 

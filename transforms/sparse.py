@@ -18,7 +18,6 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.metrics import Metrics
 from apache_beam.pvalue import AsSingleton, PCollection
 
 from chunkline.records import ChunkRecord
@@ -69,18 +68,36 @@ def _with_counts(chunk: ChunkRecord, options: SparseOptions) -> ChunkRecord:
     return dataclasses.replace(chunk, sparse_indices=ids, sparse_values=tuple(map(float, counts)))
 
 
-class _Weigh(beam.DoFn):
+class BM25Weights:
+    """``(chunk with term counts, CorpusStats)`` -> the chunk with its BM25 weights; a plain
+    callable, so that the shard writer can weigh each chunk as its shard is written
+    (``WriteParquetShards(finish=...)``) and the chunks never wait in memory for the statistics."""
+
     def __init__(self, options: SparseOptions) -> None:
         self.options = options
-        self.terms = Metrics.counter("sparse", "terms")
 
-    def process(self, chunk: ChunkRecord, stats: CorpusStats) -> Iterable[ChunkRecord]:
+    def __call__(self, chunk: ChunkRecord, stats: CorpusStats) -> ChunkRecord:
         counts = tuple(int(value) for value in chunk.sparse_values)
-        self.terms.inc(len(counts))
         weights = bm25_weights(chunk.sparse_indices, counts, stats, self.options)
         # float32, as stored: the record then decodes to exactly what the shard holds.
-        yield dataclasses.replace(
+        return dataclasses.replace(
             chunk, sparse_values=tuple(np.asarray(weights, dtype=np.float32).tolist()))
+
+
+class SparseCounts(beam.PTransform):
+    """``PCollection[ChunkRecord]`` -> :class:`SparseOutputs` with the chunks still holding
+    their term *counts*: weigh each with :class:`BM25Weights` and ``stats`` (the pipeline does so
+    in its shard writer)."""
+
+    def __init__(self, options: SparseOptions | None = None) -> None:
+        super().__init__()
+        self.options = options if options is not None else SparseOptions()
+
+    def expand(self, chunks: PCollection[ChunkRecord]) -> SparseOutputs:
+        counted = chunks | "CountTerms" >> beam.Map(_with_counts, self.options).with_output_types(ChunkRecord)
+        stats = counted | "CorpusStats" >> beam.CombineGlobally(_CorpusStatsFn())
+        terms = stats | "Terms" >> beam.FlatMap(lambda s: sorted(s.df.items()))
+        return SparseOutputs(counted, terms, stats)
 
 
 class SparseVectors(beam.PTransform):
@@ -93,12 +110,10 @@ class SparseVectors(beam.PTransform):
         self.options = options if options is not None else SparseOptions()
 
     def expand(self, chunks: PCollection[ChunkRecord]) -> SparseOutputs:
-        counted = chunks | "CountTerms" >> beam.Map(_with_counts, self.options).with_output_types(ChunkRecord)
-        stats = counted | "CorpusStats" >> beam.CombineGlobally(_CorpusStatsFn())
-        weighted = counted | "Weigh" >> beam.ParDo(
-            _Weigh(self.options), AsSingleton(stats)).with_output_types(ChunkRecord)
-        terms = stats | "Terms" >> beam.FlatMap(lambda s: sorted(s.df.items()))
-        return SparseOutputs(weighted, terms, stats)
+        counted = chunks | "Counts" >> SparseCounts(self.options)
+        weighted = counted.chunks | "Weigh" >> beam.Map(
+            BM25Weights(self.options), AsSingleton(counted.stats)).with_output_types(ChunkRecord)
+        return SparseOutputs(weighted, counted.terms, counted.stats)
 
 
 def stats_json(stats: CorpusStats, options: SparseOptions) -> dict[str, Any]:

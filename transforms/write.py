@@ -4,8 +4,16 @@ Beam's WriteToParquet spreads elements over shards as bundles arrive, so two run
 input give different files. Here a record's shard is a stable hash of its key (a document's
 chunks stay together), and each shard is sorted before it is written: the same input and config
 give the same files, on any runner.
+
+Records are written where they are made (``transforms/spill.py``): each bundle appends its
+records to part files of their shard under ``_spill/<table>``; only the parts' paths cross the
+grouping by shard. A runner that holds a grouping in memory (the local
+FnApiRunner keeps a stage's whole input and output) then holds paths, not every chunk three
+times; each shard is read back, sorted and written one at a time, and the parts are deleted
+once every shard is written.
 """
 
+from __future__ import annotations
 
 import hashlib
 from typing import Any, Callable, Iterable, Optional
@@ -13,10 +21,22 @@ from typing import Any, Callable, Iterable, Optional
 import apache_beam as beam
 import pyarrow as pa
 import pyarrow.parquet as pq
+from apache_beam.coders import Coder
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.pvalue import AsSingleton, PCollection
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.windowed_value import WindowedValue
 
 from chunkline.records import as_row
-from transforms import coders  # noqa: F401 - registers the record coders the shard shuffle uses
+from transforms.spill import PartWriter, RemoveParts, coder_of, read_part, spill_dir
+
+# Every shard's part is written once the bundle's buffers hold this much together: memory stays
+# bounded whatever the number of shards.
+BUFFERED_BYTES = 64 << 20
+# A row group holds at most this many rows and about this many encoded bytes: the shard is
+# converted to Arrow one group at a time.
+ROW_GROUP = 8192
+ROW_GROUP_BYTES = 16 << 20
 
 
 def shard_of(key: str, shards: int) -> int:
@@ -28,38 +48,116 @@ def shard_path(directory: str, table: str, index: int, shards: int) -> str:
     return FileSystems.join(directory, f"{table}-{index:05d}-of-{shards:05d}.parquet")
 
 
+class _WriteParts(beam.DoFn):
+    """Records -> ``(shard, part path)``: each record appended to its shard's part
+    (``transforms/spill.py``), parts written when full, when the bundle's buffers hold
+    :data:`BUFFERED_BYTES`, and when the bundle ends."""
+
+    def __init__(self, directory: str, shards: int, shard_key: Callable[[Any], str],
+                 coder: Coder) -> None:
+        self.directory = directory
+        self.shards = shards
+        self.shard_key = shard_key
+        self.coder = coder
+
+    def start_bundle(self) -> None:
+        self.writers: dict[int, PartWriter] = {}
+
+    def process(self, record: Any) -> Iterable[tuple[int, str]]:
+        shard = shard_of(self.shard_key(record), self.shards)
+        writer = self.writers.get(shard)
+        if writer is None:
+            writer = self.writers[shard] = PartWriter(self.directory, self.coder, f"{shard:05d}-")
+        writer.add(record)
+        if sum(w.size for w in self.writers.values()) >= BUFFERED_BYTES:
+            for w in self.writers.values():
+                w.flush()
+        yield from self._written()
+
+    def finish_bundle(self) -> Iterable[WindowedValue]:
+        for writer in self.writers.values():
+            writer.flush()
+        for written in self._written():
+            yield WindowedValue(written, 0, [GlobalWindow()])
+
+    def _written(self) -> list[tuple[int, str]]:
+        return [(shard, path) for shard, writer in sorted(self.writers.items())
+                for path in writer.drain()]
+
+
+def _row_groups(encoded: list[bytes]) -> Iterable[list[bytes]]:
+    group: list[bytes] = []
+    size = 0
+    for data in encoded:
+        group.append(data)
+        size += len(data)
+        if len(group) >= ROW_GROUP or size >= ROW_GROUP_BYTES:
+            yield group
+            group, size = [], 0
+    if group or not encoded:  # an empty shard is one empty group: a file with the schema
+        yield group
+
+
 class _WriteShard(beam.DoFn):
+    """``(shard, part paths)`` -> the shard's Parquet file, its records sorted. The records
+    stay encoded while they are sorted (a shard's bytes, not its Python objects), and become
+    Arrow one row group at a time."""
+
     def __init__(self, directory: str, table: str, shards: int, schema: pa.Schema,
-                 sort_key: Callable[[Any], Any], to_row: Callable[[Any, pa.Schema], dict]) -> None:
+                 sort_key: Callable[[Any], Any], to_row: Callable[[Any, pa.Schema], dict],
+                 coder: Coder, finish: Callable[..., Any] | None) -> None:
         self.to_row = to_row
         self.directory = directory
         self.table = table
         self.shards = shards
         self.schema = schema
         self.sort_key = sort_key
+        self.coder = coder
+        self.finish = finish
 
-    def process(self, keyed: tuple[int, Iterable[Any]]):
-        index, records = keyed
-        rows = [self.to_row(r, self.schema) for r in sorted((r for r in records if r is not None), key=self.sort_key)]
-        table = pa.Table.from_pylist(rows, schema=self.schema)
+    def process(self, keyed, *side):  # unannotated: Beam would type-check the side inputs
+        index, parts = keyed
+        keyed_records = [
+            (self.sort_key(self.coder.decode(data)), data)
+            for part in sorted(p for p in parts if p is not None)
+            for data in read_part(part)
+        ]
+        keyed_records.sort(key=lambda pair: pair[0])
+        encoded = [data for _, data in keyed_records]
+        del keyed_records
         path = shard_path(self.directory, self.table, index, self.shards)
         with FileSystems.create(path) as handle:
-            pq.write_table(table, handle, compression="zstd")
-        yield (self.table, path, table.num_rows)
+            with pq.ParquetWriter(handle, self.schema, compression="zstd") as writer:
+                for group in _row_groups(encoded):
+                    writer.write_table(pa.Table.from_pylist(
+                        [self.to_row(self._finished(data, side), self.schema) for data in group],
+                        schema=self.schema))
+        yield (self.table, path, len(encoded))
+
+    def _finished(self, data: bytes, side: tuple[Any, ...]) -> Any:
+        record = self.coder.decode(data)
+        return self.finish(record, *side) if self.finish is not None else record
 
 
 class WriteParquetShards(beam.PTransform):
-    """``PCollection[record]`` -> ``PCollection[(table, path, rows)]``: exactly ``shards``
+    """``PCollection[record]`` (or several) -> ``PCollection[(table, path, rows)]``: exactly ``shards``
     files named ``<table>-SSSSS-of-NNNNN.parquet`` (empty shards included, so a reader can
     trust the count), each sorted by ``sort_key``, zstd-compressed, with ``schema``.
-    ``record_type``: the records' class, so that they cross the shard shuffle with its
-    registered coder (``transforms/coders.py``) rather than pickled; None: Beam's default."""
+    ``record_type``: the records' class, so that they go to the part files with its registered
+    coder (``transforms/coders.py``) rather than pickled; None: Beam's default.
+    ``finish(record, value)``: applied to each record as its shard is written, with ``value``
+    the one element of ``finish_input`` (corpus statistics known only once every record is
+    made: the records wait in their part files, not in memory)."""
 
     def __init__(self, directory: str, table: str, schema: pa.Schema, shards: int,
                  shard_key: Callable[[Any], str], sort_key: Callable[[Any], Any],
                  record_type: type | None = None,
-                 to_row: Callable[[Any, pa.Schema], dict] = as_row) -> None:
+                 to_row: Callable[[Any, pa.Schema], dict] = as_row,
+                 finish: Callable[[Any, Any], Any] | None = None,
+                 finish_input: PCollection | None = None) -> None:
         super().__init__()
+        if (finish is None) != (finish_input is None):
+            raise ValueError("WriteParquetShards takes finish and finish_input together")
         self.to_row = to_row
         self.record_type = record_type
         self.directory = directory
@@ -68,22 +166,38 @@ class WriteParquetShards(beam.PTransform):
         self.shards = shards
         self.shard_key = shard_key
         self.sort_key = sort_key
+        self.finish = finish
+        self.finish_input = finish_input
 
     def expand(self, records):
-        shards, shard_key = self.shards, self.shard_key
-        keyed_type = tuple[int, Optional[self.record_type or Any]]
+        # Several inputs are each written where they are made: flattened first, they would be
+        # buffered whole by a runner that materializes a Flatten of two stages' outputs.
+        inputs = tuple(records) if isinstance(records, (tuple, list)) else (records,)
+        coder = coder_of(self.record_type)
+        parts_dir = spill_dir(self.directory, self.table)
         every_shard = (
-            records.pipeline
-            | "EveryShard" >> beam.Create([(i, None) for i in range(shards)]).with_output_types(keyed_type)
+            inputs[0].pipeline
+            | "EveryShard" >> beam.Create([(i, None) for i in range(self.shards)])
+            .with_output_types(tuple[int, Optional[str]])
         )
-        keyed = records | "KeyByShard" >> beam.Map(
-            lambda r: (shard_of(shard_key(r), shards), r)).with_output_types(keyed_type)
-        return (
-            (keyed, every_shard)
+        parts = [
+            part_records | ("WriteParts" if n == 0 else f"WriteParts{n}") >> beam.ParDo(
+                _WriteParts(parts_dir, self.shards, self.shard_key, coder)
+            ).with_output_types(tuple[int, Optional[str]])
+            for n, part_records in enumerate(inputs)
+        ]
+        side = (AsSingleton(self.finish_input),) if self.finish_input is not None else ()
+        written = (
+            (*parts, every_shard)
             | "Together" >> beam.Flatten()
             | "GroupByShard" >> beam.GroupByKey()
             | "WriteShard" >> beam.ParDo(
-                _WriteShard(self.directory, self.table, shards, self.schema, self.sort_key,
-                            self.to_row)
-            )
+                _WriteShard(self.directory, self.table, self.shards, self.schema,
+                            self.sort_key, self.to_row, coder, self.finish),
+                *side)
         )
+        # After every shard is written: a part is never deleted while a retry could need it.
+        (written
+         | "CountShards" >> beam.combiners.Count.Globally()
+         | "RemoveParts" >> beam.ParDo(RemoveParts(parts_dir)))
+        return written

@@ -154,6 +154,8 @@ def test_killed_run_leaves_latest_on_the_last_complete_run(reindexed, tmp_path) 
     assert (output / "LATEST").read_text() == before
     crashed = [p for p in output.iterdir() if p.is_dir() and p.name not in runs_before]
     assert crashed and not any((d / "manifest.json").exists() for d in crashed)
-    # The next run reuses the last complete run, not the crashed one.
+    # The next run reuses the last complete run, not the crashed one, and removes the records
+    # the crashed run had parked.
     after = job(corpus, output)
     assert after.previous == str(output / before.strip())
+    assert not any((d / "_spill").exists() for d in output.iterdir() if d.is_dir())

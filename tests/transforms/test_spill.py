@@ -1,0 +1,103 @@
+"""Records parked in part files (transforms/spill.py): written where made, read back whole and in
+order, addressed by (part, index), deleted once read; and the stages that park records."""
+
+from __future__ import annotations
+
+import apache_beam as beam
+import pyarrow.parquet as pq
+import pytest
+from apache_beam.testing.util import assert_that, equal_to
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from chunkline.records import ChunkRecord, Document, chunk_schema
+from tests.beam_helpers import fnapi_pipeline
+from transforms import spill
+from transforms.dedupe import Dedupe
+from transforms.spill import PartWriter, ReadSpilled, RemoveParts, SpillRecords, coder_of, read_part
+from transforms.write import WriteParquetShards
+
+texts = st.text(st.characters(blacklist_categories=("Cs",)), max_size=60)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(texts, max_size=40), st.integers(min_value=1, max_value=200))
+def test_every_record_is_where_add_said(tmp_path_factory, records, part_bytes) -> None:
+    directory = str(tmp_path_factory.mktemp("parts"))
+    coder = coder_of(str)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(spill, "PART_BYTES", part_bytes)
+        writer = PartWriter(directory, coder)
+        places = [writer.add(record) for record in records]
+        writer.flush()
+    written = writer.drain()
+    assert len(written) == len(set(written)) == len({path for path, _ in places})
+    by_part = {path: [coder.decode(data) for data in read_part(path)] for path in written}
+    assert [by_part[path][index] for path, index in places] == records
+    assert all(by_part[path] for path in written)  # no empty part is written
+
+
+def test_spilled_documents_come_back_and_the_parts_go(tmp_path) -> None:
+    docs = [Document(f"d{i}", f"/c/d{i}.md", f"text {i} " * i, position=i,
+                     metadata=(("k", str(i)),)) for i in range(30)]
+    parked = str(tmp_path / "run" / "_spill" / "docs")
+    with fnapi_pipeline() as p:
+        back = p | beam.Create(docs) | SpillRecords(parked, Document) | ReadSpilled(Document)
+        assert_that(back, equal_to(docs))
+        (back | beam.combiners.Count.Globally() | beam.ParDo(RemoveParts(parked)))
+    # The stage's folder and the emptied _spill folder are gone; the run folder stays.
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == []
+
+
+def test_shard_writer_finishes_each_record_with_the_side_input(tmp_path) -> None:
+    records = [ChunkRecord(f"d{i % 5}", f"d{i % 5}#{i}", i, i, i + 1, (), f"t{i}", i) for i in range(40)]
+
+    def times(record: ChunkRecord, factor: int) -> ChunkRecord:
+        return ChunkRecord(record.doc_id, record.chunk_id, record.chunk_index, record.start,
+                           record.end, record.headings, record.text, record.tokens * factor)
+
+    with fnapi_pipeline() as p:
+        factor = p | "Factor" >> beam.Create([3])
+        (p | beam.Create(records)
+           | WriteParquetShards(str(tmp_path), "chunks", chunk_schema(None), 2,
+                                shard_key=lambda r: r.doc_id,
+                                sort_key=lambda r: (r.doc_id, r.chunk_index),
+                                record_type=ChunkRecord, finish=times, finish_input=factor))
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "chunks-00000-of-00002.parquet", "chunks-00001-of-00002.parquet"]
+    rows = [r for path in sorted(tmp_path.iterdir()) for r in pq.read_table(path).to_pylist()]
+    assert sorted(r["tokens"] for r in rows) == [3 * i for i in range(40)]
+
+
+def test_shard_writer_spreads_many_parts_over_row_groups(tmp_path, monkeypatch) -> None:
+    # Small parts and row groups: a shard is read back from many parts and written in groups,
+    # and the file is still one sorted shard.
+    from transforms import write
+
+    monkeypatch.setattr(spill, "PART_BYTES", 200)
+    monkeypatch.setattr(write, "ROW_GROUP", 7)
+    records = [ChunkRecord(f"d{i % 3}", f"d{i % 3}#{i}", i, i, i + 1, (), f"text {i}", 1)
+               for i in range(100)]
+    with fnapi_pipeline() as p:
+        (p | beam.Create(list(reversed(records)))
+           | WriteParquetShards(str(tmp_path), "chunks", chunk_schema(None), 1,
+                                shard_key=lambda r: r.doc_id,
+                                sort_key=lambda r: (r.doc_id, r.chunk_index),
+                                record_type=ChunkRecord))
+    shard = pq.ParquetFile(tmp_path / "chunks-00000-of-00001.parquet")
+    assert shard.metadata.num_row_groups == 15
+    rows = shard.read().to_pylist()
+    assert [(r["doc_id"], r["chunk_index"]) for r in rows] == sorted(
+        (r.doc_id, r.chunk_index) for r in records)
+
+
+def test_dedupe_releases_every_parked_document_and_removes_its_parts(tmp_path) -> None:
+    docs = [Document(f"d{i:02d}", f"/c/d{i}.md", f"document {i % 4} text") for i in range(12)]
+    parked = tmp_path / "_spill" / "dedupe"
+    with fnapi_pipeline() as p:
+        out = p | beam.Create(docs) | Dedupe(exact=True, spill_dir=str(parked))
+        assert_that(out.kept | beam.Map(lambda d: (d.doc_id, d.text)),
+                    equal_to([(f"d{i:02d}", f"document {i} text") for i in range(4)]), label="kept")
+        assert_that(out.statuses | beam.Map(lambda s: s.doc_id),
+                    equal_to([d.doc_id for d in docs]), label="statuses")
+    assert not parked.exists() and not (tmp_path / "_spill").exists()

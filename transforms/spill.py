@@ -1,0 +1,204 @@
+"""Records parked in part files instead of in a shuffle: written where they are made, read back
+where they are needed, as Beam's own file sinks stage their output (``WriteToFiles`` writes each
+bundle to temporary files and moves them at the end).
+
+A part is a file of length-prefixed records (Beam's nested encoding: a varint, then the bytes)
+encoded with their registered coder (``transforms/coders.py``), under a spill folder through
+Beam's filesystems (local or ``gs://``). Only the parts' paths cross a grouping, so a runner that
+holds a grouping in memory (the in-process FnApiRunner keeps a stage's whole input and output)
+holds paths instead of every document or chunk, and a record is addressed by ``(part, index)``.
+A retried bundle writes its parts under new names; only the paths a committed bundle emitted are
+ever read. The parts are deleted once everything that reads them has run (:class:`RemoveParts`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import uuid
+from typing import Any, Iterable, Iterator
+
+import apache_beam as beam
+from apache_beam.coders import Coder, registry
+from apache_beam.coders.coder_impl import create_InputStream, create_OutputStream
+from apache_beam.io.filesystems import FileSystems
+
+from transforms import coders  # noqa: F401 - registers the record coders parts are written with
+from transforms.match import is_local
+
+SPILL_DIR = "_spill"
+# A part is written once it holds this much: a bundle's memory stays bounded.
+PART_BYTES = 8 << 20
+PART_SUFFIX = ".part"
+
+
+def spill_dir(directory: str, name: str) -> str:
+    """``directory/_spill/name``: where a stage of a run parks its records."""
+    return FileSystems.join(directory, SPILL_DIR, name)
+
+
+def default_spill_dir(pipeline: beam.Pipeline, name: str) -> str:
+    """Where a transform parks records when it is not told: under the pipeline's
+    ``--temp_location`` (shared storage, as a distributed runner needs), else a new local
+    temporary folder (the in-process runners share the driver's disk)."""
+    from apache_beam.options.pipeline_options import GoogleCloudOptions
+
+    temp = pipeline.options.view_as(GoogleCloudOptions).temp_location if pipeline.options else None
+    if temp:
+        return FileSystems.join(temp, "chunkline-spill", uuid.uuid4().hex, name)
+    # Named, not made: a graph that is built but never run leaves nothing behind.
+    return os.path.join(tempfile.gettempdir(), f"chunkline-{name}-{uuid.uuid4().hex}")
+
+
+def coder_of(record_type: type | None) -> Coder:
+    return registry.get_coder(record_type or Any)
+
+
+class PartWriter:
+    """Appends encoded records to the current part under ``directory``; a full part is written
+    and a new one begun. ``add`` says where the record will be, ``(part path, index)``;
+    ``written`` lists the parts written since it was last drained."""
+
+    def __init__(self, directory: str, coder: Coder, prefix: str = "") -> None:
+        self.directory = directory
+        self.coder = coder
+        self.prefix = prefix
+        self.written: list[str] = []
+        self._begin()
+
+    def _begin(self) -> None:
+        self.path = FileSystems.join(self.directory, f"{self.prefix}{uuid.uuid4().hex}{PART_SUFFIX}")
+        self.out = create_OutputStream()
+        self.count = 0
+
+    @property
+    def size(self) -> int:
+        return self.out.size()
+
+    def add(self, record: Any) -> tuple[str, int]:
+        where = self.path, self.count
+        self.out.write(self.coder.encode(record), True)
+        self.count += 1
+        if self.size >= PART_BYTES:
+            self.flush()
+        return where
+
+    def flush(self) -> None:
+        if self.count:
+            with FileSystems.create(self.path) as handle:
+                handle.write(self.out.get())
+            self.written.append(self.path)
+        self._begin()
+
+    def drain(self) -> list[str]:
+        written, self.written = self.written, []
+        return written
+
+
+def read_part(path: str) -> Iterator[bytes]:
+    """The encoded records of one part, in the order they were added."""
+    with FileSystems.open(path) as handle:
+        stream = create_InputStream(handle.read())
+    while stream.size() > 0:
+        yield stream.read_all(True)
+
+
+def remove_parts(pattern: str) -> int:
+    """Deletes the parts ``pattern`` matches (a folder's ``*.part``); returns how many."""
+    found = FileSystems.match([pattern])[0].metadata_list
+    if found:
+        FileSystems.delete([part.path for part in found])
+    return len(found)
+
+
+def remove_spill(run_dir: str) -> int:
+    """Every part a run left, whatever stage parked it (a run that failed midway): for the
+    driver, after the job. Returns how many parts there were."""
+    removed = remove_parts(FileSystems.join(run_dir, SPILL_DIR, "*", "*" + PART_SUFFIX))
+    if is_local(run_dir):
+        shutil.rmtree(os.path.join(run_dir, SPILL_DIR), ignore_errors=True)
+    return removed
+
+
+def remove_dead_spills(output: str) -> int:
+    """The parts of earlier runs into ``output`` that died before removing them (killed
+    mid-job). Only for the holder of the output's lease: no other run is writing there."""
+    removed = remove_parts(FileSystems.join(output, "*", SPILL_DIR, "*", "*" + PART_SUFFIX))
+    if is_local(output) and os.path.isdir(output):
+        for run in os.scandir(output):
+            if run.is_dir(follow_symlinks=False):
+                shutil.rmtree(os.path.join(run.path, SPILL_DIR), ignore_errors=True)
+    return removed
+
+
+class RemoveParts(beam.DoFn):
+    """Any element -> the spill folder's parts deleted (and, locally, the emptied folders). Put
+    after a combine of everything that reads the parts: none is deleted while a retry could
+    still need it."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def process(self, _done: Any) -> Iterable[str]:
+        remove_parts(FileSystems.join(self.directory, "*" + PART_SUFFIX))
+        if is_local(self.directory):
+            # Empty folders left in a run would only puzzle whoever lists it.
+            folder = self.directory.rstrip("/")
+            for empty in (folder, os.path.dirname(folder)):
+                if empty == folder or os.path.basename(empty) == SPILL_DIR:
+                    with contextlib.suppress(OSError):
+                        os.rmdir(empty)
+        yield self.directory
+
+
+class _Spill(beam.DoFn):
+    def __init__(self, directory: str, coder: Coder) -> None:
+        self.directory = directory
+        self.coder = coder
+
+    def start_bundle(self) -> None:
+        self.writer = PartWriter(self.directory, self.coder)
+
+    def process(self, record: Any) -> Iterable[str]:
+        self.writer.add(record)
+        yield from self.writer.drain()
+
+    def finish_bundle(self):
+        self.writer.flush()
+        for path in self.writer.drain():
+            yield beam.utils.windowed_value.WindowedValue(
+                path, 0, [beam.transforms.window.GlobalWindow()])
+
+
+class SpillRecords(beam.PTransform):
+    """``PCollection[record]`` -> ``PCollection[part path]``: every record in a part file under
+    ``directory``, encoded with ``record_type``'s coder."""
+
+    def __init__(self, directory: str, record_type: type | None = None) -> None:
+        super().__init__()
+        self.directory = directory
+        self.record_type = record_type
+
+    def expand(self, records):
+        return records | "WriteParts" >> beam.ParDo(
+            _Spill(self.directory, coder_of(self.record_type))).with_output_types(str)
+
+
+class ReadSpilled(beam.PTransform):
+    """``PCollection[part path]`` -> ``PCollection[record]``: the parts' records, each part read
+    whole by one worker (the paths are spread first), one record decoded at a time."""
+
+    def __init__(self, record_type: type | None = None) -> None:
+        super().__init__()
+        self.record_type = record_type
+
+    def expand(self, parts):
+        coder = coder_of(self.record_type)
+        read = beam.FlatMap(lambda path: (coder.decode(data) for data in read_part(path)))
+        return (
+            parts
+            | "Spread" >> beam.Reshuffle()
+            | "ReadParts" >> (read.with_output_types(self.record_type) if self.record_type else read)
+        )
