@@ -60,6 +60,8 @@ def test_index_written_to_gcs_and_queried_back(bucket, tmp_path, monkeypatch) ->
         # Offsets are relative to the document text, wherever the document was read from.
         assert all(r["doc_id"] and r["end"] > r["start"] for r in table.select(["doc_id", "start", "end"]).to_pylist())
     assert rows == summary.counts["chunks"]
+    # Every record parked in a part file on the bucket was deleted once read.
+    assert FileSystems.match([f"{summary.run_dir}/_spill/**"])[0].metadata_list == []
     # doc ids are relative to the input root, exactly as for a local corpus.
     assert any(r.doc_id.startswith("manuals/") for r in search(f"{bucket}/index", "arm calibration warm up", k=3))
 
