@@ -62,16 +62,20 @@ class _WriteParts(beam.DoFn):
 
     def start_bundle(self) -> None:
         self.writers: dict[int, PartWriter] = {}
+        self.buffered = 0
 
     def process(self, record: Any) -> Iterable[tuple[int, str]]:
         shard = shard_of(self.shard_key(record), self.shards)
         writer = self.writers.get(shard)
         if writer is None:
             writer = self.writers[shard] = PartWriter(self.directory, self.coder, f"{shard:05d}-")
+        before = writer.size
         writer.add(record)
-        if sum(w.size for w in self.writers.values()) >= BUFFERED_BYTES:
-            for w in self.writers.values():
-                w.flush()
+        self.buffered += writer.size - before  # negative when the add wrote the part out
+        if self.buffered >= BUFFERED_BYTES:
+            for each in self.writers.values():
+                each.flush()
+            self.buffered = 0
         yield from self._written()
 
     def finish_bundle(self) -> Iterable[WindowedValue]:
