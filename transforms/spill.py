@@ -14,6 +14,7 @@ ever read. The parts are deleted once everything that reads them has run (:class
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import shutil
 import tempfile
@@ -24,6 +25,8 @@ import apache_beam as beam
 from apache_beam.coders import Coder, registry
 from apache_beam.coders.coder_impl import create_InputStream, create_OutputStream
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.windowed_value import WindowedValue
 
 from transforms import coders  # noqa: F401 - registers the record coders parts are written with
 from transforms.match import is_local
@@ -113,24 +116,25 @@ def remove_parts(pattern: str) -> int:
     return len(found)
 
 
+def _remove_spills(runs: str) -> int:
+    """The parts (and, locally, the ``_spill`` folders) of the run folders ``runs`` matches."""
+    removed = remove_parts(FileSystems.join(runs, SPILL_DIR, "*", "*" + PART_SUFFIX))
+    if is_local(runs):
+        for folder in glob.glob(os.path.join(runs, SPILL_DIR)):
+            shutil.rmtree(folder, ignore_errors=True)
+    return removed
+
+
 def remove_spill(run_dir: str) -> int:
     """Every part a run left, whatever stage parked it (a run that failed midway): for the
     driver, after the job. Returns how many parts there were."""
-    removed = remove_parts(FileSystems.join(run_dir, SPILL_DIR, "*", "*" + PART_SUFFIX))
-    if is_local(run_dir):
-        shutil.rmtree(os.path.join(run_dir, SPILL_DIR), ignore_errors=True)
-    return removed
+    return _remove_spills(run_dir)
 
 
 def remove_dead_spills(output: str) -> int:
     """The parts of earlier runs into ``output`` that died before removing them (killed
     mid-job). Only for the holder of the output's lease: no other run is writing there."""
-    removed = remove_parts(FileSystems.join(output, "*", SPILL_DIR, "*", "*" + PART_SUFFIX))
-    if is_local(output) and os.path.isdir(output):
-        for run in os.scandir(output):
-            if run.is_dir(follow_symlinks=False):
-                shutil.rmtree(os.path.join(run.path, SPILL_DIR), ignore_errors=True)
-    return removed
+    return _remove_spills(FileSystems.join(output, "*"))
 
 
 class RemoveParts(beam.DoFn):
@@ -144,12 +148,13 @@ class RemoveParts(beam.DoFn):
     def process(self, _done: Any) -> Iterable[str]:
         remove_parts(FileSystems.join(self.directory, "*" + PART_SUFFIX))
         if is_local(self.directory):
-            # Empty folders left in a run would only puzzle whoever lists it.
+            # Empty folders left in a run would only puzzle whoever lists it; rmdir leaves a
+            # folder another stage still parks in.
             folder = self.directory.rstrip("/")
-            for empty in (folder, os.path.dirname(folder)):
-                if empty == folder or os.path.basename(empty) == SPILL_DIR:
-                    with contextlib.suppress(OSError):
-                        os.rmdir(empty)
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)
+                if os.path.basename(os.path.dirname(folder)) == SPILL_DIR:
+                    os.rmdir(os.path.dirname(folder))
         yield self.directory
 
 
@@ -168,8 +173,7 @@ class _Spill(beam.DoFn):
     def finish_bundle(self):
         self.writer.flush()
         for path in self.writer.drain():
-            yield beam.utils.windowed_value.WindowedValue(
-                path, 0, [beam.transforms.window.GlobalWindow()])
+            yield WindowedValue(path, 0, [GlobalWindow()])
 
 
 class SpillRecords(beam.PTransform):

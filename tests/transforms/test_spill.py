@@ -125,3 +125,20 @@ def test_shard_writer_bounded_by_its_bundle_budget_loses_nothing(tmp_path, monke
         assert all(write.shard_of(doc_id, 5) == int(path.name[7:12]) for doc_id, _ in rows)
     assert sorted(r for path in files for r in pq.read_table(path).column("chunk_index").to_pylist()) \
         == list(range(200))
+
+
+def test_the_driver_removes_what_failed_and_killed_runs_parked(tmp_path) -> None:
+    from transforms.spill import remove_dead_spills, remove_spill
+
+    def park(run: str, stage: str) -> None:
+        writer = PartWriter(spill.spill_dir(str(tmp_path / run), stage), coder_of(str))
+        writer.add("a parked record")
+        writer.flush()
+
+    for run, stage in [("failed", "dedupe"), ("failed", "chunks"), ("killed", "boilerplate")]:
+        park(run, stage)
+    (tmp_path / "killed" / "chunks-00000-of-00001.parquet").write_bytes(b"kept as it was")
+    assert remove_spill(str(tmp_path / "failed")) == 2
+    assert not (tmp_path / "failed" / "_spill").exists() and (tmp_path / "killed" / "_spill").exists()
+    assert remove_dead_spills(str(tmp_path)) == 1
+    assert sorted(p.name for p in (tmp_path / "killed").iterdir()) == ["chunks-00000-of-00001.parquet"]
