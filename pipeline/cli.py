@@ -152,46 +152,6 @@ def _run_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return status
 
 
-def _query_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from pipeline.query import search
-
-    if args.k < 1:
-        print(f"chunkline query: -k must be at least 1, got {args.k}", file=err)
-        return 2
-    if not args.question.strip():
-        print("chunkline query: the question is empty", file=err)
-        return 2
-    from chunkline.metadata import parse_condition
-
-    try:
-        where = [parse_condition(spec) for spec in args.where]
-        hits = search(args.output, args.question, args.k, where, mode=args.mode, expand=args.expand)
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"chunkline query: {exc}", file=err)
-        return 2
-    if args.json:
-        import dataclasses
-        import json
-
-        rows = [dict(dataclasses.asdict(hit), rank=rank, metadata=json.loads(hit.metadata))
-                for rank, hit in enumerate(hits, 1)]
-        print(json.dumps({"mode": args.mode, "question": args.question, "hits": rows},
-                         ensure_ascii=False, indent=2), file=out)
-        return 0
-    for rank, hit in enumerate(hits, 1):
-        path = " › ".join(hit.headings) or "(no heading)"
-        snippet = " ".join(hit.text.split())
-        snippet = snippet if len(snippet) <= 240 else snippet[:239] + "…"
-        pages = ("" if hit.page_start is None else f"  p. {hit.page_start}" if hit.page_end == hit.page_start
-                 else f"  pp. {hit.page_start}-{hit.page_end}")
-        print(f"{rank}. {hit.score:.3f}  {hit.doc_id} [{hit.start}:{hit.end}]{pages}  {path}", file=out)
-        print(f"   {snippet}", file=out)
-        if hit.expanded_text is not None:
-            print(f"   expanded [{hit.expanded_start}:{hit.expanded_end}]: "
-                  f"{len(hit.expanded_text)} characters", file=out)
-    return 0
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="chunkline", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -235,25 +195,13 @@ def build_parser() -> argparse.ArgumentParser:
                             "chunks fell by more than output.max_shrink against LATEST")
     run_parser.set_defaults(handler=_run_command, beam_args=[])
 
+    from pipeline.query_command import add_arguments as add_query_arguments, query_command
+
     query_parser = commands.add_parser(
         "query", help="search an index's Parquet shards with the index's own model",
     )
-    query_parser.add_argument("output", help="output directory (holding LATEST) or a run directory")
-    query_parser.add_argument("question")
-    query_parser.add_argument("-k", type=int, default=5, help="hits to print (>= 1)")
-    query_parser.add_argument(
-        "--mode", choices=("hybrid", "dense", "sparse"), default="hybrid",
-        help="hybrid (default): dense and BM25 rankings fused by reciprocal rank (k=60); dense: "
-        "the model's vectors; sparse: BM25")
-    query_parser.add_argument("--json", action="store_true", help="hits as JSON")
-    query_parser.add_argument(
-        "--expand", type=int, default=0, metavar="N",
-        help="each hit with its neighbouring chunks, up to N tokens in all (exact offsets)")
-    query_parser.add_argument(
-        "--where", action="append", default=[], metavar="KEY=VALUE",
-        help="only chunks whose metadata KEY equals VALUE (an array: contains it); repeat to "
-        "require several; applied before ranking")
-    query_parser.set_defaults(handler=_query_command)
+    add_query_arguments(query_parser)
+    query_parser.set_defaults(handler=query_command)
 
     from pipeline.sync.command import add_arguments as add_sync_arguments, run_args as sync_command
 

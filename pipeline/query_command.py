@@ -1,0 +1,65 @@
+"""``chunkline query OUTPUT QUESTION``: the command around ``pipeline.query.search``."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TextIO
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The query options, for a ``query`` subparser of the chunkline CLI."""
+    parser.add_argument("output", help="output directory (holding LATEST) or a run directory")
+    parser.add_argument("question")
+    parser.add_argument("-k", type=int, default=5, help="hits to print (>= 1)")
+    parser.add_argument(
+        "--mode", choices=("hybrid", "dense", "sparse"), default="hybrid",
+        help="hybrid (default): dense and BM25 rankings fused by reciprocal rank (k=60); dense: "
+        "the model's vectors; sparse: BM25")
+    parser.add_argument("--json", action="store_true", help="hits as JSON")
+    parser.add_argument(
+        "--expand", type=int, default=0, metavar="N",
+        help="each hit with its neighbouring chunks, up to N tokens in all (exact offsets)")
+    parser.add_argument(
+        "--where", action="append", default=[], metavar="KEY=VALUE",
+        help="only chunks whose metadata KEY equals VALUE (an array: contains it); repeat to "
+        "require several; applied before ranking")
+
+
+def query_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from pipeline.query import search
+
+    if args.k < 1:
+        print(f"chunkline query: -k must be at least 1, got {args.k}", file=err)
+        return 2
+    if not args.question.strip():
+        print("chunkline query: the question is empty", file=err)
+        return 2
+    from chunkline.metadata import parse_condition
+
+    try:
+        where = [parse_condition(spec) for spec in args.where]
+        hits = search(args.output, args.question, args.k, where, mode=args.mode, expand=args.expand)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"chunkline query: {exc}", file=err)
+        return 2
+    if args.json:
+        import dataclasses
+        import json
+
+        rows = [dict(dataclasses.asdict(hit), rank=rank, metadata=json.loads(hit.metadata))
+                for rank, hit in enumerate(hits, 1)]
+        print(json.dumps({"mode": args.mode, "question": args.question, "hits": rows},
+                         ensure_ascii=False, indent=2), file=out)
+        return 0
+    for rank, hit in enumerate(hits, 1):
+        path = " › ".join(hit.headings) or "(no heading)"
+        snippet = " ".join(hit.text.split())
+        snippet = snippet if len(snippet) <= 240 else snippet[:239] + "…"
+        pages = ("" if hit.page_start is None else f"  p. {hit.page_start}" if hit.page_end == hit.page_start
+                 else f"  pp. {hit.page_start}-{hit.page_end}")
+        print(f"{rank}. {hit.score:.3f}  {hit.doc_id} [{hit.start}:{hit.end}]{pages}  {path}", file=out)
+        print(f"   {snippet}", file=out)
+        if hit.expanded_text is not None:
+            print(f"   expanded [{hit.expanded_start}:{hit.expanded_end}]: "
+                  f"{len(hit.expanded_text)} characters", file=out)
+    return 0
