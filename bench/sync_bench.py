@@ -50,7 +50,7 @@ def timed_sync(uri: str, run_id: str, run_dir: str, batch_size: int, sparse: boo
     finally:
         store.close()
     if not report.verification.ok:
-        raise SystemExit(f"{uri}: {report.verification.describe(len(rows))}")
+        raise SystemExit(f"{uri}: {report.verification.describe()}")
     return time.perf_counter() - started, loaded - started, report
 
 

@@ -19,9 +19,11 @@ from chunkline import (
     split_code,
 )
 
+from pipeline import exits
+
 DEFAULT_TOKENIZER = "hf:all-MiniLM-L6-v2"
 # Another run holds the output's lease: try again later (sysexits.h EX_TEMPFAIL).
-EXIT_OUTPUT_BUSY = 75
+EXIT_OUTPUT_BUSY = exits.BUSY
 
 
 def _split_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -121,7 +123,8 @@ def _run_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from pipeline.summary import format_summary
 
     try:
-        summary = run(config, args.beam_args, allow_shrink=args.allow_shrink)
+        summary = run(config, args.beam_args, allow_shrink=args.allow_shrink,
+                      start_over=args.start_over)
     except LeaseHeld as exc:
         print(f"chunkline run: {exc}", file=err)
         return EXIT_OUTPUT_BUSY
@@ -136,20 +139,22 @@ def _run_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return 1
     if config.sink is None:
         return 0
-    # The index is published either way; a store left behind is this command's failure, and a
-    # rerun of `chunkline sync` (or of the run, which reuses every vector) completes it.
+    # The index is published either way; a store left behind is its own status (not "not
+    # published", not "bad input"), and a rerun of `chunkline sync` (or of the run, which
+    # reuses every vector) completes it.
     from pipeline.sync.command import run_args as sync_command
 
     sync_args = argparse.Namespace(
-        output=config.output.path, to=config.sink.to, run=summary.run_id,
+        output=config.output.path, to=config.sink.to, run=summary.run_id, unpublished=False,
         batch_size=config.sink.batch_size, repair=False, check=False, quiet=True)
     status = sync_command(sync_args, out, err)
     if status:
         # sink.to is not repeated: a PostgreSQL URI may carry a password.
         print(f"chunkline run: run {summary.run_id} is published, but the sync into the sink "
-              f"failed (exit {status}); `chunkline sync {config.output.path} --to <sink.to>` "
+              f"failed (sync exit {status}); `chunkline sync {config.output.path} --to <sink.to>` "
               f"completes it", file=err)
-    return status
+        return exits.PUBLISHED_SINK_FAILED
+    return exits.OK
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -193,6 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
     run_parser.add_argument("--allow-shrink", action="store_true",
                             help="publish even if no document was kept or kept documents or "
                             "chunks fell by more than output.max_shrink against LATEST")
+    run_parser.add_argument("--start-over", action="store_true",
+                            help="the output has runs but no LATEST (it was lost): index from "
+                            "nothing, reusing no vector and comparing with no run")
     run_parser.set_defaults(handler=_run_command, beam_args=[])
 
     from pipeline.query_command import add_arguments as add_query_arguments, query_command
@@ -236,6 +244,11 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
     except BrokenPipeError:  # `chunkline split ... | head` is normal use, not an error
         sys.stderr.close()
         return 0
+    except KeyboardInterrupt:
+        # What was interrupted cleaned up on its way out (a run's lease and parts, a sync's
+        # lock); a hundred lines of Beam's stack say nothing more to the person who pressed it.
+        print(f"chunkline {args.command}: interrupted", file=err or sys.stderr)
+        return exits.INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -88,7 +88,9 @@ class Holder:
 
     def describe(self) -> str:
         since = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(self.started))
-        return f"run {self.run_id} (pid {self.pid} on {self.host}, since {since} UTC)"
+        # A run id has no spaces; another holder names itself in words ("sync of run ...").
+        who = self.run_id if " " in self.run_id else f"run {self.run_id}"
+        return f"{who} (pid {self.pid} on {self.host}, since {since} UTC)"
 
 
 def _process_start(pid: int) -> str:
@@ -100,12 +102,12 @@ def _process_start(pid: int) -> str:
 
 
 class _LocalStore:
-    def __init__(self, output: str, timeout: float) -> None:
-        self.path = Path(output) / LEASE_NAME
+    def __init__(self, output: str, timeout: float, name: str = LEASE_NAME) -> None:
+        self.path = Path(output) / name
         self.timeout = timeout
 
     def create(self, data: bytes, tag: str) -> bool:
-        staged = self.path.with_name(f"{LEASE_NAME}.{tag}.new")
+        staged = self.path.with_name(f"{self.path.name}.{tag}.new")
         staged.write_bytes(data)
         try:
             os.link(staged, self.path)
@@ -130,7 +132,7 @@ class _LocalStore:
     def replace(self, token: Any, data: bytes, tag: str) -> bool:
         """Swap a stale lease for ours. One taker per stale version: a marker named after the
         stale inode is created exclusively; losers see FileExistsError."""
-        marker = self.path.with_name(f"{LEASE_NAME}.takeover.{token[0]}")
+        marker = self.path.with_name(f"{self.path.name}.takeover.{token[0]}")
         try:
             fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
@@ -147,7 +149,7 @@ class _LocalStore:
         if current is None or current[2] != token:
             marker.unlink(missing_ok=True)
             return False
-        staged = self.path.with_name(f"{LEASE_NAME}.{tag}.new")
+        staged = self.path.with_name(f"{self.path.name}.{tag}.new")
         staged.write_bytes(data)
         os.replace(staged, self.path)
         marker.unlink(missing_ok=True)
@@ -171,7 +173,7 @@ class _LocalStore:
 
 
 class _GcsStore:
-    def __init__(self, output: str) -> None:
+    def __init__(self, output: str, name: str = LEASE_NAME) -> None:
         from google.cloud import storage
 
         bucket, _, prefix = output[len("gs://"):].partition("/")
@@ -181,8 +183,8 @@ class _GcsStore:
             client = storage.Client(project="chunkline", credentials=AnonymousCredentials())
         else:
             client = storage.Client()
-        name = f"{prefix.rstrip('/')}/{LEASE_NAME}" if prefix.strip("/") else LEASE_NAME
-        self.blob = client.bucket(bucket).blob(name)
+        path = f"{prefix.rstrip('/')}/{name}" if prefix.strip("/") else name
+        self.blob = client.bucket(bucket).blob(path)
 
     def _upload(self, data: bytes, generation: int) -> int | None:
         from google.api_core.exceptions import PreconditionFailed
@@ -232,15 +234,20 @@ class OutputLease:
     """``with OutputLease(output, run_id, timeout): ...`` holds the output for one run.
 
     Raises :class:`LeaseHeld` on entry when another live run holds it; ``check()`` raises
-    :class:`LeaseLost` when this run's lease was taken over.
+    :class:`LeaseLost` when this run's lease was taken over. ``name`` is the lease file's name
+    in ``output``; ``subject`` names what it guards in messages, ``timeout_setting`` the setting
+    that sets ``timeout`` (a store's sync lock uses the same lease under its own name).
     """
 
     def __init__(self, output: str, run_id: str, timeout: float,
-                 renew_every: float | None = None) -> None:
+                 renew_every: float | None = None, name: str = LEASE_NAME,
+                 subject: str | None = None, timeout_setting: str = "output.lease_timeout_s") -> None:
         self.output, self.run_id, self.timeout = output, run_id, timeout
+        self.subject = subject or output
+        self.timeout_setting = timeout_setting
         self.renew_every = renew_every if renew_every is not None else min(60.0, timeout / 5)
-        self.store = (_GcsStore(output) if output.startswith("gs://")
-                      else _LocalStore(output, timeout))
+        self.store = (_GcsStore(output, name) if output.startswith("gs://")
+                      else _LocalStore(output, timeout, name))
         self._token: Any = None
         self._lost = False
         self._stop = threading.Event()
@@ -257,21 +264,33 @@ class OutputLease:
                 if not stale:
                     who = holder.describe() if holder else "an unknown run"
                     raise LeaseHeld(
-                        f"{self.output} is being written by {who}; lease renewed {age:.0f} s ago. "
+                        f"{self.subject} is being written by {who}; lease renewed {age:.0f} s ago. "
                         f"Wait for it, or, if that run is dead on another machine, the lease is "
-                        f"taken over once it is {self.timeout:.0f} s old (output.lease_timeout_s)")
+                        f"taken over once it is {self.timeout:.0f} s old ({self.timeout_setting})")
                 why = "its process is gone" if holder is not None and holder.is_dead_here() \
                     else f"not renewed for {age:.0f} s"
                 if not self.store.replace(token, data, self.run_id):
-                    raise LeaseHeld(f"{self.output}: another run took over a stale lease first")
-                log.warning("took over the lease on %s from %s (%s)", self.output,
+                    raise LeaseHeld(f"{self.subject}: another run took over a stale lease first")
+                log.warning("took over the lease on %s from %s (%s)", self.subject,
                             holder.describe() if holder else "an unreadable lease", why)
             elif not self.store.create(data, self.run_id):
-                raise LeaseHeld(f"{self.output}: another run took the lease at the same moment")
+                raise LeaseHeld(f"{self.subject}: another run took the lease at the same moment")
         self._token = self.store.read()[2]
         self._renewer = threading.Thread(target=self._renew_loop, name="chunkline-lease",
                                          daemon=True)
         self._renewer.start()
+
+    def live_holder(self) -> str | None:
+        """Who holds the lease now, when it is live (not stale, not dead here); None otherwise.
+        Reads only: nothing is created or taken over."""
+        current = self.store.read()
+        if current is None:
+            return None
+        content, age, _ = current
+        holder = Holder.parse(content)
+        if age > self.timeout or (holder is not None and holder.is_dead_here()):
+            return None
+        return holder.describe() if holder else "an unknown holder"
 
     def _renew_loop(self) -> None:
         while not self._stop.wait(self.renew_every):

@@ -56,6 +56,26 @@ def resolve_run(path: str) -> str | None:
     return latest_run(path)
 
 
+def complete_runs(output: str) -> list[str]:
+    """The run directories of ``output`` that could have been published (a valid manifest,
+    reconciled, not held back), newest first (run ids begin with their UTC start time). What a
+    lost LATEST leaves behind."""
+    try:
+        matched = FileSystems.match([FileSystems.join(output, "*", MANIFEST)])[0].metadata_list
+    except Exception:  # noqa: BLE001 - an output that cannot be listed has no runs to offer
+        return []
+    runs = []
+    for found in matched:
+        run_dir = found.path[: -len(MANIFEST) - 1]
+        try:
+            manifest = load_manifest(run_dir)
+        except (ManifestError, FileNotFoundError):
+            continue
+        if manifest.get("reconciled", True) and not manifest.get("held_back"):
+            runs.append(run_dir)
+    return sorted(runs, key=lambda path: path.rstrip("/").rsplit("/", 1)[-1], reverse=True)
+
+
 def load_manifest(run_dir: str) -> dict[str, Any]:
     """The run's manifest, checked for the fields every reader relies on."""
     path = FileSystems.join(run_dir, MANIFEST)

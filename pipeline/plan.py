@@ -20,7 +20,8 @@ from chunkline.context import context_reserve, resolve_api_key
 from chunkline.sizers import model_fingerprint
 from chunkline.splitting.core import check_budget
 from pipeline.config import Config, to_dict
-from pipeline.manifest import ManifestError, latest_run, load_manifest, resolve_run, table_files
+from pipeline.manifest import (ManifestError, complete_runs, latest_run, load_manifest, resolve_run,
+                               table_files)
 from pipeline.options import StageOptions, stage_options
 
 log = logging.getLogger("chunkline.run")
@@ -181,10 +182,35 @@ def check_output_apart(pattern: str, output: str) -> None:
                              f"input would be skipped as output")
 
 
-def preflight(config: Config, run_id: str) -> None:
+def check_latest(output: str, previous: str | None, start_over: bool) -> None:
+    """A lost LATEST is not a first run: when ``output`` has no LATEST but holds complete runs
+    (a cleanup script, a partial copy), a run would publish with nothing to compare with and
+    reuse nothing, so it stops here, naming the newest complete run and the ways out:
+    ``--previous`` to reuse and compare with a run, ``--start-over`` to index from nothing. An
+    output with no run at all starts its first run."""
+    if FileSystems.exists(FileSystems.join(output, "LATEST")):
+        if start_over:
+            raise PreflightError(f"--start-over: {output}/LATEST names a run, so there is nothing "
+                                 "to start over from; --set output.reuse_latest=false embeds "
+                                 "everything again")
+        return
+    if start_over or previous:
+        return
+    runs = complete_runs(output)
+    if runs:
+        newest = runs[0].rstrip("/").rsplit("/", 1)[-1]
+        raise PreflightError(
+            f"{output} has no LATEST but holds {len(runs)} complete run(s), the newest {newest}: "
+            f"LATEST was lost, and without it this run would reuse no vector and publish with no "
+            f"guard. Restore it (echo {newest} > {output}/LATEST), or pass --previous "
+            f"{FileSystems.join(output, newest)} to reuse that run and compare with it, or "
+            f"--start-over to index from nothing")
+
+
+def preflight(config: Config, run_id: str, start_over: bool = False) -> None:
     """Everything that can fail before the job, checked before it: the input matches files, the
-    tokenizer spec loads, the device exists, the output is writable. (The model and the budget
-    are checked by :func:`plan`.)"""
+    tokenizer spec loads, the device exists, the output is writable, a lost LATEST is not taken
+    for a first run. (The model and the budget are checked by :func:`plan`.)"""
     from chunkline import TokenizerNotAvailable, get_tokenizer
     from transforms.model_cache import local_tokenizer_spec
 
@@ -198,6 +224,7 @@ def preflight(config: Config, run_id: str) -> None:
     if config.embed is not None:
         check_device(config.embed.device)
     check_output_writable(config.output.path, run_id)
+    check_latest(config.output.path, config.output.previous, start_over)
 
 
 def warn_truncation(options) -> float:

@@ -22,8 +22,9 @@ from chunkline.context import estimate_cost, over_failure_budget, summary_lines
 from pipeline.build import build
 from pipeline.config import Config, to_dict
 from pipeline.lease import OutputLease
-from pipeline.manifest import ManifestError, latest_run, load_manifest
+from pipeline.manifest import ManifestError, latest_run, load_manifest, resolve_run
 from pipeline.plan import new_run_id, plan, preflight
+from pipeline.redact import redacted_config
 from pipeline.summary import RunSummary
 from pipeline.timing import stage_seconds
 from transforms.spill import remove_dead_spills, remove_spill
@@ -35,15 +36,17 @@ from transforms.counters import (
 log = logging.getLogger("chunkline.run")
 
 
-def shrink_guard(counts: dict[str, int], output: str, max_shrink: float) -> list[str]:
-    """Why this run must not replace the run LATEST names: no document kept, or kept documents
-    or chunks fell by more than ``max_shrink`` (an unmounted disk or a bad pattern looks like a
-    corpus that emptied overnight)."""
+def shrink_guard(counts: dict[str, int], output: str, max_shrink: float,
+                 baseline: str | None = None) -> list[str]:
+    """Why this run must not replace the run LATEST names (or, with no LATEST, ``baseline``:
+    the run ``--previous`` named): no document kept, or kept documents or chunks fell by more
+    than ``max_shrink`` (an unmounted disk or a bad pattern looks like a corpus that emptied
+    overnight)."""
     reasons = []
     if counts.get("kept", 0) == 0:
         reasons.append(f"no document kept ({counts.get('documents', 0)} read)")
     try:
-        previous = latest_run(output)
+        previous = latest_run(output) or baseline
         before = load_manifest(previous)["counts"] if previous else None
     except ManifestError as exc:
         # Nothing to compare with is no licence to publish: the damage may be the same fault
@@ -58,6 +61,17 @@ def shrink_guard(counts: dict[str, int], output: str, max_shrink: float) -> list
             reasons.append(f"{name} fell from {old:,} to {new:,} ({(new - old) / old:+.0%}) "
                            f"against {previous}, more than output.max_shrink {max_shrink:g}")
     return reasons
+
+
+def _baseline(config: Config) -> str | None:
+    """The run ``--previous`` names, when no LATEST exists: what a run after a lost LATEST is
+    compared with (``pipeline.plan.check_latest``)."""
+    if not config.output.previous:
+        return None
+    try:
+        return resolve_run(config.output.previous)
+    except ManifestError:
+        return None
 
 
 def _runner(config: Config):
@@ -160,13 +174,14 @@ def publish(output: str, run_id: str) -> None:
     FileSystems.rename([staged], [latest])
 
 
-def run(config: Config, beam_args: Sequence[str] = (), allow_shrink: bool = False) -> RunSummary:
+def run(config: Config, beam_args: Sequence[str] = (), allow_shrink: bool = False,
+        start_over: bool = False) -> RunSummary:
     """Run the job to completion under the output's lease; the manifest is written only after
     every shard exists, and LATEST switched only for a run that reconciles and passes the
     publish guard (:func:`shrink_guard`; ``allow_shrink`` overrides the guard, nothing else)."""
     started = time.monotonic()
     run_id = new_run_id(config)
-    preflight(config, run_id)
+    preflight(config, run_id, start_over)
     with OutputLease(config.output.path, run_id, config.output.lease_timeout_s) as lease:
         return _run_leased(config, beam_args, allow_shrink, run_id, lease, started)
 
@@ -221,7 +236,8 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
         if over_failure_budget(counters, context_opts):
             problems.append(f"context: {counters['chunks_failed']} chunks failed, over the failure "
                             f"budget of {context_opts.max_failures}")
-    held_back = [] if problems else shrink_guard(counts, config.output.path, config.output.max_shrink)
+    held_back = [] if problems else shrink_guard(counts, config.output.path, config.output.max_shrink,
+                                                 _baseline(config))
     if allow_shrink and held_back:
         log.warning("publishing despite the guard (--allow-shrink): %s", "; ".join(held_back))
         held_back = []
@@ -236,7 +252,9 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
         "chunkline_version": getattr(chunkline, "__version__", "0.1.0"),
         "beam_version": beam.__version__,
         "runner": config.runner.name,
-        "config": to_dict(config),
+        # Store URIs and base URLs may carry passwords or tokens: the manifest travels with the
+        # index (to gs://, to every reader), so it records them masked.
+        "config": redacted_config(to_dict(config)),
         "split": {"tokenizer": job.tokenizer_spec, "max_tokens": job.max_tokens,
                   "overlap": config.split.overlap, "markdown": config.split.markdown},
         "model": model,

@@ -1,8 +1,10 @@
 """``chunkline sync OUTPUT --to URI``: the command around ``pipeline.sync.core.sync``.
 
-Exit status: 0 when the store equals the run (verified), 1 when verification found a
-difference (named on stderr), 2 for a usage error (no run, an unknown URI, a store that cannot
-hold the run or cannot be reached).
+Exit status (``pipeline.exits``): 0 when the store equals the run (verified); 1 when
+verification found a difference (named on stderr); 2 for a usage error (no such run, a run
+not published without ``--unpublished``, an unknown URI, a store that cannot hold the run, a
+damaged index file); 69 when the store cannot be reached or a write failed (retry: the next sync
+resumes); 75 when another sync holds the store (retry later).
 """
 
 from __future__ import annotations
@@ -30,7 +32,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--to", required=True, metavar="URI",
                         help="the store: a directory or lancedb:///dir, postgresql://..., "
                              "qdrant:///dir, http(s)://host:6333; ?table=NAME (default chunks)")
-    parser.add_argument("--run", metavar="RUN_ID", help="sync this run of OUTPUT instead of LATEST")
+    parser.add_argument("--run", metavar="RUN_ID",
+                        help="sync this run of OUTPUT (a run id, a directory name under OUTPUT) "
+                             "instead of the one LATEST names")
+    parser.add_argument("--unpublished", action="store_true",
+                        help="allow --run to name a run that was not published (held back by "
+                             "the publish guard, or not reconciled)")
     parser.add_argument("--batch-size", type=int, default=1000, metavar="N",
                         help="rows per write (one transaction or commit each; default 1000)")
     parser.add_argument("--repair", action="store_true",
@@ -42,65 +49,153 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_args(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
-    """Run a sync from parsed ``add_arguments`` options; the exit status."""
+    """Run a sync from parsed ``add_arguments`` options; the exit status (``pipeline.exits``)."""
     # Imported here, not above: the chunkline CLI builds this parser for every command, and
     # Beam's filesystems and the store clients take seconds to import.
-    from apache_beam.io.filesystems import FileSystems
-
-    from pipeline.manifest import ManifestError, load_manifest, resolve_run
-    from pipeline.sync.core import StoreError, check, stderr_progress, sync
+    from pipeline import exits
+    from pipeline.manifest import ManifestError
+    from pipeline.redact import redacted
+    from pipeline.sync.core import StoreBusy, check, stderr_progress, sync
     from pipeline.sync.rows import load_rows
-    from pipeline.sync.uri import open_store, redacted
+    from pipeline.sync.uri import open_store
 
     if args.batch_size < 1:
         print(f"error: --batch-size must be >= 1, got {args.batch_size}", file=err)
-        return 2
+        return exits.USAGE
     try:
-        run_dir = FileSystems.join(args.output, args.run) if args.run else resolve_run(args.output)
-        if run_dir is None:
-            raise ManifestError(f"no manifest.json or LATEST under {args.output}: run `chunkline run` first")
-        manifest = load_manifest(run_dir)
+        run_dir, manifest, notes = select_run(args.output, args.run, getattr(args, "unpublished", False))
         rows = load_rows(run_dir, manifest)
-        store = open_store(args.to)
-    except (ManifestError, ValueError, FileNotFoundError, StoreError) as exc:
-        print(f"error: {exc}", file=err)
-        return 2
-    if args.check:
-        try:
-            found = check(store, rows, sparse=bool(manifest.get("bm25")))
-        except (ValueError, StoreError) as exc:
-            print(f"error: {exc}", file=err)
-            return 2
-        finally:
-            store.close()
-        if not found.ok:
-            print(f"error: {redacted(args.to)} does not match run {manifest['run_id']}: "
-                  f"{found.describe(len(rows))}", file=err)
-            return 1
-        print(f"verified: {found.rows} rows match run {manifest['run_id']}", file=out)
-        return 0
+    except (ManifestError, ValueError, FileNotFoundError) as exc:
+        print(f"error: {redacted(str(exc))}", file=err)
+        return exits.USAGE
+    for note in notes:
+        print(f"note: {note}", file=err)
+    where, store = redacted(args.to), None
     try:
-        report = sync(store, manifest["run_id"], rows, args.batch_size,
-                      sparse=bool(manifest.get("bm25")), repair=args.repair,
-                      progress=None if args.quiet else stderr_progress)
-    except (ValueError, StoreError) as exc:
-        print(f"error: {exc}", file=err)
-        return 2
+        store = open_store(args.to)
+        where = store_name(store, args.to)
+        if args.check:
+            found = check(store, rows, sparse=bool(manifest.get("bm25")))
+        else:
+            report = sync(store, manifest["run_id"], rows, args.batch_size,
+                          sparse=bool(manifest.get("bm25")), repair=args.repair,
+                          progress=None if args.quiet else stderr_progress)
+    except StoreBusy as exc:
+        print(f"error: {where}: busy: {redacted(str(exc))}", file=err)
+        return exits.BUSY
+    except ValueError as exc:
+        print(f"error: {where}: {redacted(str(exc))}", file=err)
+        return exits.USAGE
+    except Exception as exc:  # noqa: BLE001 - narrowed by _store_failure, re-raised otherwise
+        if not _store_failure(exc):
+            raise
+        print(f"error: {where}: {redacted(_one_line(exc))}; retry: the next sync resumes", file=err)
+        return exits.STORE_UNAVAILABLE
     finally:
-        store.close()
-    print(summary(report), file=out, flush=True)
+        try:
+            if store is not None:
+                store.close()
+        except Exception:  # noqa: BLE001 - a failed close must not hide the sync's own status
+            pass
+    if args.check:
+        note = found.format_note()
+        if not found.ok:
+            print(f"error: {where} does not match run {manifest['run_id']}: {found.describe()}",
+                  file=err)
+            return exits.NOT_DONE
+        print(f"verified: {found.rows} rows match run {manifest['run_id']} in {where}", file=out)
+        if note:
+            print(f"note: {note}", file=out)
+        return exits.OK
+    print(summary(report, where), file=out, flush=True)
     if not report.verification.ok:
-        print(f"error: {redacted(args.to)} does not match run {report.run_id}: "
-              f"{report.verification.describe(len(rows))}. Run the sync again with --repair to "
+        print(f"error: {where} does not match run {report.run_id}: "
+              f"{report.verification.describe()}. Run the sync again with --repair to "
               "rewrite those rows.", file=err)
-        return 1
-    return 0
+        return exits.NOT_DONE
+    return exits.OK
 
 
-def summary(report: Report) -> str:
+def select_run(output: str, run: str | None, unpublished: bool = False) -> tuple[str, dict, list[str]]:
+    """(run directory, manifest, notes for the operator) of the run to sync: ``run`` of
+    ``output``, or the run LATEST names (``output`` may itself be a run directory). A run that
+    was not published needs ``unpublished``; ManifestError naming what is wrong otherwise."""
+    from apache_beam.io.filesystems import FileSystems
+
+    from pipeline.manifest import MANIFEST, ManifestError, complete_runs, latest_run, load_manifest, resolve_run
+
+    latest = None
+    if run is not None:
+        if not run or "/" in run or "\\" in run or run in (".", ".."):
+            raise ManifestError(f"--run takes the id of a run of {output} (a directory name under "
+                                f"it), got {run!r}; to sync a run of another index, give that "
+                                f"index as OUTPUT")
+        run_dir = FileSystems.join(output, run)
+        if not FileSystems.exists(FileSystems.join(run_dir, MANIFEST)):
+            raise ManifestError(f"{output} has no run {run!r} (no {run_dir}/{MANIFEST})")
+        latest = latest_run(output)
+    else:
+        run_dir = resolve_run(output)
+        if run_dir is None:
+            found = complete_runs(output)
+            hint = (f"; it holds complete runs (newest {found[0].rsplit('/', 1)[-1]}): pass "
+                    f"--run to sync one") if found else ": run `chunkline run` first"
+            raise ManifestError(f"no manifest.json or LATEST under {output}{hint}")
+        latest = run_dir
+    manifest = load_manifest(run_dir)
+    notes = []
+    why = ([f"held back by the publish guard ({'; '.join(manifest['held_back'])})"]
+           if manifest.get("held_back") else [])
+    if manifest.get("reconciled") is False:
+        why.append(f"not reconciled ({'; '.join(manifest.get('problems') or [])})")
+    latest_name = latest.rstrip("/").rsplit("/", 1)[-1] if latest else None
+    named = f"LATEST names {latest_name}" if latest_name else "nothing is published"
+    if why:
+        if not unpublished:
+            raise ManifestError(f"run {manifest['run_id']} was not published: {'; '.join(why)}; "
+                                f"{named}. Pass --unpublished to sync it anyway")
+        notes.append(f"syncing run {manifest['run_id']}, which was not published "
+                     f"({'; '.join(why)}); {named}")
+    elif latest_name and latest_name != manifest["run_id"]:
+        notes.append(f"syncing run {manifest['run_id']}, not the one LATEST names ({latest_name})")
+    return run_dir, manifest, notes
+
+
+def store_name(store, uri: str) -> str:
+    """The store in words, for every message: which table where (passwords masked)."""
+    from pipeline.redact import redacted
+
+    return getattr(store, "where", None) or redacted(uri)
+
+
+def _one_line(exc: BaseException) -> str:
+    from pipeline.sync.core import StoreError
+
+    text = " ".join(str(exc).split())
+    if isinstance(exc, StoreError) and text:
+        return text
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _store_failure(exc: BaseException) -> bool:
+    """A failure of the store or its client (a connection dropped, a disk full, a refused
+    write), as opposed to a bug of ours: reported in one line, worth a retry."""
+    from pipeline.sync.core import StoreError
+
+    module = type(exc).__module__.split(".")[0]
+    return (isinstance(exc, (StoreError, OSError, RuntimeError))
+            or module in ("psycopg", "lance", "lancedb", "qdrant_client", "httpx", "grpc"))
+
+
+def summary(report: Report, where: str = "") -> str:
     resumed = " (resumed an unfinished sync)" if report.resumed else ""
-    lines = [f"synced run {report.run_id}{resumed}: {report.written} written, {report.deleted} "
+    into = f" into {where}" if where else ""
+    lines = [f"synced run {report.run_id}{into}{resumed}: {report.written} written, {report.deleted} "
              f"deleted, {report.unchanged} unchanged (store held {report.previous or 'nothing'})"]
+    if report.format_from is not None:
+        lines.append(f"upgraded: the store's digests were row format {report.format_from}; every "
+                     f"row whose digest changed with the format was rewritten once "
+                     f"(counted in written above)")
     if report.verification.ok:
         lines.append(f"verified: {report.verification.rows} rows, every synced column of every row")
     lines.extend(report.notes)

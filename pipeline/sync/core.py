@@ -1,35 +1,44 @@
-"""Make a vector store equal to a run, resumably, and prove it.
+"""Make a vector store equal to a run, resumably, one sync at a time, and prove it.
 
-The store keeps two things of its own (``Store``): each row's digest beside the row (written in
-the same upsert as the row, so a row and its digest are never apart), and one state record: the
-last run fully synced and verified, and the run a sync has begun (``SyncState``). A sync:
+The store keeps three things of its own (``Store``): each row's digest beside the row (written in
+the same upsert as the row, so a row and its digest are never apart), one state record (the
+last run fully synced and verified, the run a sync has begun, the row format its digests were
+computed in: ``SyncState``), and a lock held by the sync writing it. A sync:
 
-1. reads the run's rows and their digests (``pipeline.sync.rows``);
-2. plans against the digests the store holds (``pipeline.sync.plan``): a sync killed between
+1. takes the store's lock (``Store.lock``): a second sync fails at once with ``StoreBusy``;
+   a lock whose holder died is taken over (each store's module says how);
+2. reads the run's rows and their digests (``pipeline.sync.rows``);
+3. plans against the digests the store holds (``pipeline.sync.plan``): a sync killed between
    (or inside) batches left only whole rows with their own digests, so the next sync writes
    exactly what is still missing: it resumes;
-3. marks the state as syncing that run (still naming the last verified one), deletes and upserts
+4. marks the state as syncing that run (still naming the last verified one), deletes and upserts
    in batches, then refreshes the store's indexes;
-4. reads every row back and recomputes its digest from the values the store returns, so a row
-   edited or deleted behind the tool's back, or a lost write, is found; only then does the state
-   name the run. A crash anywhere before leaves the state naming the previous run.
+5. reads every row back and recomputes its digest from the values the store returns, so a row
+   edited, deleted or duplicated behind the tool's back, or a lost write, is found; only then
+   does the state name the run. A crash anywhere before leaves the state naming the previous run.
 """
 
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
-from typing import Callable, Protocol, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field, fields
+from typing import Callable, Iterable, Protocol, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.sync.plan import Plan, batches, make_plan
-from pipeline.sync.rows import DIGEST, row_digests, set_digest
+from pipeline.sync.rows import DIGEST, ROW_FORMAT, row_digests, set_digest
 
 
 class StoreError(Exception):
-    """The store cannot be reached or opened (no server, refused, locked by another process)."""
+    """The store cannot be reached, opened or written (no server, refused, a write failed):
+    worth a retry, which resumes."""
+
+
+class StoreBusy(Exception):
+    """Another sync holds the store's lock."""
 
 
 @dataclass(frozen=True)
@@ -38,21 +47,41 @@ class SyncState:
     syncing: str | None = None  # a run whose sync began and did not finish (verified)
     chunks: int = 0  # rows of ``run_id``
     digest: str = ""  # ``rows.set_digest`` of ``run_id``'s rows
+    # The ``rows.ROW_FORMAT`` the stored digests were computed in; a state written before
+    # formats were recorded is format 1.
+    row_format: int = 1
+
+    @classmethod
+    def from_record(cls, record: dict) -> "SyncState":
+        """From a stored record, keys unknown to this version ignored, missing ones defaulted."""
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in record.items() if k in known}
+        if values.get("row_format") is None:
+            values.pop("row_format", None)
+        return cls(**values)
 
 
 class Store(Protocol):
     """A vector store holding one run's rows (``rows.schema(dim)``), keyed by chunk_id."""
 
-    def open(self, dim: int, sparse: bool) -> None:
-        """Create what is missing (table, state); raise ValueError if what exists cannot hold
-        these rows (another dimension)."""
+    def lock(self, holder: str) -> AbstractContextManager:
+        """Held for a whole sync: raises StoreBusy on entry when another live sync holds it.
+        ``holder`` names this sync in the other's message."""
+
+    def busy(self) -> str | None:
+        """Who holds the lock now (a live sync), or None; takes nothing, writes nothing."""
+
+    def open(self, dim: int, sparse: bool, create: bool = True) -> bool:
+        """Open the table and state, creating what is missing when ``create``; False when there
+        is nothing (and ``create`` is off). ValueError if what exists cannot hold these rows
+        (another dimension, someone else's table)."""
 
     def state(self) -> SyncState | None: ...
 
     def save_state(self, state: SyncState) -> None: ...
 
-    def digests(self) -> dict[str, str]:
-        """chunk_id -> the ``row_digest`` stored with the row."""
+    def digests(self) -> Iterable[tuple[str, str]]:
+        """(chunk_id, the ``row_digest`` stored with the row) for every row, duplicates kept."""
 
     def upsert(self, rows: pa.Table) -> None:
         """Insert or replace ``rows`` (``rows.schema(dim)``, digest included) by chunk_id."""
@@ -71,24 +100,41 @@ class Store(Protocol):
 
 @dataclass(frozen=True)
 class Verification:
-    rows: int
+    rows: int  # rows the store holds
+    expected: int  # rows of the run
     missing: tuple[str, ...] = ()  # in the run, not in the store
     extra: tuple[str, ...] = ()  # in the store, not in the run
     differ: tuple[str, ...] = ()  # a synced value differs from the run's
     stale: tuple[str, ...] = ()  # values right, the stored row_digest wrong
+    duplicate: tuple[str, ...] = ()  # held in more than one row
+    # The row format of the store's recorded digests when older than this version's: its
+    # digests are expected to differ (``stale``), and the next sync rewrites those rows once.
+    store_format: int = ROW_FORMAT
+
+    @property
+    def outdated(self) -> bool:
+        return self.store_format < ROW_FORMAT
 
     @property
     def ok(self) -> bool:
-        return not (self.missing or self.extra or self.differ or self.stale)
+        drift = self.missing or self.extra or self.differ or self.duplicate
+        return not drift and (not self.stale or self.outdated) and self.rows == self.expected
 
-    def describe(self, expected: int) -> str:
-        parts = [f"store holds {self.rows} rows, the run {expected}"]
+    def describe(self) -> str:
+        parts = [f"the store holds {self.rows:,} rows for the run's {self.expected:,}"]
         for name, ids in (("missing", self.missing), ("not in the run", self.extra),
-                          ("values differ", self.differ), ("stored row_digest wrong", self.stale)):
+                          ("values differ", self.differ), ("held more than once", self.duplicate),
+                          ("stored row_digest wrong", () if self.outdated else self.stale)):
             if ids:
                 shown = ", ".join(ids[:5]) + (f", ... ({len(ids)} in all)" if len(ids) > 5 else "")
                 parts.append(f"{name}: {shown}")
         return "; ".join(parts)
+
+    def format_note(self) -> str | None:
+        if not self.outdated:
+            return None
+        return (f"the store's digests are in row format {self.store_format}, this chunkline's "
+                f"{ROW_FORMAT}: the next sync rewrites {len(self.stale):,} rows once (not drift)")
 
 
 @dataclass(frozen=True)
@@ -101,35 +147,66 @@ class Report:
     previous: str | None  # the run the store held, verified, before
     verification: Verification
     notes: tuple[str, ...] = field(default=())
+    format_from: int | None = None  # the store's older row format, rewritten by this sync
 
 
-def verify(store: Store, run: pa.Table) -> Verification:
-    """Every row the store returns, its digest recomputed from the values, against the run's."""
+def verify(store: Store, run: pa.Table, store_format: int = ROW_FORMAT) -> Verification:
+    """Every row the store returns, its digest recomputed from the values, against the run's,
+    row by row: a chunk held twice is found even where both copies are right."""
     held = store.read_all()
-    recomputed = dict(zip(held.column("chunk_id").to_pylist(), row_digests(held)))
-    recorded = dict(zip(held.column("chunk_id").to_pylist(), held.column(DIGEST).to_pylist()))
+    held_ids = held.column("chunk_id").to_pylist()
+    recomputed = row_digests(held)
+    recorded = held.column(DIGEST).to_pylist()
     expected = dict(zip(run.column("chunk_id").to_pylist(), run.column(DIGEST).to_pylist()))
+    seen: set[str] = set()
+    duplicate, differ, stale = set(), set(), set()
+    for chunk_id, value, stored in zip(held_ids, recomputed, recorded):
+        if chunk_id in seen:
+            duplicate.add(chunk_id)
+        seen.add(chunk_id)
+        if chunk_id not in expected:
+            continue
+        if expected[chunk_id] != value:
+            differ.add(chunk_id)
+        elif stored != value:
+            stale.add(chunk_id)
     return Verification(
-        rows=len(held),
-        missing=tuple(sorted(expected.keys() - recomputed.keys())),
-        extra=tuple(sorted(recomputed.keys() - expected.keys())),
-        differ=tuple(sorted(c for c, d in recomputed.items() if c in expected and expected[c] != d)),
-        stale=tuple(sorted(c for c, d in recomputed.items()
-                           if c in expected and expected[c] == d and recorded[c] != d)),
-    )
+        rows=len(held), expected=len(run),
+        missing=tuple(sorted(expected.keys() - seen)),
+        extra=tuple(sorted(seen - expected.keys())),
+        differ=tuple(sorted(differ)), stale=tuple(sorted(stale)),
+        duplicate=tuple(sorted(duplicate)), store_format=store_format)
 
 
 def check(store: Store, run: pa.Table, sparse: bool) -> Verification:
-    """Verify ``store`` against ``run`` and write nothing (``chunkline sync --check``)."""
-    store.open(run.schema.field("vector").type.list_size, sparse)
-    return verify(store, run)
+    """Verify ``store`` against ``run`` and write nothing (``chunkline sync --check``): no
+    table, state or lock is created; a store with nothing in it holds 0 rows. StoreBusy while
+    a sync is writing it (what it holds then is half of one run)."""
+    holder = store.busy()
+    if holder:
+        raise StoreBusy(f"a sync is writing this store ({holder}): check again when it is done")
+    if not store.open(run.schema.field("vector").type.list_size, sparse, create=False):
+        return Verification(rows=0, expected=len(run), missing=tuple(run.column("chunk_id").to_pylist()))
+    state = store.state()
+    found = verify(store, run, state.row_format if state else ROW_FORMAT)
+    holder = store.busy()
+    if holder:
+        raise StoreBusy(f"a sync began writing this store during the check ({holder}): check "
+                        "again when it is done")
+    return found
 
 
 def sync(store: Store, run_id: str, run: pa.Table, batch_size: int, sparse: bool,
          repair: bool = False, progress: Callable[[str], None] | None = None) -> Report:
-    """Make ``store`` equal to ``run`` (``rows.load_rows``) and verify it. ``repair``: plan from
-    the values the store holds (read back whole) instead of its recorded digests, so rows
-    edited behind the tool's back are written again."""
+    """Make ``store`` equal to ``run`` (``rows.load_rows``) and verify it, holding the store's
+    lock throughout. ``repair``: plan from the values the store holds (read back whole)
+    instead of its recorded digests, so rows edited behind the tool's back are written again."""
+    with store.lock(run_id):
+        return _sync_locked(store, run_id, run, batch_size, sparse, repair, progress)
+
+
+def _sync_locked(store: Store, run_id: str, run: pa.Table, batch_size: int, sparse: bool,
+                 repair: bool, progress: Callable[[str], None] | None) -> Report:
     say = progress or (lambda line: None)
     dim = run.schema.field("vector").type.list_size
     store.open(dim, sparse)
@@ -140,25 +217,28 @@ def sync(store: Store, run_id: str, run: pa.Table, batch_size: int, sparse: bool
         held = store.read_all()
         # A row is kept only where its values and its recorded digest both agree with each
         # other; a wrong recorded digest (right values) is rewritten too, or it would stay wrong.
-        holding = {chunk_id: value if value == recorded else ""
+        holding = [(chunk_id, value if value == recorded else "")
                    for chunk_id, value, recorded in zip(held.column("chunk_id").to_pylist(),
-                                                        row_digests(held), held.column(DIGEST).to_pylist())}
+                                                        row_digests(held), held.column(DIGEST).to_pylist())]
     else:
-        holding = store.digests()
+        holding = list(store.digests())
     plan = make_plan(wanted, holding)
     if not plan.empty:
         # Marked before the first write: a crash from here on leaves a state that still names
-        # the last verified run, and says which sync did not finish.
+        # the last verified run (and its row format), and says which sync did not finish.
         store.save_state(SyncState(before.run_id if before else None, run_id,
-                                   before.chunks if before else 0, before.digest if before else ""))
+                                   before.chunks if before else 0, before.digest if before else "",
+                                   before.row_format if before else ROW_FORMAT))
     _apply(store, run, plan, batch_size, say)
     notes = store.finish() if not plan.empty or before is None or before.run_id != run_id else []
     checked = verify(store, run)
+    upgraded = before is not None and before.row_format < ROW_FORMAT
     if checked.ok:
-        store.save_state(SyncState(run_id, None, len(run), set_digest(ids, list(wanted.values()))))
+        store.save_state(SyncState(run_id, None, len(run), set_digest(ids, list(wanted.values())),
+                                   ROW_FORMAT))
     return Report(run_id, len(plan.upsert), len(plan.delete), plan.unchanged,
                   bool(before and before.syncing), before.run_id if before else None, checked,
-                  tuple(notes))
+                  tuple(notes), before.row_format if upgraded else None)
 
 
 def _apply(store: Store, run: pa.Table, plan: Plan, batch_size: int, say: Callable[[str], None]) -> None:

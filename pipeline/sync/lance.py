@@ -7,18 +7,29 @@ all or nothing. After writing: a full-text index on ``search_text`` (Lance's own
 index, BM25-ranked) and, from ``VECTOR_INDEX_MIN_ROWS`` rows, an IVF-PQ vector index with the
 cosine metric; new rows reach both with ``optimize()``, and rows not yet indexed are still
 searched, exhaustively (LanceDB docs, "Vector indexes" and "Full-text search").
+
+One sync at a time: a sync holds ``<table>.sync-lock`` in the directory, the lease
+``pipeline.lease`` gives a run's output (created atomically with ``link(2)``, renewed every
+minute, taken over at once when its holder's process on this host is gone, or after
+``LOCK_TIMEOUT_S`` without renewal for a holder on another machine). Lance itself would let two
+writers interleave their commits (each ``merge_insert`` is a valid commit of its own), which is
+how two syncs at once left 409 rows for 309 chunks.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 from dataclasses import asdict
-from typing import Sequence
+from pathlib import Path
+from typing import Iterator, Sequence
 
 import lancedb
 import pyarrow as pa
 from lancedb.index import FTS
 
-from pipeline.sync.core import SyncState
+from pipeline.lease import LeaseHeld, OutputLease
+from pipeline.sync.core import StoreBusy, SyncState
 from pipeline.sync.rows import DIGEST, schema
 
 # IVF-PQ trains k-means over the vectors (256 centroids per sub-vector for PQ, ~sqrt(rows)
@@ -26,7 +37,10 @@ from pipeline.sync.rows import DIGEST, schema
 # thousand 384-d rows) is exact anyway.
 VECTOR_INDEX_MIN_ROWS = 10_000
 _STATE_SCHEMA = pa.schema([pa.field("run_id", pa.string()), pa.field("syncing", pa.string()),
-                           pa.field("chunks", pa.int64()), pa.field("digest", pa.string())])
+                           pa.field("chunks", pa.int64()), pa.field("digest", pa.string()),
+                           pa.field("row_format", pa.int64())])
+# A holder on another machine cannot be seen to die: its lock is stale once unrenewed this long.
+LOCK_TIMEOUT_S = 600.0
 
 
 def _quoted(values: Sequence[str]) -> str:
@@ -38,39 +52,90 @@ def _quoted(values: Sequence[str]) -> str:
 class LanceStore:
     def __init__(self, path: str, table: str = "chunks") -> None:
         self.path, self.name = path, table
-        self.db = lancedb.connect(path)
+        self.where = f"lancedb table {table!r} at {path}"
+        self.db = None
         self.table = None
         self.dim = 0
+        found = Path(path)
+        for place in (found, *found.parents):
+            if place.exists():
+                if not place.is_dir():
+                    raise ValueError(f"lancedb: {place} is a file, not a directory: give a "
+                                     f"directory for the Lance tables (it is created if missing)")
+                break
+
+    def _lease(self, holder: str) -> OutputLease:
+        return OutputLease(self.path, f"sync of run {holder}", LOCK_TIMEOUT_S,
+                           name=f"{self.name}.sync-lock",
+                           subject=f"lancedb table {self.name!r} at {self.path}",
+                           timeout_setting="the sync lock's timeout")
+
+    @contextlib.contextmanager
+    def lock(self, holder: str) -> Iterator[None]:
+        try:
+            os.makedirs(self.path, exist_ok=True)
+        except OSError as exc:
+            raise ValueError(f"lancedb: cannot create {self.path}: {exc}") from None
+        lease = self._lease(holder)
+        try:
+            lease.acquire()
+        except LeaseHeld as exc:
+            raise StoreBusy(str(exc)) from None
+        try:
+            yield
+        finally:
+            lease.release()
+
+    def busy(self) -> str | None:
+        if not Path(self.path, f"{self.name}.sync-lock").exists():
+            return None
+        return self._lease("check").live_holder()
+
+    def _connect(self) -> None:
+        if self.db is None:
+            try:
+                self.db = lancedb.connect(self.path)
+            except OSError as exc:
+                raise ValueError(f"lancedb: cannot open {self.path}: {exc}") from None
 
     def _names(self) -> set[str]:
+        self._connect()
         return set(self.db.list_tables(limit=1_000_000).tables)
 
-    def open(self, dim: int, sparse: bool) -> None:
+    def open(self, dim: int, sparse: bool, create: bool = True) -> bool:
         self.dim = dim
+        if not create and not Path(self.path).is_dir():
+            return False
+        self._connect()
         if self.name in self._names():
             self.table = self.db.open_table(self.name)
-            have = self.table.schema.field("vector").type.list_size
-            if have != dim or self.table.schema.names != schema(dim).names:
-                raise ValueError(f"lancedb table {self.name!r} at {self.path} holds {have}-d "
-                                 f"vectors or other columns; this run has {dim}-d: sync into "
-                                 "another table (?table=NAME)")
-        else:
-            self.table = self.db.create_table(self.name, schema=schema(dim))
+            found = self.table.schema
+            vector = found.field("vector").type if "vector" in found.names else None
+            if found.names != schema(dim).names or getattr(vector, "list_size", None) != dim:
+                what = (f"{vector.list_size}-d vectors" if getattr(vector, "list_size", None)
+                        else "other columns (not a table chunkline wrote)")
+                raise ValueError(f"lancedb table {self.name!r} at {self.path} holds {what}; this "
+                                 f"run has {dim}-d: sync into another table (?table=NAME)")
+            return True
+        if not create:
+            return False
+        self.table = self.db.create_table(self.name, schema=schema(dim))
+        return True
 
     def state(self) -> SyncState | None:
         if self.name + "_sync" not in self._names():
             return None
         rows = self.db.open_table(self.name + "_sync").to_arrow().to_pylist()
-        return SyncState(**rows[0]) if rows else None
+        return SyncState.from_record(rows[0]) if rows else None
 
     def save_state(self, state: SyncState) -> None:
         row = pa.Table.from_pylist([asdict(state)], schema=_STATE_SCHEMA)
         # An overwrite is one commit: readers see the old state or the new, never none.
         self.db.create_table(self.name + "_sync", row, mode="overwrite")
 
-    def digests(self) -> dict[str, str]:
+    def digests(self) -> list[tuple[str, str]]:
         held = self.table.search().select(["chunk_id", DIGEST]).limit(None).to_arrow()
-        return dict(zip(held.column("chunk_id").to_pylist(), held.column(DIGEST).to_pylist()))
+        return list(zip(held.column("chunk_id").to_pylist(), held.column(DIGEST).to_pylist()))
 
     def upsert(self, rows: pa.Table) -> None:
         (self.table.merge_insert("chunk_id").when_matched_update_all()
@@ -101,3 +166,4 @@ class LanceStore:
 
     def close(self) -> None:
         self.table = None
+        self.db = None

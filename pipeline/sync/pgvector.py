@@ -14,12 +14,22 @@ non-zero elements, and the inner product over a table scan is exact.
 
 A batch deletes the chunk ids it is about to write and COPYs the rows in binary, in one
 transaction: a crash leaves the batch wholly written or not at all.
+
+One sync at a time: a sync holds a session-level advisory lock (``pg_try_advisory_lock``) keyed
+by the database's schema and table name for its whole run. PostgreSQL holds it as long as the
+session lives, however long the sync takes, and releases it when the session ends, a killed
+sync's connection included (the server sees the socket close), so a dead holder never blocks
+the next. Its connection's ``application_name`` names the run being synced, which is how a
+second sync names the holder.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
 import struct
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 import psycopg
@@ -30,7 +40,8 @@ from psycopg.pq import Format
 from psycopg.types import TypeInfo
 
 from chunkline.sparse import TERM_SPACE
-from pipeline.sync.core import StoreError, SyncState
+from pipeline.redact import redacted
+from pipeline.sync.core import StoreBusy, StoreError, SyncState
 from pipeline.sync.rows import DIGEST, canonical_metadata, schema, vector_matrix
 
 _SCALARS = ("chunk_id", "doc_id", "chunk_index", "start", "end", "headings", "text", "search_text",
@@ -77,13 +88,49 @@ def parse_sparse(data: bytes) -> tuple[np.ndarray, np.ndarray]:
 class PgvectorStore:
     def __init__(self, uri: str, table: str = "chunks") -> None:
         try:
-            self.conn = psycopg.connect(uri, autocommit=True)
+            self.conn = psycopg.connect(uri, autocommit=True, application_name="chunkline sync")
         except psycopg.OperationalError as exc:
             raise StoreError(f"cannot connect to PostgreSQL: {exc}".strip()) from None
         self.name = table
+        self.where = f"PostgreSQL table {table!r} ({redacted(uri)})"
         self.table = sql.Identifier(table)
         self.state_table = sql.Identifier(table + "_sync")
         self.dim = 0
+        schema_name = self.conn.execute("SELECT current_schema()").fetchone()[0]
+        # Advisory lock keys are 64-bit integers shared by every application of the database:
+        # derived from a name only chunkline uses, so no other lock collides by accident.
+        digest = hashlib.blake2b(f"chunkline sync {schema_name}.{table}".encode(), digest_size=8)
+        self.lock_key = int.from_bytes(digest.digest(), "big", signed=True)
+
+    def _holder(self) -> str | None:
+        """The session holding this table's sync lock, or None."""
+        row = self.conn.execute(
+            "SELECT a.pid, a.application_name, a.backend_start FROM pg_locks l "
+            "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' "
+            "AND l.granted AND l.classid::int8 = %s AND l.objid::int8 = %s AND l.objsubid = 1 "
+            "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+            ((self.lock_key >> 32) & 0xFFFFFFFF, self.lock_key & 0xFFFFFFFF)).fetchone()
+        if row is None:
+            return None
+        pid, name, since = row
+        return f"{name or 'a session'} (backend pid {pid}, connected {since:%Y-%m-%d %H:%M:%S %Z})"
+
+    @contextlib.contextmanager
+    def lock(self, holder: str) -> Iterator[None]:
+        self.conn.execute("SELECT set_config('application_name', %s, false)",
+                          (f"chunkline sync of run {holder}"[:63],))
+        if not self.conn.execute("SELECT pg_try_advisory_lock(%s)", (self.lock_key,)).fetchone()[0]:
+            who = self._holder() or "another session"
+            raise StoreBusy(f"PostgreSQL table {self.name!r} is being synced by {who}; the lock "
+                            "is released when that session ends (a killed sync's included)")
+        try:
+            yield
+        finally:
+            with contextlib.suppress(psycopg.Error):
+                self.conn.execute("SELECT pg_advisory_unlock(%s)", (self.lock_key,))
+
+    def busy(self) -> str | None:
+        return self._holder()
 
     def _adapt(self) -> None:
         """Binary dumpers and loaders for pgvector's types, by the OIDs this database gave them."""
@@ -100,44 +147,62 @@ class PgvectorStore:
             if load is not None:
                 self.conn.adapters.register_loader(info.oid, loader)
 
-    def open(self, dim: int, sparse: bool) -> None:
+    def _exists(self, table: str) -> bool:
+        return self.conn.execute("SELECT to_regclass(%s) IS NOT NULL",
+                                 (sql.Identifier(table).as_string(self.conn),)).fetchone()[0]
+
+    def open(self, dim: int, sparse: bool, create: bool = True) -> bool:
         q = sql.SQL
         self.dim = dim
-        self.conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        if not create:
+            if not self._exists(self.name):
+                return False
+        else:
+            self.conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
         self._adapt()
-        self.conn.execute(q(
-            'CREATE TABLE IF NOT EXISTS {} (chunk_id text PRIMARY KEY, doc_id text NOT NULL, '
-            'chunk_index int4 NOT NULL, "start" int8 NOT NULL, "end" int8 NOT NULL, '
-            'headings text[] NOT NULL, text text NOT NULL, search_text text NOT NULL, '
-            'tokens int4 NOT NULL, metadata jsonb NOT NULL, page_start int4, page_end int4, '
-            'content_key text NOT NULL, embedding vector({}) NOT NULL, '
-            'sparse sparsevec({}) NOT NULL, row_digest text NOT NULL)'
-        ).format(self.table, sql.Literal(dim), sql.Literal(TERM_SPACE)))
+        if create:
+            self.conn.execute(q(
+                'CREATE TABLE IF NOT EXISTS {} (chunk_id text PRIMARY KEY, doc_id text NOT NULL, '
+                'chunk_index int4 NOT NULL, "start" int8 NOT NULL, "end" int8 NOT NULL, '
+                'headings text[] NOT NULL, text text NOT NULL, search_text text NOT NULL, '
+                'tokens int4 NOT NULL, metadata jsonb NOT NULL, page_start int4, page_end int4, '
+                'content_key text NOT NULL, embedding vector({}) NOT NULL, '
+                'sparse sparsevec({}) NOT NULL, row_digest text NOT NULL)'
+            ).format(self.table, sql.Literal(dim), sql.Literal(TERM_SPACE)))
         have = self.conn.execute(
             "SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
-            "WHERE attrelid = %s::regclass AND attname = 'embedding'", (self.name,)).fetchone()
+            "WHERE attrelid = %s::regclass AND attname = 'embedding'",
+            (self.table.as_string(self.conn),)).fetchone()
         if have is None or have[0] != f"vector({dim})":
             raise ValueError(f"table {self.name!r} has embedding {have[0] if have else 'missing'}, "
                              f"this run vector({dim}): sync into another table (?table=NAME)")
-        self.conn.execute(q("CREATE TABLE IF NOT EXISTS {} (id int PRIMARY KEY CHECK (id = 1), "
-                            "run_id text, syncing text, chunks int8 NOT NULL, digest text NOT NULL)")
-                          .format(self.state_table))
+        if create:
+            self.conn.execute(q("CREATE TABLE IF NOT EXISTS {} (id int PRIMARY KEY CHECK (id = 1), "
+                                "run_id text, syncing text, chunks int8 NOT NULL, digest text NOT NULL, "
+                                "row_format int4 NOT NULL DEFAULT 1)").format(self.state_table))
+            # A state table made before row formats were recorded: its rows are format 1.
+            self.conn.execute(q("ALTER TABLE {} ADD COLUMN IF NOT EXISTS row_format int4 NOT NULL "
+                                "DEFAULT 1").format(self.state_table))
+        return True
 
     def state(self) -> SyncState | None:
-        row = self.conn.execute(sql.SQL("SELECT run_id, syncing, chunks, digest FROM {}")
+        if not self._exists(self.name + "_sync"):
+            return None
+        # As JSON, so a state table of an older chunkline (no row_format) reads the same way.
+        row = self.conn.execute(sql.SQL("SELECT to_jsonb(s)::text FROM {} s")
                                 .format(self.state_table)).fetchone()
-        return SyncState(*row) if row else None
+        return SyncState.from_record(json.loads(row[0])) if row else None
 
     def save_state(self, state: SyncState) -> None:
         self.conn.execute(sql.SQL(
-            "INSERT INTO {} VALUES (1, %s, %s, %s, %s) ON CONFLICT (id) DO UPDATE SET "
+            "INSERT INTO {} VALUES (1, %s, %s, %s, %s, %s) ON CONFLICT (id) DO UPDATE SET "
             "run_id = EXCLUDED.run_id, syncing = EXCLUDED.syncing, chunks = EXCLUDED.chunks, "
-            "digest = EXCLUDED.digest").format(self.state_table),
-            (state.run_id, state.syncing, state.chunks, state.digest))
+            "digest = EXCLUDED.digest, row_format = EXCLUDED.row_format").format(self.state_table),
+            (state.run_id, state.syncing, state.chunks, state.digest, state.row_format))
 
-    def digests(self) -> dict[str, str]:
-        return dict(self.conn.execute(sql.SQL("SELECT chunk_id, row_digest FROM {}")
-                                      .format(self.table)).fetchall())
+    def digests(self) -> list[tuple[str, str]]:
+        return self.conn.execute(sql.SQL("SELECT chunk_id, row_digest FROM {}")
+                                 .format(self.table)).fetchall()
 
     def upsert(self, rows: pa.Table) -> None:
         ids = rows.column("chunk_id").to_pylist()

@@ -1,14 +1,15 @@
 """What a sync must write: the difference between a run's rows and what a store holds.
 
-Pure: from the run's (chunk_id -> row digest) and the store's, the chunks to upsert (new, or a
-different digest), the chunks to delete (in the store, not in the run) and the count left as
-they are; then cut into batches.
+Pure: from the run's (chunk_id -> row digest) and the store's (chunk_id, row digest) pairs, the
+chunks to upsert (new, a different digest, or held more than once), the chunks to delete (in the
+store, not in the run, or held more than once: every copy goes, then one is written) and the
+count left as they are; then cut into batches.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Sequence, TypeVar
+from typing import Iterable, Iterator, Mapping, Sequence, TypeVar
 
 T = TypeVar("T")
 
@@ -24,11 +25,22 @@ class Plan:
         return not self.upsert and not self.delete
 
 
-def make_plan(run: Mapping[str, str], store: Mapping[str, str]) -> Plan:
-    """``run`` and ``store``: chunk_id -> row digest. Upsert what is new or differs, delete what
-    the run no longer has; the rest is unchanged. Applying the plan to ``store`` gives ``run``."""
-    upsert = tuple(sorted(cid for cid, digest in run.items() if store.get(cid) != digest))
-    delete = tuple(sorted(cid for cid in store if cid not in run))
+def make_plan(run: Mapping[str, str], store: Mapping[str, str] | Iterable[tuple[str, str]]) -> Plan:
+    """``run``: chunk_id -> row digest; ``store``: the same as a mapping, or the (chunk_id, row
+    digest) pairs of every row the store holds, a chunk_id possibly more than once (a store
+    without a unique key, written by two processes at once). Upsert what is new, differs or is
+    duplicated; delete what the run no longer has and every copy of a duplicate (deletes run
+    first). Applying the plan to ``store`` gives ``run``, one row a chunk."""
+    pairs = store.items() if isinstance(store, Mapping) else store
+    held: dict[str, str] = {}
+    duplicated: set[str] = set()
+    for chunk_id, digest in pairs:
+        if chunk_id in held:
+            duplicated.add(chunk_id)
+        held[chunk_id] = digest
+    upsert = tuple(sorted(cid for cid, digest in run.items()
+                          if held.get(cid) != digest or cid in duplicated))
+    delete = tuple(sorted(cid for cid in held if cid not in run or cid in duplicated))
     return Plan(upsert, delete, len(run) - len(upsert))
 
 

@@ -10,20 +10,28 @@ version 5 of its chunk_id (RFC 4122 section 4.3), the same in every process.
 
 The sync state is the one point of the vectorless collection ``<name>_sync``. A server builds
 its HNSW index itself as points arrive; local mode searches exhaustively.
+
+One sync at a time: local mode is single-client already (qdrant-client locks the directory for
+as long as a client has it open, and the operating system drops the lock with the process), so
+the second sync is told the store is busy. A server has no compare-and-set to build a lock on,
+so two syncs into one server collection are not kept apart: schedule one per collection.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import re
 import uuid
 from dataclasses import asdict
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
 from qdrant_client import QdrantClient, models
 
-from pipeline.sync.core import StoreError, SyncState
+from pipeline.sync.core import StoreBusy, StoreError, SyncState
 from pipeline.sync.rows import DIGEST, canonical_metadata, schema, vector_matrix
 
 CHUNK_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "chunkline:chunk_id")
@@ -37,21 +45,55 @@ def point_id(chunk_id: str) -> str:
     return str(uuid.uuid5(CHUNK_NAMESPACE, chunk_id))
 
 
+# A point whose id is not its chunk's is shown with its own id (``read_all``), so that it can be
+# named and deleted like any other row.
+_FOREIGN = re.compile(r" \(point ([0-9A-Za-z-]+)\)$")
+
+
 class QdrantStore:
     def __init__(self, collection: str = "chunks", path: str | None = None, url: str | None = None,
                  api_key: str | None = None) -> None:
         self.local = path is not None
-        try:
-            self.client = (QdrantClient(path=path) if path is not None
-                           else QdrantClient(url=url, api_key=api_key))
-        except RuntimeError as exc:  # local mode: the directory is held by another client
-            raise StoreError(f"cannot open Qdrant at {path}: {exc}") from None
+        self.path, self.url, self.api_key = path, url, api_key
+        if path is not None and os.path.exists(path) and not os.path.isdir(path):
+            raise ValueError(f"qdrant: {path} is a file, not a directory")
+        self.client: QdrantClient | None = None
         self.name, self.state_name = collection, collection + "_sync"
+        self.where = f"Qdrant collection {collection!r} at {path if path is not None else url}"
         self.dim = 0
 
-    def open(self, dim: int, sparse: bool) -> None:
+    def _connect(self) -> QdrantClient:
+        if self.client is None:
+            try:
+                self.client = (QdrantClient(path=self.path) if self.local
+                               else QdrantClient(url=self.url, api_key=self.api_key))
+            except RuntimeError as exc:  # local mode: the directory is held by another client
+                raise StoreBusy(f"Qdrant directory {self.path} is open in another process ({exc}); "
+                                "it is free again when that process exits") from None
+            except OSError as exc:
+                raise ValueError(f"qdrant: cannot open {self.path}: {exc}") from None
+        return self.client
+
+    @contextlib.contextmanager
+    def lock(self, holder: str) -> Iterator[None]:
+        self._connect()  # local mode: the client's directory lock is the sync's
+        yield
+
+    def busy(self) -> str | None:
+        if self.local and not os.path.isdir(self.path):
+            return None
+        try:
+            self._connect()
+        except StoreBusy as exc:
+            return str(exc)
+        return None
+
+    def open(self, dim: int, sparse: bool, create: bool = True) -> bool:
         m = models
         self.dim = dim
+        if not create and self.local and not os.path.isdir(self.path):
+            return False
+        self._connect()
         try:
             exists = self.client.collection_exists(self.name)
         except Exception as exc:  # noqa: BLE001 - httpx and gRPC errors alike: no server answers
@@ -62,16 +104,21 @@ class QdrantStore:
             if have is None or have.size != dim:
                 raise ValueError(f"collection {self.name!r} has no {dim}-d 'dense' vector: sync "
                                  "into another collection (?table=NAME)")
+        elif not create:
+            return False
         else:
             self.client.create_collection(
                 self.name, vectors_config={"dense": m.VectorParams(size=dim, distance=m.Distance.DOT)},
                 sparse_vectors_config={"bm25": m.SparseVectorParams()})
-        if not self.client.collection_exists(self.state_name):
+        if create and not self.client.collection_exists(self.state_name):
             self.client.create_collection(self.state_name, vectors_config={})
+        return True
 
     def state(self) -> SyncState | None:
+        if not self._connect().collection_exists(self.state_name):
+            return None
         found = self.client.retrieve(self.state_name, [1], with_payload=True)
-        return SyncState(**found[0].payload) if found else None
+        return SyncState.from_record(found[0].payload) if found else None
 
     def save_state(self, state: SyncState) -> None:
         self.client.upsert(self.state_name, [models.PointStruct(
@@ -86,8 +133,9 @@ class QdrantStore:
             if offset is None:
                 return
 
-    def digests(self) -> dict[str, str]:
-        return {p.payload["chunk_id"]: p.payload[DIGEST] for p in self._scroll(["chunk_id", DIGEST], False)}
+    def digests(self) -> list[tuple[str, str]]:
+        return [(_shown_id(p.payload.get("chunk_id"), p.id), p.payload.get(DIGEST) or "")
+                for p in self._scroll(["chunk_id", DIGEST], False)]
 
     def upsert(self, rows: pa.Table) -> None:
         m = models
@@ -104,8 +152,8 @@ class QdrantStore:
         self.client.upsert(self.name, points, wait=True)
 
     def delete(self, chunk_ids: Sequence[str]) -> None:
-        self.client.delete(self.name, models.PointIdsList(points=[point_id(c) for c in chunk_ids]),
-                           wait=True)
+        ids = [found.group(1) if (found := _FOREIGN.search(c)) else point_id(c) for c in chunk_ids]
+        self.client.delete(self.name, models.PointIdsList(points=ids), wait=True)
 
     def read_all(self) -> pa.Table:
         target = schema(self.dim)
@@ -117,8 +165,7 @@ class QdrantStore:
         data["sparse_indices"] = [s.indices if s else [] for s in sparse]
         data["sparse_values"] = [s.values if s else [] for s in sparse]
         # A point whose id is not its chunk's was not written by this tool: its chunk_id lies.
-        data["chunk_id"] = [c if point_id(c or "") == str(p.id) else f"{c} (point {p.id})"
-                            for c, p in zip(data["chunk_id"], points)]
+        data["chunk_id"] = [_shown_id(c, p.id) for c, p in zip(data["chunk_id"], points)]
         columns = [pa.FixedSizeListArray.from_arrays(pa.array(matrix.reshape(-1), pa.float32()), self.dim)
                    if f.name == "vector" else pa.array(data[f.name], f.type) for f in target]
         return pa.table(columns, schema=target)
@@ -132,4 +179,13 @@ class QdrantStore:
         return []
 
     def close(self) -> None:
-        self.client.close()
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+
+
+def _shown_id(chunk_id: str | None, point: object) -> str:
+    """The chunk_id a point stands for: its own, or, for a point whose id is not derived from
+    it (not written by chunkline), that id too, so it is reported and deleted as extra."""
+    chunk_id = chunk_id or ""
+    return chunk_id if point_id(chunk_id) == str(point) else f"{chunk_id} (point {point})"

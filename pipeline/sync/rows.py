@@ -8,13 +8,20 @@ for verification, so a row's digest is computed one way, from values, whatever t
   float16/int8), so that inner product, cosine and L2 order the rows as ``chunkline query``
   does in every store, and a store that normalizes on insert (Qdrant's Cosine) is never
   needed;
-- ``metadata``: the chunk's metadata JSON re-serialized with sorted keys and no spaces, so a
-  store that parses it (PostgreSQL ``jsonb``, a Qdrant payload) gives back the same text;
+- ``metadata``: the chunk's metadata JSON in canonical form (``chunkline.metadata.canonical_json``:
+  sorted keys, no spaces, one form per number), so a store that parses it (PostgreSQL
+  ``jsonb``, which gives ``1e20`` back as ``100000000000000000000``; a Qdrant payload) gives
+  back the same text once canonicalized again;
 - ``sparse_indices`` / ``sparse_values``: BM25 term ids (``chunkline.sparse.term_id``, below
   ``chunkline.sparse.TERM_SPACE``) ascending and their float32 weights, as the run wrote them.
 
 The digest (BLAKE2b, RFC 7693, 16 bytes) covers every synced column of a row with a type tag
 and a length before each value, so no two different rows encode to the same bytes.
+
+``ROW_FORMAT`` names how digests are computed; a store records the format its digests are in
+(``pipeline.sync.core.SyncState``), so a store written by an older chunkline is recognised and
+rewritten once instead of being reported as drift. Formats: 1, metadata numbers as Python's
+``json`` wrote them; 2, canonical JSON numbers.
 """
 
 from __future__ import annotations
@@ -28,8 +35,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
+from chunkline.metadata import canonical_json
 from chunkline.quantize import dequantized
-from pipeline.manifest import table_files
+from pipeline.manifest import ManifestError, table_files
+
+ROW_FORMAT = 2
 
 # The synced columns other than the vectors, in digest order.
 SCALARS: tuple[str, ...] = ("chunk_id", "doc_id", "chunk_index", "start", "end", "headings", "text",
@@ -67,10 +77,9 @@ def schema(dim: int, with_digest: bool = True) -> pa.Schema:
 
 
 def canonical_metadata(text: str) -> str:
-    """JSON object text with sorted keys and no spaces: ``{"b": 1, "a": [2]}`` ->
-    ``{"a":[2],"b":1}``. Equal objects give equal text."""
-    return json.dumps(json.loads(text or "{}"), sort_keys=True, separators=(",", ":"),
-                      ensure_ascii=False, allow_nan=False)
+    """The metadata JSON object text in canonical form: ``{"b": 1.0, "a": [2]}`` ->
+    ``{"a":[2],"b":1}``. Equal objects give equal text, whichever store gave them back."""
+    return canonical_json(text or "{}")
 
 
 def vector_matrix(table: pa.Table, column: str = "vector") -> np.ndarray:
@@ -88,16 +97,24 @@ def load_rows(run_dir: str, manifest: dict) -> pa.Table:
         raise ValueError(f"{run_dir} was written with embed: null: a vector store needs its vectors")
     tables = []
     for path in table_files(run_dir, manifest, "chunks"):
-        with FileSystems.open(path) as handle:
-            shard = pq.ParquetFile(handle)
-            present = set(shard.schema_arrow.names)
-            tables.append(shard.read(columns=[c for c in _READ if c in present]))
+        try:
+            with FileSystems.open(path) as handle:
+                shard = pq.ParquetFile(handle)
+                present = set(shard.schema_arrow.names)
+                tables.append(shard.read(columns=[c for c in _READ if c in present]))
+        except FileNotFoundError:
+            raise ManifestError(f"{path}: listed in the manifest but missing") from None
+        except (OSError, pa.ArrowException) as exc:
+            raise ManifestError(f"{path}: not a readable Parquet shard (truncated or damaged? "
+                                f"{type(exc).__name__}: {exc})") from None
     if not tables:
         raise ValueError(f"{run_dir} lists no chunk shards")
     table = pa.concat_tables(tables, promote_options="default")
     if "search_text" not in table.column_names or "content_key" not in table.column_names:
         raise ValueError(f"{run_dir}: chunk shards without search_text/content_key (an older "
                          "chunkline wrote them): run it again to sync it")
+    if "embedding" not in table.column_names:
+        raise ValueError(f"{run_dir}: chunk shards without an embedding column: nothing to sync")
     stored = vector_matrix(table, "embedding")
     scales = (table.column("embedding_scale").to_numpy(zero_copy_only=False)
               if "embedding_scale" in table.column_names else None)

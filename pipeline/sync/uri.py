@@ -1,8 +1,9 @@
 """Which store a ``--to`` URI names.
 
 =========================================  ==============================================
-``/path/to/dir`` or ``lancedb:///abs/dir``  LanceDB, embedded, in that directory
-``lancedb://rel/dir``                       (a relative directory: no third slash)
+``/path/to/dir`` or ``lancedb:///abs/dir``  LanceDB, embedded, in that directory (a plain
+                                            relative path is taken from the working directory
+                                            and shown absolute; ``lancedb://rel`` is refused)
 ``postgresql://user@host:5432/db``          PostgreSQL with pgvector (``postgres://`` too;
                                             any libpq URI, e.g. ``?host=/socket/dir``)
 ``qdrant:///abs/dir``                       Qdrant's local mode (qdrant-client, on disk)
@@ -10,7 +11,9 @@
 =========================================  ==============================================
 
 Every form takes ``?table=NAME`` (default ``chunks``): the table, or Qdrant collection, holding
-the rows; the sync state sits beside it (``NAME_sync``).
+the rows; the sync state sits beside it (``NAME_sync``). NAME is letters, digits and ``_``, at
+most ``MAX_TABLE_NAME`` characters: PostgreSQL keeps 63 bytes of an identifier, and the longest
+name made from it is ``NAME_embedding_hnsw``.
 """
 
 from __future__ import annotations
@@ -20,22 +23,14 @@ import os
 import re
 from urllib.parse import parse_qsl, urlencode
 
+from pipeline.redact import redacted
 from pipeline.sync.core import Store
 
 DEFAULT_TABLE = "chunks"
+MAX_TABLE_NAME = 63 - len("_embedding_hnsw")
 # A plain identifier: it is spliced into SQL and file names.
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
-
-
-_USERINFO_PASSWORD = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://[^:/?#@]*):[^@/?#]*@")
-_QUERY_PASSWORD = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
-
-
-def redacted(uri: str) -> str:
-    """``uri`` fit for a message or a log: a password (``user:secret@``, ``?password=``, as
-    libpq takes them) replaced by ``***``."""
-    return _QUERY_PASSWORD.sub(r"\1***", _USERINFO_PASSWORD.sub(r"\1:***@", uri))
 
 
 def split_table(uri: str) -> tuple[str, str]:
@@ -47,6 +42,9 @@ def split_table(uri: str) -> tuple[str, str]:
     table = tables[-1] if tables else DEFAULT_TABLE
     if not _NAME.fullmatch(table):
         raise ValueError(f"table name {table!r}: letters, digits and _ only, not starting with a digit")
+    if len(table) > MAX_TABLE_NAME:
+        raise ValueError(f"table name {table[:20]}... is {len(table)} characters, at most "
+                         f"{MAX_TABLE_NAME} (PostgreSQL keeps 63 of {table[:8]}..._embedding_hnsw)")
     rest = urlencode([(k, v) for k, v in params if k != "table"], safe="/")
     return base + ("?" + rest if rest else ""), table
 
@@ -58,10 +56,15 @@ def scheme_and_rest(uri: str) -> tuple[str, str]:
 
 
 def _path(uri: str) -> str:
+    """The directory a LanceDB or Qdrant local URI names, absolute."""
     scheme, rest = scheme_and_rest(uri)
     if not rest:
         raise ValueError(f"{redacted(uri)}: no directory after {scheme}://")
-    return rest
+    if scheme and not rest.startswith("/"):
+        # lancedb://data/x reads as host "data" to every other URI parser: refuse the guess.
+        raise ValueError(f"{redacted(uri)}: a {scheme}:// URI takes an absolute directory "
+                         f"({scheme}:///abs/dir); for a relative one give the plain path")
+    return os.path.abspath(rest)
 
 
 def open_store(uri: str) -> Store:
@@ -69,6 +72,9 @@ def open_store(uri: str) -> Store:
     bare, table = split_table(uri)
     scheme, _ = scheme_and_rest(bare)
     if scheme in ("", "lancedb"):
+        # Lance logs from Rust at WARN by default ("No existing dataset ... will be created" on
+        # a first sync): noise beside the sync's own lines, which say what matters.
+        os.environ.setdefault("LANCE_LOG", "error")
         return _module("lance", "lancedb").LanceStore(_path(bare), table)
     if scheme in ("postgresql", "postgres"):
         return _module("pgvector", "psycopg").PgvectorStore(bare, table)

@@ -65,7 +65,7 @@ def parquet_rows(run_dir: str) -> dict[str, dict]:
 def check_full_sync_and_idempotence(uri: str, run_dir: str) -> None:
     chunks = len(parquet_rows(run_dir))
     first = synced(uri, run_dir)
-    assert first.verification.ok, first.verification.describe(chunks)
+    assert first.verification.ok, first.verification.describe()
     assert (first.written, first.deleted, first.unchanged, first.previous) == (chunks, 0, 0, None)
     assert first.verification.rows == chunks
     code, out, err = cli(str(Path(run_dir).parent), "--to", uri)
@@ -89,7 +89,7 @@ def check_reindex(uri: str, runs) -> None:
     assert {old[c]["doc_id"] for c in gone} == {runs.changed, runs.deleted}
     assert synced(uri, runs.first).verification.ok
     report = synced(uri, runs.second)
-    assert report.verification.ok, report.verification.describe(len(new))
+    assert report.verification.ok, report.verification.describe()
     assert (report.written, report.deleted, report.unchanged) == (len(differ), len(gone), len(new) - len(differ))
     assert 0 < len(differ) < len(new) // 4
     assert report.previous == Path(runs.first).name
@@ -119,7 +119,7 @@ def check_crash_then_resume(uri: str, run_dir: str, progress: Callable[[str], in
         store.close()
     assert state is not None and state.run_id is None and state.syncing == Path(run_dir).name
     report = synced(uri, run_dir)
-    assert report.resumed and report.verification.ok, report.verification.describe(chunks)
+    assert report.resumed and report.verification.ok, report.verification.describe()
     assert report.written == chunks - held and report.unchanged == held
     store = open_store(uri)
     try:

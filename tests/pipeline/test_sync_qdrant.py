@@ -107,4 +107,5 @@ def test_usage_errors(uri, sync_runs) -> None:
         code, _, err = cases.cli(str(sync_runs.demo), "--to", uri)
     finally:
         holder.close()
-    assert code == 2 and "cannot open Qdrant" in err
+    # Local mode holds one client a directory: a second sync is told the store is busy (75).
+    assert code == 75 and "open in another process" in err and "Traceback" not in err
