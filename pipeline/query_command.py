@@ -1,4 +1,8 @@
-"""``chunkline query OUTPUT QUESTION``: the command around ``pipeline.query.search``."""
+"""``chunkline query OUTPUT QUESTION``: the command around ``pipeline.query.search_result``.
+
+The hits go to stdout; the result's notes (no hits and why, a hybrid search that ranked by one
+side) to stderr, one line each, or into the JSON object with ``--json``. Exit 0 whenever the
+search ran, hits or none; 2 for a bad argument or a run that cannot be searched."""
 
 from __future__ import annotations
 
@@ -26,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def query_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from pipeline.query import search
+    from pipeline.query import search_result
 
     if args.k < 1:
         print(f"chunkline query: -k must be at least 1, got {args.k}", file=err)
@@ -38,7 +42,8 @@ def query_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
     try:
         where = [parse_condition(spec) for spec in args.where]
-        hits = search(args.output, args.question, args.k, where, mode=args.mode, expand=args.expand)
+        result = search_result(args.output, args.question, args.k, where, mode=args.mode,
+                               expand=args.expand)
     except (ValueError, FileNotFoundError) as exc:
         print(f"chunkline query: {exc}", file=err)
         return 2
@@ -47,11 +52,14 @@ def query_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         import json
 
         rows = [dict(dataclasses.asdict(hit), rank=rank, metadata=json.loads(hit.metadata))
-                for rank, hit in enumerate(hits, 1)]
-        print(json.dumps({"mode": args.mode, "question": args.question, "hits": rows},
-                         ensure_ascii=False, indent=2), file=out)
+                for rank, hit in enumerate(result.hits, 1)]
+        notes = [dataclasses.asdict(note) for note in result.notes]
+        print(json.dumps({"mode": args.mode, "ranking": result.ranking, "question": args.question,
+                          "notes": notes, "hits": rows}, ensure_ascii=False, indent=2), file=out)
         return 0
-    for rank, hit in enumerate(hits, 1):
+    for note in result.notes:
+        print(f"chunkline query: {note.text}", file=err)
+    for rank, hit in enumerate(result.hits, 1):
         path = " › ".join(hit.headings) or "(no heading)"
         snippet = " ".join(hit.text.split())
         snippet = snippet if len(snippet) <= 240 else snippet[:239] + "…"
@@ -61,5 +69,5 @@ def query_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print(f"   {snippet}", file=out)
         if hit.expanded_text is not None:
             print(f"   expanded [{hit.expanded_start}:{hit.expanded_end}]: "
-                  f"{len(hit.expanded_text)} characters", file=out)
+                  f"{len(hit.expanded_text):,} character{'' if len(hit.expanded_text) == 1 else 's'}", file=out)
     return 0

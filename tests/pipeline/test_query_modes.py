@@ -102,3 +102,139 @@ def test_cli_modes_and_json(demo) -> None:
     with pytest.raises(SystemExit) as exited:  # argparse's own usage error
         main(["query", str(output), QUESTION, "--mode", "fuzzy"], out=out, err=io.StringIO())
     assert exited.value.code == 2
+
+
+# --- Empty results and one-sided rankings say so ---------------------------------------------
+
+
+def cli_query(*argv: str) -> tuple[int, str, list[str]]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["query", *argv], out=out, err=err)
+    return code, out.getvalue(), err.getvalue().splitlines()
+
+
+@pytest.mark.parametrize(("where", "note"), [
+    (["missing=x"], "no hits: no chunk's metadata has the key 'missing'"),
+    (["lang=en", "missing=x", "other=y"], "no hits: no chunk's metadata has the keys 'missing', 'other'"),
+    (["lang=xx"], "no hits: no chunk matches --where lang=xx"),
+    (["lang=en", "priority=P9"], "no hits: no chunk matches --where priority=P9"),
+    (["lang=en", "priority=P1"],
+     "no hits: no chunk matches --where lang=en --where priority=P1 together (each alone matches some)"),
+], ids=["unknown-key", "unknown-keys", "no-value", "one-of-two", "not-together"])
+def test_a_filter_that_keeps_nothing_says_why(demo, where, note) -> None:
+    output, _, _ = demo
+    flags = [arg for condition in where for arg in ("--where", condition)]
+    assert cli_query(str(output), QUESTION, *flags) == (0, "", [f"chunkline query: {note}"])
+    code, out, err = cli_query(str(output), QUESTION, "--json", *flags)
+    answer = json.loads(out)
+    assert (code, err, answer["hits"], answer["ranking"]) == (0, [], [], None)
+    assert [n["text"] for n in answer["notes"]] == [note]
+    assert answer["notes"][0]["kind"] in ("where_unknown_key", "where_no_match")
+
+
+@pytest.mark.parametrize(("question", "kind", "why"), [
+    ("如何校准机械臂", "terms_not_found",
+     "none of the question's terms after analysis ('如何校准机械臂') occurs in this index"),
+    ("The AND of", "no_query_terms",
+     "the question has no searchable term: every word of it is a stop word ('the', 'and', 'of'), "
+     "and BM25 indexes none"),
+    ("? ! 7", "no_query_terms",
+     "the question has no searchable term: BM25 reads words of two or more letters or digits, "
+     "and it has none"),
+], ids=["other-script", "stop-words", "no-words"])
+def test_sparse_without_a_term_of_the_question_is_no_hit(demo, question, kind, why) -> None:
+    from pipeline.query import search_result
+
+    output, _, _ = demo
+    result = search_result(str(output), question, k=5, mode="sparse")
+    assert (result.hits, result.ranking) == ((), "sparse")
+    assert [(n.kind, n.text) for n in result.notes] == [(kind, f"no hits: {why}")]
+    assert cli_query(str(output), question, "--mode", "sparse") == (0, "", [f"chunkline query: no hits: {why}"])
+
+
+def test_sparse_hits_hold_a_term_of_the_question(demo) -> None:
+    output, _, chunks = demo
+    wanted = set(query_terms("dock charger", SparseOptions()))
+    holding = {c["chunk_id"] for c in chunks if wanted & set(c["sparse_indices"])}
+    hits = search(str(output), "dock charger", k=len(chunks), mode="sparse")
+    assert 0 < len(holding) < len(chunks)
+    assert {h.chunk_id for h in hits} == holding and all(h.score > 0 for h in hits)
+    filtered = search(str(output), "calibration", k=len(chunks), mode="sparse", where=[("lang", "ja")])
+    assert filtered == []
+
+
+def test_terms_outside_the_filtered_chunks_are_named_as_such(demo) -> None:
+    from pipeline.query import search_result
+
+    output, _, _ = demo
+    result = search_result(str(output), "calibration", mode="sparse", where=[("lang", "ja")])
+    assert [n.text for n in result.notes] == [
+        "no hits: none of the question's terms after analysis ('calibr') occurs in the chunks that meet --where"]
+
+
+def test_hybrid_where_bm25_matches_nothing_ranks_by_dense_alone(demo) -> None:
+    from pipeline.query import search_result
+
+    output, _, _ = demo
+    result = search_result(str(output), "如何校准机械臂", k=3)
+    dense = search(str(output), "如何校准机械臂", k=3, mode="dense")
+    assert result.ranking == "dense" and list(result.hits) == dense
+    assert [n.kind for n in result.notes] == ["dense_only"]
+    assert result.notes[0].text.startswith("ranked by dense vectors alone, since BM25 matches no chunk: "
+                                           "none of the question's terms")
+
+
+@pytest.fixture(scope="module")
+def one_sided(demo, tmp_path_factory) -> dict[str, Path]:
+    """Copies of the demo run as a run with ``sparse: null`` and one with ``embed: null`` write
+    them: the manifest without BM25 statistics (or without model and embed config, the vectors
+    null); no pipeline run."""
+    import shutil
+
+    import pyarrow as pa
+
+    _, summary, _ = demo
+    base = tmp_path_factory.mktemp("one-sided")
+    made = {}
+    for name in ("no-sparse", "no-vectors"):
+        run_dir = base / name / Path(summary.run_dir).name
+        shutil.copytree(summary.run_dir, run_dir)
+        (run_dir.parent / "LATEST").write_text(run_dir.name + "\n")
+        manifest = json.loads((run_dir / "manifest.json").read_text())
+        if name == "no-sparse":
+            manifest["bm25"] = manifest["config"]["sparse"] = None
+        else:
+            manifest["model"] = manifest["config"]["embed"] = None
+            for shard in run_dir.glob("chunks-*.parquet"):
+                table = pq.read_table(shard)
+                at = table.schema.get_field_index("embedding")
+                nulls = pa.nulls(len(table), pa.list_(pa.float32()))
+                pq.write_table(table.set_column(at, pa.field("embedding", nulls.type), nulls), shard)
+        (run_dir / "manifest.json").write_text(json.dumps(manifest))
+        made[name] = run_dir.parent
+    return made
+
+
+@pytest.mark.parametrize(("run", "ranking", "note"), [
+    ("no-sparse", "dense", "ranked by dense vectors alone: {run} has no BM25 weights (written with sparse: null)"),
+    ("no-vectors", "sparse", "ranked by BM25 alone: {run} has no vectors (written with embed: null)"),
+], ids=["sparse-null", "embed-null"])
+def test_hybrid_on_a_one_sided_run_says_which_side_ranked(one_sided, run, ranking, note) -> None:
+    output = one_sided[run]
+    run_dir = str(next(output.glob("2*")))
+    code, out, err = cli_query(str(output), QUESTION, "-k", "2")
+    assert code == 0 and err == [f"chunkline query: {note.format(run=run_dir)}"]
+    assert out.startswith("1. ") and "warm-up" in out.lower()
+    code, out, err = cli_query(str(output), QUESTION, "-k", "2", "--json")
+    answer = json.loads(out)
+    assert (code, err, answer["mode"], answer["ranking"]) == (0, [], "hybrid", ranking)
+    assert [n["text"] for n in answer["notes"]] == [note.format(run=run_dir)]
+    alone = search(str(output), QUESTION, k=2, mode=ranking)
+    assert [h["chunk_id"] for h in answer["hits"]] == [h.chunk_id for h in alone]
+
+
+def test_hybrid_on_a_run_without_vectors_and_no_term_found_says_both(one_sided) -> None:
+    output = one_sided["no-vectors"]
+    code, out, err = cli_query(str(output), "如何校准机械臂")
+    assert (code, out) == (0, "")
+    assert [line.split(": ", 2)[1] for line in err] == ["ranked by BM25 alone", "no hits"]
