@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipeline.manifest import ManifestError, latest_run
+
 
 @dataclass
 class RunSummary:
@@ -53,15 +55,26 @@ def format_summary(summary: RunSummary) -> str:
         f"document, {len(summary.files['rejected'])} rejected Parquet files + manifest.json",
         *(f"  reuse      skipped {reason}" for reason in summary.reuse_skipped),
         f"  output     {summary.run_dir}  " + (
-            f"(named in {summary.output}/LATEST)" if summary.published
-            else f"(NOT published: {summary.output}/LATEST still names the previous run)"),
+            f"(named in {summary.output}/LATEST)" if summary.published else _not_published(summary.output)),
         *(f"  held back  {reason}" for reason in summary.held_back),
         *([f"  report     {summary.report}"] if summary.report else []),
     ]
     if summary.held_back:
         lines.append("             check the input; if the corpus really shrank, rerun with "
                      "--allow-shrink to publish anyway")
-    if summary.model:
+    if summary.published and summary.model:  # a run held back is not what a query reads
         lines.append(f'  next       chunkline query {summary.output} "how long should the arm warm up before calibration?"')
     return "\n".join(lines)
 
+
+def _not_published(output: str) -> str:
+    """What ``output/LATEST`` says after a run that did not publish, read now: the run it still
+    names, or that nothing is published yet."""
+    try:
+        published = latest_run(output)
+    except (ManifestError, OSError) as exc:
+        return f"(NOT published: {output}/LATEST left as it was, unreadable: {exc})"
+    if published is None:
+        return f"(NOT published: nothing in {output} is published yet, it has no LATEST)"
+    name = published.rstrip("/").rsplit("/", 1)[-1]
+    return f"(NOT published: {output}/LATEST still names the previous run, {name})"
