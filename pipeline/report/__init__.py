@@ -17,7 +17,7 @@ from typing import TextIO
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline.manifest import ManifestError, resolve_run
-from pipeline.report.gather import gather
+from pipeline.report.gather import ShardError, gather
 from pipeline.report.render import render
 
 REPORT = "report.html"
@@ -52,10 +52,11 @@ def _run_dir(output: str, run_id: str | None) -> str:
 
 
 def report_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    """``chunkline report``: 0 and the report's path, or 2 and why no run could be read."""
+    """``chunkline report``: 0 and the report's path, or 2 and why the run could not be read
+    (its manifest, or a shard the manifest lists), on one line."""
     try:
         path = write_report(_run_dir(args.output, args.run))
-    except ManifestError as exc:
+    except (ManifestError, ShardError) as exc:
         print(f"chunkline report: {exc}", file=err)
         return 2
     print(path, file=out)
@@ -69,4 +70,4 @@ def main(argv: list[str] | None = None) -> int:
     return report_command(args, sys.stdout, sys.stderr)
 
 
-__all__ = ["REPORT", "add_arguments", "main", "report_command", "write_report"]
+__all__ = ["REPORT", "ShardError", "add_arguments", "main", "report_command", "write_report"]

@@ -39,6 +39,16 @@ def clip(text: str, limit: int = MAX_SHOWN) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def counted(count: int, singular: str, plural: str | None = None) -> str:
+    """``count`` with its noun, singular for exactly one: ``1 chunk``, ``2,048 chunks``,
+    ``0 chunks``; ``plural`` where adding an s is wrong.
+
+    >>> counted(1, "chunk"), counted(1234, "chunk"), counted(1, "match", "matches")
+    ('1 chunk', '1,234 chunks', '1 match')
+    """
+    return f"{count:,} {singular if count == 1 else plural or singular + 's'}"
+
+
 @dataclass(frozen=True)
 class FormatRow:
     format: str
@@ -119,18 +129,31 @@ class ReportData:
     warnings: list[str] = field(default_factory=list)
 
 
+class ShardError(ValueError):
+    """A table file the manifest lists is missing or cannot be read as Parquet (truncated,
+    corrupt, without a column the report reads); the message names the file, on one line."""
+
+
 def _read(paths: Iterable[str], columns: list[str], filters: Any = None) -> pa.Table | None:
     """The columns of a table's shards, concatenated; None when it has no shard. A local shard
-    is read in place (only the columns and row groups asked for); a remote one whole."""
-    tables = []
-    for path in paths:
+    is read in place (only the columns and row groups asked for); a remote one whole.
+    :class:`ShardError` for a shard that is not there or not readable."""
+    tables = [_read_shard(path, columns, filters) for path in paths]
+    return pa.concat_tables(tables) if tables else None
+
+
+def _read_shard(path: str, columns: list[str], filters: Any) -> pa.Table:
+    try:
         if "://" not in path:
-            tables.append(pq.read_table(path, columns=columns, filters=filters))
-            continue
+            return pq.read_table(path, columns=columns, filters=filters)
         with FileSystems.open(path) as handle:
             data = pa.BufferReader(handle.read())
-        tables.append(pq.read_table(data, columns=columns, filters=filters))
-    return pa.concat_tables(tables) if tables else None
+        return pq.read_table(data, columns=columns, filters=filters)
+    except FileNotFoundError:
+        raise ShardError(f"{path}: no such file, though the run's manifest lists it") from None
+    except (pa.ArrowException, OSError, ValueError) as exc:  # pyarrow's own, or the filesystem's
+        why = " ".join(str(exc).split()) or "no reason given"
+        raise ShardError(f"{path}: not a readable Parquet file ({type(exc).__name__}: {why})") from None
 
 
 def _empty(columns: dict[str, pa.DataType]) -> pa.Table:
@@ -141,6 +164,25 @@ def format_of(fmt: str, uri: str) -> str:
     """The reader's format name; a rejected document has none, so its file's extension says
     (``FORMATS``), or "other"."""
     return fmt or FORMATS.get(extension(uri), "other")
+
+
+_DIGITS = re.compile(r"([0-9]+)")
+
+
+def natural_key(text: str) -> tuple:
+    """A sort key that orders the numbers inside ``text`` by value ("line 7" before
+    "line 10001", "doc2.md" before "doc10.md"), the rest as text, ties by the text itself.
+    Numbers are compared by their digits (length without leading zeros, then the digits), so a
+    run of 10,000 digits is a key like any other.
+
+    >>> sorted(["line 10005", "line 7", "line 10001", "line 07b"], key=natural_key)
+    ['line 7', 'line 07b', 'line 10001', 'line 10005']
+    """
+    parts: list[Any] = _DIGITS.split(text)
+    for i in range(1, len(parts), 2):  # odd places hold the digit runs
+        digits = parts[i].lstrip("0")
+        parts[i] = (len(digits), digits)
+    return tuple(parts), text
 
 
 _RECORD = re.compile(r"^(?:line|row) \d+: ")  # a JSONL line's or Parquet row's own prefix
@@ -181,7 +223,8 @@ def funnel(documents: pa.Table) -> list[FormatRow]:
 
 def reasons(rejected: pa.Table) -> tuple[list[ReasonKind], int]:
     """Rejections grouped by :func:`reason_kind`, most frequent first, capped; and how many
-    kinds there were."""
+    kinds there were. A kind's examples are its first by source, then reason, in
+    :func:`natural_key` order (line 7 before line 10001)."""
     groups: dict[str, list[tuple[str, str]]] = defaultdict(list)
     totals: Counter = Counter()
     for uri, reason in zip(rejected.column("uri").to_pylist(), rejected.column("reason").to_pylist()):
@@ -190,12 +233,17 @@ def reasons(rejected: pa.Table) -> tuple[list[ReasonKind], int]:
         examples = groups[kind]
         examples.append((uri, reason))
         if len(examples) > 4 * EXAMPLES_PER_REASON:  # keep memory bounded: the smallest few
-            examples.sort()
+            examples.sort(key=_example_key)
             del examples[EXAMPLES_PER_REASON:]
-    kinds = sorted(totals, key=lambda k: (-totals[k], k))
-    shown = [ReasonKind(k, totals[k], tuple((clip(u), clip(r)) for u, r in sorted(groups[k])[:EXAMPLES_PER_REASON]))
+    kinds = sorted(totals, key=lambda k: (-totals[k], natural_key(k)))
+    shown = [ReasonKind(k, totals[k], tuple((clip(u), clip(r)) for u, r in
+                                            sorted(groups[k], key=_example_key)[:EXAMPLES_PER_REASON]))
              for k in kinds[:MAX_REASON_KINDS]]
     return shown, len(kinds)
+
+
+def _example_key(example: tuple[str, str]) -> tuple:
+    return natural_key(example[0]), natural_key(example[1])
 
 
 def histogram(tokens: pa.Array, budget: int | None, bins: int = HISTOGRAM_BINS) -> Histogram:
@@ -220,18 +268,19 @@ def histogram(tokens: pa.Array, budget: int | None, bins: int = HISTOGRAM_BINS) 
 
 
 def clusters(documents: pa.Table) -> tuple[dict[str, list[dict]], int]:
-    """{survivor: its duplicates' rows} for the MAX_CLUSTERS largest clusters (ties by
-    survivor id), and the number of clusters. Counted in Arrow: only the rows of the clusters
+    """{survivor: its duplicates' rows, by :func:`natural_key` of their ids} for the
+    MAX_CLUSTERS largest clusters (ties by survivor id, the same order), and the number of
+    clusters. Counted in Arrow: only the rows of the clusters
     shown become Python objects."""
     dups = documents.filter(pc.equal(documents.column("status"), DUPLICATE))
     sizes = dups.group_by("duplicate_of").aggregate([("doc_id", "count")]).to_pylist()
-    largest = sorted(sizes, key=lambda r: (-r["doc_id_count"], r["duplicate_of"]))[:MAX_CLUSTERS]
+    largest = sorted(sizes, key=lambda r: (-r["doc_id_count"], natural_key(r["duplicate_of"])))[:MAX_CLUSTERS]
     shown = [r["duplicate_of"] for r in largest]
     rows = dups.filter(pc.is_in(dups.column("duplicate_of"), pa.array(shown, pa.string())))
     members: dict[str, list[dict]] = {s: [] for s in shown}
     for row in rows.select(["doc_id", "uri", "doc_hash", "duplicate_of"]).to_pylist():
         members[row["duplicate_of"]].append(row)
-    return {s: sorted(m, key=lambda r: r["doc_id"]) for s, m in members.items()}, len(sizes)
+    return {s: sorted(m, key=lambda r: natural_key(r["doc_id"])) for s, m in members.items()}, len(sizes)
 
 
 def near_options(manifest: dict[str, Any]) -> MinHashOptions | None:
@@ -346,7 +395,7 @@ def gather(run_dir: str) -> ReportData:
     options = near_options(manifest)
     resolved = resolve_clusters(found, survivor_hashes, doc_paths, options)
     note = ("similarity: MinHash estimated Jaccard with the survivor, computed with the run's "
-            f"options ({options.num_perm} permutations, {options.shingle_size}-word shingles, "
+            f"options ({counted(options.num_perm, 'permutation')}, {options.shingle_size}-word shingles, "
             f"threshold {options.threshold:g})" if options is not None
             else "near-duplicate detection was off: every duplicate is an exact copy")
     budget = (manifest.get("split") or {}).get("max_tokens")

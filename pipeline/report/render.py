@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-from pipeline.report.gather import ReportData, Sample, SampleChunk, clip
+from pipeline.report.gather import ReportData, Sample, SampleChunk, clip, counted
 from pipeline.report.svg import BAR_COLOUR, OUTCOME_COLOURS, escape, histogram_svg, stacked_bars
 
 OUTCOMES = ("kept", "duplicate", "rejected")
@@ -75,7 +75,7 @@ def sample_html(sample: Sample) -> str:
         first = starts.get(start)
         if first is not None:
             chunk = chunks[first]
-            label = f"#{chunk.index} · {chunk.tokens} tokens · {_heading_path(chunk.headings)}"
+            label = f"#{chunk.index} · {counted(chunk.tokens, 'token')} · {_heading_path(chunk.headings)}"
             kind += " start"
             attrs += f' data-label="{escape(label)}"'
         parts.append(f'<span class="seg {kind}"{attrs}>{escape(sample.text[start:end])}</span>')
@@ -113,7 +113,7 @@ def _rejected(data: ReportData) -> str:
         f'<tr><td>{escape(r.kind)}</td><td class="n" data-reason-count>{r.count:,}</td><td>'
         + "<br>".join(f'<code>{escape(src)}</code>: {escape(reason)}' for src, reason in r.examples)
         + "</td></tr>" for r in data.reasons)
-    more = (f'<p class="note">{data.reason_kinds - len(data.reasons):,} more kinds not shown.</p>'
+    more = (f'<p class="note">{counted(data.reason_kinds - len(data.reasons), "more kind")} not shown.</p>'
             if data.reason_kinds > len(data.reasons) else "")
     return (f'<section id="rejected"><h2>Rejected</h2><table><tr><th>reason</th><th class="n">documents</th>'
             f'<th>examples (source: reason)</th></tr>{rows}</table>{more}</section>')
@@ -133,7 +133,7 @@ def _duplicates(data: ReportData) -> str:
             members += f'<br><span class="note">and {cluster.size - len(cluster.members):,} more</span>'
         rows.append(f'<tr><td><code>{escape(cluster.survivor_uri or cluster.survivor)}</code></td>'
                     f'<td class="n">{cluster.size:,}</td><td>{members}</td></tr>')
-    more = (f'<p class="note">{data.cluster_count - len(data.clusters):,} smaller clusters not shown.</p>'
+    more = (f'<p class="note">{counted(data.cluster_count - len(data.clusters), "smaller cluster")} not shown.</p>'
             if data.cluster_count > len(data.clusters) else "")
     return (f'<section id="duplicates"><h2>Duplicate clusters</h2><p class="note">{escape(data.similarity_note)}</p>'
             f'<table><tr><th>survivor (kept)</th><th class="n">duplicates</th><th>members</th></tr>'
@@ -146,9 +146,10 @@ def _boilerplate(data: ReportData) -> str:
     if not found:
         return head + '<p class="note">Boilerplate removal was off, or this run did not record it.</p></section>'
     lines = found.get("top_removed") or []
-    summary = (f'<p>{found.get("documents_changed", 0):,} documents changed, '
-               f'{found.get("chars_removed", 0):,} characters removed, '
-               f'{found.get("frequent_keys", 0):,} frequent lines and blocks.</p>')
+    summary = (f'<p>{counted(int(found.get("documents_changed", 0)), "document")} changed, '
+               f'{counted(int(found.get("chars_removed", 0)), "character")} removed, '
+               + counted(int(found.get("frequent_keys", 0)), "frequent line or block",
+                         "frequent lines and blocks") + ".</p>")
     if not lines:
         return head + summary + "</section>"
     rows = "".join(f'<tr><td class="n">{int(r.get("documents", 0)):,}</td>'
@@ -160,9 +161,10 @@ def _boilerplate(data: ReportData) -> str:
 def _chunks(data: ReportData) -> str:
     hist = data.histogram
     over = sum(c for i, c in enumerate(hist.counts) if hist.budget is not None and hist.edges[i] > hist.budget)
-    budget = f"budget {hist.budget:,} tokens" if hist.budget is not None else "no budget recorded"
-    return (f'<section id="chunks"><h2>Chunk sizes</h2><p>{hist.chunks:,} chunks, largest {hist.largest:,} '
-            f'tokens, {budget}; {over:,} over it.</p>{histogram_svg("chart-tokens", hist)}</section>')
+    budget = f"budget {counted(hist.budget, 'token')}" if hist.budget is not None else "no budget recorded"
+    return (f'<section id="chunks"><h2>Chunk sizes</h2><p>{counted(hist.chunks, "chunk")}, largest '
+            f'{counted(hist.largest, "token")}, {budget}; {over:,} over it.</p>'
+            f'{histogram_svg("chart-tokens", hist)}</section>')
 
 
 def _vectors(data: ReportData) -> str:
@@ -178,9 +180,10 @@ def _vectors(data: ReportData) -> str:
             parts.append(f'<p><span data-vectors="embedded">{counts["embedded"]:,}</span> embedded, '
                          f'<span data-vectors="reused">{counts["reused"]:,}</span> reused'
                          + (f' from <code>{escape(str(previous))}</code>' if previous else "")
-                         + f'; {counts.get("reuse_rejected", 0):,} stored vectors failed their check.'
-                         + (f' The model read {counts["tokens_embedded"]:,} tokens in '
-                            f'{counts.get("tokens_padded", 0):,} padded positions.' if counts.get("tokens_embedded") else "")
+                         + f'; {_failed_check(counts.get("reuse_rejected", 0))}.'
+                         + (f' The model read {counted(counts["tokens_embedded"], "token")} in '
+                            f'{counted(counts.get("tokens_padded", 0), "padded position")}.'
+                            if counts.get("tokens_embedded") else "")
                          + "</p>")
     else:
         parts.append('<p class="note">Embedding was off.</p>')
@@ -193,6 +196,11 @@ def _vectors(data: ReportData) -> str:
     else:
         parts.append('<p class="note">Context headers were off.</p>')
     return f'<section id="vectors"><h2>Vectors and context</h2>{"".join(parts)}</section>'
+
+
+def _failed_check(count: int) -> str:
+    return ("1 stored vector failed its check" if count == 1
+            else f"{count:,} stored vectors failed their check")
 
 
 def _timing(data: ReportData) -> str:
@@ -215,9 +223,9 @@ def _samples(data: ReportData) -> str:
     if not data.samples:
         out.append('<p class="note">No document kept.</p>')
     for sample in data.samples:
-        cut = (f' Showing the first {len(sample.text):,} of {sample.length:,} characters.'
+        cut = (f' Showing the first {len(sample.text):,} of {counted(sample.length, "character")}.'
                if sample.length > len(sample.text) else "")
-        shown = (f' {len(sample.chunks):,} of {sample.chunk_count:,} chunks drawn.'
+        shown = (f' {len(sample.chunks):,} of {counted(sample.chunk_count, "chunk")} drawn.'
                  if sample.chunk_count > len(sample.chunks) else "")
         rows = "".join(f'<tr><td class="n">{c.index}</td><td class="n">{c.start:,}–{c.end:,}</td>'
                        f'<td class="n">{c.tokens:,}</td><td>{escape(_heading_path(c.headings))}</td></tr>'
@@ -225,7 +233,8 @@ def _samples(data: ReportData) -> str:
         out.append(
             f'<article class="sample" data-sample-format="{escape(sample.format)}">'
             f'<h3>{escape(sample.format)}: <code>{escape(sample.uri)}</code></h3>'
-            f'<p class="note">{sample.chunk_count:,} chunks over {sample.length:,} characters.{cut}{shown}</p>'
+            f'<p class="note">{counted(sample.chunk_count, "chunk")} over '
+            f'{counted(sample.length, "character")}.{cut}{shown}</p>'
             f'<details><summary>chunk table</summary><table><tr><th class="n">#</th><th class="n">span</th>'
             f'<th class="n">tokens</th><th>heading path</th></tr>{rows}</table></details>'
             f'<pre class="doc" data-doc-id="{escape(sample.doc_id)}">{sample_html(sample)}</pre></article>')

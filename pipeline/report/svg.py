@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 from typing import Sequence
 
-from pipeline.report.gather import Histogram
+from pipeline.report.gather import Histogram, counted
 
 # Colours of the three document outcomes, shared by the chart and the table's legend.
 OUTCOME_COLOURS = {"kept": "#2e7d32", "duplicate": "#f9a825", "rejected": "#c62828"}
@@ -53,6 +53,10 @@ def stacked_bars(chart_id: str, title: str, rows: Sequence[tuple[str, dict[str, 
     return "".join(out)
 
 
+def _tokens_range(lo: int, hi: int) -> str:
+    return counted(lo, "token") if lo == hi else f"{lo:,}–{hi:,} tokens"
+
+
 def histogram_svg(chart_id: str, hist: Histogram, width: int = 720, height: int = 240) -> str:
     """Chunks per token-count bin, with the budget drawn as a dashed line."""
     left, right, top, bottom = 48, 16, 12, 36
@@ -77,7 +81,7 @@ def histogram_svg(chart_id: str, hist: Histogram, width: int = 720, height: int 
         out.append(f'<rect class="bin" x="{x0 + 1:.1f}" y="{top + plot_h - h:.1f}" '
                    f'width="{max(x1 - x0 - 2, 1):.1f}" height="{h:.1f}" '
                    f'fill="{OUTCOME_COLOURS["rejected"] if over else BAR_COLOUR}">'
-                   f'<title>{lo:,}–{hi - 1:,} tokens: {count:,} chunks</title></rect>')
+                   f'<title>{_tokens_range(lo, hi - 1)}: {counted(count, "chunk")}</title></rect>')
     step = max(1, len(hist.counts) // 6)
     for i in range(0, len(hist.edges), step):
         out.append(f'<text x="{x_of(hist.edges[i]):.1f}" y="{height - 18}" '

@@ -5,7 +5,9 @@ command."""
 from __future__ import annotations
 
 import html
+import io
 import json
+import re
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -20,6 +22,7 @@ from chunkline.records import (
     DUPLICATE, KEPT, REJECTED, ChunkRecord, DocumentStatus, Rejected, as_row, chunk_row, chunk_schema,
     doc_hash, document_schema, rejected_schema,
 )
+from pipeline.cli import main as cli
 from pipeline.report import REPORT, main, write_report
 from pipeline.report.gather import (
     MAX_CLUSTERS, MAX_REASON_KINDS, SAMPLE_CHARS, SampleChunk, gather, histogram, reason_kind,
@@ -295,3 +298,78 @@ def test_command_writes_the_latest_run_or_the_one_named(small_run: Path, capsys)
     assert main([str(small_run.parent), "--run", "no-such-run"]) == 2
     err = capsys.readouterr().err
     assert "no-such-run/manifest.json: no such file" in err
+
+
+# --- Counts in words, natural order, damaged shards, secrets ------------------------------------
+
+
+def test_a_count_of_one_is_singular_everywhere(tmp_path: Path) -> None:
+    doc = kept("one.md", "abcd")
+    statuses, rejected = [doc], []
+    for i in range(MAX_REASON_KINDS + 1):  # one kind more than the page shows
+        status, record = rejected_row(f"bad{i}.md", f"reason kind {chr(65 + i % 26)}{i // 26 * 'x'}")
+        statuses.append(status)
+        rejected.append(record)
+    for i in range(MAX_CLUSTERS + 1):  # one cluster more than the page shows
+        text = f"cluster {i} text"
+        statuses += [kept(f"s{i:03d}.md", text), duplicate(f"t{i:03d}.md", text, f"s{i:03d}.md")]
+    run = make_run(tmp_path, statuses, chunks_of(doc, 100), rejected, split={"max_tokens": 1},
+                   boilerplate={"top_removed": [], "documents_changed": 1, "chars_removed": 1,
+                                "frequent_keys": 1},
+                   model={"name": "m", "dim": 4, "vector_dtype": "float32"})
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["counts"].update(embedded=1, reused=0, reuse_rejected=1, tokens_embedded=1, tokens_padded=1)
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    page = render(gather(str(run)))
+    plural_of_one = re.findall(r"(?<![\d,.])1 (?:more |smaller |stored |padded |frequent )?[a-z]+s\b", page)
+    assert plural_of_one == []
+    for phrase in ("1 more kind not shown", "1 smaller cluster not shown", "1 document changed",
+                   "1 character removed", "1 frequent line or block.", "1 chunk, largest 1 token, budget 1 token",
+                   "1 stored vector failed its check", "The model read 1 token in 1 padded position.",
+                   "1 chunk over 4 characters", "#0 · 1 token · Guide", "<title>1 token: 1 chunk</title>"):
+        assert phrase in page, phrase
+
+
+def test_examples_and_members_sort_numbers_as_numbers(tmp_path: Path) -> None:
+    rows = [rejected_row("/corpus/faq.jsonl", f"line {n}: not valid JSON (Expecting value)", f"faq.jsonl#L{n}")
+            for n in (10005, 7, 10001)]
+    survivor = kept("s.md", "same text")
+    copies = [duplicate(f"copy{n}.md", "same text", "s.md") for n in (10, 2, 1)]
+    data = gather(str(make_run(tmp_path, [survivor, *copies, *(s for s, _ in rows)], [],
+                               [r for _, r in rows])))
+    assert [reason.split(":")[0] for _, reason in data.reasons[0].examples] == ["line 7", "line 10001", "line 10005"]
+    assert [m.doc_id for m in data.clusters[0].members] == ["copy1.md", "copy2.md", "copy10.md"]
+    page = render(data)
+    assert page.index("line 7:") < page.index("line 10001:") < page.index("line 10005:")
+
+
+@pytest.mark.parametrize(("shard", "damage", "why"), [
+    ("chunks-00001-of-00002.parquet", "truncate", "not a readable Parquet file (ArrowInvalid: "),
+    ("documents-00000-of-00001.parquet", "truncate", "not a readable Parquet file (ArrowInvalid: "),
+    ("rejected-00000-of-00001.parquet", "text", "not a readable Parquet file (ArrowInvalid: "),
+    ("chunks-00000-of-00002.parquet", "delete", "no such file, though the run's manifest lists it"),
+], ids=["chunks-truncated", "documents-truncated", "rejected-not-parquet", "chunks-missing"])
+def test_a_damaged_shard_is_one_line_naming_it(small_run: Path, shard: str, damage: str, why: str) -> None:
+    path = small_run / shard
+    if damage == "truncate":
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    elif damage == "text":
+        path.write_text("not parquet at all\n")
+    else:
+        path.unlink()
+    out, err = io.StringIO(), io.StringIO()
+    assert cli(["report", str(small_run.parent)], out, err) == 2
+    (line,) = err.getvalue().splitlines()
+    assert line.startswith(f"chunkline report: {path}: {why}")
+    assert out.getvalue() == "" and not (small_run / REPORT).exists()
+
+
+def test_the_page_shows_no_config_value(tmp_path: Path) -> None:
+    """The report reads the run's config for the near-duplicate options only: a secret in it (a
+    store URI's password, an API key) never reaches the page."""
+    doc = kept("a.md", "text")
+    config = {"dedupe": {"exact": True, "near": NEAR},
+              "sink": {"to": "postgresql://me:hunter2@db.internal/search", "batch_size": 1000},
+              "context": {"api_key_env": "SECRET_ENV_NAME", "base_url": "https://u:tok3n@llm.internal"}}
+    page = render(gather(str(make_run(tmp_path, [doc], chunks_of(doc, 10), [], config=config))))
+    assert not {"hunter2", "tok3n", "db.internal", "llm.internal"} & set(re.findall(r"[\w.]+", page))
