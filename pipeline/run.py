@@ -24,7 +24,7 @@ from pipeline.config import Config, to_dict
 from pipeline.lease import OutputLease
 from pipeline.manifest import ManifestError, latest_run, load_manifest, resolve_run
 from pipeline.plan import new_run_id, plan, preflight
-from pipeline.redact import redacted_config
+from pipeline.redact import redacted, redacted_config
 from pipeline.summary import RunSummary
 from pipeline.timing import stage_seconds
 from transforms.spill import remove_dead_spills, remove_spill
@@ -243,7 +243,7 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
         held_back = []
     model = None
     if config.embed is not None:
-        model = {"name": config.embed.model, "dim": job.dim, "dtype": job.options.embed.dtype,
+        model = {"name": redacted(config.embed.model), "dim": job.dim, "dtype": job.options.embed.dtype,
                  "normalize": config.embed.normalize, "max_seq_length": config.embed.max_seq_length,
                  "vector_dtype": config.output.vector_dtype}
     manifest = {
@@ -259,7 +259,7 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
                   "overlap": config.split.overlap, "markdown": config.split.markdown},
         "model": model,
         "embedding_signature": job.embedding_signature,
-        "previous": job.previous_run,
+        "previous": job.previous_run and redacted(job.previous_run),
         "reuse_skipped": list(job.reuse_skipped),
         "counts": counts,
         "context": context and {k: v for k, v in context.items() if k != "summary"},

@@ -81,7 +81,7 @@ def run_args(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = s
                           sparse=bool(manifest.get("bm25")), repair=args.repair,
                           progress=None if args.quiet else stderr_progress)
     except StoreBusy as exc:
-        print(f"error: {where}: busy: {redacted(str(exc))}", file=err)
+        print(f"error: busy: {redacted(str(exc))}", file=err)
         return exits.BUSY
     except ValueError as exc:
         print(f"error: {where}: {redacted(str(exc))}", file=err)

@@ -184,3 +184,81 @@ def check_usage_errors(uri: str, run_dir: str) -> None:
     assert code == 2 and "--batch-size" in err
     code, _, err = cli(output, "--to", "ftp://host/index")
     assert code == 2 and "unknown store" in err
+
+
+def _race_one(argv: list[str], barrier, log_prefix: str) -> None:
+    """One contender of :func:`race`, in a process forked from the forkserver: its stdout and
+    stderr (file descriptors, so a native library's lines too) go to ``log_prefix.out/.err``."""
+    out = os.open(log_prefix + ".out", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    err = os.open(log_prefix + ".err", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.dup2(out, 1)
+    os.dup2(err, 2)
+    barrier.wait(timeout=120)
+    code = main(argv)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def race(argv: list[str], contenders: int, logs: Path) -> list[tuple[int, str, str]]:
+    """``chunkline sync argv`` in ``contenders`` processes released together by a barrier:
+    (exit status, stdout, stderr) of each. The processes fork from a forkserver that imported
+    the sync code once, so eight of them start in a second, not in eight interpreter starts."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["pipeline.sync.command", "pipeline.sync.rows",
+                                    "pipeline.sync.lance", "pipeline.sync.pgvector",
+                                    "tests.pipeline.sync_cases"])
+    barrier = context.Barrier(contenders)
+    logs.mkdir(parents=True, exist_ok=True)
+    processes = [context.Process(target=_race_one, args=(argv, barrier, str(logs / f"sync{i}")))
+                 for i in range(contenders)]
+    # The forkserver imports lancedb once and never runs it, so the runtime lancedb resets in
+    # each child was never in use: its warning about forking is noise here.
+    os.environ["PYTHONWARNINGS"] = "ignore:lancedb fork support:RuntimeWarning"
+    try:
+        for process in processes:
+            process.start()
+    finally:
+        os.environ.pop("PYTHONWARNINGS", None)
+    for process in processes:
+        process.join(timeout=300)
+    return [(process.exitcode, (logs / f"sync{i}.out").read_text(), (logs / f"sync{i}.err").read_text())
+            for i, process in enumerate(processes)]
+
+
+def check_concurrent_syncs(uri: str, runs, logs: Path, rounds: int = 3, contenders: int = 8) -> None:
+    """``contenders`` syncs started together, ``rounds`` times, each round a different run
+    (the demo into an empty store, then a whole other corpus, then its small reindex): every
+    process exits 0 (it synced) or 75 (another held the store), none prints a traceback, and
+    the store ends with exactly the run's rows, each once (``--check``)."""
+    for number, run_dir in enumerate((runs.demo_run, runs.first, runs.second)[:rounds]):
+        output, run_id = str(Path(run_dir).parent), Path(run_dir).name
+        results = race([output, "--to", uri, "--run", run_id, "--batch-size", "50"], contenders,
+                       logs / f"round{number}")
+        codes = sorted(code for code, _, _ in results)
+        assert set(codes) <= {0, 75} and 0 in codes, results
+        for code, out, err in results:
+            assert "Traceback" not in err and "Traceback" not in out, err
+            if code == 75:
+                assert "busy" in err, err
+        code, out, err = cli(output, "--to", uri, "--run", run_id, "--check")
+        assert code == 0, err
+        assert f"verified: {len(parquet_rows(run_dir))} rows" in out
+
+
+def check_a_planted_duplicate_is_found(uri: str, run_dir: str, plant: Callable[[str, str], None]) -> None:
+    """A second copy of one row added behind the tool's back (``plant(uri, chunk_id)``):
+    ``--check`` names it and the row count; a sync deletes both copies and writes one."""
+    output = str(Path(run_dir).parent)
+    assert synced(uri, run_dir).verification.ok
+    victim = sorted(parquet_rows(run_dir))[2]
+    plant(uri, victim)
+    code, _, err = cli(output, "--to", uri, "--check")
+    rows = len(parquet_rows(run_dir))
+    assert code == 1 and f"held more than once: {victim}" in err, err
+    assert f"holds {rows + 1:,} rows for the run's {rows:,}" in err
+    code, out, err = cli(output, "--to", uri)
+    assert code == 0 and "1 written, 1 deleted" in out, err
+    assert cli(output, "--to", uri, "--check")[0] == 0

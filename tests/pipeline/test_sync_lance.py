@@ -95,3 +95,16 @@ def test_a_sink_without_vectors_is_a_config_error(tmp_path) -> None:
 
     with pytest.raises(ConfigError, match="sink needs vectors"):
         load_config("configs/local.yaml", ["embed=null", f"sink.to={tmp_path}/store"])
+
+
+def test_eight_syncs_at_once_leave_exactly_the_runs_rows(uri, sync_runs, tmp_path) -> None:
+    cases.check_concurrent_syncs(uri, sync_runs, tmp_path / "logs")
+    assert table(uri).count_rows() == len(cases.parquet_rows(sync_runs.second))
+
+
+def test_a_duplicate_row_planted_behind_the_tools_back_is_found(uri, sync_runs) -> None:
+    def plant(u: str, chunk_id: str) -> None:
+        copy = table(u).search().where(f"chunk_id = '{chunk_id}'").limit(1).to_arrow()
+        table(u).add(copy)
+
+    cases.check_a_planted_duplicate_is_found(uri, sync_runs.demo_run, plant)

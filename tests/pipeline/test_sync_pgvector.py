@@ -108,3 +108,8 @@ def test_usage_errors(uri, sync_runs, tmp_path) -> None:
     code, _, err = cases.cli(str(sync_runs.demo), "--to", f"postgresql://postgres@/postgres?host={tmp_path}")
     # No server: worth a retry, not a usage error.
     assert code == 69 and "cannot connect to PostgreSQL" in err
+
+
+def test_eight_syncs_at_once_leave_exactly_the_runs_rows(uri, sync_runs, tmp_path) -> None:
+    cases.check_concurrent_syncs(uri, sync_runs, tmp_path / "logs")
+    assert count(uri) == len(cases.parquet_rows(sync_runs.second))
