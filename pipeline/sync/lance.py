@@ -30,7 +30,7 @@ from lancedb.index import FTS
 
 from pipeline.lease import LeaseHeld, OutputLease
 from pipeline.sync.core import StoreBusy, SyncState
-from pipeline.sync.rows import DIGEST, schema
+from pipeline.sync.rows import DIGEST, canonical_metadata, schema
 
 # IVF-PQ trains k-means over the vectors (256 centroids per sub-vector for PQ, ~sqrt(rows)
 # partitions for IVF); on fewer rows its centroids are poor and a flat scan (a few ms for ten
@@ -145,7 +145,12 @@ class LanceStore:
         self.table.delete(f"chunk_id IN ({_quoted(chunk_ids)})")
 
     def read_all(self) -> pa.Table:
-        return self.table.to_arrow().select(schema(self.dim).names).cast(schema(self.dim))
+        held = self.table.to_arrow().select(schema(self.dim).names).cast(schema(self.dim))
+        # Lance keeps the text as written; canonical again, as the other stores' JSON is, so a
+        # row written by an older chunkline (``1.0``) compares by value.
+        position = held.schema.get_field_index("metadata")
+        texts = [canonical_metadata(t) for t in held.column("metadata").to_pylist()]
+        return held.set_column(position, held.schema.field("metadata"), pa.array(texts, pa.string()))
 
     def finish(self) -> list[str]:
         notes = []

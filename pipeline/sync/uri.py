@@ -74,7 +74,7 @@ def open_store(uri: str) -> Store:
     if scheme in ("", "lancedb"):
         # Lance logs from Rust at WARN by default ("No existing dataset ... will be created" on
         # a first sync): noise beside the sync's own lines, which say what matters.
-        os.environ.setdefault("LANCE_LOG", "error")
+        os.environ.setdefault("LANCEDB_LOG", "error")
         return _module("lance", "lancedb").LanceStore(_path(bare), table)
     if scheme in ("postgresql", "postgres"):
         return _module("pgvector", "psycopg").PgvectorStore(bare, table)

@@ -180,3 +180,30 @@ def test_run_api_raises_preflight_errors(tmp_path) -> None:
                                   f"output.path={tmp_path / 'o'}", NO_VECTORS])
     with pytest.raises(PreflightError, match="matches no file"):
         run(config)
+
+
+def test_a_lost_latest_beside_complete_runs_stops_before_the_job(published, tmp_path) -> None:
+    """LATEST deleted (a cleanup script, a partial copy): a run over 2 of the 10 documents must
+    not publish as if it were the first. Exit 2 before any work, naming the newest complete
+    run and the ways out; --previous compares with that run (and holds the shrunken run back);
+    --start-over indexes from nothing."""
+    _, output, good = published
+    copy = tmp_path / "index"
+    shutil.copytree(output, copy)
+    (copy / "LATEST").unlink()
+    few = tmp_path / "few"
+    write_docs(few, 2)
+    before = sorted(p.name for p in copy.iterdir())
+    argv = ["run", "--config", CONFIG, "--input", f"{few}/**", "--output", str(copy), "--set", NO_VECTORS]
+    code, _, err = cli(*argv)
+    assert code == 2 and f"newest {good}" in err and "--previous" in err and "--start-over" in err, err
+    assert sorted(p.name for p in copy.iterdir()) == before  # nothing written, no LATEST made
+    code, out, err = cli(*argv, "--previous", str(copy / good))
+    assert code == 1 and "kept fell from 10 to 2" in out, out + err
+    assert not (copy / "LATEST").exists()
+    code, _, err = cli(*argv, "--start-over")
+    assert code == 0, err
+    assert latest(copy) != good
+    code, _, err = cli(*argv, "--start-over")
+    assert code == 2 and "nothing to start over from" in err
+

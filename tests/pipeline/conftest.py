@@ -4,6 +4,8 @@ syncs the same runs, so the model runs three times in all, not three times a sto
 from __future__ import annotations
 
 import shutil
+import io
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,3 +54,54 @@ def sync_runs(tmp_path_factory) -> SyncRuns:
     shutil.rmtree(corpus)
     return SyncRuns(base / "demo", demo.run_dir, base / "reindex", first.run_dir, second.run_dir,
                     "doc010.md", "doc020.md", "doc030.md")
+
+
+# A password that must never reach a file, a log line or a message.
+SECRET = "S3CRETPW-x9"
+
+
+@dataclass(frozen=True)
+class OddRun:
+    output: Path
+    run_dir: str
+    code: int  # the exit status of `chunkline run` (its sink is unreachable)
+    out: str
+    err: str
+
+
+def write_odd_corpus(corpus: Path) -> None:
+    """Metadata a store chokes on unless the run made it canonical: numbers of every size, a
+    U+0000, Unicode; and metadata no store should receive (500 levels deep, 1 MB)."""
+    corpus.mkdir(parents=True)
+    deep: object = "bottom"
+    for _ in range(500):
+        deep = {"d": deep}
+    records = [
+        {"id": "numbers", "text": "Calibration numbers of every size, kept exactly as given.",
+         "metadata": {"big": 1e20, "huge": 1e300, "tiny": 5e-324, "neg_zero": -0.0,
+                      "integral": 2.0, "beyond": 123456789012345678901234, "precise": 0.1 + 0.2,
+                      "nested": {"a": [1, {"b": 2.5}]}, "nul": "a\u0000b", "emoji": "\U0001f64f"}},
+        {"id": "plain", "text": "A second ticket about the gripper's warranty return.",
+         "metadata": {"n": 1, "s": "1"}},
+        {"id": "deep", "text": "A record whose metadata is nested five hundred deep.", "metadata": deep},
+        {"id": "fat", "text": "A record carrying a megabyte of metadata.", "metadata": {"blob": "x" * 1_000_000}},
+    ]
+    (corpus / "tickets.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (corpus / "guide.md").write_text("# Guide\n\n## Setup\n\nWarm the arm up for ten minutes.\n")
+
+
+@pytest.fixture(scope="session")
+def odd_run(tmp_path_factory) -> OddRun:
+    """The odd corpus through `chunkline run`, with a sink whose URI carries a password and
+    names a PostgreSQL socket directory that does not exist: the run publishes, the sink fails."""
+    from pipeline.cli import main
+
+    base = tmp_path_factory.mktemp("odd")
+    write_odd_corpus(base / "corpus")
+    output = base / "index"
+    sink = f"postgresql://postgres:{SECRET}@/postgres?host={base}/no-socket&password={SECRET}"
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["run", "--config", str(ROOT / "configs" / "local.yaml"), "--input",
+                 f"{base}/corpus/**", "--output", str(output), "--set", f"sink.to={sink}"], out, err)
+    latest = (output / "LATEST").read_text().strip() if (output / "LATEST").exists() else ""
+    return OddRun(output, str(output / latest), code, out.getvalue(), err.getvalue())

@@ -15,6 +15,7 @@ from typing import Callable
 
 import numpy as np
 import pyarrow.parquet as pq
+from hypothesis import strategies as st
 
 from pipeline.manifest import load_manifest
 from pipeline.query import search
@@ -262,3 +263,115 @@ def check_a_planted_duplicate_is_found(uri: str, run_dir: str, plant: Callable[[
     code, out, err = cli(output, "--to", uri)
     assert code == 0 and "1 written, 1 deleted" in out, err
     assert cli(output, "--to", uri, "--check")[0] == 0
+
+
+def check_odd_metadata_syncs(uri: str, odd) -> None:
+    """The run accepted numbers of every size, a U+0000 and Unicode in its metadata (and
+    rejected metadata too deep or too big): the store takes every row, and its values come back
+    with the run's digests (jsonb gives 1e20 back as 100000000000000000000)."""
+    output, run_id = str(odd.output), Path(odd.run_dir).name
+    chunks = len(parquet_rows(odd.run_dir))
+    code, out, err = cli(output, "--to", uri, "--run", run_id)
+    assert code == 0, err
+    assert f"verified: {chunks} rows" in out
+    code, out, err = cli(output, "--to", uri, "--run", run_id, "--check")
+    assert code == 0, err
+    code, out, err = cli(output, "--to", uri, "--run", run_id)
+    assert code == 0 and f"0 written, 0 deleted, {chunks} unchanged" in out, err
+
+
+_SCALARS = (st.none() | st.booleans() | st.integers(-10**300, 10**300)
+            | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=12))
+_JSON = st.recursive(_SCALARS, lambda inner: st.lists(inner, max_size=4)
+                     | st.dictionaries(st.text(max_size=6), inner, max_size=4), max_leaves=10)
+_METADATA = st.dictionaries(st.text(min_size=1, max_size=8), _JSON, max_size=5)
+
+
+def check_metadata_round_trips(uri: str, run_dir: str, examples: int = 25) -> None:
+    """Hypothesis: metadata of arbitrary JSON values (integers of any size a double holds,
+    floats huge, tiny, integral and negative zero, U+0000 and any other text) made as the run
+    makes it (``chunkline.metadata``), written into the store and read back, gives every row
+    the run's digest."""
+    import pyarrow as pa
+    from hypothesis import HealthCheck, given, settings
+
+    from chunkline.metadata import metadata_json, metadata_pairs
+    from pipeline.sync.rows import DIGEST, canonical_metadata, row_digests
+
+    manifest = load_manifest(run_dir)
+    template = load_rows(run_dir, manifest).slice(0, 3).drop_columns([DIGEST])
+    store = open_store(uri)
+    store.open(template.schema.field("vector").type.list_size, sparse=True)
+    counter = iter(range(10**9))
+    try:
+        @settings(max_examples=examples, deadline=None, database=None,
+                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+        @given(st.lists(_METADATA, min_size=3, max_size=3))
+        def round_trip(values: list[dict]) -> None:
+            n = next(counter)
+            texts = [canonical_metadata(metadata_json(metadata_pairs(v.items()))) for v in values]
+            rows = template.set_column(template.schema.get_field_index("metadata"), "metadata",
+                                       pa.array(texts, pa.string()))
+            rows = rows.set_column(0, "chunk_id", pa.array([f"prop{n}#{i}" for i in range(3)]))
+            rows = rows.append_column(DIGEST, pa.array(row_digests(rows), pa.string()))
+            store.upsert(rows)
+            held = store.read_all()
+            mine = held.filter(pa.compute.starts_with(held.column("chunk_id"), f"prop{n}#"))
+            mine = mine.sort_by("chunk_id")
+            assert mine.column("chunk_id").to_pylist() == rows.column("chunk_id").to_pylist()
+            assert row_digests(mine) == rows.column(DIGEST).to_pylist(), (
+                texts, mine.column("metadata").to_pylist())
+            store.delete(rows.column("chunk_id").to_pylist())
+
+        round_trip()
+    finally:
+        store.close()
+
+
+def check_check_writes_nothing(uri: str, run_dir: str, nothing_there: Callable[[str], bool]) -> None:
+    """``--check`` on an empty target creates no table, state, lock or directory, and says
+    the store holds 0 of the run's rows. ``nothing_there(uri)``: the store's own client finds
+    nothing at all."""
+    chunks = len(parquet_rows(run_dir))
+    code, _, err = cli(str(Path(run_dir).parent), "--to", uri, "--check")
+    assert code == 1 and f"holds 0 rows for the run's {chunks:,}" in err, err
+    assert nothing_there(uri)
+
+
+def check_an_old_format_store_is_rewritten_once(uri: str, odd) -> None:
+    """A store written by a chunkline of row format 1 (metadata numbers as Python's json wrote
+    them: here every integer a float, ``1.0``), its state saying so: ``--check`` says its values
+    match and its digests are of the old format (not drift), the next sync rewrites those rows
+    once and says so, the one after writes nothing."""
+    import json
+
+    import pyarrow as pa
+
+    from pipeline.sync.core import SyncState
+    from pipeline.sync.rows import DIGEST, row_digests
+
+    output, run_id = str(odd.output), Path(odd.run_dir).name
+    rows = load_rows(odd.run_dir, load_manifest(odd.run_dir))
+    old_text = [json.dumps(json.loads(t, parse_int=float), sort_keys=True, separators=(",", ":"),
+                           ensure_ascii=False) for t in rows.column("metadata").to_pylist()]
+    old = rows.drop_columns([DIGEST]).set_column(
+        rows.schema.get_field_index("metadata"), "metadata", pa.array(old_text, pa.string()))
+    old = old.append_column(DIGEST, pa.array(row_digests(old), pa.string()))
+    outdated = sum(a != b for a, b in zip(old.column(DIGEST).to_pylist(), rows.column(DIGEST).to_pylist()))
+    assert outdated == len(rows)  # every row has an integer (file_size, at least)
+    store = open_store(uri)
+    try:
+        with store.lock("old"):
+            store.open(rows.schema.field("vector").type.list_size, sparse=True)
+            store.upsert(old)
+            store.save_state(SyncState(run_id, None, len(rows), "", row_format=1))
+    finally:
+        store.close()
+    code, out, err = cli(output, "--to", uri, "--run", run_id, "--check")
+    assert code == 0, err
+    assert "row format 1" in out and f"rewrites {outdated:,} rows once (not drift)" in out
+    code, out, err = cli(output, "--to", uri, "--run", run_id)
+    assert code == 0, err
+    assert f"{outdated} written, 0 deleted" in out and "were row format 1" in out
+    code, out, err = cli(output, "--to", uri, "--run", run_id)
+    assert code == 0 and "0 written, 0 deleted" in out and "row format" not in out, err

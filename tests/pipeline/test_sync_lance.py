@@ -108,3 +108,16 @@ def test_a_duplicate_row_planted_behind_the_tools_back_is_found(uri, sync_runs) 
         table(u).add(copy)
 
     cases.check_a_planted_duplicate_is_found(uri, sync_runs.demo_run, plant)
+
+
+def test_check_on_an_empty_target_writes_nothing(sync_runs, tmp_path) -> None:
+    target = tmp_path / "never"
+    cases.check_check_writes_nothing(str(target), sync_runs.demo_run, lambda u: not target.exists())
+
+
+def test_metadata_of_any_json_values_round_trips(uri, sync_runs) -> None:
+    cases.check_metadata_round_trips(uri, sync_runs.demo_run)
+
+
+def test_a_store_of_the_old_row_format_is_rewritten_once_never_drift(uri, odd_run) -> None:
+    cases.check_an_old_format_store_is_rewritten_once(uri, odd_run)

@@ -113,3 +113,26 @@ def test_usage_errors(uri, sync_runs, tmp_path) -> None:
 def test_eight_syncs_at_once_leave_exactly_the_runs_rows(uri, sync_runs, tmp_path) -> None:
     cases.check_concurrent_syncs(uri, sync_runs, tmp_path / "logs")
     assert count(uri) == len(cases.parquet_rows(sync_runs.second))
+
+
+def test_check_on_an_empty_target_writes_nothing(uri, sync_runs) -> None:
+    def nothing_there(u: str) -> bool:
+        conn, table = connect(u)
+        with conn:
+            return conn.execute("SELECT to_regclass(%s) IS NULL AND to_regclass(%s) IS NULL",
+                                (table, table + "_sync")).fetchone()[0]
+
+    cases.check_check_writes_nothing(uri, sync_runs.demo_run, nothing_there)
+
+
+def test_metadata_of_any_json_values_round_trips(uri, sync_runs) -> None:
+    cases.check_metadata_round_trips(uri, sync_runs.demo_run)
+
+
+def test_odd_metadata_syncs(uri, odd_run) -> None:
+    """jsonb gives 1e20 back as 100000000000000000000: with canonical numbers it verifies."""
+    cases.check_odd_metadata_syncs(uri, odd_run)
+
+
+def test_a_store_of_the_old_row_format_is_rewritten_once_never_drift(uri, odd_run) -> None:
+    cases.check_an_old_format_store_is_rewritten_once(uri, odd_run)

@@ -109,3 +109,20 @@ def test_usage_errors(uri, sync_runs) -> None:
         holder.close()
     # Local mode holds one client a directory: a second sync is told the store is busy (75).
     assert code == 75 and "open in another process" in err and "Traceback" not in err
+
+
+def test_check_on_an_empty_target_writes_nothing(sync_runs, tmp_path) -> None:
+    target = tmp_path / "never"
+    cases.check_check_writes_nothing(f"qdrant://{target}", sync_runs.demo_run, lambda u: not target.exists())
+
+
+def test_metadata_of_any_json_values_round_trips(uri, sync_runs) -> None:
+    cases.check_metadata_round_trips(uri, sync_runs.demo_run)
+
+
+def test_odd_metadata_syncs(odd_run, tmp_path) -> None:
+    cases.check_odd_metadata_syncs(f"qdrant://{tmp_path}/q", odd_run)
+
+
+def test_a_store_of_the_old_row_format_is_rewritten_once_never_drift(uri, odd_run) -> None:
+    cases.check_an_old_format_store_is_rewritten_once(uri, odd_run)
