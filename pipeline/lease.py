@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import socket
 import threading
 import time
@@ -106,8 +107,13 @@ class _LocalStore:
         self.path = Path(output) / name
         self.timeout = timeout
 
+    def _staged(self, tag: str) -> Path:
+        """A name of this process's own to write beside the lease: two holders with one tag
+        (two syncs of one run) must never remove each other's staged file."""
+        return self.path.with_name(f"{self.path.name}.{tag}.{os.getpid()}.{secrets.token_hex(4)}.new")
+
     def create(self, data: bytes, tag: str) -> bool:
-        staged = self.path.with_name(f"{self.path.name}.{tag}.new")
+        staged = self._staged(tag)
         staged.write_bytes(data)
         try:
             os.link(staged, self.path)
@@ -149,7 +155,7 @@ class _LocalStore:
         if current is None or current[2] != token:
             marker.unlink(missing_ok=True)
             return False
-        staged = self.path.with_name(f"{self.path.name}.{tag}.new")
+        staged = self._staged(tag)
         staged.write_bytes(data)
         os.replace(staged, self.path)
         marker.unlink(missing_ok=True)
