@@ -98,6 +98,7 @@ def _write_view(
 
 def _run_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from pipeline.config import ConfigError, load_config
+    from pipeline.redact import redacted
 
     overrides = list(args.set or [])
     # `is not None`: an empty --output "" is a mistake to report, not a flag to ignore.
@@ -110,7 +111,7 @@ def _run_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     try:
         config = load_config(args.config, overrides)
     except ConfigError as exc:
-        print(f"chunkline run: {exc}", file=err)
+        print(f"chunkline run: {redacted(str(exc))}", file=err)
         return 2
     # Our progress lines at INFO; Beam's own chatter (type-hint notes, state cache) only when it
     # matters.
@@ -126,13 +127,13 @@ def _run_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         summary = run(config, args.beam_args, allow_shrink=args.allow_shrink,
                       start_over=args.start_over)
     except LeaseHeld as exc:
-        print(f"chunkline run: {exc}", file=err)
+        print(f"chunkline run: {redacted(str(exc))}", file=err)
         return EXIT_OUTPUT_BUSY
     except (ValueError, FileNotFoundError, ModelNotAvailable, TokenizerNotAvailable) as exc:
-        print(f"chunkline run: {exc}", file=err)
+        print(f"chunkline run: {redacted(str(exc))}", file=err)
         return 2
     except RuntimeError as exc:
-        print(f"chunkline run: {exc}", file=err)
+        print(f"chunkline run: {redacted(str(exc))}", file=err)
         return 1
     print(format_summary(summary), file=out)
     if not summary.published:

@@ -147,3 +147,15 @@ def test_quiet_is_quiet(sync_runs, tmp_path) -> None:
     out, err = process.communicate(timeout=120)
     assert process.returncode == 0 and "verified" in out
     assert err == ""
+
+
+def test_a_config_error_about_a_uri_hides_its_password() -> None:
+    import io
+
+    from pipeline.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["run", "--config", str(ROOT / "configs" / "local.yaml"), "--set",
+                 f"sink=postgresql://me:{SECRET}@db/search"], out, err)
+    assert code == 2 and "sink" in err.getvalue()
+    assert SECRET not in err.getvalue() and "me:***@db" in err.getvalue()
