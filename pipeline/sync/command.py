@@ -10,8 +10,11 @@ resumes); 75 when another sync holds the store (retry later).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
-from typing import TYPE_CHECKING, TextIO
+import threading
+from typing import TYPE_CHECKING, Callable, Iterator, TextIO
 
 if TYPE_CHECKING:
     from pipeline.sync.core import Report
@@ -77,9 +80,10 @@ def run_args(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = s
         if args.check:
             found = check(store, rows, sparse=bool(manifest.get("bm25")))
         else:
-            report = sync(store, manifest["run_id"], rows, args.batch_size,
-                          sparse=bool(manifest.get("bm25")), repair=args.repair,
-                          progress=None if args.quiet else stderr_progress)
+            with _stop_on_interrupt() as stop:
+                report = sync(store, manifest["run_id"], rows, args.batch_size,
+                              sparse=bool(manifest.get("bm25")), repair=args.repair,
+                              progress=None if args.quiet else stderr_progress, stop=stop)
     except StoreBusy as exc:
         print(f"error: busy: {redacted(str(exc))}", file=err)
         return exits.BUSY
@@ -114,6 +118,29 @@ def run_args(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = s
               "rewrite those rows.", file=err)
         return exits.NOT_DONE
     return exits.OK
+
+
+@contextlib.contextmanager
+def _stop_on_interrupt() -> Iterator[Callable[[], bool]]:
+    """The first Ctrl-C (SIGINT) asks the sync to stop before its next batch: an interrupt
+    raised inside a store client's native write can abort the process. A second one
+    interrupts at once, as usual."""
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: False
+        return
+    asked = threading.Event()
+
+    def ask(signum, frame) -> None:
+        asked.set()
+        signal.signal(signal.SIGINT, previous)
+        print("chunkline sync: stopping after the batch being written (Ctrl-C again to stop now)",
+              file=sys.stderr, flush=True)
+
+    previous = signal.signal(signal.SIGINT, ask)
+    try:
+        yield asked.is_set
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def select_run(output: str, run: str | None, unpublished: bool = False) -> tuple[str, dict, list[str]]:

@@ -197,16 +197,20 @@ def check(store: Store, run: pa.Table, sparse: bool) -> Verification:
 
 
 def sync(store: Store, run_id: str, run: pa.Table, batch_size: int, sparse: bool,
-         repair: bool = False, progress: Callable[[str], None] | None = None) -> Report:
+         repair: bool = False, progress: Callable[[str], None] | None = None,
+         stop: Callable[[], bool] = lambda: False) -> Report:
     """Make ``store`` equal to ``run`` (``rows.load_rows``) and verify it, holding the store's
     lock throughout. ``repair``: plan from the values the store holds (read back whole)
-    instead of its recorded digests, so rows edited behind the tool's back are written again."""
+    instead of its recorded digests, so rows edited behind the tool's back are written again.
+    ``stop()`` is asked before each batch: True raises KeyboardInterrupt there, between two
+    whole batches (the next sync resumes), never inside a store client's write."""
     with store.lock(run_id):
-        return _sync_locked(store, run_id, run, batch_size, sparse, repair, progress)
+        return _sync_locked(store, run_id, run, batch_size, sparse, repair, progress, stop)
 
 
 def _sync_locked(store: Store, run_id: str, run: pa.Table, batch_size: int, sparse: bool,
-                 repair: bool, progress: Callable[[str], None] | None) -> Report:
+                 repair: bool, progress: Callable[[str], None] | None,
+                 stop: Callable[[], bool]) -> Report:
     say = progress or (lambda line: None)
     dim = run.schema.field("vector").type.list_size
     store.open(dim, sparse)
@@ -229,7 +233,7 @@ def _sync_locked(store: Store, run_id: str, run: pa.Table, batch_size: int, spar
         store.save_state(SyncState(before.run_id if before else None, run_id,
                                    before.chunks if before else 0, before.digest if before else "",
                                    before.row_format if before else ROW_FORMAT))
-    _apply(store, run, plan, batch_size, say)
+    _apply(store, run, plan, batch_size, say, stop)
     notes = store.finish() if not plan.empty or before is None or before.run_id != run_id else []
     checked = verify(store, run)
     upgraded = before is not None and before.row_format < ROW_FORMAT
@@ -241,10 +245,17 @@ def _sync_locked(store: Store, run_id: str, run: pa.Table, batch_size: int, spar
                   tuple(notes), before.row_format if upgraded else None)
 
 
-def _apply(store: Store, run: pa.Table, plan: Plan, batch_size: int, say: Callable[[str], None]) -> None:
+def _apply(store: Store, run: pa.Table, plan: Plan, batch_size: int, say: Callable[[str], None],
+           stop: Callable[[], bool] = lambda: False) -> None:
     total = -(-len(plan.delete) // batch_size) + -(-len(plan.upsert) // batch_size)
     done = 0
+
+    def check_stop() -> None:
+        if stop():
+            raise KeyboardInterrupt(f"stopped after batch {done}/{total}")
+
     for chunk_ids in batches(plan.delete, batch_size):
+        check_stop()
         store.delete(list(chunk_ids))
         done += 1
         say(f"batch {done}/{total}: deleted {len(chunk_ids)}")
@@ -253,6 +264,7 @@ def _apply(store: Store, run: pa.Table, plan: Plan, batch_size: int, say: Callab
     # A batch is a take of the run's rows at the positions of its chunk ids.
     positions = pc.index_in(pa.array(plan.upsert, pa.string()), run.column("chunk_id")).to_numpy()
     for part in batches(positions, batch_size):
+        check_stop()
         store.upsert(run.take(pa.array(part)))
         done += 1
         say(f"batch {done}/{total}: upserted {len(part)}")

@@ -137,6 +137,7 @@ def test_guard_holds_when_the_published_manifest_is_unreadable(published, tmp_pa
 
 def test_latest_or_lease_that_is_a_directory_is_a_clear_refusal(published) -> None:
     corpus, output = published
+    good = (output / "LATEST").read_text()
     (output / "LATEST").unlink()
     (output / "LATEST").mkdir()
     code, out, err = run_job(corpus, output)
@@ -145,6 +146,7 @@ def test_latest_or_lease_that_is_a_directory_is_a_clear_refusal(published) -> No
     code, _, err = cli("query", str(output), "chargers")
     assert code == 2 and "LATEST" in err
     (output / "LATEST").rmdir()
+    (output / "LATEST").write_text(good)
     (output / ".lease").mkdir()
     code, _, err = run_job(corpus, output)
     assert code == 75 and "not a readable lease file" in err
