@@ -1,7 +1,8 @@
 """Per-document cleaning: pure functions from a text to the text that chunk offsets refer to.
 
-``clean_text`` normalises line endings, drops control characters (tab and newline stay),
-composes Unicode to NFC, and drops page-number lines and lines matching configured patterns,
+``clean_text`` normalises line endings, drops control characters (tab and newline stay; U+0000
+always, even with ``drop_control`` off: neither PostgreSQL ``text`` nor ``jsonb`` can hold it,
+so no chunk, heading or search text may carry one), composes Unicode to NFC, and drops page-number lines and lines matching configured patterns,
 closing the gap a dropped line leaves. It is idempotent: ``clean_text(clean_text(x)) ==
 clean_text(x)`` (a property test holds it), so cleaning twice, or a retried bundle, never
 shifts offsets.
@@ -15,10 +16,12 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from bisect import bisect_left
 from dataclasses import dataclass, field
-from chunkline.options import check_fields, help_text
 from itertools import pairwise
 from typing import Sequence
+
+from chunkline.options import check_fields, help_text
 
 # Every line ending Unicode knows (Python's str.splitlines set) becomes "\n". \v and \f count:
 # a form feed is a page break in text exports, and deleting it would glue two lines together.
@@ -28,6 +31,7 @@ _LINE_BREAKS = re.compile(r"\r\n|[\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]")
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 # C0 and C1 controls and DEL, except tab and newline (Unicode category Cc).
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+NUL = "\x00"
 # A whole line that is a page number by its form: "Page 3", "Page 3 of 10", "page 3/10",
 # "3 of 10", "- 3 -".
 _PAGE_LABEL = re.compile(
@@ -52,7 +56,8 @@ class CleanOptions:
     nfc: bool = field(default=True, metadata=help_text(
         "Unicode NFC, so equal text has equal code points (and hashes equal)."))
     drop_control: bool = field(default=True, metadata=help_text(
-        "Control characters and ANSI escapes (tab and newline stay)."))
+        "Control characters and ANSI escapes (tab and newline stay). U+0000 is dropped even "
+        "when false: no store can hold it."))
     drop_page_numbers: bool = field(default=True, metadata=help_text(
         '"Page 3", "Page 3 of 10", "3 of 10", "- 3 -", and bare numbers when the document has '
         "a rising series of them (12, 13, 14: an extracted PDF)."))
@@ -125,9 +130,24 @@ def _clean_characters(text: str, options: CleanOptions) -> str:
         # Before NFC: a control between a letter and its combining mark would otherwise block
         # the composition, and dropping it afterwards would leave an uncomposed pair.
         text = _CONTROL.sub("", _ANSI.sub("", text))
+    elif NUL in text:
+        text = text.replace(NUL, "")
     if options.nfc:
         text = unicodedata.normalize("NFC", text)
     return text
+
+
+def without_nul(text: str, marks: Sequence[int] = ()) -> tuple[str, tuple[int, ...]]:
+    """``text`` without U+0000, and where each mark (an offset into ``text``) lands in it. The
+    readers apply it to every document, so a NUL reaches no chunk even with cleaning off.
+
+    >>> without_nul("a\\x00b\\n\\x00\\x00c", [0, 3, 4, 6])
+    ('ab\\nc', (0, 2, 3, 3))
+    """
+    if NUL not in text:
+        return text, tuple(marks)
+    nuls = [index for index, char in enumerate(text) if char == NUL]
+    return text.replace(NUL, ""), tuple(mark - bisect_left(nuls, mark) for mark in marks)
 
 
 def line_indexes(text: str, offsets: Sequence[int]) -> list[int]:

@@ -16,6 +16,34 @@ documents that break them; JSON keeps every value as the source had it.
 
 Values are made JSON (:func:`json_value`), each coercion documented there; a value JSON cannot
 hold (NaN, bytes) rejects the document with the key named, never a crashed job.
+
+What every store gives back as it was given: the rules below make the metadata JSON of the
+index the form that PostgreSQL ``jsonb``, Qdrant and LanceDB return unchanged (after
+:func:`canonical_json`), so a row's digest survives a store round trip.
+
+- **Numbers** (:func:`canonical_value`). A number whose value is integral and within the signed
+  64-bit range [-2**63, 2**63 - 1] is an integer, exactly (the float ``1e15`` is written
+  ``1000000000000000``, ``2.0`` is ``2``, ``-0.0`` is ``0``); any other number (not integral,
+  or an integer beyond 64 bits) is the nearest IEEE-754 double, written as Python's shortest
+  repr that reads back to it (``1e+20``, ``1.5e-07``; ``2**70`` is ``1.1805916207174113e+21``),
+  and that double is then read by the same rule (``-2**63 - 1`` rounds to ``-2**63``: an
+  integer), so the form is a fixed point.
+  Why: ``jsonb`` keeps numbers as ``numeric`` and prints them in plain decimals
+  (``1e20`` -> ``100000000000000000000``, ``1.5e-7`` -> ``0.00000015``, ``-0.0`` -> ``0``);
+  Qdrant's server (serde_json) keeps integers within 64 bits and turns bigger ones into
+  doubles; LanceDB keeps the text. Each of those forms reads back, through this rule, to the
+  same text; a number no double holds (beyond about 1.8e308) is rejected.
+- **U+0000** in a metadata string or key is written U+FFFD (the replacement character), always:
+  ``jsonb`` refuses ``\\u0000`` in any string or key, and so does PostgreSQL ``text``. Ids are
+  not mapped (two ids would become one): the readers reject an id that holds U+0000.
+- **Bounds.** One document's metadata holds at most :data:`MAX_VALUES` values (every scalar,
+  list and object counted), nests at most ``max_depth`` levels (the metadata object is level 1;
+  default :data:`DEFAULT_MAX_DEPTH`), and its JSON object text, the file facts included, is at
+  most ``max_bytes`` UTF-8 bytes (:func:`over_byte_limit`; default :data:`DEFAULT_MAX_BYTES`):
+  every chunk carries a copy into every store (1 MB of metadata on a 493-chunk document was
+  493 MB in each), and a client that walks payloads recursively (Qdrant's) fails on every
+  sync past a few hundred levels. Conversion stops at the depth limit, long before Python's
+  recursion limit.
 """
 
 from __future__ import annotations
@@ -39,9 +67,20 @@ FILE_MODIFIED = "file_modified"
 # One document's metadata may hold at most this many values (every scalar, list and object
 # counted): a YAML alias bomb ("billion laughs") is a few lines that expand past any memory.
 MAX_VALUES = 10_000
+# Default bounds of one document's metadata (``chunkline.readers.ReadOptions`` makes them
+# settings): levels of nesting, the metadata object being level 1, and UTF-8 bytes of its JSON
+# object text with the file facts.
+DEFAULT_MAX_DEPTH = 32
+DEFAULT_MAX_BYTES = 65_536
 # Front matter longer than this is not parsed (the file's text is kept as it is, and rejected
 # with the reason, rather than a parser run over megabytes of YAML).
 MAX_FRONT_MATTER_CHARS = 65_536
+# The integers every store keeps exact (signed 64-bit); any other number is a double.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+# What U+0000 becomes in a metadata string or key (no PostgreSQL text or jsonb value holds it).
+NUL, NUL_REPLACEMENT = "\x00", "\ufffd"
+# A key path in a reason is cut to this many characters (a path 10,000 levels deep is no help).
+_SHOWN_PATH = 120
 
 # YAML front matter as Jekyll, Hugo and Pandoc read it: the file's first line is ``---``, the
 # block ends at the next line that is ``---`` or ``...``.
@@ -53,61 +92,179 @@ _MAPPING_LINE = re.compile(r"^[ \t]*[\"']?[^\s:#\"'][^:\n]*[\"']?[ \t]*:(?:[ \t]
 
 
 class MetadataError(ValueError):
-    """A metadata value that JSON cannot hold; the message names the key."""
+    """A metadata value that JSON cannot hold, or metadata over a bound; the message names the
+    key."""
 
 
-def json_value(value: Any, where: str = "", _budget: list[int] | None = None) -> Any:
-    """``value`` as a JSON value, or :class:`MetadataError` naming ``where`` it sits.
+# --- Canonical numbers -------------------------------------------------------------------------
 
-    Coercions (documented, deterministic): NaN becomes null (pandas writes a missing number as
-    NaN); dates, times and datetimes become ISO 8601 strings
-    (a timezone-aware datetime keeps its offset); ``Decimal`` becomes its exact decimal string;
-    tuples and sets become arrays (sets sorted by their JSON text); object keys become strings
-    (``1`` -> ``"1"``, ``true`` -> ``"true"``, a date -> its ISO form). Rejected: NaN and
-    infinities (and a NaN ``Decimal``), bytes, and any other type.
+
+def _canonical_number(value: int | float) -> int | float:
+    """The module docstring's number rule; ValueError for what no double holds (NaN, infinity,
+    an integer beyond about 1.8e308). ``value`` is an int or a float, not a bool."""
+    if isinstance(value, int):
+        if INT64_MIN <= value <= INT64_MAX:
+            return value
+        try:
+            value = float(value)  # correctly rounded: the nearest double
+        except OverflowError:
+            raise ValueError(f"{_digits(value)} is beyond the range of a double") from None
+        # and that double by the rule: -2**63 - 1 rounds to -2**63, an integer within range
+    if not math.isfinite(value):
+        raise ValueError(f"{value} is not a finite number")
+    if value.is_integer() and INT64_MIN <= value <= INT64_MAX:  # exact int/float comparison
+        return int(value)
+    return value
+
+
+def _digits(value: int) -> str:
+    """A huge integer named in a message without writing out its digits."""
+    sign = "-" if value < 0 else ""
+    return f"an integer of {len(str(abs(value)))} digits" if abs(value) > 10**30 else f"{sign}{abs(value)}"
+
+
+def canonical_value(value: Any) -> Any:
+    """``value`` (a JSON value: None, bool, int, float, str, list, dict) with every number in
+    the canonical form of the module docstring; lists (and tuples, as lists) and dicts are
+    walked, everything else is returned unchanged (booleans stay booleans). ValueError for NaN,
+    an infinity or an integer no double holds.
+
+    >>> canonical_value({"a": 1e15, "b": [2.0, -0.0, True, 0.5], "c": 2**70})
+    {'a': 1000000000000000, 'b': [2, 0, True, 0.5], 'c': 1.1805916207174113e+21}
     """
-    budget = _budget if _budget is not None else [MAX_VALUES]
-    budget[0] -= 1
-    if budget[0] < 0:
-        raise MetadataError(f"metadata holds more than {MAX_VALUES} values")
-    name = where or "value"
-    if value is None or isinstance(value, (bool, int, str)):
-        if isinstance(value, str) and not _utf8_encodable(value):
-            raise MetadataError(f"metadata {name!r} contains an unpaired surrogate escape")
+    if isinstance(value, bool):
         return value
-    if isinstance(value, float):
-        if math.isnan(value):
-            return None  # how pandas writes a missing number: missing it stays
-        if math.isinf(value):
-            raise MetadataError(f"metadata {name!r} is {value}, which JSON cannot hold")
-        return value
-    if isinstance(value, (datetime.date, datetime.time)):  # datetime is a date
-        return value.isoformat()
-    if isinstance(value, decimal.Decimal):
-        if not value.is_finite():
-            raise MetadataError(f"metadata {name!r} is {value}, which JSON cannot hold")
-        return str(value)
+    if isinstance(value, (int, float)):
+        return _canonical_number(value)
     if isinstance(value, dict):
-        out = {}
-        for key, item in value.items():
-            text = _key(key, name)
-            out[text] = json_value(item, f"{where}.{text}" if where else text, budget)
-        return out
+        return {key: canonical_value(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return [json_value(item, f"{name}[{index}]", budget) for index, item in enumerate(value)]
-    if isinstance(value, (set, frozenset)):
-        items = [json_value(item, f"{name}[]", budget) for item in value]
+        return [canonical_value(item) for item in value]
+    return value
+
+
+def canonical_json(text: str) -> str:
+    """JSON text in its canonical form: numbers by :func:`canonical_value`, keys sorted, no
+    spaces, non-ASCII kept. Equal JSON values give equal text, and so do the forms PostgreSQL
+    ``jsonb``, Qdrant and LanceDB give back of what this module wrote. ValueError for text that
+    is not JSON or holds a number no double holds.
+
+    >>> canonical_json('{"b": 100000000000000000000, "a": [0.00000015, -0.0, 1e15]}')
+    '{"a":[1.5e-07,0,1000000000000000],"b":1e+20}'
+    """
+    return json.dumps(canonical_value(json.loads(text)), sort_keys=True, separators=(",", ":"),
+                      ensure_ascii=False, allow_nan=False)
+
+
+# --- Values ------------------------------------------------------------------------------------
+
+
+def json_value(value: Any, where: str = "", *, max_depth: int | None = DEFAULT_MAX_DEPTH) -> Any:
+    """``value``, one metadata field's value (it sits in the metadata object, level 1), as a
+    JSON value, or :class:`MetadataError` naming ``where`` it sits.
+
+    Coercions (documented, deterministic): numbers take the canonical form (the module
+    docstring: ``2.0`` -> ``2``, ``2**70`` -> ``1.1805916207174113e+21``); NaN becomes null
+    (pandas writes a missing number as NaN); U+0000 in a string or key becomes U+FFFD; dates,
+    times and datetimes become ISO 8601 strings (a timezone-aware datetime keeps its offset);
+    ``Decimal`` becomes its exact decimal string; tuples and sets become arrays (sets sorted by
+    their JSON text); object keys become strings (``1`` -> ``"1"``, ``true`` -> ``"true"``, a
+    date -> its ISO form). Rejected: infinities (and a NaN ``Decimal``), integers beyond a
+    double's range, bytes, any other type, more than :data:`MAX_VALUES` values, and nesting
+    past ``max_depth`` levels (None: no limit).
+    """
+    return _Converter(max_depth).value(value, where, 1)
+
+
+class _Converter:
+    """One document's conversion: the values left in its budget and its depth limit."""
+
+    def __init__(self, max_depth: int | None) -> None:
+        self.left = MAX_VALUES
+        self.max_depth = max_depth
+
+    def value(self, value: Any, where: str, depth: int) -> Any:
+        """``value`` as JSON; it sits inside ``depth`` containers (the metadata object is 1)."""
+        self.left -= 1
+        if self.left < 0:
+            raise MetadataError(f"metadata holds more than {MAX_VALUES} values")
+        name = where or "value"
+        if value is None or isinstance(value, bool):
+            return value
+        if isinstance(value, str):
+            return _storable(value, f"metadata {name!r}")
+        if isinstance(value, float) and math.isnan(value):
+            return None  # how pandas writes a missing number: missing it stays
+        if isinstance(value, (int, float)):
+            try:
+                return _canonical_number(value)
+            except ValueError:
+                shown = value if isinstance(value, float) else _digits(value)
+                raise MetadataError(f"metadata {name!r} is {shown}, which JSON cannot hold") from None
+        if isinstance(value, (datetime.date, datetime.time)):  # datetime is a date
+            return value.isoformat()
+        if isinstance(value, decimal.Decimal):
+            if not value.is_finite():
+                raise MetadataError(f"metadata {name!r} is {value}, which JSON cannot hold")
+            return str(value)
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            raise MetadataError(f"metadata {name!r} is binary (bytes), not text")
+        if not isinstance(value, (dict, list, tuple, set, frozenset)):
+            raise MetadataError(f"metadata {name!r} is a {type(value).__name__}, which has no JSON form")
+        # A container, one level deeper; checked before any recursion, so deep metadata stops
+        # here, far from Python's recursion limit (one frame per level).
+        level = depth + 1
+        if self.max_depth is not None and level > self.max_depth:
+            found, exact = _nesting(value)
+            deep = f"{depth + found}" if exact else f"at least {depth + found}"
+            raise MetadataError(
+                f"metadata is nested {deep} levels deep, over the limit of {self.max_depth} "
+                f"levels ({_shown_path(name)!r} is at level {level})")
+        if isinstance(value, dict):
+            out = {}
+            for key, item in value.items():
+                text = _key(key, name)
+                out[text] = self.value(item, f"{where}.{text}" if where else text, level)
+            return out
+        if isinstance(value, (list, tuple)):
+            return [self.value(item, f"{name}[{index}]", level) for index, item in enumerate(value)]
+        items = [self.value(item, f"{name}[]", level) for item in value]
         return sorted(items, key=lambda item: json.dumps(item, sort_keys=True))
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        raise MetadataError(f"metadata {name!r} is binary (bytes), not text")
-    raise MetadataError(f"metadata {name!r} is a {type(value).__name__}, which has no JSON form")
+
+
+def _nesting(value: Any) -> tuple[int, bool]:
+    """Levels of containers in ``value`` (1 for a flat list), walked without recursion and over
+    at most :data:`MAX_VALUES` values (a YAML alias can make a structure hold itself): (levels,
+    whether the walk saw everything)."""
+    deepest, left = 0, MAX_VALUES
+    stack = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        left -= 1
+        if left < 0:
+            return deepest, False
+        if isinstance(item, dict):
+            item = list(item.values())
+        if isinstance(item, (list, tuple, set, frozenset)):
+            deepest = max(deepest, level)
+            stack.extend((child, level + 1) for child in item)
+    return deepest, True
+
+
+def _shown_path(path: str) -> str:
+    return path if len(path) <= _SHOWN_PATH else path[: _SHOWN_PATH // 2] + "..." + path[-_SHOWN_PATH // 2:]
+
+
+def _storable(text: str, what: str) -> str:
+    """``text`` with U+0000 written U+FFFD; MetadataError for a lone surrogate (no UTF-8)."""
+    if not _utf8_encodable(text):
+        raise MetadataError(f"{what} contains an unpaired surrogate escape")
+    return text.replace(NUL, NUL_REPLACEMENT) if NUL in text else text
 
 
 def _key(key: Any, where: str) -> str:
     if isinstance(key, str):
-        if not _utf8_encodable(key):
-            raise MetadataError(f"metadata key in {where!r} contains an unpaired surrogate escape")
-        return key
+        return _storable(key, f"metadata key in {where!r}")
     if key is None or isinstance(key, (bool, int, float)):
         return json.dumps(key)
     if isinstance(key, (datetime.date, datetime.time)):
@@ -124,19 +281,43 @@ def _utf8_encodable(text: str) -> bool:
 
 
 def encode_value(value: Any) -> str:
-    """The canonical JSON text of an already JSON value (keys sorted, non-ASCII kept)."""
-    return json.dumps(value, sort_keys=True, ensure_ascii=False)
+    """The JSON text of an already JSON value: numbers canonical (:func:`canonical_value`), keys
+    sorted, non-ASCII kept."""
+    return json.dumps(canonical_value(value), sort_keys=True, ensure_ascii=False, allow_nan=False)
 
 
-def metadata_pairs(items: Iterable[tuple[Any, Any]]) -> MetadataPairs:
+def metadata_pairs(
+    items: Iterable[tuple[Any, Any]], *, max_depth: int | None = DEFAULT_MAX_DEPTH
+) -> MetadataPairs:
     """Sorted (key, canonical JSON text) pairs: hashable and stable. Raises
-    :class:`MetadataError` for a value JSON cannot hold (see :func:`json_value`)."""
-    budget = [MAX_VALUES]
+    :class:`MetadataError` for a value JSON cannot hold, more than :data:`MAX_VALUES` values or
+    nesting past ``max_depth`` levels, the metadata object being level 1 (see
+    :func:`json_value`)."""
+    converter = _Converter(max_depth)
     pairs = {}
     for key, value in items:
         name = _key(key, "metadata")
-        pairs[name] = encode_value(json_value(value, name, budget))
+        pairs[name] = encode_value(converter.value(value, name, 1))
     return tuple(sorted(pairs.items()))
+
+
+def over_byte_limit(pairs: MetadataPairs, max_bytes: int | None) -> str | None:
+    """Why ``pairs`` are too big, or None: their JSON object text (:func:`metadata_json`, what
+    the ``metadata`` columns hold and each chunk carries) is over ``max_bytes`` UTF-8 bytes
+    (None: no limit). The reason names the size, the limit and the largest value's key.
+
+    >>> over_byte_limit((("body", '"' + "x" * 90 + '"'), ("team", '"arm"')), 64)
+    "metadata is 117 bytes of JSON, over the limit of 64 (the largest value: 'body', 92 bytes)"
+    """
+    if max_bytes is None:
+        return None
+    size = len(metadata_json(pairs).encode("utf-8"))
+    if size <= max_bytes:
+        return None
+    sizes = {key: len(value.encode("utf-8")) for key, value in pairs}
+    largest = max(sizes, key=lambda key: (sizes[key], key))
+    return (f"metadata is {size} bytes of JSON, over the limit of {max_bytes} "
+            f"(the largest value: {_shown_path(largest)!r}, {sizes[largest]} bytes)")
 
 
 def merged(*layers: MetadataPairs) -> MetadataPairs:
@@ -148,8 +329,9 @@ def merged(*layers: MetadataPairs) -> MetadataPairs:
 
 
 def file_facts(uri: str, size: int | None, modified: float | None) -> MetadataPairs:
-    """``source_uri``, and ``file_size`` / ``file_modified`` where known: what every file
-    contributes to its documents' metadata."""
+    """``source_uri``, and ``file_size`` / ``file_modified`` where known (None: not known; 0.0
+    is the epoch, ``1970-01-01T00:00:00Z``): what every file contributes to its documents'
+    metadata."""
     items: list[tuple[str, Any]] = [(SOURCE_URI, uri)]
     if size is not None:
         items.append((FILE_SIZE, int(size)))
@@ -180,7 +362,7 @@ class FrontMatter:
     pairs: MetadataPairs
 
 
-def front_matter(text: str) -> FrontMatter | str | None:
+def front_matter(text: str, *, max_depth: int | None = DEFAULT_MAX_DEPTH) -> FrontMatter | str | None:
     """The leading YAML front matter of a Markdown or text file: a :class:`FrontMatter`, the
     reason it is broken (a ``str``), or None when the text has none.
 
@@ -189,6 +371,7 @@ def front_matter(text: str) -> FrontMatter | str | None:
     break and a setext heading) is text. A block that reads as ``key: value`` lines but is not
     valid YAML is broken front matter: the document is rejected with the parser's message, not
     indexed without the fields its author gave it (an access group among them, perhaps).
+    Fields nested past ``max_depth`` levels (see :func:`metadata_pairs`) are a reason too.
 
     >>> found = front_matter("---\\ntitle: Arm\\ntags: [a, b]\\n---\\n# Arm\\n")
     >>> found.body_start, found.pairs
@@ -213,7 +396,7 @@ def front_matter(text: str) -> FrontMatter | str | None:
     if not isinstance(value, dict):
         return None
     try:
-        pairs = metadata_pairs(value.items())
+        pairs = metadata_pairs(value.items(), max_depth=max_depth)
     except MetadataError as exc:
         return f"front matter: {exc}"
     except RecursionError:

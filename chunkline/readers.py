@@ -19,7 +19,14 @@ from the text (the document's text starts after it, so offsets stay exact); an H
 title, author, date, URL and language and a PDF's title and author are recorded; a JSONL
 record's metadata object and a Parquet file's metadata columns are copied, each value made
 JSON. The user's own fields win over what the format declares. Every document also records its
-``format`` and its file's size and modification time.
+``format`` and its file's size and modification time. A document's metadata is bounded
+(``ReadOptions.max_metadata_depth``, ``max_metadata_bytes``, and ``chunkline.metadata.MAX_VALUES``
+values): over a bound, the document is rejected with the bound, what was found and the key.
+
+U+0000 (NUL), which neither PostgreSQL ``text`` nor ``jsonb`` can hold, never leaves a reader:
+it is dropped from a document's text (and a PDF's outline titles; page starts move with it),
+written U+FFFD in metadata (``chunkline.metadata``), and an id or file name holding one is
+rejected (an id is identity: mapping it could merge two documents).
 
 Text is decoded by :func:`decode_text`, and every document records the codec in ``encoding``.
 A BOM (UTF-8, UTF-16, UTF-32) always decides, for every type above but Parquet (whose strings
@@ -53,8 +60,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from annotated_types import Ge, MinLen
 
+from chunkline.clean import without_nul
 from chunkline.html_markdown import html_to_text, main_content, page_metadata
-from chunkline.metadata import FrontMatter, MetadataError, front_matter, metadata_pairs
+from chunkline.metadata import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_DEPTH,
+    NUL,
+    FrontMatter,
+    MetadataError,
+    front_matter,
+    metadata_pairs,
+    over_byte_limit,
+)
 from chunkline.options import check_fields, help_text
 from chunkline.pdf import read_pdf
 from chunkline.records import Document, Rejected
@@ -125,7 +142,8 @@ class ParquetOptions:
 
 @dataclass(frozen=True)
 class ReadOptions:
-    """How records are found in JSONL and Parquet files, and the size limit for a document."""
+    """How records are found in JSONL and Parquet files, and the bounds of a document and of
+    its metadata."""
 
     jsonl: JsonlOptions = field(default=JsonlOptions(), metadata=help_text(
         "JSON Lines records (.jsonl)."))
@@ -133,6 +151,12 @@ class ReadOptions:
         "Parquet records (.parquet)."))
     max_document_bytes: Annotated[int, Ge(1)] | None = field(default=10_000_000, metadata=help_text(
         "UTF-8 bytes of one document; larger ones are rejected with that reason. null: no limit."))
+    max_metadata_depth: Annotated[int, Ge(1)] | None = field(default=DEFAULT_MAX_DEPTH, metadata=help_text(
+        "Levels of nesting in one document's metadata (the metadata object is level 1; "
+        "{\"a\": [1]} is 2); deeper ones are rejected. null: no limit."))
+    max_metadata_bytes: Annotated[int, Ge(1)] | None = field(default=DEFAULT_MAX_BYTES, metadata=help_text(
+        "UTF-8 bytes of one document's metadata JSON, the file facts included (every chunk "
+        "carries a copy); larger ones are rejected. null: no limit."))
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -173,6 +197,27 @@ def relative_id(uri: str, root: str) -> str:
     return uri[len(base):] if uri.startswith(base) and len(uri) > len(base) else uri
 
 
+def name_problem(uri: str) -> str | None:
+    """Why a file's name cannot be an id, or None: a name no UTF-8 column can hold (Latin-1
+    names from an old archive: os.fsdecode's surrogate escapes), or one holding U+0000."""
+    if not utf8_encodable(uri):
+        return "file name is not valid UTF-8"
+    if NUL in uri:
+        return "file name contains U+0000 (NUL)"
+    return None
+
+
+def shown_name(path: str) -> str:
+    """A path readable in any column: undecodable bytes (os.fsdecode's surrogate escapes) and
+    U+0000 written as ``\\xNN``.
+
+    >>> shown_name("bad\\udcffname\\x00.md")
+    'bad\\\\xffname\\\\x00.md'
+    """
+    text = path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return text.replace(NUL, "\\x00")
+
+
 def extension(uri: str) -> str:
     """The lower-cased extension of the uri's last path segment (``""`` when it has none)."""
     return posixpath.splitext(uri.rsplit("/", 1)[-1])[1].lower()
@@ -184,8 +229,12 @@ def extension(uri: str) -> str:
 def reject_before_reading(
     uri: str, root: str, size: int, options: ReadOptions
 ) -> Rejected | None:
-    """The rejection that a file's name and size alone decide (empty, unsupported, a single
+    """The rejection that a file's name and size alone decide (a name that cannot be an id
+    (:func:`name_problem`, recorded under :func:`shown_name`), empty, unsupported, a single
     document over the limit), or None; lets a reader skip fetching such a file."""
+    problem = name_problem(uri)
+    if problem:
+        return Rejected(shown_name(uri), relative_id(shown_name(uri), shown_name(root)), problem)
     ext = extension(uri)
     reason = None
     if ext not in SUPPORTED_EXTENSIONS:
@@ -205,13 +254,44 @@ def decode_file(
 
     Never raises for bad input. A supported file always yields at least one record: a readable
     Parquet file with no rows yields one ``Rejected`` ("empty document (Parquet file has no
-    rows)"), so no input vanishes from the accounting.
+    rows)"), so no input vanishes from the accounting. A document whose metadata JSON (the
+    file facts included) is over ``options.max_metadata_bytes`` is a ``Rejected``.
     """
     records = _decode_file(uri, data, root, options)
     facts = {"format": FORMATS.get(extension(uri), ""), "file_size": len(data),
              "file_modified": modified}
-    return [replace(record, **facts) if isinstance(record, Document) else record
-            for record in records]
+    path_id = relative_id(uri, root)
+    return [_finished(replace(record, **facts), path_id, options)
+            if isinstance(record, Document) else record for record in records]
+
+
+def _finished(doc: Document, path_id: str, options: ReadOptions) -> Document | Rejected:
+    """A decoded document with its facts, checked as a whole: U+0000 dropped from its text and
+    outline titles, its metadata JSON within the byte limit."""
+    if NUL in doc.text or any(NUL in title for _, _, title in doc.outline):
+        text, page_starts = without_nul(doc.text, doc.page_starts)
+        if not text.strip():
+            return _rejected_document(doc, path_id, f"{EMPTY} (nothing but U+0000)")
+        outline = tuple((page, level, title.replace(NUL, "")) for page, level, title in doc.outline)
+        doc = replace(doc, text=text, page_starts=page_starts,
+                      outline=tuple(entry for entry in outline if entry[2].strip()))
+    too_big = over_byte_limit(doc.all_metadata(), options.max_metadata_bytes)
+    if too_big:
+        return _rejected_document(doc, path_id, too_big)
+    return doc
+
+
+def _rejected_document(doc: Document, path_id: str, reason: str) -> Rejected:
+    """``doc`` rejected: a record under its locator, with its line or row and id in the reason,
+    as every record-level rejection; a whole-file document under its id."""
+    ext = extension(doc.uri)
+    if ext in JSONL_EXTENSIONS:
+        return Rejected(doc.uri, locator(path_id, doc.position),
+                        f"line {doc.position}: {reason} (id {doc.doc_id!r})")
+    if ext in PARQUET_EXTENSIONS:
+        return Rejected(doc.uri, locator(path_id, doc.position),
+                        f"row {doc.position}: {reason} (id {doc.doc_id!r})")
+    return Rejected(doc.uri, doc.doc_id, reason)
 
 
 def _decode_file(uri: str, data: bytes, root: str, options: ReadOptions) -> list[Document | Rejected]:
@@ -244,9 +324,12 @@ def _decode_file(uri: str, data: bytes, root: str, options: ReadOptions) -> list
         text = main_content(html, plain)
         if text is None:
             return [Rejected(uri, doc_id, NO_MAIN_CONTENT)]
-        metadata = metadata_pairs(page_metadata(html).items())
+        try:
+            metadata = metadata_pairs(page_metadata(html).items(), max_depth=options.max_metadata_depth)
+        except MetadataError as exc:
+            return [Rejected(uri, doc_id, str(exc))]
     elif ext in TEXT_EXTENSIONS:
-        found = front_matter(text)
+        found = front_matter(text, max_depth=options.max_metadata_depth)
         if isinstance(found, str):
             return [Rejected(uri, doc_id, found)]
         if isinstance(found, FrontMatter):
@@ -270,7 +353,7 @@ def _decode_pdf(uri: str, doc_id: str, data: bytes, options: ReadOptions) -> Doc
     if too_big:
         return Rejected(uri, doc_id, f"{too_big} (text read from the PDF)")
     try:
-        metadata = metadata_pairs(found.info.items())
+        metadata = metadata_pairs(found.info.items(), max_depth=options.max_metadata_depth)
     except MetadataError as exc:
         return Rejected(uri, doc_id, str(exc))
     return Document(doc_id=doc_id, uri=uri, text=text, metadata=metadata, encoding="",
@@ -570,7 +653,7 @@ def _jsonl_record(line: str, uri: str, options: ReadOptions) -> Document | str:
         if not isinstance(value[meta_field], dict):
             return f"{meta_field!r} is {_type_name(value[meta_field])}, not an object"
         try:
-            metadata = metadata_pairs(value[meta_field].items())
+            metadata = metadata_pairs(value[meta_field].items(), max_depth=options.max_metadata_depth)
         except RecursionError:
             return f"{meta_field!r} is nested too deeply"
         except MetadataError as exc:
@@ -629,7 +712,8 @@ def _parquet_row(
     if not isinstance(text, str):
         return f"{text_col!r} is {_type_name(text)}, not a string"
     try:
-        metadata = metadata_pairs((name, columns[name][row]) for name in options.parquet.metadata_columns)
+        metadata = metadata_pairs(((name, columns[name][row]) for name in options.parquet.metadata_columns),
+                                  max_depth=options.max_metadata_depth)
     except MetadataError as exc:
         return str(exc)
     except RecursionError:
@@ -642,7 +726,8 @@ def _parquet_row(
 
 def _record_id(value: Any, field: str) -> tuple[str, str | None]:
     """(id as str, None) or ("", reason). Strings and integers only: a float or a structure
-    has no stable text form to key chunks by."""
+    has no stable text form to key chunks by. An id holding U+0000 is rejected, not mapped: no
+    store holds it, and mapping it could give two records one id."""
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value), None
     if not isinstance(value, str):
@@ -651,6 +736,8 @@ def _record_id(value: Any, field: str) -> tuple[str, str | None]:
         return "", f"{field!r} is an empty string"
     if not utf8_encodable(value):
         return "", f"{field!r} contains an unpaired surrogate escape"
+    if NUL in value:
+        return "", f"{field!r} contains U+0000 (NUL), which no id may hold"
     return value, None
 
 

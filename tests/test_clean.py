@@ -10,7 +10,14 @@ from apache_beam.testing.util import assert_that, equal_to
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from chunkline.clean import CleanOptions, clean_marked, clean_text, fenced_code_lines, without_lines
+from chunkline.clean import (
+    CleanOptions,
+    clean_marked,
+    clean_text,
+    fenced_code_lines,
+    without_lines,
+    without_nul,
+)
 from chunkline.records import Document, Rejected
 from tests.beam_helpers import fnapi_pipeline
 from transforms.clean import EMPTY_AFTER_CLEANING, CleanDocuments
@@ -137,11 +144,25 @@ def test_cleaned_text_invariants(text: str) -> None:
 
 
 @given(texts)
-def test_everything_off_only_normalises_line_endings(text: str) -> None:
-    expected = text.replace("\r\n", "\n")
+def test_everything_off_only_normalises_line_endings_and_drops_nul(text: str) -> None:
+    expected = text.replace("\r\n", "\n").replace("\x00", "")
     for sep in "\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029":
         expected = expected.replace(sep, "\n")
     assert clean_text(text, OFF) == expected
+
+
+def test_nul_is_dropped_even_with_controls_kept() -> None:
+    # No PostgreSQL text or jsonb value holds U+0000: no chunk, heading or search text may.
+    assert clean_text("# Ti\x00tle\n\nBo\x00dy\x07\n", CleanOptions(drop_control=False)) == "# Title\n\nBody\x07\n"
+    assert clean_marked("a\x00\nb\n", (3,), CleanOptions(drop_control=False)) == ("a\nb\n", (2,))
+
+
+@given(st.text(alphabet="ab\n\x00", max_size=30), st.data())
+def test_without_nul_moves_marks_with_the_text(text: str, data) -> None:
+    marks = sorted(data.draw(st.lists(st.integers(0, len(text)), max_size=4)))
+    cleaned, moved = without_nul(text, marks)
+    assert cleaned == text.replace("\x00", "")
+    assert moved == tuple(len(text[:mark].replace("\x00", "")) for mark in marks)
 
 
 def test_clean_documents_stage() -> None:

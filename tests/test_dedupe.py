@@ -337,12 +337,12 @@ def test_same_survivors_with_two_worker_processes(small_corpus: list[Document], 
 # --- One document per id -----------------------------------------------------------------------
 
 
-def conflicts(docs: list[Document]) -> tuple[list[tuple], list[Rejected]]:
+def conflicts(docs: list[Document], roots: tuple[str, ...] = ()) -> tuple[list[tuple], list[Rejected]]:
     """(kept (doc_id, uri, position), rejected) of ExactDedupe(enabled=False) over ``docs``."""
     with tempfile.TemporaryDirectory() as tmp:
         target = Path(tmp)
         pipeline = beam.Pipeline(runner=FnApiRunner())
-        out = pipeline | beam.Create(docs) | ExactDedupe(enabled=False)
+        out = pipeline | beam.Create(docs) | ExactDedupe(enabled=False, roots=roots)
         (out.kept | "Kept" >> beam.Map(lambda d: json.dumps([d.doc_id, d.uri, d.position]))
          | "WriteKept" >> WriteToText(str(target / "kept"), shard_name_template=""))
         (out.rejected | "Rejected" >> beam.Map(lambda r: json.dumps([r.uri, r.doc_id, r.reason]))
@@ -385,6 +385,25 @@ def test_repeated_id_across_files_and_parquet_rows() -> None:
                  "duplicate doc_id 't': /x/b.parquet#row3 repeats the id of /x/a.jsonl:7, which is kept"),
         Rejected("/y/m.md", "/y/m.md",
                  "duplicate doc_id 'm.md': /y/m.md repeats the id of /x/m.md, which is kept"),
+    ]
+
+
+def test_repeated_id_is_rejected_under_a_path_relative_to_its_input_root() -> None:
+    # Every other id is relative to the input root; the repeated id's row named the absolute
+    # path. The longest root a file is under is the one its id is relative to.
+    docs = [Document("t", "/data/corpus/sub/a.jsonl", "first", position=1),
+            Document("t", "/data/corpus/sub/a.jsonl", "second", position=4),
+            Document("t", "/data/corpus/z.parquet", "third", position=0),
+            Document("t", "/elsewhere/c.jsonl", "fourth", position=2)]
+    kept, rejected = conflicts(docs, roots=("/data", "/data/corpus"))
+    assert kept == [("t", "/data/corpus/sub/a.jsonl", 1)]
+    assert rejected == [
+        Rejected("/data/corpus/z.parquet", "z.parquet#row0",
+                 "duplicate doc_id 't': z.parquet#row0 repeats the id of sub/a.jsonl:1, which is kept"),
+        Rejected("/data/corpus/sub/a.jsonl", "sub/a.jsonl#L4",
+                 "duplicate doc_id 't': sub/a.jsonl:4 repeats the id of sub/a.jsonl:1, which is kept"),
+        Rejected("/elsewhere/c.jsonl", "/elsewhere/c.jsonl#L2",
+                 "duplicate doc_id 't': /elsewhere/c.jsonl:2 repeats the id of sub/a.jsonl:1, which is kept"),
     ]
 
 

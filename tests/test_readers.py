@@ -861,3 +861,159 @@ def test_parquet_metadata_types_are_made_json() -> None:
     assert meta(only(decode("t.parquet", parquet_bytes(table), options))) | {"file_size": 0} == {
         "score": None, "at": "2024-06-01T08:30:00+00:00", "owner": {"size": 3, "team": "arm"},
         "source_uri": f"{ROOT}/t.parquet", "file_size": 0}
+
+
+# --- Metadata bounds and U+0000 ----------------------------------------------------------------
+
+
+def nested_json(levels: int) -> str:
+    """``levels`` JSON objects one inside the other, as text (deeper than json.dumps goes)."""
+    return '{"a": ' * levels + "1" + "}" * levels
+
+
+def front_matter_file(block: str, body: str = "# Title\n\nBody.\n") -> bytes:
+    return f"---\n{block}\n---\n{body}".encode()
+
+
+def html_page(path: str) -> bytes:
+    return (f"<html><head><title>Arm</title><link rel='canonical' href='https://e.org/{path}'></head>"
+            "<body><article><h1>Arm</h1><p>"
+            + "Mount the arm on its base plate. " * 20 + "</p></article></body></html>").encode()
+
+
+@pytest.mark.parametrize("levels", [32, 33, 500])
+def test_jsonl_metadata_depth_is_bounded(levels: int) -> None:
+    # The metadata object is level 1; 500 levels were accepted, and crashed Qdrant's client.
+    line = '{"id": "a", "text": "Alpha.", "metadata": ' + nested_json(levels) + "}"
+    record = only(decode("d.jsonl", line.encode()))
+    if levels <= 32:
+        assert isinstance(record, Document)
+        return
+    assert record.doc_id == "d.jsonl#L1"
+    assert record.reason.startswith(f"line 1: metadata is nested {levels} levels deep, over the "
+                                    "limit of 32 levels ('a.a.a.")
+
+
+def test_metadata_too_deep_for_the_json_parser_is_rejected() -> None:
+    line = '{"id": "a", "text": "Alpha.", "metadata": ' + nested_json(2000) + "}"
+    assert only(decode("d.jsonl", line.encode())).reason == "line 1: not valid JSON (nested too deeply)"
+
+
+def test_depth_limit_is_a_read_option() -> None:
+    line = ('{"id": "a", "text": "Alpha.", "metadata": {"tags": [["x"]]}}').encode()
+    assert only(decode("d.jsonl", line, ReadOptions(max_metadata_depth=2))).reason.startswith(
+        "line 1: metadata is nested 3 levels deep, over the limit of 2 levels ('tags[0]' is at level 3)")
+    assert isinstance(only(decode("d.jsonl", line, ReadOptions(max_metadata_depth=3))), Document)
+    deep = ('{"id": "a", "text": "Alpha.", "metadata": ' + nested_json(300) + "}").encode()
+    assert isinstance(only(decode("d.jsonl", deep, ReadOptions(max_metadata_depth=None))), Document)
+
+
+def test_parquet_and_front_matter_depth_are_bounded() -> None:
+    value = 1
+    for _ in range(32):  # 32 lists in the column: level 33 with the metadata object
+        value = [value]
+    table = pa.table({"id": ["a"], "text": ["x"], "deep": pa.array([value])})
+    options = ReadOptions(parquet=ParquetOptions(metadata_columns=("deep",)))
+    record = only(decode("t.parquet", parquet_bytes(table), options))
+    assert record.doc_id == "t.parquet#row0"
+    assert record.reason.startswith("row 0: metadata is nested 33 levels deep, over the limit of 32")
+    block = "k: " + "[" * 33 + "]" * 33
+    assert rejection("a.md", front_matter_file(block)).startswith(
+        "front matter: metadata is nested 34 levels deep, over the limit of 32 levels")
+
+
+def test_jsonl_metadata_over_the_byte_limit_is_rejected_alone() -> None:
+    # One record's megabyte of metadata went onto each of its 493 chunks, in every store.
+    big = {"id": "big", "text": "Alpha.", "metadata": {"team": "arm", "body": "x" * 70_000}}
+    small = {"id": "ok", "text": "Beta.", "metadata": {"team": "arm"}}
+    records = decode("d.jsonl", jsonl(big, small))
+    rejected, kept = records
+    assert rejected.doc_id == "d.jsonl#L1" and kept.doc_id == "ok"
+    size = len(metadata_json_of(big["metadata"], "d.jsonl", len(jsonl(big, small))).encode())
+    assert rejected.reason == (
+        f"line 1: metadata is {size} bytes of JSON, over the limit of 65536 "
+        f"(the largest value: 'body', 70002 bytes) (id 'big')")
+    assert isinstance(only(decode("d.jsonl", jsonl(big), ReadOptions(max_metadata_bytes=None))), Document)
+
+
+def metadata_json_of(fields: dict, name: str, size: int) -> str:
+    """The metadata column of a document of ``name`` with ``fields``, as the reader writes it."""
+    from chunkline.metadata import file_facts, merged, metadata_json, metadata_pairs
+
+    return metadata_json(merged(file_facts(f"{ROOT}/{name}", size, None), metadata_pairs(fields.items())))
+
+
+def test_the_byte_limit_counts_the_file_facts() -> None:
+    data = b"Plain text.\n"
+    facts = len(metadata_json_of({}, "a.txt", len(data)).encode())
+    assert isinstance(only(decode("a.txt", data, ReadOptions(max_metadata_bytes=facts))), Document)
+    assert rejection("a.txt", data, ReadOptions(max_metadata_bytes=facts - 1)) == (
+        f"metadata is {facts} bytes of JSON, over the limit of {facts - 1} "
+        f"(the largest value: 'source_uri', {len(ROOT) + 8} bytes)")
+
+
+@pytest.mark.parametrize("name, data", [
+    ("a.md", front_matter_file("title: " + "T" * 600)),
+    ("a.html", html_page("T" * 600)),
+])
+def test_front_matter_and_page_metadata_over_the_byte_limit(name: str, data: bytes) -> None:
+    options = ReadOptions(max_metadata_bytes=500)
+    assert rejection(name, data, options).startswith("metadata is ")
+    key, size = ("title", 602) if name.endswith(".md") else ("url", 616)
+    assert f"over the limit of 500 (the largest value: '{key}', {size} bytes)" in rejection(name, data, options)
+    assert isinstance(only(decode(name, data)), Document)
+
+
+def test_pdf_information_over_the_byte_limit() -> None:
+    from tests.pdfs import make_pdf
+
+    data = make_pdf([["Some text on the page."]], title="T" * 600)
+    assert "(the largest value: 'title', 602 bytes)" in rejection("a.pdf", data, ReadOptions(max_metadata_bytes=500))
+    assert isinstance(only(decode("a.pdf", data)), Document)
+
+
+def test_parquet_metadata_over_the_byte_limit() -> None:
+    table = pa.table({"id": ["a", "b"], "text": ["x", "y"], "note": ["n" * 100, "short"]})
+    options = ReadOptions(parquet=ParquetOptions(metadata_columns=("note",)), max_metadata_bytes=150)
+    rejected, kept = decode("t.parquet", parquet_bytes(table), options)
+    assert rejected.doc_id == "t.parquet#row0" and kept.doc_id == "b"
+    assert rejected.reason.startswith("row 0: metadata is ")
+    assert rejected.reason.endswith("(the largest value: 'note', 102 bytes) (id 'a')")
+
+
+def test_metadata_limits_are_validated() -> None:
+    for bad in ({"max_metadata_depth": 0}, {"max_metadata_bytes": 0}, {"max_metadata_depth": "3"}):
+        with pytest.raises(ValueError):
+            ReadOptions(**bad)
+    assert (ReadOptions().max_metadata_depth, ReadOptions().max_metadata_bytes) == (32, 65_536)
+
+
+@pytest.mark.parametrize("data, reason", [
+    (jsonl({"id": "a\x00b", "text": "x"}), "line 1: 'id' contains U+0000 (NUL), which no id may hold"),
+    (jsonl({"id": "ok", "text": "\x00\x00"}), "line 1: empty document (nothing but U+0000) (id 'ok')"),
+])
+def test_nul_in_an_id_or_as_the_whole_text_rejects_the_record(data: bytes, reason: str) -> None:
+    record = only(decode("d.jsonl", data))
+    assert record == Rejected(f"{ROOT}/d.jsonl", "d.jsonl#L1", reason)
+
+
+def test_nul_in_a_parquet_id_rejects_the_row() -> None:
+    table = pa.table({"id": ["a\x00", "b"], "text": ["x", "y"]})
+    rejected, kept = decode("t.parquet", parquet_bytes(table))
+    assert rejected.reason == "row 0: 'id' contains U+0000 (NUL), which no id may hold"
+    assert kept.doc_id == "b"
+
+
+def test_nul_in_a_file_name_rejects_the_file() -> None:
+    assert decode("a\x00b.md", b"Text.\n") == [
+        Rejected(f"{ROOT}/a\\x00b.md", "a\\x00b.md", "file name contains U+0000 (NUL)")]
+
+
+def test_nul_never_reaches_a_documents_text_or_metadata() -> None:
+    data = jsonl({"id": "a", "text": "Al\x00pha.", "metadata": {"te\x00am": "a\x00rm"}})
+    doc = only(decode("d.jsonl", data))
+    assert doc.text == "Alpha." and meta(doc)["te\ufffdam"] == "a\ufffdrm"
+    # Past the binary sniff's first block, a NUL in a text file is dropped, not kept.
+    text = "# Notes\n\n" + "Plain words. " * 700 + "\x00end\n"
+    doc = only(decode("a.md", text.encode()))
+    assert "\x00" not in doc.text and doc.text.endswith("Plain words. end\n")

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from typing import Any, Iterable, NamedTuple
+from typing import Any, Iterable, NamedTuple, Sequence
 
 import apache_beam as beam
 import numpy as np
@@ -42,7 +42,7 @@ from chunkline.minhash import (
     is_empty,
     survivor_key,
 )
-from chunkline.readers import JSONL_EXTENSIONS, extension, locator
+from chunkline.readers import JSONL_EXTENSIONS, extension, locator, relative_id
 from chunkline.records import (
     DUPLICATE,
     KEPT,
@@ -117,32 +117,47 @@ def _input_order(summary: _Summary) -> tuple[tuple[str, int, bytes], Occurrence]
     return summary.ref, summary.occurrence
 
 
-def _where(record: _Summary | Document) -> str:
-    """``file:line`` of a JSONL record, ``file#row<n>`` of a Parquet row, the file's uri else."""
+def _where(path: str, record: _Summary | Document) -> str:
+    """``file:line`` of a JSONL record, ``file#row<n>`` of a Parquet row, the file else;
+    ``path`` is the record's file as the reason names it."""
     if extension(record.uri) in JSONL_EXTENSIONS:
-        return f"{record.uri}:{record.position}"
-    return locator(record.uri, record.position)
+        return f"{path}:{record.position}"
+    return locator(path, record.position)
+
+
+def _relative_path(uri: str, roots: Sequence[str]) -> str:
+    """``uri`` relative to the longest of ``roots`` it is under (as the read stage makes file
+    ids, ``chunkline.readers.relative_id``), else the uri itself."""
+    for root in sorted(roots, key=len, reverse=True):
+        relative = relative_id(uri, root)
+        if relative != uri:
+            return relative
+    return uri
 
 
 class _OneDocumentPerId(beam.DoFn):
     """Two different documents under one id would make chunk ids ambiguous: the first in input
     order (:func:`_input_order`) keeps the id; each other one is rejected under its own
-    locator (``file#L<line>``, ``file#row<n>``, or its uri), so the documents table still has
-    one row per doc_id, with a reason naming where both records are."""
+    locator (``file#L<line>``, ``file#row<n>``, or the file), its file relative to the input
+    root it is under as every other id is, so the documents table still has one row per
+    doc_id, with a reason naming where both records are."""
 
-    def __init__(self) -> None:
+    def __init__(self, roots: Sequence[str] = ()) -> None:
+        self.roots = tuple(roots)
         self.conflicts = Metrics.counter("dedupe", "id_conflicts")
 
     def process(self, keyed: tuple[str, Iterable[_Summary]]):
         _, summaries = keyed
         first, *others = sorted(summaries, key=_input_order)
         yield first
+        kept_at = _where(_relative_path(first.uri, self.roots), first)
         for other in others:
             self.conflicts.inc()
-            reason = (f"duplicate doc_id {other.doc_id!r}: {_where(other)} repeats the id of "
-                      f"{_where(first)}, which is kept")
+            path = _relative_path(other.uri, self.roots)
+            reason = (f"duplicate doc_id {other.doc_id!r}: {_where(path, other)} repeats the id "
+                      f"of {kept_at}, which is kept")
             yield beam.pvalue.TaggedOutput(
-                "rejected", Rejected(other.uri, locator(other.uri, other.position), reason)
+                "rejected", Rejected(other.uri, locator(path, other.position), reason)
             )
 
 
@@ -452,14 +467,19 @@ class Dedupe(beam.PTransform):
     The decisions are taken on summaries of the documents (:class:`_Summary`, signatures); the
     documents wait in part files under ``spill_dir`` (default: ``default_spill_dir``, deleted
     once every document is released) and never cross a shuffle.
+
+    ``roots``: the input roots of the read (``chunkline.readers.input_root`` of each pattern):
+    an id conflict's rejected row names its file relative to them, as every other id does
+    (a uri under none is named whole).
     """
 
     def __init__(self, exact: bool = True, near: MinHashOptions | None = None,
-                 spill_dir: str | None = None) -> None:
+                 spill_dir: str | None = None, roots: Sequence[str] = ()) -> None:
         super().__init__()
         self.exact = exact
         self.near = near
         self.spill_dir = spill_dir
+        self.roots = (roots,) if isinstance(roots, str) else tuple(roots)
 
     def expand(self, documents):
         parked = self.spill_dir or default_spill_dir(documents.pipeline, "dedupe")
@@ -473,7 +493,7 @@ class Dedupe(beam.PTransform):
         unique = (
             summarized.summaries
             | "GroupById" >> beam.GroupByKey()
-            | "OnePerId" >> beam.ParDo(_OneDocumentPerId()).with_outputs("rejected", main="summaries")
+            | "OnePerId" >> beam.ParDo(_OneDocumentPerId(self.roots)).with_outputs("rejected", main="summaries")
         )
         if self.exact:
             picked = (
@@ -527,6 +547,6 @@ class ExactDedupe(Dedupe):
 
     With ``enabled=False`` every document is kept (ids are still made unique)."""
 
-    def __init__(self, enabled: bool = True) -> None:
-        super().__init__(exact=enabled, near=None)
+    def __init__(self, enabled: bool = True, roots: Sequence[str] = ()) -> None:
+        super().__init__(exact=enabled, near=None, roots=roots)
         self.enabled = enabled

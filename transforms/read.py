@@ -24,9 +24,10 @@ from chunkline.readers import (
     decode_file,
     extension,
     input_root,
+    name_problem,
     reject_before_reading,
     relative_id,
-    utf8_encodable,
+    shown_name,
 )
 from chunkline.records import Document, Rejected
 from transforms.counters import READ_DOCUMENTS, READ_REJECTED
@@ -54,13 +55,14 @@ class _DecodeFile(beam.DoFn):
 
     def process(self, found: ReadableFile | Rejected) -> Iterable[Document | TaggedOutput]:
         uri = found.uri if isinstance(found, Rejected) else found.metadata.path
-        if not utf8_encodable(uri):
-            # A name no UTF-8 column can hold (Latin-1 names from an old archive): the file is
+        problem = name_problem(uri)
+        if problem:
+            # A name no column can hold (Latin-1 names from an old archive, a NUL): the file is
             # accounted for under a readable form of its name, never read.
-            shown = _shown_name(uri)
-            reason = "file name is not valid UTF-8" + (f"; {found.reason}" if isinstance(found, Rejected) else "")
+            shown = shown_name(uri)
+            reason = problem + (f"; {found.reason}" if isinstance(found, Rejected) else "")
             records: list[Document | Rejected] = [
-                Rejected(shown, relative_id(shown, _shown_name(self._root)), reason)]
+                Rejected(shown, relative_id(shown, shown_name(self._root)), reason)]
         elif isinstance(found, Rejected):
             records = [found]
         else:
@@ -79,20 +81,22 @@ class _DecodeFile(beam.DoFn):
     def _read_and_decode(self, readable: ReadableFile, uri: str) -> list[Document | Rejected]:
         try:
             if is_local(uri):
-                data = _read_local(uri, _read_limit(uri, self._options))
+                # The modification time of what was read, from the open file: 0.0 is the epoch
+                # (touch -d @0), not an unknown time.
+                data, modified = _read_local(uri, _read_limit(uri, self._options))
             else:
                 # The file's own bytes: AUTO would gunzip a .gz that decode_file then calls
                 # unsupported by its name.
                 with readable.open(compression_type=CompressionTypes.UNCOMPRESSED) as handle:
                     data = handle.read()
+                # Beam's FileMetadata says 0.0 where a filesystem did not report the time.
+                modified = readable.metadata.last_updated_in_seconds or None
         except _NotRegular as exc:
             return [Rejected(uri, relative_id(uri, self._root), str(exc))]
         except Exception as exc:  # noqa: BLE001 - each filesystem raises its own IO errors
             # Only the read is guarded: one unreadable file is a rejection, not a failed job.
             reason = f"could not read file ({type(exc).__name__}: {exc})"
             return [Rejected(uri, relative_id(uri, self._root), reason)]
-        # Beam's FileMetadata says 0.0 where a filesystem did not report the time.
-        modified = readable.metadata.last_updated_in_seconds or None
         return decode_file(uri, data, self._root, self._options, modified)
 
 
@@ -107,20 +111,17 @@ def _read_limit(uri: str, options: ReadOptions) -> int | None:
     return limit + 1 if limit is not None and extension(uri) in SINGLE_DOCUMENT_EXTENSIONS else None
 
 
-def _read_local(path: str, limit: int | None) -> bytes:
-    """A local file's bytes, checked again at open: the walk saw a regular file, but the path
-    may have been replaced since. O_NONBLOCK so that opening a FIFO returns instead of waiting
-    for a writer forever (open(2)), then fstat on the open descriptor decides."""
+def _read_local(path: str, limit: int | None) -> tuple[bytes, float]:
+    """A local file's bytes and modification time (seconds since the epoch), checked again at
+    open: the walk saw a regular file, but the path may have been replaced since. O_NONBLOCK so
+    that opening a FIFO returns instead of waiting for a writer forever (open(2)), then fstat
+    on the open descriptor decides."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        found = os.fstat(fd)
+        if not stat.S_ISREG(found.st_mode):
             raise _NotRegular("not a regular file (it changed after it was listed)")
-        return handle.read() if limit is None else handle.read(limit)
-
-
-def _shown_name(path: str) -> str:
-    """A path with undecodable bytes (os.fsdecode's surrogate escapes) written as \\xNN."""
-    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        return (handle.read() if limit is None else handle.read(limit)), found.st_mtime
 
 
 class _ReadPattern(beam.PTransform):
