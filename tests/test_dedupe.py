@@ -398,10 +398,10 @@ def test_repeated_id_is_rejected_under_a_path_relative_to_its_input_root() -> No
     kept, rejected = conflicts(docs, roots=("/data", "/data/corpus"))
     assert kept == [("t", "/data/corpus/sub/a.jsonl", 1)]
     assert rejected == [
-        Rejected("/data/corpus/z.parquet", "z.parquet#row0",
-                 "duplicate doc_id 't': z.parquet#row0 repeats the id of sub/a.jsonl:1, which is kept"),
         Rejected("/data/corpus/sub/a.jsonl", "sub/a.jsonl#L4",
                  "duplicate doc_id 't': sub/a.jsonl:4 repeats the id of sub/a.jsonl:1, which is kept"),
+        Rejected("/data/corpus/z.parquet", "z.parquet#row0",
+                 "duplicate doc_id 't': z.parquet#row0 repeats the id of sub/a.jsonl:1, which is kept"),
         Rejected("/elsewhere/c.jsonl", "/elsewhere/c.jsonl#L2",
                  "duplicate doc_id 't': /elsewhere/c.jsonl:2 repeats the id of sub/a.jsonl:1, which is kept"),
     ]
