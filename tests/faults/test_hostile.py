@@ -13,6 +13,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from chunkline.metadata import canonical_json
 from chunkline.readers import decode_text
 from pipeline.cli import main
 
@@ -106,6 +107,47 @@ def test_rejected_records_never_share_an_id_with_another_row(tmp_path) -> None:
     assert "f.jsonl#L1" in kept
     rejected_ids = {r["doc_id"] for r in table(tmp_path / "out", "rejected")}
     assert rejected_ids == {r["doc_id"] for r in documents if r["status"] == "rejected"}
+
+
+def test_what_a_store_would_refuse_never_reaches_the_index(tmp_path) -> None:
+    """Issue 26: metadata a store refuses or chokes on, and numbers a store gives back in
+    another form, were accepted: 500-deep metadata (Qdrant's client: RecursionError on every
+    sync), 1 MB of metadata copied onto each chunk, U+0000 (PostgreSQL refuses it), 1e20 (jsonb
+    gives back 100000000000000000000). A file modified at the epoch lost its file_modified.
+    Cleaning is off: U+0000 must not depend on it."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    epoch = corpus / "epoch.md"
+    epoch.write_text("# Epoch\n\nA file last modified at the epoch, as touch -d @0 leaves it.\n")
+    os.utime(epoch, (0, 0))
+    deep = '{"a": ' * 500 + "1" + "}" * 500
+    (corpus / "records.jsonl").write_text("\n".join([
+        json.dumps({"id": "nul", "text": "# Dock\u0000ing\n\nThe dock char\u0000ges robots overnight.",
+                    "metadata": {"te\u0000am": "fl\u0000eet", "n": 1e15, "big": 1e20, "neg": -0.0}}),
+        json.dumps({"id": "a\u0000b", "text": "An id no store can hold."}),
+        '{"id": "deep", "text": "Deep metadata.", "metadata": ' + deep + "}",
+        json.dumps({"id": "huge", "text": "Huge metadata.", "metadata": {"body": "x" * 70_000}}),
+    ]) + "\n")
+    code, _, err = run_job(corpus, tmp_path / "out", "--set", "clean=null")
+    assert code == 0, err
+    documents = {r["doc_id"]: r for r in table(tmp_path / "out", "documents")}
+    assert json.loads(documents["epoch.md"]["metadata"])["file_modified"] == "1970-01-01T00:00:00Z"
+    rejected = {r["doc_id"]: r["reason"] for r in table(tmp_path / "out", "rejected")}
+    assert rejected["records.jsonl#L2"] == "line 2: 'id' contains U+0000 (NUL), which no id may hold"
+    assert rejected["records.jsonl#L3"].startswith("line 3: metadata is nested 500 levels deep, over the limit of 32")
+    assert rejected["records.jsonl#L4"].startswith("line 4: metadata is 70")
+    assert "over the limit of 65536 (the largest value: 'body', 70002 bytes) (id 'huge')" in rejected["records.jsonl#L4"]
+    chunks = [c for c in table(tmp_path / "out", "chunks") if c["doc_id"] == "nul"]
+    assert chunks and documents["nul"]["text"] == "# Docking\n\nThe dock charges robots overnight."
+    for chunk in chunks:
+        assert not any("\x00" in text for text in (chunk["text"], chunk["search_text"], *chunk["headings"],
+                                                   chunk["metadata"]))
+        assert chunk["headings"] == ["Docking"]
+        fields = json.loads(chunk["metadata"])
+        assert fields["te\ufffdam"] == "fl\ufffdeet"
+        assert (fields["n"], fields["big"], fields["neg"]) == (10**15, 1e20, 0)
+        assert canonical_json(chunk["metadata"]) == json.dumps(
+            fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False)  # written canonical
 
 
 @pytest.fixture()
