@@ -182,15 +182,17 @@ def test_run_api_raises_preflight_errors(tmp_path) -> None:
         run(config)
 
 
-def test_a_lost_latest_beside_complete_runs_stops_before_the_job(published, tmp_path) -> None:
+def test_a_lost_latest_beside_complete_runs_stops_before_the_job(tmp_path) -> None:
     """LATEST deleted (a cleanup script, a partial copy): a run over 2 of the 10 documents must
     not publish as if it were the first. Exit 2 before any work, naming the newest complete
     run and the ways out; --previous compares with that run (and holds the shrunken run back);
     --start-over indexes from nothing."""
-    _, output, _ = published
-    good = latest(output)  # other tests of the module publish too
     copy = tmp_path / "index"
-    shutil.copytree(output, copy)
+    write_docs(tmp_path / "corpus", 10)
+    code, _, err = cli("run", "--config", CONFIG, "--input", f"{tmp_path}/corpus/**", "--output",
+                       str(copy), "--set", NO_VECTORS)
+    assert code == 0, err
+    good = latest(copy)
     (copy / "LATEST").unlink()
     few = tmp_path / "few"
     write_docs(few, 2)
