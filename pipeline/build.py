@@ -7,6 +7,7 @@ from typing import NamedTuple
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
+from chunkline.readers import input_root
 from chunkline.records import (
     REJECTED,
     ChunkRecord,
@@ -68,8 +69,10 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
         documents = stripped.documents
         rejected_parts.append(stripped.rejected)
         stripped.removed | "WriteBoilerplateLines" >> beam.ParDo(WriteRemovedLines(plan.run_dir))
+    # An id conflict's rejected row names its file relative to the input root, as every id does.
     deduped = documents | "Dedupe" >> Dedupe(config.dedupe.exact, stages.near_duplicates,
-                                             spill_dir(plan.run_dir, "dedupe"))
+                                             spill_dir(plan.run_dir, "dedupe"),
+                                             roots=(input_root(config.input.pattern),))
     # One element per document, its chunks with it, until they are flattened once before reuse
     # and embed: the stages between need a chunk's whole document and never re-join it by id.
     split = deduped.kept | "Split" >> SplitDocuments(
