@@ -407,25 +407,67 @@ def front_matter(text: str, *, max_depth: int | None = DEFAULT_MAX_DEPTH) -> Fro
 # --- Filters -----------------------------------------------------------------------------------
 
 
-def parse_condition(spec: str) -> tuple[str, str]:
-    """``key=value`` -> (key, value); ValueError for anything else."""
+@dataclass(frozen=True)
+class TypedCondition:
+    """``key:=JSON``: the key's value equals that JSON value, type included (``n:=1`` matches
+    the number 1, never the string "1"; ``s:="1"`` the string only); numbers compare in
+    canonical form (``1.0`` is ``1``); an array matches when one of its elements equals it."""
+
+    key: str
+    value: Any
+    spec: str
+
+    def __str__(self) -> str:
+        return self.spec
+
+
+def parse_condition(spec: str) -> tuple[str, str] | TypedCondition:
+    """``key=value`` -> (key, value), compared as text (see :func:`matches`); ``key:=JSON`` ->
+    a :class:`TypedCondition`, compared as JSON values. ValueError for anything else."""
     key, sep, value = spec.partition("=")
-    if not sep or not key.strip():
-        raise ValueError(f"--where takes key=value, got {spec!r}")
+    if not sep or not key.strip() or key.strip() == ":":
+        raise ValueError(f"--where takes key=value or key:=JSON, got {spec!r}")
+    if key.endswith(":"):
+        try:
+            wanted = canonical_value(json.loads(value))
+        except ValueError as exc:
+            raise ValueError(f"--where {spec!r}: after := comes a JSON value (1, true, null, "
+                             f'"text"): {exc}') from None
+        return TypedCondition(key[:-1].strip(), wanted, spec)
     return key.strip(), value
 
 
-def matches(metadata: str, conditions: Sequence[tuple[str, str]]) -> bool:
-    """Whether a metadata JSON object meets every ``(key, value)`` condition.
+def matches(metadata: str, conditions: Sequence[tuple[str, str] | TypedCondition]) -> bool:
+    """Whether a metadata JSON object meets every condition.
 
-    A string value equals the text; a number, boolean or null equals its JSON text (``3``,
-    ``true``, ``null``); an array matches when one of its elements does (tags, access groups).
-    A document without the key does not match.
+    ``(key, text)``: a string value equals the text; a number, boolean or null equals its JSON
+    text (``3``, ``true``, ``null``) or, for a number, the number the text reads as; an array
+    matches when one of its elements does (tags, access groups). A :class:`TypedCondition`
+    compares JSON values, types included. A document without the key does not match.
     """
     if not conditions:
         return True
     fields = json.loads(metadata) if metadata else {}
-    return all(key in fields and _value_matches(fields[key], wanted) for key, wanted in conditions)
+    for condition in conditions:
+        if isinstance(condition, TypedCondition):
+            if condition.key not in fields or not _typed_matches(fields[condition.key], condition.value):
+                return False
+        else:
+            key, wanted = condition
+            if key not in fields or not _value_matches(fields[key], wanted):
+                return False
+    return True
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    """Equal as JSON values: bool is not a number, numbers compare canonically."""
+    return encode_value(canonical_value(a)) == encode_value(canonical_value(b))
+
+
+def _typed_matches(value: Any, wanted: Any) -> bool:
+    if isinstance(value, list) and not isinstance(wanted, list):
+        return any(_same_json(item, wanted) for item in value)
+    return _same_json(value, wanted)
 
 
 def _value_matches(value: Any, wanted: str) -> bool:

@@ -25,8 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="each hit with its neighbouring chunks, up to N tokens in all (exact offsets)")
     parser.add_argument(
         "--where", action="append", default=[], metavar="KEY=VALUE",
-        help="only chunks whose metadata KEY equals VALUE (an array: contains it); repeat to "
-        "require several; applied before ranking")
+        help="only chunks whose metadata KEY equals VALUE as text (an array: contains it); "
+        "KEY:=JSON compares JSON values, types included (n:=1 is the number, n:='\"1\"' the "
+        "string); repeat to require several; applied before ranking")
 
 
 def query_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

@@ -343,3 +343,18 @@ def test_where_conditions() -> None:
 
 def test_nan_is_a_missing_value() -> None:
     assert metadata_pairs([("score", float("nan"))]) == (("score", "null"),)
+
+
+def test_a_typed_condition_tells_the_number_from_the_string() -> None:
+    from chunkline.metadata import matches, parse_condition
+
+    number, text = '{"n": 1, "tags": [1, "x"]}', '{"n": "1"}'
+    assert matches(number, [parse_condition("n=1")]) and matches(text, [parse_condition("n=1")])
+    assert matches(number, [parse_condition("n:=1")]) and not matches(text, [parse_condition("n:=1")])
+    assert matches(text, [parse_condition('n:="1"')]) and not matches(number, [parse_condition('n:="1"')])
+    assert matches(number, [parse_condition("n:=1.0")])
+    assert not matches('{"n": true}', [parse_condition("n:=1")])
+    assert matches(number, [parse_condition("tags:=1")]) and not matches(number, [parse_condition('tags:="1"')])
+    assert str(parse_condition("n:=1")) == "n:=1"
+    with pytest.raises(ValueError, match="JSON value"):
+        parse_condition("n:=not json")
