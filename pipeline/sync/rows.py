@@ -27,7 +27,6 @@ rewritten once instead of being reported as drift. Formats: 1, metadata numbers 
 from __future__ import annotations
 
 import hashlib
-import json
 
 import numpy as np
 import pyarrow as pa
