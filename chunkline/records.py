@@ -11,11 +11,18 @@ import hashlib
 from bisect import bisect_right
 import unicodedata
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import pyarrow as pa
 
-from chunkline.metadata import MetadataPairs, file_facts, merged, metadata_json
+from chunkline.metadata import (
+    FILE_MODIFIED,
+    FILE_SIZE,
+    MetadataPairs,
+    file_facts,
+    merged,
+    metadata_json,
+)
 from chunkline.quantize import stored
 
 KEPT = "kept"
@@ -52,8 +59,19 @@ class Document:
 
     def all_metadata(self) -> MetadataPairs:
         """The file's facts (``source_uri``, ``file_size``, ``file_modified``) under the
-        document's own metadata: what the ``metadata`` columns hold."""
+        document's own metadata: what the documents table's ``metadata`` column holds."""
         return merged(file_facts(self.uri, self.file_size, self.file_modified), self.metadata)
+
+    def chunk_metadata(self, keys: Sequence[str] | None = None) -> MetadataPairs:
+        """What a chunk row carries: ``source_uri`` under the document's own metadata, without
+        the file's size and modification time unless ``keys`` (``output.chunk_metadata``) names
+        them. A row then changes only with its content or the user's metadata: a touched file,
+        a fresh clone, or a record appended to its JSONL dump (which grows the file) leaves
+        every other row as it was, and a store synced from the index takes only real changes."""
+        wanted = set(keys or ())
+        return merged(file_facts(self.uri, self.file_size if FILE_SIZE in wanted else None,
+                                 self.file_modified if FILE_MODIFIED in wanted else None),
+                      self.metadata)
 
     def page_range(self, start: int, end: int) -> tuple[int, int] | tuple[None, None]:
         """The 1-based first and last page holding ``text[start:end]``; (None, None) for a

@@ -1,5 +1,5 @@
 """BM25 as sparse vectors: each chunk's ``search_text`` weighted once at index time, so that a
-query's score is a dot product with the indicator vector of its terms (Robertson & Zaragoza,
+query's score is a dot product with the IDF vector of its terms (Robertson & Zaragoza,
 "The Probabilistic Relevance Framework: BM25 and Beyond", 2009; the Lucene variant, as
 bm25s implements it: Lù, "BM25S: Orders of magnitude faster lexical search via eager sparse
 scoring", 2024).
@@ -12,14 +12,28 @@ and two runs agree on every id: the first 8 bytes of BLAKE2b of the term's UTF-8
 (below pgvector's sparsevec dimension limit of 10^9; Qdrant takes any uint32). Two terms share
 an id with probability ~n/2^30 per term for a vocabulary of n: 0.1 % of a million-term vocabulary.
 
-Weights (the Lucene BM25 of bm25s, ``method="lucene"``), with N chunks, ``df`` the chunks holding
-the term, ``dl`` the chunk's term count and ``avgdl`` the mean::
+Scores are the Lucene BM25 of bm25s (``method="lucene"``), with N chunks, ``df`` the chunks
+holding the term, ``dl`` the chunk's term count and ``avgdl`` a mean length::
 
     idf = ln(1 + (N - df + 0.5) / (df + 0.5))
-    w   = idf * tf / (tf + k1 * (1 - b + b * dl / avgdl))
+    w   = tf / (tf + k1 * (1 - b + b * dl / avgdl))
+    score(q, d) = sum over the distinct terms t of q held by d of idf(t) * w(t, d)
 
-They depend on the corpus statistics (N, avgdl, df), which the run computes over all its chunks
-and writes beside the shards: a chunk's weights move when the corpus does.
+A chunk stores ``w`` alone (:func:`document_weights`): it depends on the chunk and one number of
+the index, the *reference* mean length, never on N or df. IDF is the query's side
+(:func:`query_weights`), from the statistics the run records beside its shards. So a chunk whose
+text is unchanged keeps its stored vector when other documents change, and a store synced every
+night receives only the changed rows: the split Qdrant makes with ``Modifier.IDF`` (the engine
+applies IDF at query time over the points it holds; Lucene computes it at search time as well).
+
+The reference mean length is carried from run to run (:func:`reference_length`) and re-based
+onto the corpus's own mean only when that drifts past a stated bound: BM25's length
+normalisation is a ratio ``dl / avgdl``, and a mean a few percent off changes every chunk's
+weight by less than ``b`` times that share, while a re-base rewrites every stored row once.
+With the reference equal to the corpus mean (a first run, or a re-base) the scores equal bm25s'
+exactly.
+
+:func:`bm25_weights` keeps the full product (IDF inside) for indexes written before the split.
 """
 
 from __future__ import annotations
@@ -57,6 +71,10 @@ class SparseOptions:
         "Snowball stemmer (PyStemmer); null: terms as written."))
     stop_words: Literal["english"] | None = field(default="english", metadata=help_text(
         "Stop words dropped (Lucene's English list); null: none."))
+    reference_drift: Annotated[float, Ge(0), Le(1)] = field(default=0.05, metadata=help_text(
+        "How far (a share) the corpus's mean chunk length may drift from the index's reference "
+        "mean before a run re-bases it, rewriting every stored row once; 0: every change "
+        "re-bases."))
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -125,6 +143,34 @@ def bm25_weights(
     return tuple(
         idf(stats.df[i], stats.documents) * tf / (tf + norm) for i, tf in zip(ids, counts)
     )
+
+
+def document_weights(
+    ids: tuple[int, ...], counts: tuple[int, ...], reference_avgdl: float, options: SparseOptions
+) -> tuple[float, ...]:
+    """The stored weight of each term of one chunk: BM25's saturated, length-normalised term
+    frequency against the index's reference mean length, IDF left to the query."""
+    length = sum(counts)
+    norm = (options.k1 * (1 - options.b + options.b * length / reference_avgdl)
+            if reference_avgdl else options.k1)
+    return tuple(tf / (tf + norm) for tf in counts)  # tf >= 1: never 0 / 0
+
+
+def reference_length(avgdl: float, previous: float | None, drift: float) -> tuple[float, bool]:
+    """(the reference mean length a run weighs its chunks with, whether it was re-based): the
+    previous run's reference while the corpus mean stays within ``drift`` of it (as a share),
+    else the corpus mean itself. A first run (``previous`` None) starts from its own mean."""
+    if previous is None or previous <= 0 or not avgdl:
+        return avgdl, previous is not None
+    if abs(avgdl / previous - 1) > drift:
+        return avgdl, True
+    return previous, False
+
+
+def query_weights(terms: Iterable[int], df: Mapping[int, int], documents: int) -> list[float]:
+    """The IDF of each of a question's term ids (``query_terms``), from the index's document
+    frequencies (a term no chunk holds: 0, it can match nothing) and chunk count."""
+    return [idf(df[t], documents) if df.get(t) else 0.0 for t in terms]
 
 
 def query_terms(question: str, options: SparseOptions = SparseOptions()) -> list[int]:

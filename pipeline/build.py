@@ -135,8 +135,9 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
         chunks = sparse.chunks
         # Weights need the whole run's statistics: applied as each shard is written, so the
         # chunks wait in their part files rather than in memory.
-        weigh = {"finish": BM25Weights(stages.sparse), "finish_input": sparse.stats}
-        sparse.stats | "WriteBm25Stats" >> beam.ParDo(WriteStats(plan.run_dir, stages.sparse))
+        weigh = {"finish": BM25Weights(stages.sparse, plan.bm25_reference), "finish_input": sparse.stats}
+        sparse.stats | "WriteBm25Stats" >> beam.ParDo(
+            WriteStats(plan.run_dir, stages.sparse, plan.bm25_reference))
         (sparse.terms
          | "TermRows" >> beam.MapTuple(TermRow)
          | "WriteTerms" >> WriteParquetShards(

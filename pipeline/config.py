@@ -109,7 +109,8 @@ class OutputConfig(_Section):
         "per vector (embedding_scale). Part of the embedding signature: changing it re-embeds.")
     chunk_metadata: tuple[Annotated[str, StringConstraints(min_length=1)], ...] | None = Field(
         None, description="Metadata keys copied onto chunk rows (the documents table keeps "
-        "them all). None: every key.")
+        "them all). None: every key but the file's file_size and file_modified, which reach a "
+        "chunk only when named here (a touched file then rewrites its rows in every store).")
     previous: str | None = Field(
         None, min_length=1,
         description="Reuse vectors from this index: an output root (its LATEST run) or a run "

@@ -41,6 +41,10 @@ class Plan:
     reuse_skipped: tuple[str, ...] = ()  # its shards left out, and why
     normalize: bool = False  # reused vectors must then be unit length
     options: StageOptions | None = None  # the library options of every stage, from the config
+    # The BM25 reference mean length of the run this one follows (its stored weights stay
+    # comparable: ``chunkline.sparse.reference_length``); None: start from the corpus's own.
+    bm25_reference: float | None = None
+    bm25_note: str | None = None  # why the previous reference was not carried, when it was not
 
 
 class PreflightError(ValueError):
@@ -85,6 +89,30 @@ def previous_run(config: Config) -> str | None:
                                 f"manifest.json there and no LATEST naming a run")
         return run_dir
     return latest_run(config.output.path) if config.output.reuse_latest else None
+
+
+def bm25_reference(config: Config) -> tuple[float | None, str | None]:
+    """(the reference mean length this run's BM25 weights carry on, why none is carried): the
+    published run's (``output.previous``'s when given), so that an unchanged chunk's stored
+    weights, and its row in every store synced from the index, stay as they were. Not carried
+    from a run with other analysis (its lengths are counted in other terms) or written before
+    stored weights left IDF to the query; k1 and b may change (the rows change anyway)."""
+    if config.sparse is None:
+        return None, None
+    try:
+        run_dir = (resolve_run(config.output.previous) if config.output.previous
+                   else latest_run(config.output.path))
+        bm25 = load_manifest(run_dir).get("bm25") if run_dir else None
+    except ManifestError:
+        return None, None  # reuse and the publish guard say what is wrong with it
+    if not bm25:
+        return None, None
+    if bm25.get("weights") != "tf" or not bm25.get("reference_avgdl"):
+        return None, (f"BM25 re-based: {run_dir.rstrip('/').rsplit('/', 1)[-1]} stored IDF in its "
+                      f"weights (an older chunkline); every row is rewritten once")
+    if (bm25.get("stemmer"), bm25.get("stop_words")) != (config.sparse.stemmer, config.sparse.stop_words):
+        return None, "BM25 re-based: the analysis changed (stemmer or stop words); every row is rewritten once"
+    return float(bm25["reference_avgdl"]), None
 
 
 def reusable_files(run_dir: str, signature: str, dim: int) -> tuple[list[str], list[str]]:
@@ -301,9 +329,11 @@ def plan(config: Config, run_id: str) -> Plan:
                             f"--set output.reuse_latest=false (or --previous another run) to "
                             f"embed everything, and --allow-shrink if it is the published run "
                             f"(the publish guard cannot compare with it either)") from None
+    reference, reference_note = bm25_reference(config)
     return Plan(run_dir, tokenizer_spec, max_tokens, dim if config.embed is not None else None,
                 signature, previous, tuple(files), tuple(skipped),
-                config.embed.normalize if config.embed is not None else False, stages)
+                config.embed.normalize if config.embed is not None else False, stages,
+                reference, reference_note)
 
 
 def new_run_id(config: Config) -> str:

@@ -3,8 +3,10 @@
 Three rankings of the chunks of the run an output names:
 
 - ``dense``: cosine similarity of the question's vector (the index's own model) to each chunk's;
-- ``sparse``: BM25, the dot product of the question's terms with each chunk's sparse vector
-  (weights written by the run, ``chunkline.sparse``; the question analyzed the same way);
+- ``sparse``: BM25, the dot product of the question's IDF vector (its terms' IDF from the run's
+  ``terms`` table and chunk count) with each chunk's sparse vector (IDF-free weights written by
+  the run, ``chunkline.sparse``; the question analyzed the same way); a run of an older
+  chunkline, whose weights hold IDF, is ranked with a vector of ones, as it was;
 - ``hybrid`` (the default): both fused by reciprocal rank (Cormack, Clarke & Büttcher,
   "Reciprocal Rank Fusion outperforms Condorcet and individual Rank Learning Methods", SIGIR
   2009): score = sum over the rankings of 1 / (k + rank), k = 60 as in the paper; a chunk
@@ -36,7 +38,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from chunkline.metadata import matches
 from chunkline.quantize import dequantized
-from chunkline.sparse import SparseOptions, analyze, query_terms
+from chunkline.sparse import SparseOptions, analyze, query_terms, query_weights
 from pipeline.manifest import load_manifest, resolve_run, table_files
 
 Mode = Literal["hybrid", "dense", "sparse"]
@@ -170,20 +172,43 @@ def _bm25_options(manifest: dict, run_dir: str, table: pa.Table) -> SparseOption
 
 
 def sparse_scores(table: pa.Table, manifest: dict, run_dir: str, question: str) -> np.ndarray:
-    """BM25 of every chunk for ``question``: its weights summed over the question's distinct
-    terms, without a Python loop over chunks."""
+    """BM25 of every chunk for ``question``: its weights times the IDF of the question's
+    distinct terms, summed, without a Python loop over chunks."""
     options = _bm25_options(manifest, run_dir, table)
-    return _bm25(table, query_terms(question, options))
+    terms = query_terms(question, options)
+    return _bm25(table, terms, idf_of(run_dir, manifest, terms))
 
 
-def _bm25(table: pa.Table, terms: Sequence[int]) -> np.ndarray:
+def idf_of(run_dir: str, manifest: dict, terms: Sequence[int]) -> list[float]:
+    """The query-side weight of each term: its IDF over the run's chunks (the ``terms`` table's
+    df, the statistics' chunk count); 1 for a run whose stored weights hold IDF already."""
+    bm25 = manifest.get("bm25") or {}
+    if bm25.get("weights") != "tf" or not terms:
+        return [1.0] * len(terms)
+    wanted = pa.array(sorted(set(terms)), pa.int32())
+    df: dict[int, int] = {}
+    for path in table_files(run_dir, manifest, "terms"):
+        def matching(shard: pq.ParquetFile) -> pa.Table:
+            found = shard.read(columns=["term_id", "df"])
+            return found.filter(pc.is_in(found.column("term_id"), value_set=wanted))
+        found = _read_shard(path, matching)
+        df.update(zip(found.column("term_id").to_pylist(), found.column("df").to_pylist()))
+    return query_weights(terms, df, int(bm25["chunks"]))
+
+
+def _bm25(table: pa.Table, terms: Sequence[int], weights: Sequence[float]) -> np.ndarray:
     indices = table.column("sparse_indices").combine_chunks()
     flat_ids = pc.list_flatten(indices).to_numpy(zero_copy_only=False)
     flat_weights = pc.list_flatten(table.column("sparse_values").combine_chunks()).to_numpy(zero_copy_only=False)
     lengths = pc.list_value_length(indices).to_numpy(zero_copy_only=False)
     rows = np.repeat(np.arange(len(table)), lengths)
-    hit = np.isin(flat_ids, np.asarray(terms, dtype=np.int64))
-    return np.bincount(rows[hit], weights=flat_weights[hit].astype(np.float64), minlength=len(table))
+    order = np.argsort(np.asarray(terms, dtype=np.int64))
+    sorted_terms = np.asarray(terms, dtype=np.int64)[order]
+    sorted_weights = np.asarray(weights, dtype=np.float64)[order]
+    hit = np.isin(flat_ids, sorted_terms)
+    query = sorted_weights[np.searchsorted(sorted_terms, flat_ids[hit])]
+    return np.bincount(rows[hit], weights=flat_weights[hit].astype(np.float64) * query,
+                       minlength=len(table))
 
 
 def _holds_any(table: pa.Table, terms: Sequence[int]) -> bool:
@@ -277,7 +302,7 @@ def _rank(run_dir: str, manifest: dict, everything: pa.Table, question: str, k: 
     else:
         options = _bm25_options(manifest, run_dir, table)
         terms = query_terms(question, options)
-        sparse = _bm25(table, terms)
+        sparse = _bm25(table, terms, idf_of(run_dir, manifest, terms))
         candidates = np.flatnonzero(sparse > 0)  # a chunk with none of the terms is no hit
         if len(candidates) == 0:
             why = _why_bm25_matches_nothing(question, options, terms, everything, bool(where))

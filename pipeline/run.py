@@ -25,7 +25,7 @@ from pipeline.lease import OutputLease
 from pipeline.manifest import ManifestError, latest_run, load_manifest, resolve_run
 from pipeline.plan import new_run_id, plan, preflight
 from pipeline.redact import redacted, redacted_config
-from pipeline.summary import RunSummary
+from pipeline.summary import RunSummary, bm25_lines
 from pipeline.timing import stage_seconds
 from transforms.spill import remove_dead_spills, remove_spill
 from transforms.counters import (
@@ -286,5 +286,5 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
     return RunSummary(run_id, job.run_dir, config.output.path, config.runner.name,
                       time.monotonic() - started, counts, files, not problems, problems, model,
                       job.previous_run, publishable, context["summary"] if context else [],
-                      held_back, list(job.reuse_skipped), report)
+                      held_back, list(job.reuse_skipped), report, bm25_lines(bm25, job.bm25_note))
 

@@ -26,6 +26,7 @@ class RunSummary:
     held_back: list[str] = field(default_factory=list)  # why a reconciled run was not published
     reuse_skipped: list[str] = field(default_factory=list)  # previous shards not trusted, why
     report: str | None = None  # report.html's path, when it was written
+    bm25_lines: list[str] = field(default_factory=list)  # a BM25 re-base, said once
 
 
 def format_summary(summary: RunSummary) -> str:
@@ -51,6 +52,7 @@ def format_summary(summary: RunSummary) -> str:
         f"+ rejected {c['rejected']}  ({check})",
         f"  chunks     {c['chunks']:,}, {embedded}",
         *summary.context_lines,
+        *(f"  bm25       {line}" for line in summary.bm25_lines),
         f"  shards     {len(summary.files['chunks'])} chunk, {len(summary.files['documents'])} "
         f"document, {len(summary.files['rejected'])} rejected Parquet files + manifest.json",
         *(f"  reuse      skipped {reason}" for reason in summary.reuse_skipped),
@@ -65,6 +67,21 @@ def format_summary(summary: RunSummary) -> str:
     if summary.published and summary.model:  # a run held back is not what a query reads
         lines.append(f'  next       chunkline query {summary.output} "how long should the arm warm up before calibration?"')
     return "\n".join(lines)
+
+
+def bm25_lines(bm25: dict | None, note: str | None) -> list[str]:
+    """What an operator must hear about the BM25 statistics: a re-base rewrites every stored row."""
+    if not bm25:
+        return []
+    if note:
+        return [note]
+    if bm25.get("rebased"):
+        previous, mean = bm25["previous_reference_avgdl"], bm25["avgdl"]
+        moved = f"{abs(mean / previous - 1):.1%}" if previous else "all the way"
+        return [f"BM25 re-based: the mean chunk length ({mean:.2f} terms) moved {moved} from the "
+                f"reference ({previous:.2f}), past the bound of {bm25['reference_drift']:.0%}: "
+                f"every stored row changes once, the next sync rewrites them all"]
+    return []
 
 
 def _not_published(output: str) -> str:

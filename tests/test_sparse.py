@@ -21,10 +21,14 @@ from chunkline.sparse import (
     analyze,
     bm25_weights,
     corpus_stats,
+    document_weights,
     query_terms,
+    query_weights,
+    reference_length,
     term_counts,
     term_id,
 )
+from tests.bm25_reference import reference_scores
 from tests.beam_helpers import fnapi_pipeline
 from transforms.sparse import SparseVectors
 
@@ -41,6 +45,7 @@ QUESTIONS = ["how long should the arm warm up before calibration", "battery char
 
 
 def index(texts: list[str], options: SparseOptions = SparseOptions()):
+    """Full BM25 weights (IDF inside), as indexes before the split stored them."""
     counted = [term_counts(text, options) for text in texts]
     stats = corpus_stats(counted)
     return [(ids, bm25_weights(ids, counts, stats, options)) for ids, counts in counted], stats
@@ -50,6 +55,23 @@ def dot(vector, question: str, options: SparseOptions = SparseOptions()) -> floa
     ids, weights = vector
     wanted = set(query_terms(question, options))
     return sum(w for i, w in zip(ids, weights) if i in wanted)
+
+
+def split_scores(texts: list[str], questions: list[str], reference: float | None = None,
+                 options: SparseOptions = SparseOptions()) -> np.ndarray:
+    """Scores as chunkline ranks now: stored IDF-free weights against ``reference`` (None: the
+    corpus mean), the query's IDF from the statistics."""
+    counted = [term_counts(text, options) for text in texts]
+    stats = corpus_stats(counted)
+    reference = stats.avgdl if reference is None else reference
+    stored = [dict(zip(ids, document_weights(ids, counts, reference, options))) for ids, counts in counted]
+    out = np.zeros((len(questions), len(texts)))
+    for qi, question in enumerate(questions):
+        terms = query_terms(question, options)
+        for term, weight in zip(terms, query_weights(terms, stats.df, stats.documents)):
+            for di, doc in enumerate(stored):
+                out[qi, di] += weight * doc.get(term, 0.0)
+    return out
 
 
 def test_stop_words_are_bm25s_list() -> None:
@@ -69,6 +91,63 @@ def test_scores_equal_bm25s() -> None:
         expected = retriever.get_scores(tokens) if tokens else np.zeros(len(CORPUS))
         ours = np.array([dot(vector, question) for vector in vectors])
         np.testing.assert_allclose(ours, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_split_weights_score_as_bm25s_on_its_own_statistics() -> None:
+    np.testing.assert_allclose(split_scores(CORPUS, QUESTIONS), reference_scores(CORPUS, QUESTIONS),
+                               rtol=1e-9, atol=1e-12)
+    stemmer = Stemmer.Stemmer("english")
+    retriever = bm25s.BM25(method="lucene", k1=1.5, b=0.75)
+    retriever.index(bm25s.tokenize(CORPUS, stopwords="en", stemmer=stemmer, show_progress=False),
+                    show_progress=False)
+    # The reference itself is bm25s: its own retriever agrees where the mean is the corpus's.
+    for qi, question in enumerate(QUESTIONS):
+        tokens = bm25s.tokenize([question], stopwords="en", stemmer=stemmer, return_ids=False,
+                                show_progress=False)[0]
+        tokens = [t for t in dict.fromkeys(tokens) if t in retriever.vocab_dict]
+        expected = retriever.get_scores(tokens) if tokens else np.zeros(len(CORPUS))
+        np.testing.assert_allclose(reference_scores(CORPUS, [question])[0], expected, rtol=1e-5, atol=1e-6)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.text(alphabet="arm robot calibration battery warm the of ", max_size=60),
+                min_size=1, max_size=8),
+       st.floats(min_value=0.5, max_value=40))
+def test_split_weights_score_as_the_reference_on_a_recorded_mean(texts: list[str], reference: float) -> None:
+    """Any corpus, any recorded reference length: stored weights times the query's IDF are
+    bm25s' Lucene BM25 with that mean length."""
+    np.testing.assert_allclose(split_scores(texts, QUESTIONS, reference),
+                               reference_scores(texts, QUESTIONS, reference), rtol=1e-9, atol=1e-12)
+
+
+def test_a_chunks_stored_weights_do_not_move_with_the_corpus() -> None:
+    """What lets a store take only changed rows: with the reference carried, a chunk's stored
+    weights depend on its own text alone."""
+    options = SparseOptions()
+    before = [term_counts(text, options) for text in CORPUS]
+    after = [term_counts(text, options) for text in CORPUS[:-1] + ["a new chunk about the arm arm arm"]]
+    reference = corpus_stats(before).avgdl
+    carried, rebased = reference_length(corpus_stats(after).avgdl, reference, options.reference_drift)
+    assert not rebased and carried == reference
+    for (ids, counts), (ids_after, counts_after) in zip(before[:-1], after[:-1]):
+        assert document_weights(ids, counts, reference, options) == \
+            document_weights(ids_after, counts_after, carried, options)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.floats(min_value=0.01, max_value=1e6), st.none() | st.floats(min_value=0.01, max_value=1e6),
+       st.floats(min_value=0, max_value=1))
+def test_reference_is_kept_within_the_bound_and_rebased_past_it(avgdl: float, previous: float | None,
+                                                               drift: float) -> None:
+    reference, rebased = reference_length(avgdl, previous, drift)
+    if previous is None:
+        assert (reference, rebased) == (avgdl, False)
+    elif abs(avgdl / previous - 1) <= drift:
+        assert (reference, rebased) == (previous, False)
+    else:
+        assert (reference, rebased) == (avgdl, True)
+        # A re-based reference is the corpus's own: the next run with the same mean keeps it.
+        assert reference_length(avgdl, reference, drift) == (avgdl, False)
 
 
 def test_weights_follow_the_formula() -> None:
@@ -99,13 +178,21 @@ def test_term_counts_are_sorted_positive_and_in_range(text: str) -> None:
     assert sum(counts) == len(analyze(text))
 
 
-def test_beam_stage_weighs_every_chunk_with_corpus_statistics() -> None:
+@pytest.mark.parametrize("previous", [None, 8.7, 30.0])
+def test_beam_stage_weighs_every_chunk_with_corpus_statistics(previous: float | None) -> None:
+    """The stage stores IDF-free weights against the reference: the previous one when the
+    corpus mean is within the bound (8.7 here, the mean 8.5), else the corpus's own."""
     chunks = [ChunkRecord("d", f"d#{i}", i, i, i + 1, (), text, 1) for i, text in enumerate(CORPUS)]
-    vectors, stats = index([c.search_text for c in chunks])
-    expected = [(c.chunk_id, ids, tuple(np.float32(w).item() for w in weights))
-                for c, (ids, weights) in zip(chunks, vectors)]
+    options = SparseOptions()
+    counted = [term_counts(c.search_text, options) for c in chunks]
+    stats = corpus_stats(counted)
+    reference = reference_length(stats.avgdl, previous, options.reference_drift)[0]
+    assert reference == (8.7 if previous == 8.7 else stats.avgdl)
+    expected = [(c.chunk_id, ids, tuple(np.float32(w).item()
+                                        for w in document_weights(ids, counts, reference, options)))
+                for c, (ids, counts) in zip(chunks, counted)]
     with fnapi_pipeline() as p:
-        out = p | beam.Create(chunks) | SparseVectors(SparseOptions())
+        out = p | beam.Create(chunks) | SparseVectors(options, previous)
         assert_that(out.chunks | beam.Map(lambda c: (c.chunk_id, c.sparse_indices, c.sparse_values)),
                     equal_to(expected), label="Weights")
         assert_that(out.stats | beam.Map(lambda s: (s.documents, s.total_length, s.df)),

@@ -96,10 +96,43 @@ class _ReadPreviousShard(beam.DoFn):
                         "re-embedded", path, type(exc).__name__, exc)
 
 
-def _best(entries: Iterable[Entry]) -> Entry:
-    # The same text in several chunks has one key and (up to float noise across batches) one
-    # vector; the smallest chunk_id's trusted vector keeps the choice independent of grouping.
-    return min(entries, key=lambda entry: (not entry[0], entry[1]))
+class _Candidates(beam.CombineFn):
+    """The previous vectors of one key, one per distinct vector (the smallest chunk_id holding
+    it), trusted ones first by chunk_id, then one untrusted entry if any. The same text in
+    several chunks has one key and, up to float noise across batches, one vector: a chunk takes
+    the vector it had itself (:func:`_pick`), so its row in a synced store does not change
+    because a twin's vector came out of another batch."""
+
+    def create_accumulator(self) -> dict:
+        return {}
+
+    def add_input(self, accumulator: dict, entry: Entry) -> dict:
+        trusted, chunk, vector = entry
+        key = (trusted, vector)
+        if key not in accumulator or chunk < accumulator[key]:
+            accumulator[key] = chunk
+        return accumulator
+
+    def merge_accumulators(self, accumulators: Iterable[dict]) -> dict:
+        merged: dict = {}
+        for accumulator in accumulators:
+            for (trusted, vector), chunk in accumulator.items():
+                self.add_input(merged, (trusted, chunk, vector))
+        return merged
+
+    def extract_output(self, accumulator: dict) -> tuple[Entry, ...]:
+        entries = sorted(((trusted, chunk, vector) for (trusted, vector), chunk in accumulator.items()),
+                         key=lambda entry: (not entry[0], entry[1]))
+        trusted = [entry for entry in entries if entry[0]]
+        return tuple(trusted) if trusted else tuple(entries[:1])
+
+
+def _pick(candidates: Sequence[Entry], chunk_id: str) -> Entry | None:
+    """The vector a chunk reuses: its own previous one when trusted, else the trusted vector of
+    the smallest chunk_id with the same text; None when no candidate is trusted."""
+    if not candidates or not candidates[0][0]:
+        return None
+    return next((entry for entry in candidates if entry[1] == chunk_id), candidates[0])
 
 
 class _AttachPrevious(beam.DoFn):
@@ -110,21 +143,22 @@ class _AttachPrevious(beam.DoFn):
 
     def process(self, joined: tuple[str, dict[str, list]]):
         _, groups = joined
-        previous = list(groups["previous"])
-        trusted = previous[0][0] if previous else False
+        candidates = next(iter(groups["previous"]), ())
         for record in groups["new"]:
-            if trusted:
+            found = _pick(candidates, record.chunk_id)
+            if found is not None:
                 self.reused.inc()
-                yield dataclasses.replace(record, embedding=previous[0][2])
+                yield dataclasses.replace(record, embedding=found[2])
                 continue
-            if previous:
+            if candidates:
                 self.rejected.inc()  # there was a vector for this text, and it failed its check
             self.missing.inc()
             yield TaggedOutput("missing", record)
 
 
 class _PreviousVectors(beam.PTransform):
-    """The previous run's chunk shards -> ``(content_key, Entry)``, one entry per key."""
+    """The previous run's chunk shards -> ``(content_key, candidates)``, one element per key
+    (:class:`_Candidates`)."""
 
     def __init__(self, previous_files: Sequence[str], dim: int, normalize: bool) -> None:
         super().__init__()
@@ -136,7 +170,7 @@ class _PreviousVectors(beam.PTransform):
             root
             | "PreviousShards" >> beam.Create(self.previous_files)
             | "ReadPrevious" >> beam.ParDo(_ReadPreviousShard(self.dim, self.normalize))
-            | "OnePerKey" >> beam.CombinePerKey(_best)
+            | "OnePerKey" >> beam.CombinePerKey(_Candidates())
         )
 
 
@@ -211,7 +245,7 @@ class LateContentKeys(beam.PTransform):
 
 
 class _ReusableVectors(beam.DoFn):
-    """(content_key, {"new": [(doc_id, chunk_index)], "previous": [entry]}) -> (doc_id,
+    """(content_key, {"new": [(doc_id, chunk_index, chunk_id)], "previous": [candidates]}) -> (doc_id,
     (chunk_index, vector)) for each chunk whose key has a trusted stored vector; counted as
     :class:`_AttachPrevious` counts."""
 
@@ -222,14 +256,14 @@ class _ReusableVectors(beam.DoFn):
 
     def process(self, joined: tuple[str, dict[str, list]]):
         _, groups = joined
-        previous = list(groups["previous"])
-        trusted = previous[0][0] if previous else False
-        for doc_id, chunk_index in groups["new"]:
-            if trusted:
+        candidates = next(iter(groups["previous"]), ())
+        for doc_id, chunk_index, chunk_id in groups["new"]:
+            found = _pick(candidates, chunk_id)
+            if found is not None:
                 self.reused.inc()
-                yield doc_id, (chunk_index, previous[0][2])
+                yield doc_id, (chunk_index, found[2])
                 continue
-            if previous:
+            if candidates:
                 self.rejected.inc()
             self.missing.inc()
 
@@ -244,9 +278,9 @@ def _attach_found(joined: tuple[str, dict[str, list]]) -> Iterable[DocumentChunk
             for record in element.chunks))
 
 
-def _chunk_refs(element: DocumentChunks) -> Iterable[tuple[str, tuple[str, int]]]:
+def _chunk_refs(element: DocumentChunks) -> Iterable[tuple[str, tuple[str, int, str]]]:
     for record in element.chunks:
-        yield record.content_key, (element.document.doc_id, record.chunk_index)
+        yield record.content_key, (element.document.doc_id, record.chunk_index, record.chunk_id)
 
 
 class ReuseForDocuments(beam.PTransform):
@@ -267,7 +301,7 @@ class ReuseForDocuments(beam.PTransform):
             self.previous_files, self.dim, self.normalize)
         found = (
             {"new": elements | "KeyByContent" >> beam.FlatMap(_chunk_refs).with_output_types(
-                tuple[str, tuple[str, int]]),
+                tuple[str, tuple[str, int, str]]),
              "previous": previous}
             | "JoinPrevious" >> JoinByKey()
             | "Reusable" >> beam.ParDo(_ReusableVectors())

@@ -3,8 +3,12 @@ combine over the run's chunks (``chunkline.sparse``).
 
 Each chunk is analyzed once: its term ids and counts ride on the record (``sparse_indices``,
 ``sparse_values`` holding the counts) into the combine and on to the weighting, which reads the
-statistics as a side input and replaces the counts with weights. The statistics leave the job
-as ``bm25.json`` (chunks, total length, the options) and a ``terms`` table (term_id, df).
+statistics as a side input and replaces the counts with the chunk's stored weights (saturated
+term frequencies against the reference mean length; IDF is the query's). The reference is the
+previous run's, given when the graph is built, kept or re-based by the statistics
+(``chunkline.sparse.reference_length``): every worker decides alike. The statistics leave the
+job as ``bm25.json`` (chunks, total length, the reference, the options) and a ``terms`` table
+(term_id, df), what a query needs for IDF.
 """
 
 from __future__ import annotations
@@ -21,10 +25,20 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.pvalue import AsSingleton, PCollection
 
 from chunkline.records import ChunkRecord
-from chunkline.sparse import TERM_SPACE, CorpusStats, SparseOptions, bm25_weights, term_counts
+from chunkline.sparse import (
+    TERM_SPACE,
+    CorpusStats,
+    SparseOptions,
+    document_weights,
+    reference_length,
+    term_counts,
+)
 from transforms.coders import ChunkRecordCoder  # noqa: F401 - registered: how chunks shuffle
 
 STATS_FILE = "bm25.json"
+# What ``sparse_values`` hold, as bm25.json says: "tf", the saturated term frequencies (IDF at
+# query time). Indexes written before the split have no "weights" key: full BM25 weights.
+WEIGHTS = "tf"
 
 
 def terms_schema() -> pa.Schema:
@@ -69,16 +83,25 @@ def _with_counts(chunk: ChunkRecord, options: SparseOptions) -> ChunkRecord:
 
 
 class BM25Weights:
-    """``(chunk with term counts, CorpusStats)`` -> the chunk with its BM25 weights; a plain
-    callable, so that the shard writer can weigh each chunk as its shard is written
-    (``WriteParquetShards(finish=...)``) and the chunks never wait in memory for the statistics."""
+    """``(chunk with term counts, CorpusStats)`` -> the chunk with its stored BM25 weights; a
+    plain callable, so that the shard writer can weigh each chunk as its shard is written
+    (``WriteParquetShards(finish=...)``) and the chunks never wait in memory for the statistics.
+    ``previous_reference``: the reference mean length of the run this one follows (None: none)."""
 
-    def __init__(self, options: SparseOptions) -> None:
-        self.options = options
+    def __init__(self, options: SparseOptions, previous_reference: float | None = None) -> None:
+        self.options, self.previous_reference = options, previous_reference
+        self._reference: tuple[tuple[int, int], float] | None = None
+
+    def reference(self, stats: CorpusStats) -> float:
+        key = (stats.documents, stats.total_length)
+        if self._reference is None or self._reference[0] != key:
+            found = reference_length(stats.avgdl, self.previous_reference, self.options.reference_drift)[0]
+            self._reference = (key, found)
+        return self._reference[1]
 
     def __call__(self, chunk: ChunkRecord, stats: CorpusStats) -> ChunkRecord:
         counts = tuple(int(value) for value in chunk.sparse_values)
-        weights = bm25_weights(chunk.sparse_indices, counts, stats, self.options)
+        weights = document_weights(chunk.sparse_indices, counts, self.reference(stats), self.options)
         # float32, as stored: the record then decodes to exactly what the shard holds.
         return dataclasses.replace(
             chunk, sparse_values=tuple(np.asarray(weights, dtype=np.float32).tolist()))
@@ -105,34 +128,43 @@ class SparseVectors(beam.PTransform):
     of its ``search_text`` as a sparse vector (term ids ascending), the corpus's terms with
     their document frequencies, and the statistics (one :class:`CorpusStats`)."""
 
-    def __init__(self, options: SparseOptions | None = None) -> None:
+    def __init__(self, options: SparseOptions | None = None,
+                 previous_reference: float | None = None) -> None:
         super().__init__()
         self.options = options if options is not None else SparseOptions()
+        self.previous_reference = previous_reference
 
     def expand(self, chunks: PCollection[ChunkRecord]) -> SparseOutputs:
         counted = chunks | "Counts" >> SparseCounts(self.options)
         weighted = counted.chunks | "Weigh" >> beam.Map(
-            BM25Weights(self.options), AsSingleton(counted.stats)).with_output_types(ChunkRecord)
+            BM25Weights(self.options, self.previous_reference),
+            AsSingleton(counted.stats)).with_output_types(ChunkRecord)
         return SparseOutputs(weighted, counted.terms, counted.stats)
 
 
-def stats_json(stats: CorpusStats, options: SparseOptions) -> dict[str, Any]:
+def stats_json(stats: CorpusStats, options: SparseOptions,
+               previous_reference: float | None = None) -> dict[str, Any]:
     """What ``bm25.json`` (and the manifest) say about the sparse vectors."""
+    reference, rebased = reference_length(stats.avgdl, previous_reference, options.reference_drift)
     return {
         "chunks": stats.documents, "total_length": stats.total_length, "avgdl": stats.avgdl,
         "terms": len(stats.df), "k1": options.k1, "b": options.b, "method": "lucene",
         "stemmer": options.stemmer, "stop_words": options.stop_words,
         "term_ids": f"blake2b-64 little-endian mod {TERM_SPACE}", "term_space": TERM_SPACE,
         "analyzer": "lowercase, \\b\\w\\w+\\b words, stop words, Snowball stemmer",
+        "weights": WEIGHTS, "reference_avgdl": reference, "reference_drift": options.reference_drift,
+        "previous_reference_avgdl": previous_reference, "rebased": rebased,
     }
 
 
 class WriteStats(beam.DoFn):
-    def __init__(self, run_dir: str, options: SparseOptions) -> None:
-        self.run_dir, self.options = run_dir, options
+    def __init__(self, run_dir: str, options: SparseOptions,
+                 previous_reference: float | None = None) -> None:
+        self.run_dir, self.options, self.previous_reference = run_dir, options, previous_reference
 
     def process(self, stats: CorpusStats) -> Iterable[str]:
         path = FileSystems.join(self.run_dir, STATS_FILE)
+        summary = stats_json(stats, self.options, self.previous_reference)
         with FileSystems.create(path) as handle:
-            handle.write((json.dumps(stats_json(stats, self.options), indent=2) + "\n").encode())
+            handle.write((json.dumps(summary, indent=2) + "\n").encode())
         yield path

@@ -92,7 +92,7 @@ class _SplitDocument(beam.DoFn):
 
     def process(self, doc: Document) -> Iterator[DocumentChunks]:
         pieces = self._split(doc)
-        metadata = metadata_json(doc.all_metadata(), self.chunk_metadata)
+        metadata = metadata_json(doc.chunk_metadata(self.chunk_metadata), self.chunk_metadata)
         prefixes: dict[tuple[str, ...], str] = {}
         records = []
         for index, piece in enumerate(pieces):

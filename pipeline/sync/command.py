@@ -59,7 +59,7 @@ def run_args(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = s
     from pipeline.manifest import ManifestError
     from pipeline.redact import redacted
     from pipeline.sync.core import StoreBusy, check, stderr_progress, sync
-    from pipeline.sync.rows import load_rows
+    from pipeline.sync.rows import load_rows, terms_table
     from pipeline.sync.uri import open_store
 
     if args.batch_size < 1:
@@ -68,6 +68,7 @@ def run_args(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = s
     try:
         run_dir, manifest, notes = select_run(args.output, args.run, getattr(args, "unpublished", False))
         rows = load_rows(run_dir, manifest)
+        terms = terms_table(run_dir, manifest)
     except (ManifestError, ValueError, FileNotFoundError) as exc:
         print(f"error: {redacted(str(exc))}", file=err)
         return exits.USAGE
@@ -78,12 +79,13 @@ def run_args(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = s
         store = open_store(args.to)
         where = store_name(store, args.to)
         if args.check:
-            found = check(store, rows, sparse=bool(manifest.get("bm25")))
+            found = check(store, rows, sparse=bool(manifest.get("bm25")), terms=terms)
         else:
             with _stop_on_interrupt() as stop:
                 report = sync(store, manifest["run_id"], rows, args.batch_size,
                               sparse=bool(manifest.get("bm25")), repair=args.repair,
-                              progress=None if args.quiet else stderr_progress, stop=stop)
+                              progress=None if args.quiet else stderr_progress, stop=stop,
+                              terms=terms)
     except StoreBusy as exc:
         print(f"error: busy: {redacted(str(exc))}", file=err)
         return exits.BUSY
@@ -215,14 +217,19 @@ def _store_failure(exc: BaseException) -> bool:
 
 
 def summary(report: Report, where: str = "") -> str:
+    from pipeline.sync.rows import ROW_FORMAT
+
     resumed = " (resumed an unfinished sync)" if report.resumed else ""
     into = f" into {where}" if where else ""
     lines = [f"synced run {report.run_id}{into}{resumed}: {report.written} written, {report.deleted} "
              f"deleted, {report.unchanged} unchanged (store held {report.previous or 'nothing'})"]
+    if report.terms_written or report.terms_deleted:
+        lines.append(f"BM25 terms (for IDF at query time): {report.terms_written:,} written, "
+                     f"{report.terms_deleted:,} deleted")
     if report.format_from is not None:
-        lines.append(f"upgraded: the store's digests were row format {report.format_from}; every "
-                     f"row whose digest changed with the format was rewritten once "
-                     f"(counted in written above)")
+        lines.append(f"upgraded: the store was row format {report.format_from}, now "
+                     f"{ROW_FORMAT}; every row the format changed was rewritten once (counted "
+                     f"in written above)")
     if report.verification.ok:
         lines.append(f"verified: {report.verification.rows} rows, every synced column of every row")
     lines.extend(report.notes)

@@ -29,7 +29,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.sync.plan import Plan, batches, make_plan
-from pipeline.sync.rows import DIGEST, ROW_FORMAT, row_digests, set_digest
+from pipeline.sync.rows import (
+    DIGEST,
+    ROW_FORMAT,
+    VALUES_FORMAT,
+    format_neutral_digests,
+    row_digests,
+    set_digest,
+)
 
 
 class StoreError(Exception):
@@ -97,6 +104,15 @@ class Store(Protocol):
 
     def close(self) -> None: ...
 
+    # A store whose readers weigh a query by IDF themselves (pgvector's query vector) keeps the
+    # run's BM25 terms beside the rows; it then has these two as well (``holds_terms``):
+    #   terms() -> dict[int, int]: term_id -> df as held;
+    #   write_terms(upsert: list[tuple[int, int]], delete: list[int]) -> None: one transaction.
+
+
+def holds_terms(store: Store) -> bool:
+    return callable(getattr(store, "write_terms", None))
+
 
 @dataclass(frozen=True)
 class Verification:
@@ -110,6 +126,7 @@ class Verification:
     # The row format of the store's recorded digests when older than this version's: its
     # digests are expected to differ (``stale``), and the next sync rewrites those rows once.
     store_format: int = ROW_FORMAT
+    terms_differ: int = 0  # BM25 terms (term_id, df) held otherwise than the run's, or missing
 
     @property
     def outdated(self) -> bool:
@@ -118,7 +135,8 @@ class Verification:
     @property
     def ok(self) -> bool:
         drift = self.missing or self.extra or self.differ or self.duplicate
-        return not drift and (not self.stale or self.outdated) and self.rows == self.expected
+        terms = not self.terms_differ or self.store_format < VALUES_FORMAT
+        return not drift and terms and (not self.stale or self.outdated) and self.rows == self.expected
 
     def describe(self) -> str:
         parts = [f"the store holds {self.rows:,} rows for the run's {self.expected:,}"]
@@ -128,13 +146,17 @@ class Verification:
             if ids:
                 shown = ", ".join(ids[:5]) + (f", ... ({len(ids)} in all)" if len(ids) > 5 else "")
                 parts.append(f"{name}: {shown}")
+        if self.terms_differ:
+            parts.append(f"BM25 terms: {self.terms_differ:,} held otherwise than the run's")
         return "; ".join(parts)
 
     def format_note(self) -> str | None:
         if not self.outdated:
             return None
-        return (f"the store's digests are in row format {self.store_format}, this chunkline's "
-                f"{ROW_FORMAT}: the next sync rewrites {len(self.stale):,} rows once (not drift)")
+        what = ("its BM25 weights hold IDF and its metadata file facts"
+                if self.store_format < VALUES_FORMAT else "its digests differ")
+        return (f"the store is in row format {self.store_format}, this chunkline's {ROW_FORMAT} "
+                f"({what}): the next sync rewrites {len(self.stale):,} rows once (not drift)")
 
 
 @dataclass(frozen=True)
@@ -148,11 +170,17 @@ class Report:
     verification: Verification
     notes: tuple[str, ...] = field(default=())
     format_from: int | None = None  # the store's older row format, rewritten by this sync
+    terms_written: int = 0  # BM25 terms upserted (a store that holds them)
+    terms_deleted: int = 0
 
 
-def verify(store: Store, run: pa.Table, store_format: int = ROW_FORMAT) -> Verification:
+def verify(store: Store, run: pa.Table, store_format: int = ROW_FORMAT,
+           terms: pa.Table | None = None) -> Verification:
     """Every row the store returns, its digest recomputed from the values, against the run's,
-    row by row: a chunk held twice is found even where both copies are right."""
+    row by row: a chunk held twice is found even where both copies are right. A store of an
+    older values format (``rows.VALUES_FORMAT``): a row that differs only where the format
+    changed is outdated (rewritten by the next sync), not drift. ``terms``: the run's BM25 terms,
+    compared with the store's where it holds them."""
     held = store.read_all()
     held_ids = held.column("chunk_id").to_pylist()
     recomputed = row_digests(held)
@@ -170,15 +198,36 @@ def verify(store: Store, run: pa.Table, store_format: int = ROW_FORMAT) -> Verif
             differ.add(chunk_id)
         elif stored != value:
             stale.add(chunk_id)
+    if differ and store_format < VALUES_FORMAT:
+        outdated = _format_only(held, run, differ)
+        differ -= outdated
+        stale |= outdated
+    terms_differ = 0
+    if terms is not None and holds_terms(store):
+        wanted = dict(zip(terms.column("term_id").to_pylist(), terms.column("df").to_pylist()))
+        have = store.terms()
+        terms_differ = sum(have.get(t) != df for t, df in wanted.items()) + len(have.keys() - wanted.keys())
     return Verification(
         rows=len(held), expected=len(run),
         missing=tuple(sorted(expected.keys() - seen)),
         extra=tuple(sorted(seen - expected.keys())),
         differ=tuple(sorted(differ)), stale=tuple(sorted(stale)),
-        duplicate=tuple(sorted(duplicate)), store_format=store_format)
+        duplicate=tuple(sorted(duplicate)), store_format=store_format, terms_differ=terms_differ)
 
 
-def check(store: Store, run: pa.Table, sparse: bool) -> Verification:
+def _format_only(held: pa.Table, run: pa.Table, ids: set[str]) -> set[str]:
+    """The chunk ids of ``ids`` whose held row equals the run's once the format's changes are
+    left out (``rows.format_neutral_digests``)."""
+    wanted = pa.array(sorted(ids), pa.string())
+    mine = held.filter(pc.is_in(held.column("chunk_id"), value_set=wanted))
+    theirs = run.filter(pc.is_in(run.column("chunk_id"), value_set=wanted))
+    expected = dict(zip(theirs.column("chunk_id").to_pylist(), format_neutral_digests(theirs)))
+    return {chunk_id for chunk_id, neutral in zip(mine.column("chunk_id").to_pylist(),
+                                                  format_neutral_digests(mine))
+            if expected.get(chunk_id) == neutral}
+
+
+def check(store: Store, run: pa.Table, sparse: bool, terms: pa.Table | None = None) -> Verification:
     """Verify ``store`` against ``run`` and write nothing (``chunkline sync --check``): no
     table, state or lock is created; a store with nothing in it holds 0 rows. StoreBusy while
     a sync is writing it (what it holds then is half of one run)."""
@@ -188,7 +237,7 @@ def check(store: Store, run: pa.Table, sparse: bool) -> Verification:
     if not store.open(run.schema.field("vector").type.list_size, sparse, create=False):
         return Verification(rows=0, expected=len(run), missing=tuple(run.column("chunk_id").to_pylist()))
     state = store.state()
-    found = verify(store, run, state.row_format if state else ROW_FORMAT)
+    found = verify(store, run, state.row_format if state else ROW_FORMAT, terms)
     holder = store.busy()
     if holder:
         raise StoreBusy(f"a sync began writing this store during the check ({holder}): check "
@@ -198,19 +247,21 @@ def check(store: Store, run: pa.Table, sparse: bool) -> Verification:
 
 def sync(store: Store, run_id: str, run: pa.Table, batch_size: int, sparse: bool,
          repair: bool = False, progress: Callable[[str], None] | None = None,
-         stop: Callable[[], bool] = lambda: False) -> Report:
+         stop: Callable[[], bool] = lambda: False, terms: pa.Table | None = None) -> Report:
     """Make ``store`` equal to ``run`` (``rows.load_rows``) and verify it, holding the store's
     lock throughout. ``repair``: plan from the values the store holds (read back whole)
     instead of its recorded digests, so rows edited behind the tool's back are written again.
     ``stop()`` is asked before each batch: True raises KeyboardInterrupt there, between two
-    whole batches (the next sync resumes), never inside a store client's write."""
+    whole batches (the next sync resumes), never inside a store client's write. ``terms``: the
+    run's BM25 terms (``rows.terms_table``), written where the store holds them, changed ones
+    only."""
     with store.lock(run_id):
-        return _sync_locked(store, run_id, run, batch_size, sparse, repair, progress, stop)
+        return _sync_locked(store, run_id, run, batch_size, sparse, repair, progress, stop, terms)
 
 
 def _sync_locked(store: Store, run_id: str, run: pa.Table, batch_size: int, sparse: bool,
                  repair: bool, progress: Callable[[str], None] | None,
-                 stop: Callable[[], bool]) -> Report:
+                 stop: Callable[[], bool], terms: pa.Table | None = None) -> Report:
     say = progress or (lambda line: None)
     dim = run.schema.field("vector").type.list_size
     store.open(dim, sparse)
@@ -234,15 +285,31 @@ def _sync_locked(store: Store, run_id: str, run: pa.Table, batch_size: int, spar
                                    before.chunks if before else 0, before.digest if before else "",
                                    before.row_format if before else ROW_FORMAT))
     _apply(store, run, plan, batch_size, say, stop)
+    terms_written = terms_deleted = 0
+    if terms is not None and holds_terms(store):
+        terms_written, terms_deleted = _write_terms(store, terms)
+        if terms_written or terms_deleted:
+            say(f"BM25 terms: {terms_written:,} written, {terms_deleted:,} deleted")
     notes = store.finish() if not plan.empty or before is None or before.run_id != run_id else []
-    checked = verify(store, run)
+    checked = verify(store, run, terms=terms)
     upgraded = before is not None and before.row_format < ROW_FORMAT
     if checked.ok:
         store.save_state(SyncState(run_id, None, len(run), set_digest(ids, list(wanted.values())),
                                    ROW_FORMAT))
     return Report(run_id, len(plan.upsert), len(plan.delete), plan.unchanged,
                   bool(before and before.syncing), before.run_id if before else None, checked,
-                  tuple(notes), before.row_format if upgraded else None)
+                  tuple(notes), before.row_format if upgraded else None, terms_written, terms_deleted)
+
+
+def _write_terms(store: Store, terms: pa.Table) -> tuple[int, int]:
+    """Bring the store's BM25 terms to the run's: only terms whose df changed, new or gone."""
+    wanted = dict(zip(terms.column("term_id").to_pylist(), terms.column("df").to_pylist()))
+    have = store.terms()
+    upsert = sorted((t, df) for t, df in wanted.items() if have.get(t) != df)
+    delete = sorted(have.keys() - wanted.keys())
+    if upsert or delete:
+        store.write_terms(upsert, delete)
+    return len(upsert), len(delete)
 
 
 def _apply(store: Store, run: pa.Table, plan: Plan, batch_size: int, say: Callable[[str], None],

@@ -12,6 +12,11 @@ term id ``t`` is stored at 0-based index ``t`` -- shown as ``t + 1`` in the text
 (``'{t+1:w}/536870912'``). No index on it: pgvector's HNSW takes sparse vectors of at most 1,000
 non-zero elements, and the inner product over a table scan is exact.
 
+BM25's IDF is the query's side (``chunkline.sparse``): the stored vectors hold IDF-free weights,
+and ``<table>_terms (term_id, df)`` holds the run's document frequencies (with the state table's
+``chunks``, N), so a reader's query vector is the IDF of its terms and ``<#>`` ranks by BM25. A
+sync writes only the terms whose df changed.
+
 A batch deletes the chunk ids it is about to write and COPYs the rows in binary, in one
 transaction: a crash leaves the batch wholly written or not at all.
 
@@ -95,6 +100,7 @@ class PgvectorStore:
         self.where = f"PostgreSQL table {table!r} ({redacted(uri)})"
         self.table = sql.Identifier(table)
         self.state_table = sql.Identifier(table + "_sync")
+        self.terms_table = sql.Identifier(table + "_terms")
         self.dim = 0
         schema_name = self.conn.execute("SELECT current_schema()").fetchone()[0]
         # Advisory lock keys are 64-bit integers shared by every application of the database:
@@ -183,7 +189,30 @@ class PgvectorStore:
             # A state table made before row formats were recorded: its rows are format 1.
             self.conn.execute(q("ALTER TABLE {} ADD COLUMN IF NOT EXISTS row_format int4 NOT NULL "
                                 "DEFAULT 1").format(self.state_table))
+            if sparse:
+                self.conn.execute(q("CREATE TABLE IF NOT EXISTS {} (term_id int4 PRIMARY KEY, "
+                                    "df int8 NOT NULL)").format(self.terms_table))
         return True
+
+    def terms(self) -> dict[int, int]:
+        if not self._exists(self.name + "_terms"):
+            return {}
+        return dict(self.conn.execute(sql.SQL("SELECT term_id, df FROM {}")
+                                      .format(self.terms_table)).fetchall())
+
+    def write_terms(self, upsert: list[tuple[int, int]], delete: list[int]) -> None:
+        with self.conn.transaction(), self.conn.cursor() as cur:
+            if delete:
+                cur.execute(sql.SQL("DELETE FROM {} WHERE term_id = ANY(%s)").format(self.terms_table),
+                            (delete,))
+            if upsert:
+                cur.execute(sql.SQL("DELETE FROM {} WHERE term_id = ANY(%s)").format(self.terms_table),
+                            ([t for t, _ in upsert],))
+                with cur.copy(sql.SQL("COPY {} (term_id, df) FROM STDIN (FORMAT BINARY)")
+                              .format(self.terms_table)) as copy:
+                    copy.set_types(["int4", "int8"])
+                    for row in upsert:
+                        copy.write_row(row)
 
     def state(self) -> SyncState | None:
         if not self._exists(self.name + "_sync"):

@@ -3,8 +3,13 @@
 One point per chunk: the named dense vector ``dense`` (distance ``Dot``: the synced vectors
 have unit length (``pipeline.sync.rows``), so the dot product is the cosine, and Qdrant keeps
 them as given, where ``Cosine`` would normalize them again on insert), the named sparse vector
-``bm25`` (term ids and BM25 weights, ranked by dot product: Qdrant's sparse vectors), and every
-other column in the payload (``metadata`` as a JSON object, so payload filters reach its keys).
+``bm25`` (term ids and IDF-free BM25 weights, ``chunkline.sparse``), ranked with
+``Modifier.IDF``: Qdrant multiplies each query term by ``ln(1 + (N - df + 0.5) / (df + 0.5))``,
+Lucene's IDF as bm25s computes it, N and df counted over the collection's points holding a
+``bm25`` vector (every chunk's point holds one, an empty one included; a server reads them
+from its sparse index, where a deleted point counts until the optimizer drops it, as
+qdrant-client's local mode notes beside its own live counts), so a reader's query vector is 1 at each term; and every other
+column in the payload (``metadata`` as a JSON object, so payload filters reach its keys).
 Point ids must be unsigned integers or UUIDs (Qdrant docs, "Points"): a chunk's is the UUID
 version 5 of its chunk_id (RFC 4122 section 4.3), the same in every process.
 
@@ -109,7 +114,7 @@ class QdrantStore:
         else:
             self.client.create_collection(
                 self.name, vectors_config={"dense": m.VectorParams(size=dim, distance=m.Distance.DOT)},
-                sparse_vectors_config={"bm25": m.SparseVectorParams()})
+                sparse_vectors_config={"bm25": m.SparseVectorParams(modifier=m.Modifier.IDF)})
         if create and not self.client.collection_exists(self.state_name):
             self.client.create_collection(self.state_name, vectors_config={})
         return True
@@ -170,13 +175,26 @@ class QdrantStore:
                    if f.name == "vector" else pa.array(data[f.name], f.type) for f in target]
         return pa.table(columns, schema=target)
 
+    def _idf_modifier(self) -> list[str]:
+        """A collection made by an older chunkline ranks ``bm25`` without IDF (its weights held
+        it): switched once its points hold the new weights, so that its readers never see the new
+        weights unweighted for longer than the sync takes."""
+        sparse = self.client.get_collection(self.name).config.params.sparse_vectors or {}
+        if "bm25" not in sparse or sparse["bm25"].modifier == models.Modifier.IDF:
+            return []
+        self.client.update_collection(self.name, sparse_vectors_config={
+            "bm25": models.SparseVectorParams(modifier=models.Modifier.IDF)})
+        return ["qdrant: the bm25 sparse vector now ranks with Modifier.IDF (its weights no "
+                "longer hold IDF): a reader's query vector is 1 at each term"]
+
     def finish(self) -> list[str]:
+        notes = self._idf_modifier()
         if self.local:
-            return ["qdrant local mode: no HNSW index, every search scans all points (exact)"]
+            return [*notes, "qdrant local mode: no HNSW index, every search scans all points (exact)"]
         m = models
         for field in ("doc_id", "chunk_id"):
             self.client.create_payload_index(self.name, field, m.PayloadSchemaType.KEYWORD, wait=True)
-        return []
+        return notes
 
     def close(self) -> None:
         if self.client is not None:

@@ -13,7 +13,10 @@ for verification, so a row's digest is computed one way, from values, whatever t
   ``jsonb``, which gives ``1e20`` back as ``100000000000000000000``; a Qdrant payload) gives
   back the same text once canonicalized again;
 - ``sparse_indices`` / ``sparse_values``: BM25 term ids (``chunkline.sparse.term_id``, below
-  ``chunkline.sparse.TERM_SPACE``) ascending and their float32 weights, as the run wrote them.
+  ``chunkline.sparse.TERM_SPACE``) ascending and their float32 stored weights, as the run wrote
+  them: saturated term frequencies against the index's reference mean length, IDF left to the
+  query (``chunkline.sparse``), so an unchanged chunk's row stays as it was when the corpus
+  changes around it.
 
 The digest (BLAKE2b, RFC 7693, 16 bytes) covers every synced column of a row with a type tag
 and a length before each value, so no two different rows encode to the same bytes.
@@ -21,12 +24,16 @@ and a length before each value, so no two different rows encode to the same byte
 ``ROW_FORMAT`` names how digests are computed; a store records the format its digests are in
 (``pipeline.sync.core.SyncState``), so a store written by an older chunkline is recognised and
 rewritten once instead of being reported as drift. Formats: 1, metadata numbers as Python's
-``json`` wrote them; 2, canonical JSON numbers.
+``json`` wrote them; 2, canonical JSON numbers; 3, BM25 weights without IDF and no file facts
+(``file_size``, ``file_modified``) in a chunk's metadata. A store of format 2 or older holds
+values the new rows do not: :func:`format_neutral_digests` tells those rows (outdated, not
+drift) from rows that really differ.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 
 import numpy as np
 import pyarrow as pa
@@ -38,7 +45,12 @@ from chunkline.metadata import canonical_json
 from chunkline.quantize import dequantized
 from pipeline.manifest import ManifestError, table_files
 
-ROW_FORMAT = 2
+ROW_FORMAT = 3
+# The first format whose values (not only digests) are this version's: a store of an older one
+# differs in its BM25 weights and file facts by design.
+VALUES_FORMAT = 3
+# A chunk's metadata copied these file facts before format 3 (``chunkline.metadata``).
+_FILE_FACTS = ("file_size", "file_modified")
 
 # The synced columns other than the vectors, in digest order.
 SCALARS: tuple[str, ...] = ("chunk_id", "doc_id", "chunk_index", "start", "end", "headings", "text",
@@ -89,11 +101,24 @@ def vector_matrix(table: pa.Table, column: str = "vector") -> np.ndarray:
     return flat.reshape(len(table), dim)
 
 
+def stores_idf_free_weights(manifest: dict) -> bool:
+    """Whether the run's sparse vectors hold IDF-free weights (``bm25.json``'s ``weights: tf``),
+    or it has none; False for a run of an older chunkline, whose weights hold IDF."""
+    bm25 = manifest.get("bm25")
+    return not bm25 or bm25.get("weights") == "tf"
+
+
 def load_rows(run_dir: str, manifest: dict) -> pa.Table:
     """Every chunk of the run in ``schema(dim)``, ``row_digest`` included, sorted by chunk_id."""
     embed = manifest["config"].get("embed")
     if not embed:
         raise ValueError(f"{run_dir} was written with embed: null: a vector store needs its vectors")
+    if not stores_idf_free_weights(manifest):
+        # Its rows would mix two weightings in one store, which the stores' IDF (Qdrant's
+        # modifier, pgvector's query vector) cannot rank together.
+        raise ValueError(f"{run_dir}: its BM25 weights hold IDF (an older chunkline wrote them): "
+                         "run `chunkline run` again to sync it; the store then takes the new "
+                         "rows once")
     tables = []
     for path in table_files(run_dir, manifest, "chunks"):
         try:
@@ -189,6 +214,48 @@ def row_digests(table: pa.Table) -> list[str]:
                          _blob(ids[bounds[i]:bounds[i + 1]]), _blob(weights[bounds[i]:bounds[i + 1]])])
         out.append(hashlib.blake2b(data, digest_size=16).hexdigest())
     return out
+
+
+def format_neutral_digests(table: pa.Table) -> list[str]:
+    """Row digests with what format 3 changed left out (BM25 weights zeroed, file facts dropped
+    from the metadata): equal for a row of an older store and the same chunk's row now, where
+    nothing but the format moved it."""
+    n = len(table)
+    if n == 0:
+        return []
+    metadata = []
+    for text in table.column("metadata").to_pylist():
+        found = json.loads(text or "{}")
+        for key in _FILE_FACTS:
+            found.pop(key, None)
+        metadata.append(canonical_json(json.dumps(found)))
+    lengths = pc.list_value_length(table.column("sparse_values").combine_chunks())
+    zeros = pa.ListArray.from_arrays(
+        pa.array(np.concatenate([[0], np.cumsum(lengths.to_numpy(zero_copy_only=False))]), pa.int32()),
+        pa.array(np.zeros(int(pc.sum(lengths).as_py() or 0), np.float32)))
+    neutral = (table.set_column(table.schema.get_field_index("metadata"), "metadata",
+                                pa.array(metadata, pa.string()))
+               .set_column(table.schema.get_field_index("sparse_values"), "sparse_values", zeros))
+    return row_digests(neutral)
+
+
+def terms_table(run_dir: str, manifest: dict) -> pa.Table | None:
+    """The run's BM25 terms (``term_id`` int32, ``df`` int64), what a store needs to weigh a
+    query by IDF; None for a run without sparse vectors."""
+    if not manifest.get("bm25"):
+        return None
+    tables = []
+    for path in table_files(run_dir, manifest, "terms"):
+        try:
+            with FileSystems.open(path) as handle:
+                tables.append(pq.read_table(handle, columns=["term_id", "df"]))
+        except FileNotFoundError:
+            raise ManifestError(f"{path}: listed in the manifest but missing") from None
+        except (OSError, pa.ArrowException) as exc:
+            raise ManifestError(f"{path}: not a readable Parquet shard ({type(exc).__name__}: {exc})") from None
+    if not tables:
+        return pa.table({"term_id": pa.array([], pa.int32()), "df": pa.array([], pa.int64())})
+    return pa.concat_tables(tables).sort_by("term_id")
 
 
 def set_digest(chunk_ids: list[str], digests: list[str]) -> str:

@@ -19,14 +19,18 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @dataclass(frozen=True)
 class SyncRuns:
-    demo: Path  # the demo corpus indexed, BM25 on: one run
-    demo_run: str  # its run directory
-    reindex: Path  # a small corpus indexed twice (BM25 off), LATEST the second run
+    demo: Path  # the demo corpus indexed twice, three documents edited between
+    demo_run: str  # its second run (LATEST): BM25 weighed against the first run's reference
+    reindex: Path  # a small corpus indexed four times, LATEST the fourth run
     first: str  # run directories of ``reindex``
-    second: str
+    second: str  # three documents edited, deleted and added
+    touched: str  # every file's mtime moved, nothing else
+    appended: str  # one record appended to the corpus's JSONL dump
     changed: str  # doc ids: edited, deleted and added between ``first`` and ``second``
     deleted: str
     added: str
+    appended_id: str  # the record appended between ``touched`` and ``appended``
+    demo_first: str = ""  # the demo's first run
 
 
 def _job(corpus: Path, output: Path, *overrides: str):
@@ -34,26 +38,48 @@ def _job(corpus: Path, output: Path, *overrides: str):
                            [f"input.pattern={corpus}/**", f"output.path={output}", *overrides]))
 
 
+DEMO_EDITS = ("manuals/gripper-g2-manual.md", "runbooks/on-call-handbook.md", "wiki/team-onboarding.md")
+
+
 @pytest.fixture(scope="session")
 def sync_runs(tmp_path_factory) -> SyncRuns:
+    import os
+
     from tests.pipeline.test_reindex import write_corpus
 
     base = tmp_path_factory.mktemp("sync-runs")
-    demo = _job(ROOT / "examples" / "corpus", base / "demo")
+    demo_corpus = base / "demo-corpus"
+    shutil.copytree(ROOT / "examples" / "corpus", demo_corpus)
+    demo_first = _job(demo_corpus, base / "demo")
+    for name in DEMO_EDITS:  # 3 of 70 files, as a night's edits
+        with open(demo_corpus / name, "a", encoding="utf-8") as handle:
+            handle.write(f"\n\nA paragraph added tonight on torque limits and firmware ({name}).\n")
+    demo = _job(demo_corpus, base / "demo")
+    shutil.rmtree(demo_corpus)
     corpus = base / "corpus"
     write_corpus(corpus, 30)
-    # BM25 off for the reindex pair: a BM25 weight moves with the corpus statistics (every
-    # chunk's, when a document comes or goes), so only with it off is "what changed" the three
-    # documents' chunks.
-    first = _job(corpus, base / "reindex", "sparse=null")
+    dump = corpus / "tickets.jsonl"
+    dump.write_text("".join(json.dumps({"id": f"T-{i}", "text": f"Ticket {i}: the dock at site {i} "
+                                        f"reports a stuck pallet scanner, attempt {i}."}) + "\n"
+                            for i in range(5)), encoding="utf-8")
+    first = _job(corpus, base / "reindex")
     edited = corpus / "doc010.md"
     edited.write_text(edited.read_text().replace("## Part 0", "## Part 0\n\nA brand new sentence about the dock.", 1))
     (corpus / "doc020.md").unlink()
     (corpus / "doc030.md").write_text("# Manual 30\n\nAn added manual on pallet scanners.\n")
-    second = _job(corpus, base / "reindex", "sparse=null")
+    second = _job(corpus, base / "reindex")
+    for path in corpus.iterdir():  # a fresh clone, an rsync without -t: new mtimes, same bytes
+        stat = path.stat()
+        os.utime(path, (stat.st_atime + 86_400, stat.st_mtime + 86_400))
+    touched = _job(corpus, base / "reindex")
+    with open(dump, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps({"id": "T-new", "text": "A new ticket: the courier waits at the "
+                                 "loading dock door after the firmware update."}) + "\n")
+    appended = _job(corpus, base / "reindex")
     shutil.rmtree(corpus)
     return SyncRuns(base / "demo", demo.run_dir, base / "reindex", first.run_dir, second.run_dir,
-                    "doc010.md", "doc020.md", "doc030.md")
+                    touched.run_dir, appended.run_dir, "doc010.md", "doc020.md", "doc030.md",
+                    "T-new", demo_first.run_dir)
 
 
 # A password that must never reach a file, a log line or a message.

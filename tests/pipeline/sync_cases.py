@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+import pytest
 import pyarrow.parquet as pq
 from hypothesis import strategies as st
 
@@ -21,7 +22,7 @@ from pipeline.manifest import load_manifest
 from pipeline.query import search
 from pipeline.sync.command import main
 from pipeline.sync.core import Report, sync
-from pipeline.sync.rows import load_rows
+from pipeline.sync.rows import load_rows, terms_table
 from pipeline.sync.uri import open_store
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,7 +54,7 @@ def synced(uri: str, run_dir: str, batch_size: int = 64) -> Report:
     store = open_store(uri)
     try:
         return sync(store, manifest["run_id"], load_rows(run_dir, manifest), batch_size,
-                    sparse=bool(manifest.get("bm25")))
+                    sparse=bool(manifest.get("bm25")), terms=terms_table(run_dir, manifest))
     finally:
         store.close()
 
@@ -94,6 +95,63 @@ def check_reindex(uri: str, runs) -> None:
     assert (report.written, report.deleted, report.unchanged) == (len(differ), len(gone), len(new) - len(differ))
     assert 0 < len(differ) < len(new) // 4
     assert report.previous == Path(runs.first).name
+    # Every file's mtime moved, no byte changed: not one row written. BM25 is on: the chunks'
+    # stored weights hold no corpus statistic, and no chunk row holds file_modified.
+    report = synced(uri, runs.touched)
+    assert report.verification.ok, report.verification.describe()
+    assert (report.written, report.deleted, report.unchanged) == (0, 0, len(new))
+    # One record appended to a JSONL dump: its chunks alone are written, its neighbours'
+    # rows (same file, a new file_size) stay as they were.
+    touched, appended = parquet_rows(runs.touched), parquet_rows(runs.appended)
+    added = {c for c in appended if c not in touched}
+    assert added and {appended[c]["doc_id"] for c in added} == {runs.appended_id}
+    report = synced(uri, runs.appended)
+    assert report.verification.ok, report.verification.describe()
+    assert (report.written, report.deleted, report.unchanged) == (len(added), 0, len(touched))
+
+
+SPARSE_QUESTIONS = QUESTIONS + (
+    "gripper torque limits and firmware",
+    "certificate expiry alert",
+    "opportunity charging of the courier battery",
+    "protective stop during calibration",
+    "warranty terms for the NR-7 arm",
+    "dispatcher cost design notes",
+    "fleet controller outage runbook",
+    "team onboarding checklist",
+    "REST API rate limits and pagination",
+    "incident on 2024-05-21 status page",
+)
+
+
+def check_sparse_ranking(uri: str, run_dir: str, top: Callable[[str, str, int], list[tuple[str, float]]]) -> None:
+    """After a change, three rankers agree on the top 10 of 20 questions: ``chunkline query
+    --mode sparse``, a reference BM25 (bm25s' scoring on the run's search texts, with the
+    mean length the run recorded) and the store's own sparse search (``top(uri, question,
+    k)``: (chunk_id, score) best first). Scores to 1e-5; ids the same but for ties within it."""
+    from tests.bm25_reference import reference_scores
+
+    assert synced(uri, run_dir).verification.ok
+    manifest = load_manifest(run_dir)
+    bm25 = manifest["bm25"]
+    rows = parquet_rows(run_dir)
+    ids = sorted(rows)
+    reference = reference_scores([rows[c]["search_text"] for c in ids], SPARSE_QUESTIONS,
+                                 avgdl=bm25["reference_avgdl"], k1=bm25["k1"], b=bm25["b"])
+    output = str(Path(run_dir).parent)
+    for question, expected in zip(SPARSE_QUESTIONS, reference):
+        ours = [(h.chunk_id, h.score) for h in search(output, question, k=10, mode="sparse")]
+        best = np.sort(expected[expected > 0])[::-1][:10]
+        assert ours, question
+        np.testing.assert_allclose([s for _, s in ours], best[:len(ours)], rtol=1e-5, err_msg=question)
+        assert len(ours) == min(10, len(best)), question
+        for chunk_id, score in ours:  # each hit's own score, not only the list of scores
+            assert expected[ids.index(chunk_id)] == pytest.approx(score, rel=1e-5)
+        theirs = top(uri, question, 10)
+        assert len(theirs) == len(ours), question
+        np.testing.assert_allclose([s for _, s in theirs], [s for _, s in ours], rtol=1e-5, err_msg=question)
+        for (a, sa), (b, sb) in zip(ours, theirs):
+            assert a == b or abs(sa - sb) <= 1e-5 * max(abs(sa), 1.0), (question, a, b)
 
 
 def check_crash_then_resume(uri: str, run_dir: str, progress: Callable[[str], int]) -> None:
@@ -338,40 +396,67 @@ def check_check_writes_nothing(uri: str, run_dir: str, nothing_there: Callable[[
     assert nothing_there(uri)
 
 
-def check_an_old_format_store_is_rewritten_once(uri: str, odd) -> None:
-    """A store written by a chunkline of row format 1 (metadata numbers as Python's json wrote
-    them: here every integer a float, ``1.0``), its state saying so: ``--check`` says its values
-    match and its digests are of the old format (not drift), the next sync rewrites those rows
-    once and says so, the one after writes nothing."""
+def check_an_old_format_store_is_rewritten_once(uri: str, odd, age: Callable[[str], None] = lambda uri: None) -> None:
+    """A store written by a chunkline of row format 2 (BM25 weights holding IDF, the file's
+    size and mtime in every chunk's metadata), its state saying so, ``age(uri)`` making the
+    rest of the store as that chunkline left it (Qdrant's sparse vector without Modifier.IDF,
+    no terms table in PostgreSQL): ``--check`` says the rows are of the old format (not drift),
+    the next sync rewrites each once and says so, the one after writes nothing."""
     import json
 
     import pyarrow as pa
 
+    from chunkline.sparse import idf
     from pipeline.sync.core import SyncState
     from pipeline.sync.rows import DIGEST, row_digests
 
     output, run_id = str(odd.output), Path(odd.run_dir).name
-    rows = load_rows(odd.run_dir, load_manifest(odd.run_dir))
-    old_text = [json.dumps(json.loads(t, parse_int=float), sort_keys=True, separators=(",", ":"),
-                           ensure_ascii=False) for t in rows.column("metadata").to_pylist()]
-    old = rows.drop_columns([DIGEST]).set_column(
-        rows.schema.get_field_index("metadata"), "metadata", pa.array(old_text, pa.string()))
+    manifest = load_manifest(odd.run_dir)
+    rows = load_rows(odd.run_dir, manifest)
+    terms = terms_table(odd.run_dir, manifest)
+    df = dict(zip(terms.column("term_id").to_pylist(), terms.column("df").to_pylist()))
+    n = manifest["bm25"]["chunks"]
+    full = [[w * idf(df[t], n) for t, w in zip(ids, weights)] for ids, weights in
+            zip(rows.column("sparse_indices").to_pylist(), rows.column("sparse_values").to_pylist())]
+    with_facts = [json.dumps({**json.loads(t), "file_size": 4096, "file_modified": "2026-01-01T00:00:00Z"},
+                             sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+                  for t in rows.column("metadata").to_pylist()]
+    old = (rows.drop_columns([DIGEST])
+           .set_column(rows.schema.get_field_index("metadata"), "metadata", pa.array(with_facts, pa.string()))
+           .set_column(rows.schema.get_field_index("sparse_values"), "sparse_values",
+                       pa.array(full, pa.list_(pa.float32()))))
     old = old.append_column(DIGEST, pa.array(row_digests(old), pa.string()))
     outdated = sum(a != b for a, b in zip(old.column(DIGEST).to_pylist(), rows.column(DIGEST).to_pylist()))
-    assert outdated == len(rows)  # every row has an integer (file_size, at least)
+    assert outdated == len(rows)  # every row has file facts, at least
     store = open_store(uri)
     try:
         with store.lock("old"):
             store.open(rows.schema.field("vector").type.list_size, sparse=True)
             store.upsert(old)
-            store.save_state(SyncState(run_id, None, len(rows), "", row_format=1))
+            store.save_state(SyncState(run_id, None, len(rows), "", row_format=2))
+    finally:
+        store.close()
+    age(uri)
+    code, out, err = cli(output, "--to", uri, "--run", run_id, "--check")
+    assert code == 0, err
+    assert "row format 2" in out and f"rewrites {outdated:,} rows once (not drift)" in out
+    code, out, err = cli(output, "--to", uri, "--run", run_id)
+    assert code == 0, err
+    assert f"{outdated} written, 0 deleted" in out and "was row format 2" in out
+    code, out, err = cli(output, "--to", uri, "--run", run_id)
+    assert code == 0 and "0 written, 0 deleted" in out and "row format" not in out, err
+    # A row that differs beyond the format (its text) is drift, whatever the store's format.
+    store = open_store(uri)
+    try:
+        with store.lock("old"):
+            store.open(rows.schema.field("vector").type.list_size, sparse=True)
+            edited = old.slice(0, 1)
+            edited = edited.set_column(edited.schema.get_field_index("text"), "text",
+                                       pa.array(["edited behind the tool's back"], pa.string()))
+            store.upsert(edited.drop_columns([DIGEST]).append_column(
+                DIGEST, pa.array(row_digests(edited), pa.string())))
+            store.save_state(SyncState(run_id, None, len(rows), "", row_format=2))
     finally:
         store.close()
     code, out, err = cli(output, "--to", uri, "--run", run_id, "--check")
-    assert code == 0, err
-    assert "row format 1" in out and f"rewrites {outdated:,} rows once (not drift)" in out
-    code, out, err = cli(output, "--to", uri, "--run", run_id)
-    assert code == 0, err
-    assert f"{outdated} written, 0 deleted" in out and "were row format 1" in out
-    code, out, err = cli(output, "--to", uri, "--run", run_id)
-    assert code == 0 and "0 written, 0 deleted" in out and "row format" not in out, err
+    assert code == 1 and "values differ" in err, (out, err)

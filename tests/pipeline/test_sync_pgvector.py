@@ -7,7 +7,7 @@ import numpy as np
 import psycopg
 import pytest
 
-from chunkline.sparse import TERM_SPACE, SparseOptions, query_terms
+from chunkline.sparse import TERM_SPACE, SparseOptions, query_terms, query_weights
 from pipeline.manifest import load_manifest
 from pipeline.query import search
 from tests.pipeline import sync_cases as cases
@@ -86,21 +86,45 @@ def test_exact_dense_search_agrees_with_chunkline_query(uri, sync_runs) -> None:
     cases.check_exact_dense_search(uri, sync_runs.demo_run, nearest)
 
 
-def test_sparsevec_inner_product_is_chunkline_bm25(uri, sync_runs) -> None:
-    """The question's terms as a sparsevec (1-based in the text form: term id + 1); the best
-    inner product is the best BM25 score of ``chunkline query --mode sparse``."""
-    assert cases.synced(uri, sync_runs.demo_run).verification.ok
-    bm25 = load_manifest(sync_runs.demo_run)["bm25"]
-    options = SparseOptions(**{k: bm25[k] for k in ("k1", "b", "stemmer", "stop_words")})
+def bm25_top(uri: str, question: str, k: int) -> list[tuple[str, float]]:
+    """The README's reader query: the question's IDF, from the terms table and the synced
+    chunk count, as the sparsevec (1-based in the text form: term id + 1); ``<#>`` ranks."""
     conn, table = connect(uri)
     with conn:
-        for question in cases.QUESTIONS:
-            terms = sorted(set(query_terms(question, options)))
-            literal = "{" + ",".join(f"{t + 1}:1" for t in terms) + "}/" + str(TERM_SPACE)
-            best = conn.execute(f"SELECT -(sparse <#> %s::sparsevec) FROM {table} "
-                                "ORDER BY sparse <#> %s::sparsevec LIMIT 1", (literal, literal)).fetchone()[0]
-            expected = search(str(sync_runs.demo), question, k=1, mode="sparse")[0].score
-            assert best == pytest.approx(expected, rel=1e-5), question
+        terms = sorted(set(query_terms(question, SparseOptions())))
+        df = dict(conn.execute(f"SELECT term_id, df FROM {table}_terms WHERE term_id = ANY(%s)",
+                               (terms,)).fetchall())
+        n = conn.execute(f"SELECT chunks FROM {table}_sync").fetchone()[0]
+        weights = query_weights(terms, df, n)
+        q = "{" + ",".join(f"{t + 1}:{w!r}" for t, w in zip(terms, weights) if w) + f"}}/{TERM_SPACE}"
+        return [(c, float(score)) for c, score in conn.execute(
+            f"SELECT chunk_id, -(sparse <#> %s::sparsevec) FROM {table} WHERE sparse <#> %s::sparsevec < 0 "
+            "ORDER BY sparse <#> %s::sparsevec, chunk_id LIMIT %s", (q, q, q, k)).fetchall()]
+
+
+def test_sparsevec_inner_product_is_chunkline_bm25(uri, sync_runs) -> None:
+    """After a night's change of the demo corpus: pgvector's top 10 by the IDF query vector is
+    ``chunkline query --mode sparse``'s and the reference BM25's, for 20 questions."""
+    cases.check_sparse_ranking(uri, sync_runs.demo_run, bm25_top)
+
+
+def test_terms_table_takes_only_changed_document_frequencies(uri, sync_runs) -> None:
+    """The store's BM25 terms follow the run's: the second run rewrites only the terms whose
+    df changed (those of the edited, deleted and added documents)."""
+    from pipeline.sync.rows import terms_table
+
+    first, second = (terms_table(r, load_manifest(r)) for r in (sync_runs.first, sync_runs.second))
+    before = dict(zip(first.column("term_id").to_pylist(), first.column("df").to_pylist()))
+    after = dict(zip(second.column("term_id").to_pylist(), second.column("df").to_pylist()))
+    assert cases.synced(uri, sync_runs.first).terms_written == len(before)
+    report = cases.synced(uri, sync_runs.second)
+    assert report.verification.ok and report.verification.terms_differ == 0
+    assert report.terms_written == sum(before.get(t) != df for t, df in after.items())
+    assert report.terms_deleted == len(before.keys() - after.keys())
+    assert 0 < report.terms_written < len(after)  # a 74-word vocabulary: most terms are everywhere
+    conn, table = connect(uri)
+    with conn:
+        assert dict(conn.execute(f"SELECT term_id, df FROM {table}_terms").fetchall()) == after
 
 
 def test_usage_errors(uri, sync_runs, tmp_path) -> None:
@@ -135,4 +159,13 @@ def test_odd_metadata_syncs(uri, odd_run) -> None:
 
 
 def test_a_store_of_the_old_row_format_is_rewritten_once_never_drift(uri, odd_run) -> None:
-    cases.check_an_old_format_store_is_rewritten_once(uri, odd_run)
+    def age(uri: str) -> None:  # an older chunkline kept no terms table
+        conn, table = connect(uri)
+        with conn:
+            conn.execute(f"DROP TABLE {table}_terms")
+
+    cases.check_an_old_format_store_is_rewritten_once(uri, odd_run, age)
+    conn, table = connect(uri)
+    with conn:
+        assert conn.execute(f"SELECT count(*) FROM {table}_terms").fetchone()[0] == \
+            load_manifest(odd_run.run_dir)["bm25"]["terms"]
