@@ -12,9 +12,10 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from chunkline.sparse import SparseOptions, query_terms
+from chunkline.sparse import SparseOptions, query_terms, query_weights
 from pipeline.cli import main
 from pipeline.config import load_config
+from pipeline.manifest import load_manifest
 from pipeline.query import RRF_K, search
 from pipeline.run import run
 
@@ -49,10 +50,18 @@ def test_statistics_match_the_shards(demo) -> None:
 
 
 def test_sparse_mode_is_the_dot_product_with_the_question(demo) -> None:
-    output, _, chunks = demo
-    wanted = set(query_terms(QUESTION, SparseOptions()))
-    scores = {c["chunk_id"]: sum(w for i, w in zip(c["sparse_indices"], c["sparse_values"]) if i in wanted)
-              for c in chunks}
+    """The stored weights times the question's IDF vector (the run's terms table and chunk
+    count), summed: what a store's sparse search computes."""
+    output, summary, chunks = demo
+    run_dir = summary.run_dir
+    bm25 = load_manifest(run_dir)["bm25"]
+    df = {r["term_id"]: r["df"] for f in sorted(Path(run_dir).glob("terms-*.parquet"))
+          for r in pq.read_table(f).to_pylist()}
+    terms = query_terms(QUESTION, SparseOptions())
+    wanted = dict(zip(terms, query_weights(terms, df, bm25["chunks"])))
+    assert bm25["weights"] == "tf" and len(df) == bm25["terms"] and all(wanted.values())
+    scores = {c["chunk_id"]: sum(w * wanted[i] for i, w in zip(c["sparse_indices"], c["sparse_values"])
+                                 if i in wanted) for c in chunks}
     hits = search(str(output), QUESTION, k=5, mode="sparse")
     expected = sorted(scores.values(), reverse=True)[:5]
     np.testing.assert_allclose([h.score for h in hits], expected, rtol=1e-5)

@@ -3,6 +3,7 @@ run that dies leaves LATEST on the last complete run."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -106,11 +107,62 @@ def test_deleted_document_is_gone(reindexed) -> None:
     assert len({r["doc_id"] for r in chunk_rows(second.run_dir)}) == 100
 
 
+def stored_weights_hold(rows: list[dict], run_dir: str) -> None:
+    """Every chunk's stored BM25 weights are those of its own search text against the run's
+    recorded reference mean length: nothing else of the corpus."""
+    from pipeline.manifest import load_manifest
+    from chunkline.sparse import SparseOptions, document_weights, term_counts
+
+    bm25 = load_manifest(run_dir)["bm25"]
+    options = SparseOptions()
+    for row in rows:
+        ids, counts = term_counts(row["search_text"], options)
+        assert tuple(row["sparse_indices"]) == ids
+        np.testing.assert_array_equal(np.asarray(row["sparse_values"], np.float32), np.asarray(
+            document_weights(ids, counts, bm25["reference_avgdl"], options), np.float32))
+
+
 def test_reindex_equals_a_full_rebuild(reindexed) -> None:
+    """Row for row, but the BM25 weights: the reindex weighs against the reference length it
+    carried from the first run, the rebuild against its own corpus's mean; each holds exactly
+    the weights of its chunk's text against its recorded reference."""
     base, corpus, _, _, second, _ = reindexed
     rebuild = job(corpus, base / "rebuild")
     assert rebuild.counts["reused"] == 0
-    assert_same_rows(chunk_rows(second.run_dir), chunk_rows(rebuild.run_dir))
+    reindexed_rows, rebuilt_rows = chunk_rows(second.run_dir), chunk_rows(rebuild.run_dir)
+    assert_same_rows([{k: v for k, v in r.items() if k != "sparse_values"} for r in reindexed_rows],
+                     [{k: v for k, v in r.items() if k != "sparse_values"} for r in rebuilt_rows])
+    stored_weights_hold(reindexed_rows, second.run_dir)
+    stored_weights_hold(rebuilt_rows, rebuild.run_dir)
+
+
+def test_a_mean_length_past_the_bound_rebases_every_row_once(tmp_path) -> None:
+    """Short documents added until the corpus's mean chunk length moves past the bound (5 %):
+    the run says it re-based, every row changes and the store takes each once; the next run
+    with nothing changed writes nothing."""
+    from pipeline.summary import format_summary
+    from tests.pipeline.sync_cases import synced
+
+    corpus, output, store = tmp_path / "corpus", tmp_path / "index", str(tmp_path / "lance")
+    write_corpus(corpus, 12)
+    first = job(corpus, output)
+    assert synced(store, first.run_dir).written == first.counts["chunks"]
+    for i in range(12):
+        (corpus / f"note{i:02d}.md").write_text(f"# Note {i}\n\nShort note {i} on the dock.\n")
+    second = job(corpus, output)
+    bm25 = json.loads((Path(second.run_dir) / "manifest.json").read_text())["bm25"]
+    before = json.loads((Path(first.run_dir) / "manifest.json").read_text())["bm25"]
+    assert bm25["rebased"] and bm25["reference_avgdl"] == bm25["avgdl"]
+    assert bm25["previous_reference_avgdl"] == before["reference_avgdl"]
+    assert abs(bm25["avgdl"] / before["reference_avgdl"] - 1) > bm25["reference_drift"]
+    assert "BM25 re-based" in format_summary(second)
+    report = synced(store, second.run_dir)
+    assert report.verification.ok
+    assert (report.written, report.deleted) == (second.counts["chunks"], 0)
+    third = job(corpus, output)
+    assert "BM25" not in format_summary(third)
+    report = synced(store, third.run_dir)
+    assert report.verification.ok and report.written == report.deleted == 0
 
 
 def test_rerun_with_nothing_changed_embeds_nothing(reindexed) -> None:
