@@ -55,7 +55,14 @@ from chunkline.embedder import EmbedOptions, embed_texts, load_model  # noqa: E4
 from chunkline.late import LateChunker, LateOptions  # noqa: E402
 from chunkline.splitting.semantic import SemanticOptions, model_embed, semantic_split  # noqa: E402
 from chunkline.splitting.text import heading_prefix  # noqa: E402
-from chunkline.sparse import SparseOptions, bm25_weights, corpus_stats, query_terms, term_counts  # noqa: E402
+from chunkline.sparse import (  # noqa: E402
+    SparseOptions,
+    corpus_stats,
+    document_weights,
+    query_terms,
+    query_weights,
+    term_counts,
+)
 from chunkline.quantize import dequantized, stored  # noqa: E402
 from pipeline.query import fused  # noqa: E402
 
@@ -149,17 +156,22 @@ def evaluate(pieces: list[Piece], vectors: np.ndarray, questions: list[Question]
     return evaluate_scores(pieces, question_vectors @ vectors.T, questions, k)
 
 
-def bm25_scores(pieces: list[Piece], questions: list[Question]) -> np.ndarray:
-    """(questions x pieces) BM25 scores, from the sparse vectors the pipeline would write."""
+def bm25_scores(pieces: list[Piece], questions: list[Question], reference_scale: float = 1.0) -> np.ndarray:
+    """(questions x pieces) BM25 scores as ``chunkline query`` ranks them: the stored weights
+    the pipeline would write (against a reference mean length of ``reference_scale`` times the
+    corpus's: 1 on a first run, up to 1 +- ``sparse.reference_drift`` on a later one that
+    carried its reference), times the question's IDF."""
     options = SparseOptions()
     counted = [term_counts(p.embed_text, options) for p in pieces]
     stats = corpus_stats(counted)
-    weights = [dict(zip(ids, bm25_weights(ids, counts, stats, options))) for ids, counts in counted]
+    reference = stats.avgdl * reference_scale
+    weights = [dict(zip(ids, document_weights(ids, counts, reference, options))) for ids, counts in counted]
     scores = np.zeros((len(questions), len(pieces)))
     for row, q in enumerate(questions):
         terms = query_terms(q.question, options)
+        idf = query_weights(terms, stats.df, stats.documents)
         for column, w in enumerate(weights):
-            scores[row, column] = sum(w.get(t, 0.0) for t in terms)
+            scores[row, column] = sum(w.get(t, 0.0) * weight for t, weight in zip(terms, idf))
     return scores
 
 
@@ -347,12 +359,25 @@ def _hybrid_rows(setup: Setup, name: str, pieces: list[Piece], seconds: float,
                 Row(label + " hybrid", evaluate_scores(pieces, other_hybrid, setup.questions, setup.k),
                     took + weighed),
             ]
+    drifted = []
+    drift = SparseOptions().reference_drift
+    for scale in (1 - drift, 1 + drift):
+        # The worst a carried reference may be off before a run re-bases it.
+        off = bm25_scores(pieces, setup.questions, scale)
+        off_hybrid = np.stack([fused(d, s) for d, s in zip(dense, off)])
+        drifted += [
+            Row(name + f", sparse BM25, reference mean x{scale:.2f}",
+                evaluate_scores(pieces, off, setup.questions, setup.k), seconds + weighed),
+            Row(name + f", hybrid (RRF), reference mean x{scale:.2f}",
+                evaluate_scores(pieces, off_hybrid, setup.questions, setup.k), embedded + weighed),
+        ]
     return [
         Row(name + " (dense)", evaluate_scores(pieces, dense, setup.questions, setup.k), embedded),
         Row(name + ", sparse BM25", evaluate_scores(pieces, sparse, setup.questions, setup.k),
             seconds + weighed),
         Row(name + ", hybrid (RRF)", evaluate_scores(pieces, hybrid, setup.questions, setup.k),
             embedded + weighed),
+        *drifted,
         *smaller,
     ]
 
