@@ -5,6 +5,7 @@ through here, so a malformed manifest is one clear error naming the file, never 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from apache_beam.io.filesystems import FileSystems
@@ -122,6 +123,22 @@ def _problem(manifest: Any) -> str | None:
         return "embedding_signature is not a string"
     if not isinstance(manifest.get("config"), dict):
         return "config is missing or not an object"
+    return _bm25_problem(manifest.get("bm25"))
+
+
+def _bm25_problem(bm25: Any) -> str | None:
+    """What a query's IDF and the next run's reference length read from ``bm25``."""
+    if bm25 is None:
+        return None
+    if not isinstance(bm25, dict):
+        return "bm25 is not an object"
+    chunks = bm25.get("chunks")
+    if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 0:
+        return "bm25.chunks is missing or not a non-negative integer"
+    reference = bm25.get("reference_avgdl")
+    if reference is not None and (isinstance(reference, bool) or not isinstance(reference, (int, float))
+                                  or not math.isfinite(reference) or reference < 0):
+        return "bm25.reference_avgdl is not a non-negative number"
     return None
 
 
