@@ -86,7 +86,7 @@ def pg_top(uri: str, question: str, k: int) -> list[tuple[str, float]]:
         terms = sorted(set(query_terms(question, SparseOptions())))
         df = dict(conn.execute(f"SELECT term_id, df FROM {table}_terms WHERE term_id = ANY(%s)",
                                (terms,)).fetchall())
-        n = conn.execute(f"SELECT chunks FROM {table}_sync").fetchone()[0]
+        n = conn.execute(f"SELECT bm25_chunks FROM {table}_sync").fetchone()[0]
         q = "{" + ",".join(f"{t + 1}:{w!r}" for t, w in zip(terms, query_weights(terms, df, n)) if w)
         q += f"}}/{TERM_SPACE}"
         return [(c, float(s)) for c, s in conn.execute(

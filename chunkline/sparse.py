@@ -160,7 +160,10 @@ def reference_length(avgdl: float, previous: float | None, drift: float) -> tupl
     """(the reference mean length a run weighs its chunks with, whether it was re-based): the
     previous run's reference while the corpus mean stays within ``drift`` of it (as a share),
     else the corpus mean itself. A first run (``previous`` None) starts from its own mean."""
-    if previous is None or previous <= 0 or not avgdl:
+    if not avgdl:
+        # No chunk holds a term: nothing is weighed, and the reference waits for one that does.
+        return (previous, False) if previous else (avgdl, False)
+    if previous is None or previous <= 0:
         return avgdl, previous is not None
     if abs(avgdl / previous - 1) > drift:
         return avgdl, True

@@ -123,15 +123,19 @@ def _problem(manifest: Any) -> str | None:
         return "embedding_signature is not a string"
     if not isinstance(manifest.get("config"), dict):
         return "config is missing or not an object"
-    return _bm25_problem(manifest.get("bm25"))
+    return _bm25_problem(manifest.get("bm25"), files)
 
 
-def _bm25_problem(bm25: Any) -> str | None:
-    """What a query's IDF and the next run's reference length read from ``bm25``."""
+def _bm25_problem(bm25: Any, files: dict) -> str | None:
+    """What a query's IDF and the next run's reference length read from ``bm25``, and the
+    terms table a query and a sync read its document frequencies from."""
     if bm25 is None:
         return None
     if not isinstance(bm25, dict):
         return "bm25 is not an object"
+    terms = files.get("terms")
+    if not isinstance(terms, list) or not all(isinstance(n, str) and n and "/" not in n for n in terms):
+        return "files.terms is missing or not a list of file names (the run has BM25 statistics)"
     chunks = bm25.get("chunks")
     if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 0:
         return "bm25.chunks is missing or not a non-negative integer"

@@ -107,9 +107,11 @@ def bm25_reference(config: Config) -> tuple[float | None, str | None]:
         return None, None  # reuse and the publish guard say what is wrong with it
     if not bm25:
         return None, None
-    if bm25.get("weights") != "tf" or not bm25.get("reference_avgdl"):
+    if bm25.get("weights") != "tf":
         return None, (f"BM25 re-based: {run_dir.rstrip('/').rsplit('/', 1)[-1]} stored IDF in its "
                       f"weights (an older chunkline); every row is rewritten once")
+    if not bm25.get("reference_avgdl"):
+        return None, None  # its chunks held no term: this run sets the reference
     if (bm25.get("stemmer"), bm25.get("stop_words")) != (config.sparse.stemmer, config.sparse.stop_words):
         return None, "BM25 re-based: the analysis changed (stemmer or stop words); every row is rewritten once"
     return float(bm25["reference_avgdl"]), None

@@ -140,6 +140,8 @@ def test_a_chunks_stored_weights_do_not_move_with_the_corpus() -> None:
 def test_reference_is_kept_within_the_bound_and_rebased_past_it(avgdl: float, previous: float | None,
                                                                drift: float) -> None:
     reference, rebased = reference_length(avgdl, previous, drift)
+    # A corpus whose chunks hold no term weighs nothing: it keeps the reference for the next.
+    assert reference_length(0.0, previous, drift) == ((previous, False) if previous else (0.0, False))
     if previous is None:
         assert (reference, rebased) == (avgdl, False)
     elif abs(avgdl / previous - 1) <= drift:

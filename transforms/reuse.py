@@ -96,43 +96,46 @@ class _ReadPreviousShard(beam.DoFn):
                         "re-embedded", path, type(exc).__name__, exc)
 
 
+# A distinct previous vector of one key: (trusted, the chunk ids that held it, the vector).
+Candidate = tuple[bool, frozenset, tuple[float, ...]]
+
+
 class _Candidates(beam.CombineFn):
-    """The previous vectors of one key, one per distinct vector (the smallest chunk_id holding
-    it), trusted ones first by chunk_id, then one untrusted entry if any. The same text in
-    several chunks has one key and, up to float noise across batches, one vector: a chunk takes
-    the vector it had itself (:func:`_pick`), so its row in a synced store does not change
-    because a twin's vector came out of another batch."""
+    """The previous vectors of one key, each distinct vector once with every chunk id that held
+    it, trusted ones first (by their smallest chunk id), or one untrusted entry when none is
+    trusted. The same text in several chunks has one key and, up to float noise across
+    batches, one vector: a chunk takes the vector it had itself (:func:`_pick`), so its row in a
+    synced store does not change because a twin's vector came out of another batch."""
 
     def create_accumulator(self) -> dict:
         return {}
 
     def add_input(self, accumulator: dict, entry: Entry) -> dict:
         trusted, chunk, vector = entry
-        key = (trusted, vector)
-        if key not in accumulator or chunk < accumulator[key]:
-            accumulator[key] = chunk
+        accumulator.setdefault((trusted, vector), set()).add(chunk)
         return accumulator
 
     def merge_accumulators(self, accumulators: Iterable[dict]) -> dict:
         merged: dict = {}
         for accumulator in accumulators:
-            for (trusted, vector), chunk in accumulator.items():
-                self.add_input(merged, (trusted, chunk, vector))
+            for key, chunks in accumulator.items():
+                merged.setdefault(key, set()).update(chunks)
         return merged
 
-    def extract_output(self, accumulator: dict) -> tuple[Entry, ...]:
-        entries = sorted(((trusted, chunk, vector) for (trusted, vector), chunk in accumulator.items()),
-                         key=lambda entry: (not entry[0], entry[1]))
+    def extract_output(self, accumulator: dict) -> tuple[Candidate, ...]:
+        entries = sorted(((trusted, frozenset(chunks), vector)
+                          for (trusted, vector), chunks in accumulator.items()),
+                         key=lambda entry: (not entry[0], min(entry[1]), entry[2]))
         trusted = [entry for entry in entries if entry[0]]
         return tuple(trusted) if trusted else tuple(entries[:1])
 
 
-def _pick(candidates: Sequence[Entry], chunk_id: str) -> Entry | None:
+def _pick(candidates: Sequence[Candidate], chunk_id: str) -> Candidate | None:
     """The vector a chunk reuses: its own previous one when trusted, else the trusted vector of
-    the smallest chunk_id with the same text; None when no candidate is trusted."""
+    the smallest chunk id with the same text; None when no candidate is trusted."""
     if not candidates or not candidates[0][0]:
         return None
-    return next((entry for entry in candidates if entry[1] == chunk_id), candidates[0])
+    return next((entry for entry in candidates if chunk_id in entry[1]), candidates[0])
 
 
 class _AttachPrevious(beam.DoFn):

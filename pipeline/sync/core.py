@@ -33,6 +33,7 @@ from pipeline.sync.rows import (
     DIGEST,
     ROW_FORMAT,
     VALUES_FORMAT,
+    file_facts_absent,
     format_neutral_digests,
     row_digests,
     set_digest,
@@ -106,8 +107,9 @@ class Store(Protocol):
 
     # A store whose readers weigh a query by IDF themselves (pgvector's query vector) keeps the
     # run's BM25 terms beside the rows; it then has these two as well (``holds_terms``):
-    #   terms() -> dict[int, int]: term_id -> df as held;
-    #   write_terms(upsert: list[tuple[int, int]], delete: list[int]) -> None: one transaction.
+    #   terms() -> (term_id -> df as held, N as held or None);
+    #   write_terms(upsert: list[tuple[int, int]], delete: list[int], chunks: int) -> None:
+    #     the df changes and N, in one transaction.
 
 
 def holds_terms(store: Store) -> bool:
@@ -205,8 +207,9 @@ def verify(store: Store, run: pa.Table, store_format: int = ROW_FORMAT,
     terms_differ = 0
     if terms is not None and holds_terms(store):
         wanted = dict(zip(terms.column("term_id").to_pylist(), terms.column("df").to_pylist()))
-        have = store.terms()
-        terms_differ = sum(have.get(t) != df for t, df in wanted.items()) + len(have.keys() - wanted.keys())
+        have, chunks = store.terms()
+        terms_differ = (sum(have.get(t) != df for t, df in wanted.items()) + len(have.keys() - wanted.keys())
+                        + (chunks != len(run)))
     return Verification(
         rows=len(held), expected=len(run),
         missing=tuple(sorted(expected.keys() - seen)),
@@ -217,14 +220,17 @@ def verify(store: Store, run: pa.Table, store_format: int = ROW_FORMAT,
 
 def _format_only(held: pa.Table, run: pa.Table, ids: set[str]) -> set[str]:
     """The chunk ids of ``ids`` whose held row equals the run's once the format's changes are
-    left out (``rows.format_neutral_digests``)."""
+    left out (``rows.format_neutral_digests``): the BM25 weights, and a file fact only where the
+    run's row does not carry it (one the user names in ``output.chunk_metadata`` still counts)."""
     wanted = pa.array(sorted(ids), pa.string())
     mine = held.filter(pc.is_in(held.column("chunk_id"), value_set=wanted))
     theirs = run.filter(pc.is_in(run.column("chunk_id"), value_set=wanted))
-    expected = dict(zip(theirs.column("chunk_id").to_pylist(), format_neutral_digests(theirs)))
-    return {chunk_id for chunk_id, neutral in zip(mine.column("chunk_id").to_pylist(),
-                                                  format_neutral_digests(mine))
-            if expected.get(chunk_id) == neutral}
+    theirs_ids = theirs.column("chunk_id").to_pylist()
+    absent = dict(zip(theirs_ids, map(file_facts_absent, theirs.column("metadata").to_pylist())))
+    expected = dict(zip(theirs_ids, format_neutral_digests(theirs, [()] * len(theirs))))
+    mine_ids = mine.column("chunk_id").to_pylist()
+    neutral = format_neutral_digests(mine, [absent.get(c, ()) for c in mine_ids])
+    return {chunk_id for chunk_id, digest in zip(mine_ids, neutral) if expected.get(chunk_id) == digest}
 
 
 def check(store: Store, run: pa.Table, sparse: bool, terms: pa.Table | None = None) -> Verification:
@@ -287,7 +293,7 @@ def _sync_locked(store: Store, run_id: str, run: pa.Table, batch_size: int, spar
     _apply(store, run, plan, batch_size, say, stop)
     terms_written = terms_deleted = 0
     if terms is not None and holds_terms(store):
-        terms_written, terms_deleted = _write_terms(store, terms)
+        terms_written, terms_deleted = _write_terms(store, terms, len(run))
         if terms_written or terms_deleted:
             say(f"BM25 terms: {terms_written:,} written, {terms_deleted:,} deleted")
     notes = store.finish() if not plan.empty or before is None or before.run_id != run_id else []
@@ -301,14 +307,15 @@ def _sync_locked(store: Store, run_id: str, run: pa.Table, batch_size: int, spar
                   tuple(notes), before.row_format if upgraded else None, terms_written, terms_deleted)
 
 
-def _write_terms(store: Store, terms: pa.Table) -> tuple[int, int]:
-    """Bring the store's BM25 terms to the run's: only terms whose df changed, new or gone."""
+def _write_terms(store: Store, terms: pa.Table, chunks: int) -> tuple[int, int]:
+    """Bring the store's BM25 terms to the run's: only terms whose df changed, new or gone, and
+    N (the run's chunks, which its statistics count)."""
     wanted = dict(zip(terms.column("term_id").to_pylist(), terms.column("df").to_pylist()))
-    have = store.terms()
+    have, held_chunks = store.terms()
     upsert = sorted((t, df) for t, df in wanted.items() if have.get(t) != df)
     delete = sorted(have.keys() - wanted.keys())
-    if upsert or delete:
-        store.write_terms(upsert, delete)
+    if upsert or delete or held_chunks != chunks:
+        store.write_terms(upsert, delete, chunks)
     return len(upsert), len(delete)
 
 

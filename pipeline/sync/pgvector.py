@@ -13,9 +13,10 @@ term id ``t`` is stored at 0-based index ``t`` -- shown as ``t + 1`` in the text
 non-zero elements, and the inner product over a table scan is exact.
 
 BM25's IDF is the query's side (``chunkline.sparse``): the stored vectors hold IDF-free weights,
-and ``<table>_terms (term_id, df)`` holds the run's document frequencies (with the state table's
-``chunks``, N), so a reader's query vector is the IDF of its terms and ``<#>`` ranks by BM25. A
-sync writes only the terms whose df changed.
+and ``<table>_terms (term_id, df)`` holds the run's document frequencies, with N (the run's
+chunks) as ``<table>_sync.bm25_chunks``, written in the same transaction, so a reader's query
+vector is the IDF of its terms and ``<#>`` ranks by BM25. A sync writes only the terms whose df
+changed.
 
 A batch deletes the chunk ids it is about to write and COPYs the rows in binary, in one
 transaction: a crash leaves the batch wholly written or not at all.
@@ -189,18 +190,23 @@ class PgvectorStore:
             # A state table made before row formats were recorded: its rows are format 1.
             self.conn.execute(q("ALTER TABLE {} ADD COLUMN IF NOT EXISTS row_format int4 NOT NULL "
                                 "DEFAULT 1").format(self.state_table))
+            self.conn.execute(q("ALTER TABLE {} ADD COLUMN IF NOT EXISTS bm25_chunks int8")
+                              .format(self.state_table))
             if sparse:
                 self.conn.execute(q("CREATE TABLE IF NOT EXISTS {} (term_id int4 PRIMARY KEY, "
                                     "df int8 NOT NULL)").format(self.terms_table))
         return True
 
-    def terms(self) -> dict[int, int]:
+    def terms(self) -> tuple[dict[int, int], int | None]:
         if not self._exists(self.name + "_terms"):
-            return {}
-        return dict(self.conn.execute(sql.SQL("SELECT term_id, df FROM {}")
+            return {}, None
+        held = dict(self.conn.execute(sql.SQL("SELECT term_id, df FROM {}")
                                       .format(self.terms_table)).fetchall())
+        row = self.conn.execute(sql.SQL("SELECT to_jsonb(s) ->> 'bm25_chunks' FROM {} s")
+                                .format(self.state_table)).fetchone()
+        return held, int(row[0]) if row and row[0] is not None else None
 
-    def write_terms(self, upsert: list[tuple[int, int]], delete: list[int]) -> None:
+    def write_terms(self, upsert: list[tuple[int, int]], delete: list[int], chunks: int) -> None:
         with self.conn.transaction(), self.conn.cursor() as cur:
             if delete:
                 cur.execute(sql.SQL("DELETE FROM {} WHERE term_id = ANY(%s)").format(self.terms_table),
@@ -213,6 +219,10 @@ class PgvectorStore:
                     copy.set_types(["int4", "int8"])
                     for row in upsert:
                         copy.write_row(row)
+            # N beside its df, in the same transaction: a reader never weighs new df by an old N.
+            cur.execute(sql.SQL("INSERT INTO {} (id, chunks, digest, bm25_chunks) VALUES (1, 0, '', %s) "
+                                "ON CONFLICT (id) DO UPDATE SET bm25_chunks = EXCLUDED.bm25_chunks")
+                        .format(self.state_table), (chunks,))
 
     def state(self) -> SyncState | None:
         if not self._exists(self.name + "_sync"):

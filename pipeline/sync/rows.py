@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from typing import Iterable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -216,17 +217,18 @@ def row_digests(table: pa.Table) -> list[str]:
     return out
 
 
-def format_neutral_digests(table: pa.Table) -> list[str]:
-    """Row digests with what format 3 changed left out (BM25 weights zeroed, file facts dropped
-    from the metadata): equal for a row of an older store and the same chunk's row now, where
-    nothing but the format moved it."""
+def format_neutral_digests(table: pa.Table, drop: Sequence[Iterable[str]] | None = None) -> list[str]:
+    """Row digests with what format 3 changed left out: BM25 weights zeroed, and the file facts
+    ``drop[i]`` names left out of row i's metadata (None: both file facts from every row).
+    Equal for a row of an older store and the same chunk's row now, where nothing but the
+    format moved it."""
     n = len(table)
     if n == 0:
         return []
     metadata = []
-    for text in table.column("metadata").to_pylist():
+    for i, text in enumerate(table.column("metadata").to_pylist()):
         found = json.loads(text or "{}")
-        for key in _FILE_FACTS:
+        for key in (_FILE_FACTS if drop is None else drop[i]):
             found.pop(key, None)
         metadata.append(canonical_json(json.dumps(found)))
     lengths = pc.list_value_length(table.column("sparse_values").combine_chunks())
@@ -237,6 +239,13 @@ def format_neutral_digests(table: pa.Table) -> list[str]:
                                 pa.array(metadata, pa.string()))
                .set_column(table.schema.get_field_index("sparse_values"), "sparse_values", zeros))
     return row_digests(neutral)
+
+
+def file_facts_absent(metadata: str) -> frozenset[str]:
+    """The file facts a row's metadata does not carry (``output.chunk_metadata`` may name them):
+    what an older store's copy of that row may hold and the format no longer writes."""
+    held = json.loads(metadata or "{}")
+    return frozenset(key for key in _FILE_FACTS if key not in held)
 
 
 def terms_table(run_dir: str, manifest: dict) -> pa.Table | None:

@@ -20,7 +20,7 @@ def publish(output: Path, bm25: object, run_id: str = "20260101T000000Z-aaaaaaaa
     run_dir = output / run_id
     run_dir.mkdir(parents=True)
     (run_dir / "manifest.json").write_text(json.dumps({
-        "run_id": run_id, "files": {"chunks": [], "documents": [], "rejected": []},
+        "run_id": run_id, "files": {"chunks": [], "documents": [], "rejected": [], "terms": []},
         "counts": {"documents": 1, "kept": 1, "chunks": 1}, "config": {}, "bm25": bm25}))
     (output / "LATEST").write_text(run_id + "\n")
     return run_dir
@@ -79,6 +79,15 @@ def test_a_damaged_bm25_section_is_a_manifest_error_not_a_crash(tmp_path, bad: o
     with pytest.raises(ManifestError, match="bm25"):
         load_manifest(str(run_dir))
     assert bm25_reference(config(tmp_path / "out")) == (None, None)  # reuse says what is wrong
+
+
+def test_bm25_statistics_without_a_terms_table_are_a_manifest_error(tmp_path) -> None:
+    run_dir = publish(tmp_path / "out", stats())
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    del manifest["files"]["terms"]
+    (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ManifestError, match="files.terms"):
+        load_manifest(str(run_dir))
 
 
 def test_a_query_weighs_terms_by_idf_only_where_the_weights_lack_it() -> None:

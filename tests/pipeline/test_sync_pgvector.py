@@ -94,7 +94,7 @@ def bm25_top(uri: str, question: str, k: int) -> list[tuple[str, float]]:
         terms = sorted(set(query_terms(question, SparseOptions())))
         df = dict(conn.execute(f"SELECT term_id, df FROM {table}_terms WHERE term_id = ANY(%s)",
                                (terms,)).fetchall())
-        n = conn.execute(f"SELECT chunks FROM {table}_sync").fetchone()[0]
+        n = conn.execute(f"SELECT bm25_chunks FROM {table}_sync").fetchone()[0]
         weights = query_weights(terms, df, n)
         q = "{" + ",".join(f"{t + 1}:{w!r}" for t, w in zip(terms, weights) if w) + f"}}/{TERM_SPACE}"
         return [(c, float(score)) for c, score in conn.execute(

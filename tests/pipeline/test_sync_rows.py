@@ -184,3 +184,22 @@ def test_an_unknown_store_message_hides_the_password() -> None:
     with pytest.raises(ValueError) as caught:
         open_store("mysql://me:hunter2@db/search")
     assert "hunter2" not in str(caught.value) and "me:***@db" in str(caught.value)
+
+
+@given(rows(), st.lists(f32, min_size=5, max_size=5), st.booleans())
+def test_an_older_format_row_is_outdated_only_where_the_format_explains_it(row, weights, named) -> None:
+    """A store of row format 2 holds IDF inside its weights and the file facts in metadata: a
+    row that differs only there is outdated, not drift; one whose text differs is drift; a file
+    fact the run's row carries itself (``output.chunk_metadata`` names it) must match."""
+    from pipeline.sync.core import _format_only
+
+    facts = {"file_size": 10, "file_modified": "2026-01-01T00:00:00Z"}
+    now = dict(row, chunk_id="c", metadata=canonical_metadata(json.dumps(
+        {**json.loads(row["metadata"]), **({"file_size": 10} if named else {})})))
+    old = dict(now, sparse_values=weights[:len(now["sparse_indices"])],
+               metadata=canonical_metadata(json.dumps({**json.loads(now["metadata"]), **facts})))
+    run = table([now])
+    assert _format_only(table([old]), run, {"c"}) == {"c"}
+    assert _format_only(table([dict(old, text=old["text"] + "!")]), run, {"c"}) == set()
+    moved = dict(old, metadata=canonical_metadata(json.dumps({**json.loads(old["metadata"]), "file_size": 11})))
+    assert _format_only(table([moved]), run, {"c"}) == (set() if named else {"c"})
