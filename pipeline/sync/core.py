@@ -110,6 +110,8 @@ class Store(Protocol):
     #   terms() -> (term_id -> df as held, N as held or None);
     #   write_terms(upsert: list[tuple[int, int]], delete: list[int], chunks: int) -> None:
     #     the df changes and N, in one transaction.
+    # A store may also name what its setup lacks for its readers (Qdrant's IDF modifier):
+    #   setup_problems() -> list[str].
 
 
 def holds_terms(store: Store) -> bool:
@@ -129,6 +131,8 @@ class Verification:
     # digests are expected to differ (``stale``), and the next sync rewrites those rows once.
     store_format: int = ROW_FORMAT
     terms_differ: int = 0  # BM25 terms (term_id, df) held otherwise than the run's, or missing
+    # What the store is set up otherwise than its readers rely on (``Store.setup_problems``).
+    setup: tuple[str, ...] = ()
 
     @property
     def outdated(self) -> bool:
@@ -137,7 +141,8 @@ class Verification:
     @property
     def ok(self) -> bool:
         drift = self.missing or self.extra or self.differ or self.duplicate
-        terms = not self.terms_differ or self.store_format < VALUES_FORMAT
+        older = self.store_format < VALUES_FORMAT
+        terms = not (self.terms_differ or self.setup) or older
         return not drift and terms and (not self.stale or self.outdated) and self.rows == self.expected
 
     def describe(self) -> str:
@@ -150,6 +155,7 @@ class Verification:
                 parts.append(f"{name}: {shown}")
         if self.terms_differ:
             parts.append(f"BM25 terms: {self.terms_differ:,} held otherwise than the run's")
+        parts.extend(self.setup)
         return "; ".join(parts)
 
     def format_note(self) -> str | None:
@@ -210,12 +216,14 @@ def verify(store: Store, run: pa.Table, store_format: int = ROW_FORMAT,
         have, chunks = store.terms()
         terms_differ = (sum(have.get(t) != df for t, df in wanted.items()) + len(have.keys() - wanted.keys())
                         + (chunks != len(run)))
+    setup = tuple(store.setup_problems()) if callable(getattr(store, "setup_problems", None)) else ()
     return Verification(
         rows=len(held), expected=len(run),
         missing=tuple(sorted(expected.keys() - seen)),
         extra=tuple(sorted(seen - expected.keys())),
         differ=tuple(sorted(differ)), stale=tuple(sorted(stale)),
-        duplicate=tuple(sorted(duplicate)), store_format=store_format, terms_differ=terms_differ)
+        duplicate=tuple(sorted(duplicate)), store_format=store_format, terms_differ=terms_differ,
+        setup=setup)
 
 
 def _format_only(held: pa.Table, run: pa.Table, ids: set[str]) -> set[str]:
@@ -296,7 +304,9 @@ def _sync_locked(store: Store, run_id: str, run: pa.Table, batch_size: int, spar
         terms_written, terms_deleted = _write_terms(store, terms, len(run))
         if terms_written or terms_deleted:
             say(f"BM25 terms: {terms_written:,} written, {terms_deleted:,} deleted")
-    notes = store.finish() if not plan.empty or before is None or before.run_id != run_id else []
+    # --repair also sets up again what a store's readers rely on (indexes, Qdrant's IDF modifier).
+    refresh = repair or not plan.empty or before is None or before.run_id != run_id
+    notes = store.finish() if refresh else []
     checked = verify(store, run, terms=terms)
     upgraded = before is not None and before.row_format < ROW_FORMAT
     if checked.ok:

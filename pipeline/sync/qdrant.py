@@ -175,6 +175,12 @@ class QdrantStore:
                    if f.name == "vector" else pa.array(data[f.name], f.type) for f in target]
         return pa.table(columns, schema=target)
 
+    def setup_problems(self) -> list[str]:
+        sparse = self.client.get_collection(self.name).config.params.sparse_vectors or {}
+        if "bm25" in sparse and sparse["bm25"].modifier != models.Modifier.IDF:
+            return ["the bm25 sparse vector ranks without Modifier.IDF (its weights hold no IDF)"]
+        return []
+
     def _idf_modifier(self) -> list[str]:
         """A collection made by an older chunkline ranks ``bm25`` without IDF (its weights held
         it): switched once its points hold the new weights, so that its readers never see the new

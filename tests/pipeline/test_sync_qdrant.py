@@ -147,3 +147,20 @@ def test_a_store_of_the_old_row_format_is_rewritten_once_never_drift(uri, odd_ru
         assert c.get_collection("chunks").config.params.sparse_vectors["bm25"].modifier == models.Modifier.IDF
     finally:
         c.close()
+
+
+def test_check_finds_a_collection_ranking_without_idf(uri, sync_runs) -> None:
+    """Modifier.IDF taken off behind the tool's back: the weights then rank as tf alone;
+    ``--check`` says so, and ``--repair`` puts it back."""
+    assert cases.synced(uri, sync_runs.demo_run).verification.ok
+    c = client(uri)
+    try:
+        c.update_collection("chunks", sparse_vectors_config={
+            "bm25": models.SparseVectorParams(modifier=models.Modifier.NONE)})
+    finally:
+        c.close()
+    code, _, err = cases.cli(str(sync_runs.demo), "--to", uri, "--check")
+    assert code == 1 and "without Modifier.IDF" in err, err
+    code, out, err = cases.cli(str(sync_runs.demo), "--to", uri, "--repair")
+    assert code == 0 and "now ranks with Modifier.IDF" in out, (out, err)
+    assert cases.cli(str(sync_runs.demo), "--to", uri, "--check")[0] == 0
