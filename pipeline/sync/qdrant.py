@@ -8,8 +8,8 @@ them as given, where ``Cosine`` would normalize them again on insert), the named
 Lucene's IDF as bm25s computes it, N and df counted over the collection's points holding a
 ``bm25`` vector (every chunk's point holds one, an empty one included; a server reads them
 from its sparse index, where a deleted point counts until the optimizer drops it, as
-qdrant-client's local mode notes beside its own live counts), so a reader's query vector is 1 at each term; and every other
-column in the payload (``metadata`` as a JSON object, so payload filters reach its keys).
+qdrant-client's local mode notes beside its own live counts), so a reader's query vector is
+1 at each term; and every other column in the payload (``metadata`` as a JSON object, so payload filters reach its keys).
 Point ids must be unsigned integers or UUIDs (Qdrant docs, "Points"): a chunk's is the UUID
 version 5 of its chunk_id (RFC 4122 section 4.3), the same in every process.
 
