@@ -257,12 +257,42 @@ def preflight(config: Config, run_id: str, start_over: bool = False) -> None:
     check_latest(config.output.path, config.output.previous, start_over)
 
 
-def warn_truncation(options) -> float:
+def dims_probe_path(output: str, signature: str) -> str:
+    """Where the ``embed.dims`` probe's result for one embedding signature is kept, beside the
+    index: the model, weights, dtype, backend and width decide it, and the signature holds them."""
+    key = hashlib.blake2b(signature.encode(), digest_size=12).hexdigest()
+    return FileSystems.join(output, "_cache", "dims-probe", f"{key}.json")
+
+
+def _cached_agreement(path: str, signature: str) -> float | None:
+    try:
+        with FileSystems.open(path) as handle:
+            found = json.loads(handle.read())
+    except Exception:  # noqa: BLE001 - missing, unreadable or damaged: measured again
+        return None
+    agreement = found.get("agreement") if isinstance(found, dict) else None
+    if (found.get("signature") != signature or isinstance(agreement, bool)
+            or not isinstance(agreement, (int, float)) or not -1 <= agreement <= 1):
+        return None
+    return float(agreement)
+
+
+def warn_truncation(options, cache: tuple[str, str] | None = None) -> float:
     """Measure what ``embed.dims`` costs this model (``truncation_agreement`` on real probe
-    sentences) and say it: a warning below 0.99, where the model was not trained for the size."""
+    sentences) and say it: a warning below 0.99, where the model was not trained for the size.
+    ``cache``: (path, embedding signature): the result of an earlier run with that signature is
+    said again without loading the model; a new one is kept there."""
     from chunkline.embedder import load_model, probe_texts, truncation_agreement
 
-    agreement = truncation_agreement(load_model(options), options, probe_texts())
+    agreement = _cached_agreement(*cache) if cache else None
+    if agreement is None:
+        agreement = truncation_agreement(load_model(options), options, probe_texts())
+        if cache:
+            try:
+                with FileSystems.create(cache[0]) as handle:
+                    handle.write(json.dumps({"signature": cache[1], "agreement": agreement}).encode())
+            except Exception as exc:  # noqa: BLE001 - a cache that cannot be written costs a probe
+                log.warning("could not keep the embed.dims probe's result at %s: %s", cache[0], exc)
     message = (f"embed.dims={options.dims}: pairwise similarities of 64 probe sentences keep a "
                f"Spearman correlation of {agreement:.3f} with the full vectors")
     if agreement < 0.99:
@@ -316,13 +346,14 @@ def plan(config: Config, run_id: str) -> Plan:
         if late:
             raise ValueError("embed.dims is not supported with embed.mode: late (late chunking "
                              "pools token vectors of the full width)")
-        warn_truncation(local)
     try:
         check_budget(max_tokens, config.split.overlap)
     except ValueError as exc:
         raise ValueError(f"split: {exc} (the budget derived from the model)") from None
     run_dir = FileSystems.join(config.output.path, run_id)
     signature = embedding_signature(config, resolve_model_dir(local.model), max_seq_length)
+    if stages.embed is not None and stages.embed.dims is not None:
+        warn_truncation(local, (dims_probe_path(config.output.path, signature), signature))
     try:
         previous = previous_run(config)
         files, skipped = reusable_files(previous, signature, dim) if previous else ([], [])

@@ -174,6 +174,27 @@ def test_rerun_with_nothing_changed_embeds_nothing(reindexed) -> None:
     assert (output / "LATEST").read_text().strip() == third.run_id
 
 
+def test_a_rerun_with_nothing_to_embed_never_loads_the_model(reindexed) -> None:
+    """In a fresh process, as a nightly cron job runs it: every chunk reuses its vector, so
+    the embed stage never imports sentence-transformers nor reads the weights."""
+    _, corpus, output, _, _, _ = reindexed
+    script = (
+        "import sys\n"
+        "from pipeline.config import load_config\n"
+        "from pipeline.run import run\n"
+        f"config = load_config({str(ROOT / 'configs' / 'local.yaml')!r}, ["
+        f"'input.pattern={corpus}/**', 'output.path={output}', 'dedupe.exact=false', 'embed.dtype=float32'])\n"
+        "summary = run(config)\n"
+        "print(summary.counts['embedded'], summary.counts['reused'], summary.published,\n"
+        "      'sentence_transformers' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    embedded, reused, published, loaded = done.stdout.split()[-4:]
+    assert (embedded, published, loaded) == ("0", "True", "False"), done.stdout
+    assert int(reused) > 0
+
+
 def test_explicit_previous_and_reuse_off(reindexed, tmp_path) -> None:
     _, corpus, output, _, _, _ = reindexed
     elsewhere = job(corpus, tmp_path / "fresh", f"output.previous={output}")

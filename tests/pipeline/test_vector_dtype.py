@@ -97,6 +97,36 @@ def test_embed_dims_truncate_warn_and_sign(runs, tmp_path, caplog) -> None:
     assert search(str(tmp_path / "dims"), "battery dock charger", k=1, mode="dense")
 
 
+def test_the_dims_probe_is_measured_once_per_signature(runs, tmp_path, caplog) -> None:
+    """The probe's result is kept beside the index under the embedding signature: the next
+    run says it again without loading the model; a damaged entry is measured again."""
+    import json
+    import logging
+
+    from pipeline.plan import dims_probe_path, plan
+
+    corpus, _, _ = runs
+    config = load_config(ROOT / "configs" / "local.yaml", [
+        f"input.pattern={corpus}/**", f"output.path={tmp_path / 'dims'}", "embed.dims=128"])
+    first = plan(config, "r1")
+    path = Path(dims_probe_path(str(tmp_path / "dims"), first.embedding_signature))
+    kept = json.loads(path.read_text())
+    assert kept["signature"] == first.embedding_signature and 0.5 < kept["agreement"] < 1
+    path.write_text(json.dumps({**kept, "agreement": 0.25}))  # proves the entry is what is read
+    with caplog.at_level(logging.INFO, logger="chunkline.run"):
+        plan(config, "r2")
+    assert any("Spearman correlation of 0.250" in r.getMessage() for r in caplog.records)
+    path.write_text("{not json")
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="chunkline.run"):
+        plan(config, "r3")
+    assert any(f"Spearman correlation of {kept['agreement']:.3f}" in r.getMessage() for r in caplog.records)
+    assert json.loads(path.read_text()) == kept
+    other = plan(load_config(ROOT / "configs" / "local.yaml", [
+        f"input.pattern={corpus}/**", f"output.path={tmp_path / 'dims'}", "embed.dims=256"]), "r4")
+    assert dims_probe_path(str(tmp_path / "dims"), other.embedding_signature) != str(path)
+
+
 def test_embed_dims_with_late_chunking_is_refused(runs, tmp_path) -> None:
     corpus, _, _ = runs
     config = load_config(ROOT / "configs" / "local.yaml", [
