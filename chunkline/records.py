@@ -153,6 +153,9 @@ class ChunkRecord:
     # (``chunkline.sparse.term_id``) and their weights; empty when the sparse stage is off.
     sparse_indices: tuple[int, ...] = ()
     sparse_values: tuple[float, ...] = ()
+    # ``chunkline.carry.carry_key`` of its document: beside the row in the carry sidecar, so a
+    # rerun can take the row instead of making it again. Not stored in the chunks table.
+    carry_key: str = field(default="", compare=False)
 
     def embed_text(self) -> str:
         """What the embedder reads: heading path, contextual header, repeated table header,

@@ -115,7 +115,7 @@ def encode_chunk(out, r: ChunkRecord) -> None:
     _write_optional_str(out, None if r.chunk_id == chunk_id(r.doc_id, r.start, r.end) else r.chunk_id)
     _write_strs(out, r.headings)
     for text in (r.text, r.prefix, r.context, r.context_status, r.table_header, r.content_key,
-                 r.metadata):
+                 r.metadata, r.carry_key):
         _write_str(out, text)
     _write_optional_int(out, r.page_start)
     _write_optional_int(out, r.page_end)
@@ -129,8 +129,8 @@ def decode_chunk(stream) -> ChunkRecord:
     chunk_index, start, end, tokens = (stream.read_var_int64() for _ in range(4))
     explicit_id = _read_optional_str(stream)
     headings = _read_strs(stream)
-    text, prefix, context, context_status, table_header, content_key, metadata = (
-        _read_str(stream) for _ in range(7))
+    text, prefix, context, context_status, table_header, content_key, metadata, carry_key = (
+        _read_str(stream) for _ in range(8))
     page_start, page_end = _read_optional_int(stream), _read_optional_int(stream)
     sparse_indices = _read_ints(stream)
     sparse_values = _read_vector(stream)
@@ -140,7 +140,7 @@ def decode_chunk(stream) -> ChunkRecord:
         headings=headings, text=text, tokens=tokens, embedding=_read_vector(stream), prefix=prefix,
         context=context, context_status=context_status, table_header=table_header,
         content_key=content_key, metadata=metadata, page_start=page_start, page_end=page_end,
-        sparse_indices=sparse_indices, sparse_values=sparse_values)
+        sparse_indices=sparse_indices, sparse_values=sparse_values, carry_key=carry_key)
 
 
 def encode_document(out, d: Document) -> None:

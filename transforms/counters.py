@@ -20,3 +20,14 @@ TOKENS_EMBEDDED = Counter("chunkline.embed", "tokens_embedded")
 TOKENS_PADDED = Counter("chunkline.embed", "tokens_padded")
 CHUNKS_REUSED = Counter("reindex", "chunks_reused")
 REUSE_REJECTED = Counter("reindex", "reuse_rejected")  # stored vectors that failed their check
+# Documents whose chunks rows came from the previous run (transforms/carry.py), and why the
+# others were made: recomputed (kept before, under another carry key), new (no rows before);
+# gone: rows before, nothing kept now. carry_rejected: previous rows that failed their check.
+DOCUMENTS_CARRIED = Counter("carry", "documents_carried")
+DOCUMENTS_RECOMPUTED = Counter("carry", "documents_recomputed")
+DOCUMENTS_NEW = Counter("carry", "documents_new")
+DOCUMENTS_GONE = Counter("carry", "documents_gone")
+CHUNKS_CARRIED = Counter("carry", "chunks_carried")
+CARRY_REJECTED = Counter("carry", "carry_rejected")
+CARRY_COUNTERS = (DOCUMENTS_CARRIED, DOCUMENTS_RECOMPUTED, DOCUMENTS_NEW, DOCUMENTS_GONE,
+                  CHUNKS_CARRIED, CARRY_REJECTED)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from typing import Any, Iterable, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 import apache_beam as beam
 import numpy as np
@@ -64,6 +64,9 @@ class DedupeOutputs(NamedTuple):
     kept: PCollection[Document]  # one document per id and per (near) duplicate cluster
     statuses: PCollection[DocumentStatus]  # exactly one per input document not rejected
     rejected: PCollection[Rejected]  # id conflicts
+    # (pair, doc_id) of each kept document whose rows are carried (not in ``kept``); None
+    # without a carry index.
+    carried: PCollection | None = None
 
 
 def _text_digest(text: str) -> bytes:
@@ -83,6 +86,7 @@ class _Summary(NamedTuple):
     text_digest: bytes
     digest: str  # chunkline.records.doc_hash: equal for exact duplicates
     occurrence: Occurrence
+    carry_key: str = ""  # transforms/carry.py: its rows may come from the previous run
 
     @property
     def ref(self) -> tuple[str, int, bytes]:
@@ -90,9 +94,10 @@ class _Summary(NamedTuple):
         return self.uri, self.position, self.text_digest
 
 
-def _summarize(doc: Document, occurrence: Occurrence) -> _Summary:
+def _summarize(doc: Document, occurrence: Occurrence,
+               carry_keys: Callable[[Document], str] | None = None) -> _Summary:
     return _Summary(doc.doc_id, doc.uri, doc.position, _text_digest(doc.text), doc_hash(doc.text),
-                    occurrence)
+                    occurrence, carry_keys(doc) if carry_keys is not None else "")
 
 
 class _Decision(NamedTuple):
@@ -104,10 +109,13 @@ class _Decision(NamedTuple):
     digest: str
     status: str
     duplicate_of: str | None = None
+    carry_key: str = ""
+    carried: bool = False  # kept, and its chunks come from the previous run: not released
 
 
 def _decision(summary: _Summary, status: str, duplicate_of: str | None = None) -> _Decision:
-    return _Decision(summary.doc_id, summary.occurrence, summary.digest, status, duplicate_of)
+    return _Decision(summary.doc_id, summary.occurrence, summary.digest, status, duplicate_of,
+                     summary.carry_key)
 
 
 def _input_order(summary: _Summary) -> tuple[tuple[str, int, bytes], Occurrence]:
@@ -235,9 +243,11 @@ class _ParkAndSummarize(beam.DoFn):
     only after two groupings, when the text is no longer there; :class:`_SignedSurvivors`
     passes on the survivors' signatures."""
 
-    def __init__(self, near: MinHashOptions | None, directory: str) -> None:
+    def __init__(self, near: MinHashOptions | None, directory: str,
+                 carry_keys: Callable[[Document], str] | None = None) -> None:
         self._near = near
         self._directory = directory
+        self._carry_keys = carry_keys
 
     def setup(self) -> None:
         # Permutations drawn once per worker.
@@ -251,7 +261,7 @@ class _ParkAndSummarize(beam.DoFn):
         self._parts.flush()
 
     def process(self, batch: list[Document]):
-        summaries = [_summarize(doc, self._parts.add(doc)) for doc in batch]
+        summaries = [_summarize(doc, self._parts.add(doc), self._carry_keys) for doc in batch]
         for summary in summaries:
             yield summary.doc_id, summary
         if self._hasher is None:
@@ -449,7 +459,7 @@ class _ReleasePart(beam.DoFn):
             doc = self._coder.decode(data)
             status = DocumentStatus.of(doc, decision.digest, decision.status, decision.duplicate_of)
             yield beam.pvalue.TaggedOutput("statuses", status)
-            if decision.status == KEPT:
+            if decision.status == KEPT and not decision.carried:
                 yield doc
 
 
@@ -474,8 +484,12 @@ class Dedupe(beam.PTransform):
     """
 
     def __init__(self, exact: bool = True, near: MinHashOptions | None = None,
-                 spill_dir: str | None = None, roots: Sequence[str] = ()) -> None:
+                 spill_dir: str | None = None, roots: Sequence[str] = (),
+                 carry_keys: Callable[[Document], str] | None = None,
+                 carry_index: PCollection | None = None) -> None:
         super().__init__()
+        self.carry_keys = carry_keys
+        self.carry_index = carry_index
         self.exact = exact
         self.near = near
         self.spill_dir = spill_dir
@@ -487,7 +501,7 @@ class Dedupe(beam.PTransform):
             documents
             | "Batch" >> beam.BatchElements(min_batch_size=_SIGNATURE_BATCH,
                                             max_batch_size=_SIGNATURE_BATCH)
-            | "Summarize" >> beam.ParDo(_ParkAndSummarize(self.near, parked)).with_output_types(
+            | "Summarize" >> beam.ParDo(_ParkAndSummarize(self.near, parked, self.carry_keys)).with_output_types(
                 tuple[str, Any]).with_outputs("signed", main="summaries")
         )
         unique = (
@@ -527,6 +541,18 @@ class Dedupe(beam.PTransform):
                 | "JoinSurvivors" >> JoinByKey()
                 | "ApplySurvivors" >> beam.ParDo(_ApplySurvivors())
             )
+        carried = None
+        if self.carry_index is not None:
+            from transforms.carry import CarryDecisions
+
+            marked = (
+                {"decision": decisions | "KeyDecisionById" >> beam.Map(
+                    lambda d: (d.doc_id, d)).with_output_types(tuple[str, Any]),
+                 "previous": self.carry_index}
+                | "JoinCarryIndex" >> JoinByKey()
+                | "Carry" >> beam.ParDo(CarryDecisions()).with_outputs("carried", main="decisions")
+            )
+            decisions, carried = marked.decisions, marked.carried
         released = (
             decisions
             | "KeyByPart" >> beam.Map(lambda d: (d.occurrence[0], d)).with_output_types(tuple[str, Any])
@@ -538,7 +564,7 @@ class Dedupe(beam.PTransform):
         (released.statuses
          | "CountReleased" >> beam.combiners.Count.Globally()
          | "RemoveParts" >> beam.ParDo(RemoveParts(parked)))
-        return DedupeOutputs(released.kept, released.statuses, unique.rejected)
+        return DedupeOutputs(released.kept, released.statuses, unique.rejected, carried)
 
 
 class ExactDedupe(Dedupe):

@@ -110,15 +110,20 @@ class BM25Weights:
 class SparseCounts(beam.PTransform):
     """``PCollection[ChunkRecord]`` -> :class:`SparseOutputs` with the chunks still holding
     their term *counts*: weigh each with :class:`BM25Weights` and ``stats`` (the pipeline does so
-    in its shard writer)."""
+    in its shard writer). Given ``(chunks, counted)``, the ``counted`` chunks (carried from a
+    previous run, their counts on them) enter the statistics as they are; ``chunks`` in the
+    outputs are the newly counted ones only."""
 
     def __init__(self, options: SparseOptions | None = None) -> None:
         super().__init__()
         self.options = options if options is not None else SparseOptions()
 
-    def expand(self, chunks: PCollection[ChunkRecord]) -> SparseOutputs:
+    def expand(self, chunks) -> SparseOutputs:
+        # (chunks, counted): chunks carried from the previous run hold their counts already.
+        chunks, *already = chunks if isinstance(chunks, (tuple, list)) else (chunks,)
         counted = chunks | "CountTerms" >> beam.Map(_with_counts, self.options).with_output_types(ChunkRecord)
-        stats = counted | "CorpusStats" >> beam.CombineGlobally(_CorpusStatsFn())
+        every = (counted, *already) | "EveryChunk" >> beam.Flatten() if already else counted
+        stats = every | "CorpusStats" >> beam.CombineGlobally(_CorpusStatsFn())
         terms = stats | "Terms" >> beam.FlatMap(lambda s: sorted(s.df.items()))
         return SparseOutputs(counted, terms, stats)
 

@@ -15,8 +15,10 @@ once every shard is written.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-from typing import Any, Callable, Iterable, Optional
+from collections import Counter
+from typing import Any, Callable, Iterable, NamedTuple, Optional
 
 import apache_beam as beam
 import pyarrow as pa
@@ -37,6 +39,15 @@ BUFFERED_BYTES = 64 << 20
 # converted to Arrow one group at a time.
 ROW_GROUP = 8192
 ROW_GROUP_BYTES = 16 << 20
+
+
+class Sidecar(NamedTuple):
+    """A second table written beside each shard, a row per record in the same order:
+    ``to_row(record, records sharing its shard key)``, given the record before ``finish``."""
+
+    table: str
+    schema: pa.Schema
+    to_row: Callable[[Any, int], dict]
 
 
 def shard_of(key: str, shards: int) -> int:
@@ -109,7 +120,10 @@ class _WriteShard(beam.DoFn):
 
     def __init__(self, directory: str, table: str, shards: int, schema: pa.Schema,
                  sort_key: Callable[[Any], Any], to_row: Callable[[Any, pa.Schema], dict],
-                 coder: Coder, finish: Callable[..., Any] | None) -> None:
+                 coder: Coder, finish: Callable[..., Any] | None,
+                 sidecar: Sidecar | None = None, shard_key: Callable[[Any], str] | None = None) -> None:
+        self.sidecar = sidecar
+        self.shard_key = shard_key
         self.to_row = to_row
         self.directory = directory
         self.table = table
@@ -121,25 +135,42 @@ class _WriteShard(beam.DoFn):
 
     def process(self, keyed, *side):  # unannotated: Beam would type-check the side inputs
         index, parts = keyed
-        keyed_records = [
-            (self.sort_key(self.coder.decode(data)), data)
-            for part in sorted(p for p in parts if p is not None)
-            for data in read_part(part)
-        ]
+        # How many records share each shard key (a document's chunks): the sidecar row says so.
+        together: Counter = Counter()
+        keyed_records = []
+        for part in sorted(p for p in parts if p is not None):
+            for data in read_part(part):
+                record = self.coder.decode(data)
+                if self.sidecar is not None:
+                    together[self.shard_key(record)] += 1
+                keyed_records.append((self.sort_key(record), data))
         keyed_records.sort(key=lambda pair: pair[0])
         encoded = [data for _, data in keyed_records]
         del keyed_records
         path = shard_path(self.directory, self.table, index, self.shards)
-        with FileSystems.create(path) as handle:
-            with pq.ParquetWriter(handle, self.schema, compression="zstd") as writer:
-                for group in _row_groups(encoded):
-                    writer.write_table(pa.Table.from_pylist(
-                        [self.to_row(self._finished(data, side), self.schema) for data in group],
-                        schema=self.schema))
+        side_path = (shard_path(self.directory, self.sidecar.table, index, self.shards)
+                     if self.sidecar is not None else None)
+        with contextlib.ExitStack() as files:
+            writer = files.enter_context(pq.ParquetWriter(
+                files.enter_context(FileSystems.create(path)), self.schema, compression="zstd"))
+            side_writer = None if side_path is None else files.enter_context(pq.ParquetWriter(
+                files.enter_context(FileSystems.create(side_path)), self.sidecar.schema,
+                compression="zstd"))
+            for group in _row_groups(encoded):
+                records = [self.coder.decode(data) for data in group]
+                if side_writer is not None:
+                    # Before ``finish``: the sidecar keeps what the finished row no longer holds.
+                    side_writer.write_table(pa.Table.from_pylist(
+                        [self.sidecar.to_row(record, together[self.shard_key(record)])
+                         for record in records], schema=self.sidecar.schema))
+                writer.write_table(pa.Table.from_pylist(
+                    [self.to_row(self._finished(record, side), self.schema) for record in records],
+                    schema=self.schema))
         yield (self.table, path, len(encoded))
+        if side_path is not None:
+            yield (self.sidecar.table, side_path, len(encoded))
 
-    def _finished(self, data: bytes, side: tuple[Any, ...]) -> Any:
-        record = self.coder.decode(data)
+    def _finished(self, record: Any, side: tuple[Any, ...]) -> Any:
         return self.finish(record, *side) if self.finish is not None else record
 
 
@@ -151,15 +182,18 @@ class WriteParquetShards(beam.PTransform):
     coder (``transforms/coders.py``) rather than pickled; None: Beam's default.
     ``finish(record, value)``: applied to each record as its shard is written, with ``value``
     the one element of ``finish_input`` (corpus statistics known only once every record is
-    made: the records wait in their part files, not in memory)."""
+    made: the records wait in their part files, not in memory). ``sidecar``: a second table
+    beside each shard (:class:`Sidecar`), its files among the outputs under its own name."""
 
     def __init__(self, directory: str, table: str, schema: pa.Schema, shards: int,
                  shard_key: Callable[[Any], str], sort_key: Callable[[Any], Any],
                  record_type: type | None = None,
                  to_row: Callable[[Any, pa.Schema], dict] = as_row,
                  finish: Callable[[Any, Any], Any] | None = None,
-                 finish_input: PCollection | None = None) -> None:
+                 finish_input: PCollection | None = None,
+                 sidecar: Sidecar | None = None) -> None:
         super().__init__()
+        self.sidecar = sidecar
         if (finish is None) != (finish_input is None):
             raise ValueError("WriteParquetShards takes finish and finish_input together")
         self.to_row = to_row
@@ -197,7 +231,8 @@ class WriteParquetShards(beam.PTransform):
             | "GroupByShard" >> beam.GroupByKey()
             | "WriteShard" >> beam.ParDo(
                 _WriteShard(self.directory, self.table, self.shards, self.schema,
-                            self.sort_key, self.to_row, coder, self.finish),
+                            self.sort_key, self.to_row, coder, self.finish, self.sidecar,
+                            self.shard_key),
                 *side)
         )
         # After every shard is written: a part is never deleted while a retry could need it.
