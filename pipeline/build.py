@@ -7,6 +7,7 @@ from typing import NamedTuple
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
+from chunkline.carry import CARRY_TABLE, carry_row, carry_schema
 from chunkline.readers import input_root
 from chunkline.records import (
     REJECTED,
@@ -30,9 +31,10 @@ from transforms.reuse import (
     ReuseForDocuments,
     ReusePreviousEmbeddings,
 )
+from transforms.carry import CarriedChunks, CarryIndex, CarryKeys, SetCarryKeys
 from transforms.spill import spill_dir
 from transforms.split import FlattenChunks, SplitDocuments
-from transforms.write import WriteParquetShards
+from transforms.write import Sidecar, WriteParquetShards
 
 
 class TermRow(NamedTuple):
@@ -70,9 +72,17 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
         rejected_parts.append(stripped.rejected)
         stripped.removed | "WriteBoilerplateLines" >> beam.ParDo(WriteRemovedLines(plan.run_dir))
     # An id conflict's rejected row names its file relative to the input root, as every id does.
+    # A kept document whose rows the previous run made under the same carry key is not
+    # released to the splitter: its chunks come from that run (transforms/carry.py).
+    carry = plan.carry
+    carry_index = pipeline | "CarryIndex" >> CarryIndex(carry) if carry is not None else None
     deduped = documents | "Dedupe" >> Dedupe(config.dedupe.exact, stages.near_duplicates,
                                              spill_dir(plan.run_dir, "dedupe"),
-                                             roots=(input_root(config.input.pattern),))
+                                             roots=(input_root(config.input.pattern),),
+                                             carry_keys=CarryKeys(carry) if carry is not None else None,
+                                             carry_index=carry_index)
+    carried = (deduped.carried | "Carried" >> CarriedChunks(carry)
+               if deduped.carried is not None else None)
     # One element per document, its chunks with it, until they are flattened once before reuse
     # and embed: the stages between need a chunk's whole document and never re-join it by id.
     split = deduped.kept | "Split" >> SplitDocuments(
@@ -96,6 +106,8 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
             stages.context, context_cache_dir(config), plan.run_dir.rstrip("/").rsplit("/", 1)[-1],
             plan.tokenizer_spec,
         )
+    if carry is not None:
+        split = split | "CarryKeys" >> SetCarryKeys(carry)
     options = stages.embed
     if options is not None and stages.late is not None:
         # Late chunking reads each chunk's whole document: reuse and embed on the elements.
@@ -131,7 +143,7 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
     if stages.sparse is not None:
         from transforms.sparse import BM25Weights, SparseCounts, WriteStats, terms_schema
 
-        sparse = chunks | "Sparse" >> SparseCounts(stages.sparse)
+        sparse = ((chunks, carried) if carried is not None else chunks) | "Sparse" >> SparseCounts(stages.sparse)
         chunks = sparse.chunks
         # Weights need the whole run's statistics: applied as each shard is written, so the
         # chunks wait in their part files rather than in memory.
@@ -144,10 +156,11 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
              plan.run_dir, "terms", terms_schema(), 1,
              shard_key=lambda r: str(r.term_id), sort_key=lambda r: r.term_id))
 
-    chunks | "WriteChunks" >> WriteParquetShards(
+    ((chunks, carried) if carried is not None else chunks) | "WriteChunks" >> WriteParquetShards(
         plan.run_dir, "chunks", chunk_schema(plan.dim, config.output.vector_dtype),
         config.output.chunk_shards, record_type=ChunkRecord, to_row=chunk_row,
         shard_key=lambda r: r.doc_id, sort_key=lambda r: (r.doc_id, r.chunk_index), **weigh,
+        sidecar=Sidecar(CARRY_TABLE, carry_schema(), carry_row) if carry is not None else None,
     )
     statuses | "WriteDocuments" >> WriteParquetShards(
         plan.run_dir, "documents", document_schema(), 1, record_type=DocumentStatus,

@@ -119,6 +119,10 @@ class OutputConfig(_Section):
     reuse_latest: bool = Field(
         True, description="With previous unset, reuse the vectors of this output's LATEST run."
     )
+    carry: bool = Field(
+        True, description="Take an unchanged document's chunks rows (verified) from the run "
+        "whose vectors are reused instead of splitting, embedding and analyzing it again. Off: "
+        "every kept document is computed (vectors are still reused by content key).")
     max_shrink: float = Field(
         0.5, ge=0, le=1, description="Publish guard: a run whose kept documents or chunks fell "
         "by more than this fraction against the LATEST run is not published (--allow-shrink "

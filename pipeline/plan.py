@@ -23,6 +23,7 @@ from pipeline.config import Config, to_dict
 from pipeline.manifest import (ManifestError, complete_runs, latest_run, load_manifest, resolve_run,
                                table_files)
 from pipeline.options import StageOptions, stage_options
+from transforms.carry import CarrySource
 
 log = logging.getLogger("chunkline.run")
 
@@ -45,6 +46,10 @@ class Plan:
     # comparable: ``chunkline.sparse.reference_length``); None: start from the corpus's own.
     bm25_reference: float | None = None
     bm25_note: str | None = None  # why the previous reference was not carried, when it was not
+    # What unchanged documents' rows are carried from (transforms/carry.py); its signature is
+    # written with every run, its pairs empty on a first run or when nothing may be carried.
+    carry: CarrySource | None = None
+    carry_note: str | None = None  # why the previous run lends no rows, when it lends none
 
 
 class PreflightError(ValueError):
@@ -115,6 +120,64 @@ def bm25_reference(config: Config) -> tuple[float | None, str | None]:
     if (bm25.get("stemmer"), bm25.get("stop_words")) != (config.sparse.stemmer, config.sparse.stop_words):
         return None, "BM25 re-based: the analysis changed (stemmer or stop words); every row is rewritten once"
     return float(bm25["reference_avgdl"]), None
+
+
+_ROOT = Path(__file__).resolve().parents[1]
+
+
+def carry_signature(config: Config, tokenizer_spec: str, max_tokens: int, embedding: str,
+                    dim: int | None) -> str:
+    """Digest of everything after deduplication that shapes a document's rows: the split,
+    context and embed sections, the BM25 analysis (k1 and b are applied as shards are written),
+    the chunk metadata and vector storage, the derived budget, the code and libraries."""
+    from chunkline.carry import code_fingerprint, library_versions, processing_signature
+
+    sections = to_dict(config)
+    sparse = None if config.sparse is None else {
+        "stemmer": config.sparse.stemmer, "stop_words": config.sparse.stop_words}
+    settings = {
+        "split": sections.get("split"), "context": sections.get("context"),
+        "embed": sections.get("embed"), "sparse": sparse,
+        "chunk_metadata": config.output.chunk_metadata, "vector_dtype": config.output.vector_dtype,
+        "tokenizer": tokenizer_spec, "max_tokens": max_tokens, "embedding_signature": embedding,
+        "dim": dim, "code": code_fingerprint([_ROOT / "chunkline", _ROOT / "transforms"]),
+        "libraries": library_versions(),
+    }
+    return hashlib.blake2b(processing_signature(settings).encode(), digest_size=16).hexdigest()
+
+
+def carry_pairs(config: Config, signature: str) -> tuple[list[tuple[str, str]], str | None]:
+    """(the (chunk shard, carry sidecar) pairs of the run this one follows whose rows may be
+    carried, why there are none): the published run (``output.previous``'s when given, none
+    with ``reuse_latest`` off), made under the same processing signature. Every row is checked
+    again in the job."""
+    if not config.output.carry:
+        return [], None
+    if not (config.output.previous or config.output.reuse_latest):
+        return [], None
+    try:
+        run_dir = (resolve_run(config.output.previous) if config.output.previous
+                   else latest_run(config.output.path))
+        manifest = load_manifest(run_dir) if run_dir is not None else None
+    except ManifestError:
+        return [], None  # reuse and the publish guard say what is wrong with it
+    if manifest is None:
+        return [], None
+    name = run_dir.rstrip("/").rsplit("/", 1)[-1]
+    sidecars = manifest["files"].get("carry")
+    if not sidecars:
+        return [], f"{name} has no carry sidecars (an older chunkline): every document is computed"
+    if manifest.get("carry_signature") != signature:
+        return [], (f"{name} was made with other processing (split, context, embed or BM25 "
+                    f"settings, or the code): every document is computed")
+    by_shard = {shard.split("-", 1)[1]: shard for shard in sidecars
+                if isinstance(shard, str) and "-" in shard}
+    pairs = []
+    for chunk_path in table_files(run_dir, manifest, "chunks"):
+        side = by_shard.get(chunk_path.rsplit("/", 1)[-1].split("-", 1)[1])
+        if side is not None:
+            pairs.append((chunk_path, FileSystems.join(run_dir, side)))
+    return pairs, None
 
 
 def reusable_files(run_dir: str, signature: str, dim: int) -> tuple[list[str], list[str]]:
@@ -363,10 +426,17 @@ def plan(config: Config, run_id: str) -> Plan:
                             f"embed everything, and --allow-shrink if it is the published run "
                             f"(the publish guard cannot compare with it either)") from None
     reference, reference_note = bm25_reference(config)
-    return Plan(run_dir, tokenizer_spec, max_tokens, dim if config.embed is not None else None,
-                signature, previous, tuple(files), tuple(skipped),
-                config.embed.normalize if config.embed is not None else False, stages,
-                reference, reference_note)
+    stored_dim = dim if config.embed is not None else None
+    normalize = config.embed.normalize if config.embed is not None else False
+    carry_key_signature = carry_signature(config, tokenizer_spec, max_tokens, signature, stored_dim)
+    pairs, carry_note = carry_pairs(config, carry_key_signature)
+    carry = CarrySource(tuple(pairs), carry_key_signature,
+                        tuple(config.output.chunk_metadata)
+                        if config.output.chunk_metadata is not None else None,
+                        stored_dim, normalize)
+    return Plan(run_dir, tokenizer_spec, max_tokens, stored_dim,
+                signature, previous, tuple(files), tuple(skipped), normalize, stages,
+                reference, reference_note, carry, carry_note)
 
 
 def new_run_id(config: Config) -> str:

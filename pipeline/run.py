@@ -28,8 +28,9 @@ from pipeline.redact import redacted, redacted_config
 from pipeline.summary import RunSummary, bm25_lines
 from pipeline.timing import stage_seconds
 from transforms.spill import remove_dead_spills, remove_spill
+from chunkline.carry import CARRY_TABLE
 from transforms.counters import (
-    CHUNKS_EMBEDDED, CHUNKS_REUSED, READ_DOCUMENTS, READ_REJECTED, REUSE_REJECTED, TOKENS_EMBEDDED,
+    CARRY_COUNTERS, CHUNKS_CARRIED, CHUNKS_EMBEDDED, CHUNKS_REUSED, READ_DOCUMENTS, READ_REJECTED, REUSE_REJECTED, TOKENS_EMBEDDED,
     TOKENS_PADDED,
 )
 
@@ -104,7 +105,7 @@ def _metric(result, namespace: str, name: str) -> int | None:
 def account(run_dir: str, result, embedding: bool = True, sparse: bool = False) -> tuple[dict[str, int], dict[str, list[str]], list[str]]:
     """Counts from the files actually written (and the read stage's counters): documents in =
     kept + duplicate + rejected, checked."""
-    tables = ("chunks", "documents", "rejected") + (("terms",) if sparse else ())
+    tables = ("chunks", "documents", "rejected") + (("terms",) if sparse else ()) + (CARRY_TABLE,)
     files = {table: _files(run_dir, table) for table in tables}
     statuses = [s for path in files["documents"] for s in _read_column(path, "status")]
     tokens = [t for path in files["chunks"] for t in _read_column(path, "tokens")]
@@ -128,6 +129,10 @@ def account(run_dir: str, result, embedding: bool = True, sparse: bool = False) 
         problems.append("documents table has rows with an unknown status")
     if rejected_rows != counts["rejected"]:
         problems.append(f"{rejected_rows} rejected rows but {counts['rejected']} rejected documents")
+    if read_docs is not None:
+        for counter in CARRY_COUNTERS:
+            counts[counter.name] = _metric(result, *counter) or 0
+    carried = counts.get(CHUNKS_CARRIED.name, 0)
     embedded = _metric(result, *CHUNKS_EMBEDDED)
     reused = _metric(result, *CHUNKS_REUSED)
     # A counter never incremented is not reported: zero, as long as the runner reports metrics.
@@ -137,8 +142,13 @@ def account(run_dir: str, result, embedding: bool = True, sparse: bool = False) 
         counts["tokens_embedded"] = _metric(result, *TOKENS_EMBEDDED) or 0
         counts["tokens_padded"] = _metric(result, *TOKENS_PADDED) or 0
         counts["reuse_rejected"] = _metric(result, *REUSE_REJECTED) or 0
-        if embedded + reused != counts["chunks"]:
-            problems.append(f"{counts['chunks']} chunks written but {embedded} embedded + {reused} reused")
+        if embedded + reused + carried != counts["chunks"]:
+            problems.append(f"{counts['chunks']} chunks written but {embedded} embedded + "
+                            f"{reused} reused + {carried} carried")
+    if files[CARRY_TABLE]:
+        side_rows = sum(pq.ParquetFile(FileSystems.open(p)).metadata.num_rows for p in files[CARRY_TABLE])
+        if side_rows != counts["chunks"]:
+            problems.append(f"{side_rows} carry sidecar rows but {counts['chunks']} chunks")
     return counts, files, problems
 
 
@@ -259,6 +269,7 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
                   "overlap": config.split.overlap, "markdown": config.split.markdown},
         "model": model,
         "embedding_signature": job.embedding_signature,
+        "carry_signature": job.carry.signature if job.carry is not None else None,
         "previous": job.previous_run and redacted(job.previous_run),
         "reuse_skipped": list(job.reuse_skipped),
         "counts": counts,
@@ -286,5 +297,6 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
     return RunSummary(run_id, job.run_dir, config.output.path, config.runner.name,
                       time.monotonic() - started, counts, files, not problems, problems, model,
                       job.previous_run, publishable, context["summary"] if context else [],
-                      held_back, list(job.reuse_skipped), report, bm25_lines(bm25, job.bm25_note))
+                      held_back, list(job.reuse_skipped), report, bm25_lines(bm25, job.bm25_note),
+                      job.carry_note)
 

@@ -27,6 +27,7 @@ class RunSummary:
     reuse_skipped: list[str] = field(default_factory=list)  # previous shards not trusted, why
     report: str | None = None  # report.html's path, when it was written
     bm25_lines: list[str] = field(default_factory=list)  # a BM25 re-base, said once
+    carry_note: str | None = None  # why the previous run lent no rows, when it lent none
 
 
 def format_summary(summary: RunSummary) -> str:
@@ -51,6 +52,7 @@ def format_summary(summary: RunSummary) -> str:
         f"  documents  read {c['documents']} = kept {c['kept']} + duplicate {c['duplicate']} "
         f"+ rejected {c['rejected']}  ({check})",
         f"  chunks     {c['chunks']:,}, {embedded}",
+        *_carry_lines(summary),
         *summary.context_lines,
         *(f"  bm25       {line}" for line in summary.bm25_lines),
         f"  shards     {len(summary.files['chunks'])} chunk, {len(summary.files['documents'])} "
@@ -67,6 +69,19 @@ def format_summary(summary: RunSummary) -> str:
     if summary.published and summary.model:  # a run held back is not what a query reads
         lines.append(f'  next       chunkline query {summary.output} "how long should the arm warm up before calibration?"')
     return "\n".join(lines)
+
+
+def _carry_lines(summary: RunSummary) -> list[str]:
+    """What this run computed and what it took from the previous one, per kept document."""
+    c = summary.counts
+    if "documents_carried" not in c:
+        return []
+    line = (f"  computed   {c['documents_carried']:,} documents carried ({c['chunks_carried']:,} "
+            f"chunks), {c['documents_recomputed']:,} changed, {c['documents_new']:,} new, "
+            f"{c['documents_gone']:,} gone")
+    if c.get("carry_rejected"):
+        line += f"; {c['carry_rejected']:,} previous documents failed their check: computed again"
+    return [line] + ([f"  carry      {summary.carry_note}"] if summary.carry_note else [])
 
 
 def bm25_lines(bm25: dict | None, note: str | None) -> list[str]:

@@ -23,8 +23,10 @@ pytestmark = pytest.mark.slow
 
 
 def job(corpus: Path, output: Path, *overrides: str):
+    # Carrying off: these are the checks of vectors reused by content key; carried rows have
+    # their own (test_damaged_vectors_are_not_carried).
     return run(load_config(CONFIG, [f"input.pattern={corpus}/**", f"output.path={output}",
-                                    "output.chunk_shards=2", *overrides]))
+                                    "output.chunk_shards=2", "output.carry=false", *overrides]))
 
 
 def vectors_by_key(run_dir: str) -> dict[str, np.ndarray]:
@@ -83,6 +85,24 @@ def test_nan_vectors_are_re_embedded_not_copied(first, tmp_path) -> None:
         np.testing.assert_allclose(vector, original[key], atol=2e-5)
     manifest = json.loads((Path(second.run_dir) / "manifest.json").read_text())
     assert manifest["counts"]["reuse_rejected"] == damaged_rows
+
+
+def test_damaged_vectors_are_not_carried(first, tmp_path) -> None:
+    """A document whose stored rows hold a NaN or a vector off the unit sphere is computed again
+    (counted), its vectors re-embedded; the other documents are carried as they were."""
+    corpus, _, summary = first
+    copy, _, shard = damaged_copy(first, tmp_path)
+    damaged_docs = len(set(pq.read_table(shard).column("doc_id").to_pylist()))
+    damaged_rows = rewrite_embeddings(shard, lambda v: np.where(np.arange(v.shape[1]) == 0, np.nan, v))
+    second = job(corpus, copy, "output.carry=true")
+    assert second.published and second.counts["carry_rejected"] == damaged_docs > 0
+    assert second.counts["documents_carried"] == summary.counts["kept"] - damaged_docs
+    assert second.counts["embedded"] == damaged_rows
+    assert second.counts["chunks_carried"] == summary.counts["chunks"] - damaged_rows
+    fresh, original = vectors_by_key(second.run_dir), vectors_by_key(summary.run_dir)
+    assert all(np.isfinite(v).all() for v in fresh.values())
+    for key, vector in fresh.items():
+        np.testing.assert_allclose(vector, original[key], atol=2e-5)
 
 
 def test_vectors_off_the_unit_sphere_are_re_embedded(first, tmp_path) -> None:

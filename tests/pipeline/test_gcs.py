@@ -71,6 +71,6 @@ def test_index_written_to_gcs_and_queried_back(bucket, tmp_path, monkeypatch) ->
     copies = [p for p in (tmp_path / "models").iterdir() if not p.name.startswith(".")]
     assert len(copies) == 1 and (copies[0] / "model.safetensors").stat().st_size > 1_000_000
 
-    # A rerun on GCS reuses every vector of the published run.
+    # A rerun on GCS carries every document of the published run, vectors and all.
     again = run(config)
-    assert again.counts["embedded"] == 0 and again.counts["reused"] == again.counts["chunks"]
+    assert again.counts["embedded"] == 0 and again.counts["chunks_carried"] == again.counts["chunks"]

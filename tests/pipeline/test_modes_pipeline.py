@@ -100,4 +100,7 @@ def test_late_vectors_differ_from_standard_and_reuse_by_document(corpus, tmp_pat
     # Reuse never mixes modes: the late run embedded everything even beside a standard index.
     assert late.counts["reused"] == 0
     again = job(corpus, tmp_path / "late", "embed.mode=late")
-    assert again.counts["embedded"] == 0 and again.counts["reused"] == len(late_rows)
+    assert again.counts["embedded"] == 0 and again.counts["chunks_carried"] == len(late_rows)
+    # Computed again rather than carried, every late vector is found by document.
+    reused = job(corpus, tmp_path / "late", "embed.mode=late", "output.carry=false")
+    assert reused.counts["embedded"] == 0 and reused.counts["reused"] == len(late_rows)

@@ -95,8 +95,11 @@ def test_only_new_text_is_embedded(reindexed) -> None:
     assert {r["doc_id"] for r in new} <= {"doc010.md", "doc100.md"}
     assert {r["doc_id"] for r in new} == {"doc010.md", "doc100.md"}
     assert second.counts["embedded"] == len(new)
-    assert second.counts["reused"] == len(rows) - len(new)
-    assert second.counts["embedded"] + second.counts["reused"] == second.counts["chunks"]
+    # Unchanged documents are carried whole; the changed one reuses its unchanged chunks' vectors.
+    assert second.counts["reused"] + second.counts["chunks_carried"] == len(rows) - len(new)
+    assert second.counts["reused"] < second.counts["chunks_carried"]
+    assert (second.counts["embedded"] + second.counts["reused"] + second.counts["chunks_carried"]
+            == second.counts["chunks"])
     assert second.previous == first.run_dir
 
 
@@ -169,13 +172,14 @@ def test_rerun_with_nothing_changed_embeds_nothing(reindexed) -> None:
     _, corpus, output, _, second, _ = reindexed
     third = job(corpus, output)
     assert third.counts["embedded"] == 0
-    assert third.counts["reused"] == third.counts["chunks"] == second.counts["chunks"]
+    assert third.counts["chunks_carried"] == third.counts["chunks"] == second.counts["chunks"]
+    assert third.counts["reused"] == 0 and third.counts["documents_carried"] == third.counts["kept"]
     assert_same_rows(chunk_rows(third.run_dir), chunk_rows(second.run_dir))
     assert (output / "LATEST").read_text().strip() == third.run_id
 
 
 def test_a_rerun_with_nothing_to_embed_never_loads_the_model(reindexed) -> None:
-    """In a fresh process, as a nightly cron job runs it: every chunk reuses its vector, so
+    """In a fresh process, as a nightly cron job runs it: every chunk is carried, so
     the embed stage never imports sentence-transformers nor reads the weights."""
     _, corpus, output, _, _, _ = reindexed
     script = (
@@ -185,14 +189,14 @@ def test_a_rerun_with_nothing_to_embed_never_loads_the_model(reindexed) -> None:
         f"config = load_config({str(ROOT / 'configs' / 'local.yaml')!r}, ["
         f"'input.pattern={corpus}/**', 'output.path={output}', 'dedupe.exact=false', 'embed.dtype=float32'])\n"
         "summary = run(config)\n"
-        "print(summary.counts['embedded'], summary.counts['reused'], summary.published,\n"
+        "print(summary.counts['embedded'], summary.counts['chunks_carried'], summary.published,\n"
         "      'sentence_transformers' in sys.modules)\n")
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    embedded, reused, published, loaded = done.stdout.split()[-4:]
+    embedded, carried, published, loaded = done.stdout.split()[-4:]
     assert (embedded, published, loaded) == ("0", "True", "False"), done.stdout
-    assert int(reused) > 0
+    assert int(carried) > 0
 
 
 def test_explicit_previous_and_reuse_off(reindexed, tmp_path) -> None:

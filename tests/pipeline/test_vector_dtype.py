@@ -20,9 +20,10 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
-def job(corpus: Path, output: Path, dtype: str):
+def job(corpus: Path, output: Path, dtype: str, *overrides: str):
     return run(load_config(ROOT / "configs" / "local.yaml", [
-        f"input.pattern={corpus}/**", f"output.path={output}", f"output.vector_dtype={dtype}"]))
+        f"input.pattern={corpus}/**", f"output.path={output}", f"output.vector_dtype={dtype}",
+        *overrides]))
 
 
 def vectors(run_dir: str) -> dict[str, np.ndarray]:
@@ -55,9 +56,13 @@ def test_stored_type_and_direction(runs, dtype, item, floor) -> None:
 
 def test_rerun_reuses_quantized_vectors_unchanged(runs) -> None:
     corpus, base, done = runs
-    again = job(corpus, base / "int8", "int8")
+    before = vectors(done["int8"].run_dir)
+    carried = job(corpus, base / "int8", "int8")
+    assert carried.counts["embedded"] == 0 and carried.counts["chunks_carried"] == carried.counts["chunks"]
+    assert all(np.array_equal(before[k], v) for k, v in vectors(carried.run_dir).items())
+    again = job(corpus, base / "int8", "int8", "output.carry=false")
     assert again.counts["embedded"] == 0 and again.counts["reused"] == again.counts["chunks"]
-    before, after = vectors(done["int8"].run_dir), vectors(again.run_dir)
+    after = vectors(again.run_dir)
     assert all(np.array_equal(before[k], after[k]) for k in before)
 
 

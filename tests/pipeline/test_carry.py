@@ -1,0 +1,162 @@
+"""Carrying unchanged documents: a rerun takes their rows from the previous run, and its
+tables equal those of a full rebuild of the same input with the same recorded statistics, also
+when the change moves a corpus-wide fact (a line turning boilerplate, a new near twin, a
+deleted cluster survivor, a metadata edit) or the previous rows are damaged."""
+
+from __future__ import annotations
+
+import random
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from chunkline.carry import embedding_prefix
+from pipeline.config import load_config
+from pipeline.run import run
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+WORDS = ("robot arm calibration sensor firmware battery dock mission route map lidar torque "
+         "encoder gripper payload controller network latency safety zone charger floor aisle "
+         "shelf pallet scanner camera operator ticket alert restart update rollback").split()
+NEWSLETTER = "Follow the robot fleet newsletter for weekly maintenance updates."
+TABLES = ("chunks", "documents", "rejected", "terms")
+
+
+def paragraph(rng: random.Random, sentences: int) -> str:
+    return " ".join(" ".join(rng.choice(WORDS) for _ in range(rng.randint(8, 16))).capitalize() + "."
+                    for _ in range(sentences))
+
+
+def write_corpus(root: Path, count: int = 30, seed: int = 5) -> None:
+    rng = random.Random(seed)
+    root.mkdir(parents=True, exist_ok=True)
+    for i in range(count):
+        front = f"---\ntitle: Manual {i}\n---\n" if i == 7 else ""
+        sections = [f"{front}# Manual {i:03d}\n\n{paragraph(rng, 3)}"]
+        if 1 <= i <= 4:  # four documents share a line: under the boilerplate bar of five
+            sections.append(NEWSLETTER)
+        for s in range(rng.randint(1, 3)):
+            sections.append(f"## Part {s}\n\n{paragraph(rng, rng.randint(2, 6))}")
+        (root / f"doc{i:03d}.md").write_text("\n\n".join(sections) + "\n", encoding="utf-8")
+    shutil.copy(root / "doc005.md", root / "doc030.md")  # an exact duplicate of doc005
+
+
+def change_corpus(root: Path) -> None:
+    # (a) a fifth document takes the shared line: it becomes boilerplate in doc001-doc004 too.
+    with (root / "doc020.md").open("a", encoding="utf-8") as handle:
+        handle.write(f"\n{NEWSLETTER}\n")
+    # (b) a near twin of the unchanged doc010, under a smaller id: it survives, doc010 does not.
+    text = (root / "doc010.md").read_text(encoding="utf-8")
+    (root / "doc009z.md").write_text(text.replace("# Manual 010", "# Manual 010 (copy)"), encoding="utf-8")
+    # (c) the survivor of {doc005, doc030} is deleted: the unchanged doc030 is kept now.
+    (root / "doc005.md").unlink()
+    # (d) only the front matter of doc007 changes.
+    path = root / "doc007.md"
+    path.write_text(path.read_text(encoding="utf-8").replace("title: Manual 7", "title: Manual seven"),
+                    encoding="utf-8")
+
+
+def job(corpus: Path, output: Path, *overrides: str):
+    return run(load_config(ROOT / "configs" / "local.yaml", [
+        f"input.pattern={corpus}/**", f"output.path={output}", "embed=null",
+        "output.max_shrink=1", *overrides]))
+
+
+def table(run_dir: str, name: str) -> pa.Table:
+    files = sorted(Path(run_dir).glob(f"{name}-*.parquet"))
+    return pa.concat_tables([pq.read_table(f) for f in files])
+
+
+def assert_tables_equal(a: str, b: str) -> None:
+    for name in TABLES:
+        left, right = table(a, name), table(b, name)
+        assert left.equals(right), (name, [c for c in left.schema.names
+                                           if not left.column(c).equals(right.column(c))])
+
+
+@pytest.fixture(scope="module")
+def carried(tmp_path_factory):
+    base = tmp_path_factory.mktemp("carry")
+    corpus = base / "corpus"
+    write_corpus(corpus)
+    first = job(corpus, base / "index")
+    change_corpus(corpus)
+    second = job(corpus, base / "index")
+    # The same input from nothing, weighed against the first run's recorded reference length.
+    rebuild = job(corpus, base / "rebuild", "output.carry=false", f"output.previous={first.run_dir}")
+    return base, corpus, first, second, rebuild
+
+
+def test_a_rerun_carries_what_no_change_touches_and_equals_a_rebuild(carried) -> None:
+    _, _, first, second, rebuild = carried
+    assert first.counts["documents_new"] == first.counts["kept"] == 30
+    c = second.counts
+    # doc001-doc004 (the line turned boilerplate) and doc007 (front matter). doc020's edit is
+    # the very line that is now stripped: its rows are those of the last run, so it is carried.
+    assert c["documents_recomputed"] == 5
+    assert c["documents_new"] == 2  # doc009z, and doc030 now that doc005 is gone
+    assert c["documents_gone"] == 2  # doc005 deleted, doc010 now a near twin's duplicate
+    assert c["documents_carried"] == c["kept"] - 7 == 23
+    assert c["chunks_carried"] > 0 and rebuild.counts["documents_carried"] == 0
+    assert_tables_equal(second.run_dir, rebuild.run_dir)
+    statuses = dict(zip(*table(second.run_dir, "documents").select(["doc_id", "status"]).to_pydict().values()))
+    assert statuses["doc010.md"] == "duplicate" and statuses["doc030.md"] == "kept"
+
+
+def test_a_second_unchanged_rerun_carries_every_document(carried) -> None:
+    base, corpus, _, second, _ = carried
+    third = job(corpus, base / "index")
+    assert third.counts["documents_carried"] == third.counts["kept"]
+    assert third.counts["documents_recomputed"] == third.counts["documents_new"] == 0
+    assert_tables_equal(second.run_dir, third.run_dir)
+    assert table(second.run_dir, "carry").equals(table(third.run_dir, "carry"))
+
+
+def test_damaged_previous_rows_are_computed_again(carried, tmp_path) -> None:
+    _, corpus, _, second, rebuild = carried
+    copy = tmp_path / "index"
+    run_dir = copy / Path(second.run_dir).name
+    shutil.copytree(second.run_dir, run_dir)  # other tests publish later runs beside it
+    (copy / "LATEST").write_text(run_dir.name + "\n", encoding="utf-8")
+    shards = sorted(run_dir.glob("chunks-*.parquet"))
+    # One row's text no longer matches its search text; another shard is cut in half.
+    first_shard = pq.read_table(shards[0])
+    victim = first_shard.column("doc_id")[0].as_py()
+    texts = first_shard.column("text").to_pylist()
+    texts[0] = texts[0] + " tampered"
+    pq.write_table(first_shard.set_column(first_shard.schema.get_field_index("text"), "text",
+                                          pa.array(texts)), shards[0])
+    shards[1].write_bytes(shards[1].read_bytes()[: shards[1].stat().st_size // 2])
+    lost = len(set(pq.read_table(run_dir / shards[1].name.replace("chunks", "carry"))
+                   .column("doc_id").to_pylist()))
+    again = job(corpus, copy)
+    assert again.counts["carry_rejected"] == lost + 1
+    assert again.counts["documents_carried"] == again.counts["kept"] - lost - 1
+    assert victim in set(table(again.run_dir, "chunks").column("doc_id").to_pylist())
+    assert_tables_equal(again.run_dir, rebuild.run_dir)
+
+
+def test_other_processing_carries_nothing(carried, tmp_path) -> None:
+    base, corpus, _, _, _ = carried
+    changed = job(corpus, base / "index", "split.max_tokens=64")
+    assert changed.counts["documents_carried"] == 0
+    # Nothing of the previous run is even read: its signature says it was made otherwise.
+    assert changed.counts["documents_new"] == changed.counts["kept"]
+    assert "other processing" in (changed.carry_note or "")
+    kept_tokens = pc.max(table(changed.run_dir, "chunks").column("tokens")).as_py()
+    assert kept_tokens <= 64
+
+
+@given(st.text(max_size=30), st.text(max_size=30), st.text(max_size=30), st.text(max_size=30))
+def test_the_embedding_prefix_comes_back_from_the_search_text(prefix, context, header, text) -> None:
+    rest = (context + "\n\n" if context else "") + header + text
+    assert embedding_prefix(prefix + rest, context, header, text) == prefix
+    assert embedding_prefix(text, context, header, text + "x") is None
