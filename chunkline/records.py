@@ -56,6 +56,9 @@ class Document:
     page_starts: tuple[int, ...] = ()
     # The document's own outline (PDF bookmarks): (page index, level, title) in outline order.
     outline: tuple[tuple[int, int, str], ...] = ()
+    # What the reader made of the input (:func:`input_digest`), set once as it is read and kept
+    # through cleaning: a rerun tells an edited document from one a corpus-wide change moved.
+    input_digest: str = field(default="", compare=False)
 
     def all_metadata(self) -> MetadataPairs:
         """The file's facts (``source_uri``, ``file_size``, ``file_modified``) under the
@@ -111,11 +114,13 @@ class DocumentStatus:
     format: str = ""  # the document's ``Document.format``; "" for a rejected one
     metadata: str = "{}"  # JSON object text: ``Document.all_metadata()``
     page_starts: tuple[int, ...] | None = None  # a paged document's ``Document.page_starts``
+    input_digest: str = ""  # the document's ``Document.input_digest``; "" for a rejected one
 
     @classmethod
     def of(cls, doc: Document, digest: str, status: str, duplicate_of: str | None = None) -> DocumentStatus:
         return cls(doc.doc_id, doc.uri, doc.text, digest, status, duplicate_of, doc.encoding,
-                   doc.format, metadata_json(doc.all_metadata()), doc.page_starts or None)
+                   doc.format, metadata_json(doc.all_metadata()), doc.page_starts or None,
+                   doc.input_digest)
 
 
 @dataclass(frozen=True)
@@ -192,6 +197,19 @@ def doc_hash(text: str) -> str:
     return hashlib.sha256(normalize_for_hash(text).encode("utf-8", "surrogatepass")).hexdigest()
 
 
+def input_digest(doc: Document) -> str:
+    """blake2b of what the reader made of a document's input: its id, source, format, decoded
+    text, own metadata (front matter, a record's fields), pages and outline. Not the file's size
+    or modification time: a touched file with the same bytes is the same input."""
+    digest = hashlib.blake2b(digest_size=16)
+    for part in (doc.doc_id, doc.uri, doc.format, doc.text):
+        data = part.encode("utf-8", "surrogatepass")
+        digest.update(len(data).to_bytes(8, "little"))
+        digest.update(data)
+    digest.update(repr((doc.metadata, doc.page_starts, doc.outline)).encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()
+
+
 def chunk_id(doc_id: str, start: int, end: int) -> str:
     """Deterministic chunk id from the document id and the span: a retried bundle gives the same
     ids (Beam's own ``uuid4`` chunk ids do not)."""
@@ -258,6 +276,7 @@ def document_schema() -> pa.Schema:
             pa.field("format", pa.string(), nullable=False),
             pa.field("metadata", pa.string(), nullable=False),
             pa.field("page_starts", pa.list_(pa.int64()), nullable=True),
+            pa.field("input_digest", pa.string(), nullable=False),
         ]
     )
 

@@ -146,30 +146,32 @@ def carry_signature(config: Config, tokenizer_spec: str, max_tokens: int, embedd
     return hashlib.blake2b(processing_signature(settings).encode(), digest_size=16).hexdigest()
 
 
-def carry_pairs(config: Config, signature: str) -> tuple[list[tuple[str, str]], str | None]:
+def carry_pairs(config: Config, signature: str) -> tuple[list[tuple[str, str]], list[str], str | None]:
     """(the (chunk shard, carry sidecar) pairs of the run this one follows whose rows may be
-    carried, why there are none): the published run (``output.previous``'s when given, none
-    with ``reuse_latest`` off), made under the same processing signature. Every row is checked
-    again in the job."""
+    carried, that run's documents shards, why there are no pairs): the published run
+    (``output.previous``'s when given, none with ``reuse_latest`` off); pairs only when it was
+    made under the same processing signature. Every row is checked again in the job; the
+    documents tell an edited document from one only a corpus-wide change moved."""
     if not config.output.carry:
-        return [], None
+        return [], [], None
     if not (config.output.previous or config.output.reuse_latest):
-        return [], None
+        return [], [], None
     try:
         run_dir = (resolve_run(config.output.previous) if config.output.previous
                    else latest_run(config.output.path))
         manifest = load_manifest(run_dir) if run_dir is not None else None
     except ManifestError:
-        return [], None  # reuse and the publish guard say what is wrong with it
+        return [], [], None  # reuse and the publish guard say what is wrong with it
     if manifest is None:
-        return [], None
+        return [], [], None
     name = run_dir.rstrip("/").rsplit("/", 1)[-1]
+    documents = table_files(run_dir, manifest, "documents")
     sidecars = manifest["files"].get("carry")
     if not sidecars:
-        return [], f"{name} has no carry sidecars (an older chunkline): every document is computed"
+        return [], documents, f"{name} has no carry sidecars (an older chunkline): every document is computed"
     if manifest.get("carry_signature") != signature:
-        return [], (f"{name} was made with other processing (split, context, embed or BM25 "
-                    f"settings, or the code): every document is computed")
+        return [], documents, (f"{name} was made with other processing (split, context, embed or "
+                               f"BM25 settings, or the code): every document is computed")
     by_shard = {shard.split("-", 1)[1]: shard for shard in sidecars
                 if isinstance(shard, str) and "-" in shard}
     pairs = []
@@ -177,7 +179,7 @@ def carry_pairs(config: Config, signature: str) -> tuple[list[tuple[str, str]], 
         side = by_shard.get(chunk_path.rsplit("/", 1)[-1].split("-", 1)[1])
         if side is not None:
             pairs.append((chunk_path, FileSystems.join(run_dir, side)))
-    return pairs, None
+    return pairs, documents, None
 
 
 def reusable_files(run_dir: str, signature: str, dim: int) -> tuple[list[str], list[str]]:
@@ -429,11 +431,11 @@ def plan(config: Config, run_id: str) -> Plan:
     stored_dim = dim if config.embed is not None else None
     normalize = config.embed.normalize if config.embed is not None else False
     carry_key_signature = carry_signature(config, tokenizer_spec, max_tokens, signature, stored_dim)
-    pairs, carry_note = carry_pairs(config, carry_key_signature)
+    pairs, previous_documents, carry_note = carry_pairs(config, carry_key_signature)
     carry = CarrySource(tuple(pairs), carry_key_signature,
                         tuple(config.output.chunk_metadata)
                         if config.output.chunk_metadata is not None else None,
-                        stored_dim, normalize)
+                        stored_dim, normalize, tuple(previous_documents))
     return Plan(run_dir, tokenizer_spec, max_tokens, stored_dim,
                 signature, previous, tuple(files), tuple(skipped), normalize, stages,
                 reference, reference_note, carry, carry_note)

@@ -102,9 +102,11 @@ def _metric(result, namespace: str, name: str) -> int | None:
     return sum(values) if values else None
 
 
-def account(run_dir: str, result, embedding: bool = True, sparse: bool = False) -> tuple[dict[str, int], dict[str, list[str]], list[str]]:
+def account(run_dir: str, result, embedding: bool = True, sparse: bool = False,
+            job_carries: bool = False) -> tuple[dict[str, int], dict[str, list[str]], list[str]]:
     """Counts from the files actually written (and the read stage's counters): documents in =
-    kept + duplicate + rejected, checked."""
+    kept + duplicate + rejected, checked; with ``job_carries`` (the graph had a carry index),
+    kept = carried + recomputed + new too."""
     tables = ("chunks", "documents", "rejected") + (("terms",) if sparse else ()) + (CARRY_TABLE,)
     files = {table: _files(run_dir, table) for table in tables}
     statuses = [s for path in files["documents"] for s in _read_column(path, "status")]
@@ -132,6 +134,12 @@ def account(run_dir: str, result, embedding: bool = True, sparse: bool = False) 
     if read_docs is not None:
         for counter in CARRY_COUNTERS:
             counts[counter.name] = _metric(result, *counter) or 0
+        if job_carries:
+            made = counts["documents_carried"] + counts["documents_recomputed"] + counts["documents_new"]
+            if made != counts["kept"]:
+                problems.append(f"{counts['kept']} documents kept but {made} carried, recomputed or new")
+            if counts["documents_changed"] + counts["documents_redone"] != counts["documents_recomputed"]:
+                problems.append("recomputed documents are not changed + redone")
     carried = counts.get(CHUNKS_CARRIED.name, 0)
     embedded = _metric(result, *CHUNKS_EMBEDDED)
     reused = _metric(result, *CHUNKS_REUSED)
@@ -220,7 +228,7 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
     if state is not None and str(state).upper().endswith(("FAILED", "CANCELLED")):
         raise RuntimeError(f"run {run_id} ended {state}; {config.output.path}/LATEST unchanged")
     counts, files, problems = account(job.run_dir, result, config.embed is not None,
-                                      config.sparse is not None)
+                                      config.sparse is not None, job.carry is not None)
     bm25 = None
     if config.sparse is not None:
         from transforms.sparse import STATS_FILE

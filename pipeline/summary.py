@@ -77,8 +77,9 @@ def _carry_lines(summary: RunSummary) -> list[str]:
     if "documents_carried" not in c:
         return []
     line = (f"  computed   {c['documents_carried']:,} documents carried ({c['chunks_carried']:,} "
-            f"chunks), {c['documents_recomputed']:,} changed, {c['documents_new']:,} new, "
-            f"{c['documents_gone']:,} gone")
+            f"chunks); {c.get('documents_changed', 0):,} changed, "
+            f"{c.get('documents_redone', 0):,} redone (same input, a corpus-wide change), "
+            f"{c['documents_new']:,} new, {c['documents_gone']:,} gone")
     if c.get("carry_rejected"):
         line += f"; {c['carry_rejected']:,} previous documents failed their check: computed again"
     return [line] + ([f"  carry      {summary.carry_note}"] if summary.carry_note else [])

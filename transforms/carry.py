@@ -36,6 +36,8 @@ from chunkline.quantize import UNIT_TOLERANCE, dequantized
 from chunkline.records import KEPT, ChunkRecord, DocumentChunks
 from transforms.coders import ChunkRecordCoder  # noqa: F401 - registered: how chunks shuffle
 from transforms.counters import (
+    DOCUMENTS_CHANGED,
+    DOCUMENTS_REDONE,
     CHUNKS_CARRIED,
     DOCUMENTS_CARRIED,
     DOCUMENTS_GONE,
@@ -57,6 +59,8 @@ class CarrySource(NamedTuple):
     chunk_metadata: tuple[str, ...] | None  # output.chunk_metadata
     dim: int | None  # this run's vector length; None: embedding off
     normalize: bool
+    # The previous run's documents shards: what each document's input was (its input digest).
+    documents: tuple[str, ...] = ()
 
 
 class CarryEntry(NamedTuple):
@@ -214,35 +218,81 @@ def _sidecar_documents(side_path: str) -> int:
         return 0
 
 
+class PreviousDocument(NamedTuple):
+    status: str
+    input_digest: str  # "" from a run before input digests, or for a rejected document
+
+
+class _PreviousDocuments(beam.DoFn):
+    """A documents shard of the previous run -> ``(doc_id, PreviousDocument)`` per row. The
+    shard only tells apart why documents were computed, so an unreadable one is logged and its
+    documents counted as changed, never a failed run."""
+
+    def process(self, path: str) -> Iterable[tuple[str, PreviousDocument]]:
+        try:
+            with FileSystems.open(path) as handle:
+                names = pq.read_schema(handle).names
+                handle.seek(0)
+                columns = ["doc_id", "status"] + (["input_digest"] if "input_digest" in names else [])
+                table = pq.read_table(handle, columns=columns)
+        except Exception as exc:  # noqa: BLE001 - a damaged file raises whatever arrow raises
+            log.warning("carry: %s unreadable (%s: %s); its documents count as changed",
+                        path, type(exc).__name__, exc)
+            return
+        digests = (table.column("input_digest").to_pylist() if "input_digest" in table.schema.names
+                   else [""] * table.num_rows)
+        for doc_id, status, digest in zip(table.column("doc_id").to_pylist(),
+                                          table.column("status").to_pylist(), digests):
+            yield doc_id, PreviousDocument(status, digest or "")
+
+
+class CarryIndexOutputs(NamedTuple):
+    entries: PCollection  # (doc_id, CarryEntry): the previous documents whose rows may be carried
+    documents: PCollection  # (doc_id, PreviousDocument): every document the previous run read
+
+
 class CarryIndex(beam.PTransform):
-    """root -> ``PCollection[(doc_id, CarryEntry)]``: the previous documents whose rows may be
-    carried."""
+    """root -> :class:`CarryIndexOutputs`: the previous run's carriable documents, and what it
+    read."""
 
     def __init__(self, source: CarrySource) -> None:
         super().__init__()
         self.source = source
 
-    def expand(self, root) -> PCollection:
-        return (root
-                | "Pairs" >> beam.Create(list(range(len(self.source.pairs))))
-                | "Verify" >> beam.ParDo(_IndexPair(self.source)).with_output_types(
-                    tuple[str, CarryEntry]))
+    def expand(self, root) -> CarryIndexOutputs:
+        entries = (root
+                   | "Pairs" >> beam.Create(list(range(len(self.source.pairs))))
+                   | "Verify" >> beam.ParDo(_IndexPair(self.source)).with_output_types(
+                       tuple[str, CarryEntry]))
+        documents = (root
+                     | "DocumentShards" >> beam.Create(list(self.source.documents))
+                     | "ReadDocuments" >> beam.ParDo(_PreviousDocuments()).with_output_types(
+                         tuple[str, PreviousDocument]))
+        return CarryIndexOutputs(entries, documents)
 
 
 class CarryDecisions(beam.DoFn):
-    """``(doc_id, {"decision": [dedupe decision], "previous": [CarryEntry]})`` -> the decision,
-    marked ``carried`` when the document is kept under the key its previous rows were made
-    with, and, tagged ``carried``, ``(pair, doc_id)``."""
+    """``(doc_id, {"decision": [dedupe decision], "previous": [CarryEntry], "documents":
+    [PreviousDocument]})`` -> the decision, marked ``carried`` when the document is kept under
+    the key its previous rows were made with, and, tagged ``carried``, ``(pair, doc_id)``.
+
+    Every other kept document is counted by why it is computed: ``changed`` (its input is not
+    the previous run's), ``redone`` (the same input, moved by a corpus-wide change: a line that
+    turned boilerplate, a survivor that left, other processing) or ``new`` (the previous run
+    did not read it); ``recomputed`` is changed + redone. ``gone``: kept then, not now."""
 
     def __init__(self) -> None:
         self.carried = Metrics.counter(*DOCUMENTS_CARRIED)
         self.recomputed = Metrics.counter(*DOCUMENTS_RECOMPUTED)
+        self.changed = Metrics.counter(*DOCUMENTS_CHANGED)
+        self.redone = Metrics.counter(*DOCUMENTS_REDONE)
         self.new = Metrics.counter(*DOCUMENTS_NEW)
         self.gone = Metrics.counter(*DOCUMENTS_GONE)
 
     def process(self, joined):
         doc_id, groups = joined
         previous = next(iter(groups["previous"]), None)
+        read_before = next(iter(groups["documents"]), None)
         kept = False
         for decision in groups["decision"]:
             if decision.status != KEPT:
@@ -254,9 +304,16 @@ class CarryDecisions(beam.DoFn):
                 yield decision._replace(carried=True)
                 yield beam.pvalue.TaggedOutput("carried", (previous.pair, doc_id))
                 continue
-            (self.recomputed if previous is not None else self.new).inc()
+            if read_before is None and previous is None:
+                self.new.inc()
+            else:
+                self.recomputed.inc()
+                same_input = (read_before is not None and read_before.input_digest != ""
+                              and read_before.input_digest == decision.input_digest)
+                (self.redone if same_input else self.changed).inc()
             yield decision
-        if previous is not None and not kept:
+        was_kept = previous is not None or (read_before is not None and read_before.status == KEPT)
+        if was_kept and not kept:
             self.gone.inc()
 
 

@@ -144,7 +144,7 @@ def decode_chunk(stream) -> ChunkRecord:
 
 
 def encode_document(out, d: Document) -> None:
-    for text in (d.doc_id, d.uri, d.text, d.encoding, d.format):
+    for text in (d.doc_id, d.uri, d.text, d.encoding, d.format, d.input_digest):
         _write_str(out, text)
     out.write_var_int64(d.position)
     out.write_var_int64(len(d.metadata))
@@ -164,7 +164,7 @@ def encode_document(out, d: Document) -> None:
 
 
 def decode_document(stream) -> Document:
-    doc_id, uri, text, encoding, format_ = (_read_str(stream) for _ in range(5))
+    doc_id, uri, text, encoding, format_, digest = (_read_str(stream) for _ in range(6))
     position = stream.read_var_int64()
     metadata = tuple((_read_str(stream), _read_str(stream)) for _ in range(stream.read_var_int64()))
     file_size = _read_optional_int(stream)
@@ -174,7 +174,7 @@ def decode_document(stream) -> Document:
                     for _ in range(stream.read_var_int64()))
     return Document(doc_id, uri, text, metadata, position=position, encoding=encoding,
                     format=format_, file_size=file_size, file_modified=file_modified,
-                    page_starts=page_starts, outline=outline)
+                    page_starts=page_starts, outline=outline, input_digest=digest)
 
 
 def encode_document_chunks(out, e: DocumentChunks) -> None:
@@ -190,7 +190,8 @@ def decode_document_chunks(stream) -> DocumentChunks:
 
 
 def encode_status(out, s: DocumentStatus) -> None:
-    for text in (s.doc_id, s.uri, s.text, s.doc_hash, s.status, s.encoding, s.format, s.metadata):
+    for text in (s.doc_id, s.uri, s.text, s.doc_hash, s.status, s.encoding, s.format, s.metadata,
+                 s.input_digest):
         _write_str(out, text)
     _write_optional_str(out, s.duplicate_of)
     out.write_byte(s.page_starts is not None)
@@ -199,12 +200,12 @@ def encode_status(out, s: DocumentStatus) -> None:
 
 
 def decode_status(stream) -> DocumentStatus:
-    doc_id, uri, text, digest, status, encoding, format_, metadata = (
-        _read_str(stream) for _ in range(8))
+    doc_id, uri, text, digest, status, encoding, format_, metadata, read_digest = (
+        _read_str(stream) for _ in range(9))
     duplicate_of = _read_optional_str(stream)
     page_starts = _read_ints(stream) if stream.read_byte() else None
     return DocumentStatus(doc_id, uri, text, digest, status, duplicate_of, encoding, format_,
-                          metadata, page_starts)
+                          metadata, page_starts, read_digest)
 
 
 def encode_rejected(out, r: Rejected) -> None:

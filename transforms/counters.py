@@ -21,13 +21,16 @@ TOKENS_PADDED = Counter("chunkline.embed", "tokens_padded")
 CHUNKS_REUSED = Counter("reindex", "chunks_reused")
 REUSE_REJECTED = Counter("reindex", "reuse_rejected")  # stored vectors that failed their check
 # Documents whose chunks rows came from the previous run (transforms/carry.py), and why the
-# others were made: recomputed (kept before, under another carry key), new (no rows before);
-# gone: rows before, nothing kept now. carry_rejected: previous rows that failed their check.
+# others were made: recomputed = changed (another input) + redone (the same input, moved by a
+# corpus-wide change or other processing); new (not read before); gone: kept before, not now.
+# carry_rejected: previous rows that failed their check.
 DOCUMENTS_CARRIED = Counter("carry", "documents_carried")
 DOCUMENTS_RECOMPUTED = Counter("carry", "documents_recomputed")
+DOCUMENTS_CHANGED = Counter("carry", "documents_changed")
+DOCUMENTS_REDONE = Counter("carry", "documents_redone")
 DOCUMENTS_NEW = Counter("carry", "documents_new")
 DOCUMENTS_GONE = Counter("carry", "documents_gone")
 CHUNKS_CARRIED = Counter("carry", "chunks_carried")
 CARRY_REJECTED = Counter("carry", "carry_rejected")
-CARRY_COUNTERS = (DOCUMENTS_CARRIED, DOCUMENTS_RECOMPUTED, DOCUMENTS_NEW, DOCUMENTS_GONE,
-                  CHUNKS_CARRIED, CARRY_REJECTED)
+CARRY_COUNTERS = (DOCUMENTS_CARRIED, DOCUMENTS_RECOMPUTED, DOCUMENTS_CHANGED, DOCUMENTS_REDONE,
+                  DOCUMENTS_NEW, DOCUMENTS_GONE, CHUNKS_CARRIED, CARRY_REJECTED)

@@ -87,6 +87,7 @@ class _Summary(NamedTuple):
     digest: str  # chunkline.records.doc_hash: equal for exact duplicates
     occurrence: Occurrence
     carry_key: str = ""  # transforms/carry.py: its rows may come from the previous run
+    input_digest: str = ""  # chunkline.records.input_digest: what the reader made of its input
 
     @property
     def ref(self) -> tuple[str, int, bytes]:
@@ -97,7 +98,8 @@ class _Summary(NamedTuple):
 def _summarize(doc: Document, occurrence: Occurrence,
                carry_keys: Callable[[Document], str] | None = None) -> _Summary:
     return _Summary(doc.doc_id, doc.uri, doc.position, _text_digest(doc.text), doc_hash(doc.text),
-                    occurrence, carry_keys(doc) if carry_keys is not None else "")
+                    occurrence, carry_keys(doc) if carry_keys is not None else "",
+                    doc.input_digest)
 
 
 class _Decision(NamedTuple):
@@ -111,11 +113,12 @@ class _Decision(NamedTuple):
     duplicate_of: str | None = None
     carry_key: str = ""
     carried: bool = False  # kept, and its chunks come from the previous run: not released
+    input_digest: str = ""
 
 
 def _decision(summary: _Summary, status: str, duplicate_of: str | None = None) -> _Decision:
     return _Decision(summary.doc_id, summary.occurrence, summary.digest, status, duplicate_of,
-                     summary.carry_key)
+                     summary.carry_key, input_digest=summary.input_digest)
 
 
 def _input_order(summary: _Summary) -> tuple[tuple[str, int, bytes], Occurrence]:
@@ -548,7 +551,8 @@ class Dedupe(beam.PTransform):
             marked = (
                 {"decision": decisions | "KeyDecisionById" >> beam.Map(
                     lambda d: (d.doc_id, d)).with_output_types(tuple[str, Any]),
-                 "previous": self.carry_index}
+                 "previous": self.carry_index.entries,
+                 "documents": self.carry_index.documents}
                 | "JoinCarryIndex" >> JoinByKey()
                 | "Carry" >> beam.ParDo(CarryDecisions()).with_outputs("carried", main="decisions")
             )

@@ -8,6 +8,7 @@ again at open (a path swapped for a FIFO after the walk must not hang the job); 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import stat
 from typing import Iterable, NamedTuple, Sequence, Union
@@ -29,7 +30,7 @@ from chunkline.readers import (
     relative_id,
     shown_name,
 )
-from chunkline.records import Document, Rejected
+from chunkline.records import Document, Rejected, input_digest
 from transforms.counters import READ_DOCUMENTS, READ_REJECTED
 from transforms.match import MatchPattern, is_local
 
@@ -73,7 +74,7 @@ class _DecodeFile(beam.DoFn):
         for record in records:
             if isinstance(record, Document):
                 self._documents.inc()
-                yield record
+                yield dataclasses.replace(record, input_digest=input_digest(record))
             else:
                 self._rejected.inc()
                 yield TaggedOutput(REJECTED, record)

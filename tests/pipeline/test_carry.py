@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from chunkline.carry import embedding_prefix
 from pipeline.config import load_config
 from pipeline.run import run
+from pipeline.summary import format_summary
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -99,12 +100,15 @@ def test_a_rerun_carries_what_no_change_touches_and_equals_a_rebuild(carried) ->
     _, _, first, second, rebuild = carried
     assert first.counts["documents_new"] == first.counts["kept"] == 30
     c = second.counts
-    # doc001-doc004 (the line turned boilerplate) and doc007 (front matter). doc020's edit is
-    # the very line that is now stripped: its rows are those of the last run, so it is carried.
-    assert c["documents_recomputed"] == 5
-    assert c["documents_new"] == 2  # doc009z, and doc030 now that doc005 is gone
+    # Redone, their input as it was: doc001-doc004 (the line turned boilerplate) and doc030
+    # (its survivor doc005 is gone). Changed: doc007 (front matter). doc020's edit is the very
+    # line now stripped: its rows are those of the last run, so it is carried.
+    assert (c["documents_redone"], c["documents_changed"]) == (5, 1)
+    assert c["documents_recomputed"] == 6
+    assert c["documents_new"] == 1  # doc009z
     assert c["documents_gone"] == 2  # doc005 deleted, doc010 now a near twin's duplicate
     assert c["documents_carried"] == c["kept"] - 7 == 23
+    assert "23 documents carried" in format_summary(second) and "5 redone" in format_summary(second)
     assert c["chunks_carried"] > 0 and rebuild.counts["documents_carried"] == 0
     assert_tables_equal(second.run_dir, rebuild.run_dir)
     statuses = dict(zip(*table(second.run_dir, "documents").select(["doc_id", "status"]).to_pydict().values()))
@@ -148,8 +152,9 @@ def test_other_processing_carries_nothing(carried, tmp_path) -> None:
     base, corpus, _, _, _ = carried
     changed = job(corpus, base / "index", "split.max_tokens=64")
     assert changed.counts["documents_carried"] == 0
-    # Nothing of the previous run is even read: its signature says it was made otherwise.
-    assert changed.counts["documents_new"] == changed.counts["kept"]
+    # No row of the previous run is even read: its signature says it was made otherwise. Its
+    # documents table says the input is the same: every document is redone.
+    assert changed.counts["documents_redone"] == changed.counts["kept"]
     assert "other processing" in (changed.carry_note or "")
     kept_tokens = pc.max(table(changed.run_dir, "chunks").column("tokens")).as_py()
     assert kept_tokens <= 64

@@ -1,0 +1,40 @@
+"""A document's input digest: it moves with what the reader made of the input, and with
+nothing else (not the file's size or modification time, not where the record was parked)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from chunkline.records import Document, input_digest
+
+TEXT = st.text(max_size=30)
+DOCUMENTS = st.builds(
+    Document, doc_id=TEXT, uri=TEXT, text=TEXT,
+    metadata=st.lists(st.tuples(TEXT, TEXT), max_size=3).map(tuple), format=TEXT,
+    page_starts=st.lists(st.integers(0, 100), max_size=3).map(tuple))
+
+
+@given(DOCUMENTS, st.integers(0, 2**40), st.floats(0, 2e9), st.integers(0, 10**6), TEXT)
+def test_file_facts_and_provenance_leave_the_digest(doc, size, mtime, position, encoding) -> None:
+    moved = dataclasses.replace(doc, file_size=size, file_modified=mtime, position=position,
+                                encoding=encoding)
+    assert input_digest(moved) == input_digest(doc)
+
+
+@given(DOCUMENTS, st.sampled_from(["doc_id", "uri", "text", "format"]), TEXT)
+def test_any_part_of_the_input_moves_it(doc, name, extra) -> None:
+    changed = dataclasses.replace(doc, **{name: getattr(doc, name) + "x" + extra})
+    assert input_digest(changed) != input_digest(doc)
+
+
+@given(DOCUMENTS, TEXT, TEXT)
+def test_metadata_moves_it_and_parts_do_not_run_together(doc, key, value) -> None:
+    assert input_digest(dataclasses.replace(doc, metadata=doc.metadata + ((key, value),))) \
+        != input_digest(doc)
+    # The boundary between id and text is part of the digest.
+    a = dataclasses.replace(doc, doc_id="ab", uri="", format="", text="c")
+    b = dataclasses.replace(doc, doc_id="a", uri="", format="", text="bc")
+    assert input_digest(a) != input_digest(b)
