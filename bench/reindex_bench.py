@@ -7,22 +7,46 @@ the documents get one new sentence in one section and the job runs again into th
 reusing the previous run's vectors by content key. Both runs are fresh processes' worth of work
 (the model loads in each), so wall time includes fixed costs; the embedding work is what the
 reuse saves and what the target (<= 5% of a full run's) is about.
+
+`--nightly` measures what a nightly rerun costs, each run a fresh `chunkline run` process into
+one output (the demo config, `--allow-shrink`, everything else default):
+
+    python bench/reindex_bench.py --nightly --corpus readmes --out bench/results_reindex.md
+    python bench/reindex_bench.py --nightly --corpus scale --mb 20 80 --out bench/results_reindex.md
+
+Per corpus: a full run; a rerun with nothing changed; a rerun with 1 % of the documents changed;
+one with 10 % changed (each a fresh seeded sample, cumulative on the same corpus and output; a
+changed document gets one new sentence after its first blank line); and the floor, the same
+command on a one-document corpus (full run and unchanged rerun). `readmes` is the long
+descriptions of the venv's installed distributions (plus README files in site-packages), about
+`--mb` (default 1.5) MB, embedded with the real model; `scale` is bench/scale_bench.py's corpus
+at each `--mb` (default 20 80), with `embed=null`. Pipeline time is the manifest's
+`wall_seconds`; wall, CPU (user + system) and peak RSS are the process's (wait4).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
+import os
 import random
+import re
+import shlex
+import shutil
+import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
+from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline.config import load_config  # noqa: E402
-from pipeline.run import run  # noqa: E402
+from bench.scale_bench import generate  # noqa: E402
 
 WORDS = ("robot arm calibration sensor firmware battery dock mission route map lidar torque "
          "encoder gripper payload controller network latency safety zone charger floor aisle "
@@ -44,6 +68,11 @@ def write_corpus(root: Path, docs: int, seed: int) -> None:
 
 
 def timed_run(corpus: Path, output: Path, *overrides: str):
+    # Imported here: --nightly runs the pipeline in child processes only, so this process
+    # neither pays for nor depends on importing it.
+    from pipeline.config import load_config
+    from pipeline.run import run
+
     config = load_config(ROOT / "configs" / "local.yaml", [
         f"input.pattern={corpus}/**", f"output.path={output}", *overrides])
     started = time.perf_counter()
@@ -51,13 +80,285 @@ def timed_run(corpus: Path, output: Path, *overrides: str):
     return summary, time.perf_counter() - started
 
 
+# --- --nightly: what a nightly rerun costs, in fresh processes -------------------------------
+
+COUNT_KEYS = ("documents", "kept", "chunks", "embedded", "reused", "documents_carried",
+              "documents_recomputed", "documents_new", "documents_gone", "chunks_carried")
+README_SUFFIXES = {".md": ".md", ".rst": ".txt"}
+DEFAULT_MB = {"readmes": [1.5], "scale": [20.0, 80.0]}
+
+
+@dataclass
+class Measured:
+    """One `chunkline run` process: the manifest's view and the operating system's."""
+    pipeline_s: float
+    wall_s: float
+    cpu_s: float
+    peak_rss_mb: float
+    run_dir_mb: float
+    counts: dict = field(default_factory=dict)
+
+    @property
+    def outside_s(self) -> float:
+        # Interpreter start, imports, model load, Beam setup and teardown: what a process
+        # spends that the pipeline's own clock does not see.
+        return self.wall_s - self.pipeline_s
+
+
+def normalized_name(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def long_description(dist: metadata.Distribution) -> str:
+    """The distribution's long description: the METADATA body, else the Description field
+    (whose continuation lines carry 8 spaces, or 7 and a pipe, under Metadata 1.x)."""
+    message = dist.metadata
+    if message is None:
+        return ""
+    body = message.get_payload() if hasattr(message, "get_payload") else None
+    if isinstance(body, str) and body.strip():
+        return body
+    header = message.get("Description") or ""
+    return re.sub(r"\n(?: {7}\|| {8})", "\n", header)
+
+
+def readme_documents() -> list[tuple[str, str]]:
+    """(file name, text): each installed distribution's long description sorted by name, then
+    the README files in site-packages by path; the same name or the same text only once."""
+    found: list[tuple[str, str]] = []
+    for dist in sorted(metadata.distributions(), key=lambda d: normalized_name(d.metadata["Name"] or "")):
+        name = normalized_name(dist.metadata["Name"] or "")
+        if not name:
+            continue
+        kind = (dist.metadata.get("Description-Content-Type") or "").lower()
+        suffix = ".md" if "markdown" in kind else ".txt"
+        found.append((name + suffix, long_description(dist)))
+    site = Path(sysconfig.get_paths()["purelib"])
+    for path in sorted(site.rglob("README*")):
+        if path.suffix.lower() in README_SUFFIXES and path.is_file():
+            try:
+                text = path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                continue
+            stem = "__".join(path.relative_to(site).with_suffix("").parts)
+            found.append((stem + README_SUFFIXES[path.suffix.lower()], text))
+    names: set[str] = set()
+    digests: set[str] = set()
+    unique = []
+    for name, text in found:
+        digest = hashlib.blake2b(text.strip().encode("utf-8"), digest_size=16).hexdigest()
+        if not text.strip() or name in names or digest in digests:
+            continue
+        names.add(name)
+        digests.add(digest)
+        unique.append((name, text))
+    return unique
+
+
+def write_readmes(directory: Path, megabytes: float) -> tuple[int, int]:
+    """Write READMEs in order until about ``megabytes``; returns (documents, bytes)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    target = int(megabytes * 1_000_000)
+    written = count = 0
+    for name, text in readme_documents():
+        if written >= target:
+            break
+        data = text.encode("utf-8")
+        (directory / name).write_bytes(data)
+        written += len(data)
+        count += 1
+    return count, written
+
+
+def corpus_files(corpus: Path) -> list[Path]:
+    return sorted(path for path in corpus.rglob("*") if path.is_file())
+
+
+def with_sentence(text: str, sentence: str, suffix: str) -> str:
+    """``text`` with ``sentence`` as a new paragraph after its first blank line (else after
+    its middle line): the text changes, the file name does not. A comment in source files, so
+    a file that parsed still parses."""
+    line = f"# {sentence}" if suffix == ".py" else sentence
+    cut = text.find("\n\n")
+    if cut >= 0:
+        return text[:cut + 2] + line + "\n\n" + text[cut + 2:]
+    lines = text.splitlines(keepends=True)
+    middle = len(lines) // 2
+    return "".join(lines[:middle]) + "\n" + line + "\n\n" + "".join(lines[middle:])
+
+
+def change_documents(corpus: Path, fraction: float, seed: int, label: str) -> int:
+    """Edit a fresh seeded sample of ``fraction`` of the documents; returns how many.
+    ``label`` goes into the sentence, so a document sampled again changes again."""
+    files = corpus_files(corpus)
+    rng = random.Random(seed)
+    chosen = rng.sample(files, max(1, round(len(files) * fraction)))
+    for index, path in enumerate(chosen):
+        text = path.read_text(encoding="utf-8")
+        sentence = f"The nightly {label} edit adds this sentence, number {index}, to the text."
+        path.write_text(with_sentence(text, sentence, path.suffix), encoding="utf-8")
+    return len(chosen)
+
+
+def directory_bytes(directory: Path) -> int:
+    # Regular files only: a link would be bytes some other run wrote.
+    return sum(path.stat().st_size for path in directory.rglob("*")
+               if path.is_file() and not path.is_symlink())
+
+
+def run_process(corpus: Path, output: Path, overrides: list[str]) -> Measured:
+    """One fresh `chunkline run` process (bench/scale_bench.py's run_once, with CPU time, the
+    manifest's pipeline time and the run directory's size)."""
+    command = [
+        sys.executable, "-c", "import sys; from pipeline.cli import main; sys.exit(main())",
+        "run", "--config", "configs/local.yaml",
+        "--set", f"input.pattern={corpus}/**", "--set", f"output.path={output}",
+        *[part for override in overrides for part in ("--set", override)], "--allow-shrink",
+    ]
+    environment = dict(os.environ, PYTHONPATH=str(ROOT))
+    started = time.perf_counter()
+    process = subprocess.Popen(command, cwd=ROOT, env=environment,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    # Drain the log before wait4: a child whose log fills the pipe would otherwise never exit.
+    log = process.stdout.read().decode("utf-8", "replace")
+    _, status, usage = os.wait4(process.pid, 0)
+    wall = time.perf_counter() - started
+    code = os.waitstatus_to_exitcode(status)
+    if code != 0:
+        raise SystemExit(f"run failed (exit {code}): {shlex.join(command)}\n{log[-4000:]}")
+    run_id = (output / "LATEST").read_text().strip()
+    manifest = json.loads((output / run_id / "manifest.json").read_text())
+    return Measured(
+        pipeline_s=float(manifest["wall_seconds"]), wall_s=wall,
+        cpu_s=usage.ru_utime + usage.ru_stime, peak_rss_mb=usage.ru_maxrss / 1024,
+        run_dir_mb=directory_bytes(output / run_id) / 1e6, counts=manifest.get("counts", {}))
+
+
+def nightly_corpus(corpus: Path, work: Path, overrides: list[str], seed: int) -> list[tuple[str, Measured]]:
+    """Full run, three reruns into the same output, and the one-document floor."""
+    output = work / "out"
+    rows = [("full", run_process(corpus, output, overrides))]
+    rows.append(("no change", run_process(corpus, output, overrides)))
+    for label, fraction, offset in (("1 %", 0.01, 1), ("10 %", 0.10, 2)):
+        changed = change_documents(corpus, fraction, seed + offset, label.replace(" ", ""))
+        print(f"  changed {changed} documents", flush=True)
+        rows.append((label, run_process(corpus, output, overrides)))
+        print(f"  {label}: {rows[-1][1].pipeline_s:.1f} s", flush=True)
+    floor = work / "floor_corpus"
+    floor.mkdir()
+    # The first document as the reruns left it: the floor is the same command on one document.
+    first = corpus_files(corpus)[0]
+    shutil.copy2(first, floor / first.name)
+    rows.append(("floor full", run_process(floor, work / "floor_out", overrides)))
+    rows.append(("floor rerun", run_process(floor, work / "floor_out", overrides)))
+    return rows
+
+
+def count(counts: dict, key: str) -> str:
+    value = counts.get(key)
+    return "-" if value is None else f"{value:,}"
+
+
+def ratio(numerator: float, denominator: float) -> str:
+    return f"{numerator / denominator:.3f}" if denominator > 0 else "-"
+
+
+def nightly_report(title: str, command: str, rows: list[tuple[str, Measured]]) -> str:
+    lines = [f"### {title}", "", f"`{command}`", "",
+             "| run | pipeline s | wall s | outside pipeline s | CPU s | peak RSS MB | run dir MB "
+             "| documents carried | chunks embedded |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, m in rows:
+        lines.append(f"| {name} | {m.pipeline_s:.2f} | {m.wall_s:.2f} | {m.outside_s:.2f} | "
+                     f"{m.cpu_s:.1f} | {m.peak_rss_mb:.0f} | {m.run_dir_mb:.2f} | "
+                     f"{count(m.counts, 'documents_carried')} | {count(m.counts, 'embedded')} |")
+    lines += ["", "| run | " + " | ".join(COUNT_KEYS) + " |",
+              "|---|" + "---:|" * len(COUNT_KEYS)]
+    for name, m in rows:
+        lines.append(f"| {name} | " + " | ".join(count(m.counts, key) for key in COUNT_KEYS) + " |")
+    by_name = dict(rows)
+    full, floor_full, floor_rerun = by_name["full"], by_name["floor full"], by_name["floor rerun"]
+    reruns = [(name, by_name[name]) for name in ("no change", "1 %", "10 %")]
+    above = full.pipeline_s - floor_full.pipeline_s
+    lines += [
+        "",
+        "rerun pipeline / full pipeline: " + ", ".join(
+            f"{name} {ratio(m.pipeline_s, full.pipeline_s)}" for name, m in reruns),
+        f"(rerun - floor) / (full - floor), floor = the one-document corpus's full-run pipeline "
+        f"time ({floor_full.pipeline_s:.2f} s) in numerator and denominator: " + ", ".join(
+            f"{name} {ratio(m.pipeline_s - floor_full.pipeline_s, above)}" for name, m in reruns),
+        f"the same with the floor rerun's pipeline time ({floor_rerun.pipeline_s:.2f} s) taken "
+        f"off each rerun (the full run's floor stays the floor full run's): " + ", ".join(
+            f"{name} {ratio(m.pipeline_s - floor_rerun.pipeline_s, above)}" for name, m in reruns),
+        "outside the pipeline (process wall - pipeline s): " + ", ".join(
+            f"{name} {m.outside_s:.2f} s" for name, m in rows),
+    ]
+    return "\n".join(lines)
+
+
+def git_describe() -> str:
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True).stdout.strip()
+    return f"{head}{' + uncommitted changes' if dirty else ''}"
+
+
+def nightly(args: argparse.Namespace) -> None:
+    command = "python bench/reindex_bench.py " + shlex.join(sys.argv[1:])
+    sizes = args.mb or DEFAULT_MB[args.corpus]
+    # Scale runs measure the pipeline's own work; readmes run the default config, the model
+    # included, as a nightly job would.
+    overrides = ["embed=null"] if args.corpus == "scale" else []
+    if args.work_dir is not None:
+        args.work_dir.mkdir(parents=True, exist_ok=True)
+    base = Path(tempfile.mkdtemp(prefix="chunkline-nightly-", dir=args.work_dir))
+    reports = []
+    try:
+        for megabytes in sizes:
+            work = base / f"{args.corpus}_{megabytes:g}mb"
+            corpus = work / "corpus"
+            if args.corpus == "scale":
+                docs, size = generate(corpus, megabytes)
+            else:
+                docs, size = write_readmes(corpus, megabytes)
+            print(f"{args.corpus} {megabytes:g} MB: {docs} documents, {size / 1e6:.2f} MB in {corpus}",
+                  flush=True)
+            rows = nightly_corpus(corpus, work, overrides, args.seed)
+            embedding = "embed=null" if overrides else "embedding on (configs/local.yaml's model)"
+            title = (f"Nightly rerun, {args.corpus} corpus {megabytes:g} MB: {docs} documents, "
+                     f"{size / 1e6:.2f} MB; {embedding}; {os.cpu_count()} CPUs; {git_describe()}")
+            reports.append(nightly_report(title, command, rows))
+            print(reports[-1] + "\n", flush=True)
+    finally:
+        if args.keep:
+            print(f"kept {base}")
+        else:
+            shutil.rmtree(base, ignore_errors=True)
+    if args.out:
+        with args.out.open("a", encoding="utf-8") as handle:
+            handle.write("\n\n".join(reports) + "\n\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--docs", type=int, default=400)
     parser.add_argument("--changed", type=float, default=0.01, help="fraction of documents edited")
     parser.add_argument("--seed", type=int, default=3)
-    parser.add_argument("--out", type=Path)
+    parser.add_argument("--out", type=Path, help="write the table here (--nightly: append)")
+    parser.add_argument("--nightly", action="store_true",
+                        help="measure nightly reruns in fresh processes (see above)")
+    parser.add_argument("--corpus", choices=("readmes", "scale"), default="readmes",
+                        help="--nightly: package READMEs (embedding on) or scale_bench's corpus (embed=null)")
+    parser.add_argument("--mb", type=float, nargs="+", default=None,
+                        help="--nightly: corpus size(s) in MB (default: readmes 1.5, scale 20 80)")
+    parser.add_argument("--work-dir", type=Path, default=None,
+                        help="--nightly: make the temporary directory here (default: the system's)")
+    parser.add_argument("--keep", action="store_true", help="--nightly: keep the corpora and outputs")
     args = parser.parse_args()
+    if args.nightly:
+        nightly(args)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         corpus, output = Path(tmp) / "corpus", Path(tmp) / "index"
         corpus.mkdir()
