@@ -13,6 +13,10 @@ Which decoder runs is decided by the file extension, case-insensitive:
                          page-start table and the outline (``chunkline.pdf``: PDFium)
     .jsonl               one document per non-blank line (a JSON object)
     .parquet             one document per row; a file without rows is rejected as empty
+    .gz .bz2 .xz .zst    the file inside, read by its own name (``a.jsonl.gz`` as ``a.jsonl``),
+                         under its container's id; known by magic bytes too
+    .zip .tar .tgz       each member read as a file of its own, id ``<archive id>//<member>``
+                         (``chunkline.containers``: bombs, escaping paths and links refused)
 
 Metadata (``chunkline.metadata``): a Markdown or text file's YAML front matter is parsed and cut
 from the text (the document's text starts after it, so offsets stay exact); an HTML page's
@@ -50,17 +54,26 @@ in ``table.slice``) for Parquet (:func:`locator`).
 from __future__ import annotations
 
 import codecs
+import io
 import json
 import posixpath
 import re
 from dataclasses import dataclass, field, replace
-from typing import Annotated, Any
+from typing import Annotated, Any, BinaryIO, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from annotated_types import Ge, MinLen
 
 from chunkline.clean import without_nul
+from chunkline.containers import (
+    CONTAINER_SUFFIXES,
+    HEAD_BYTES,
+    MEMBER_SEPARATOR,
+    ContainerOptions,
+    is_container,
+    unpacked,
+)
 from chunkline.html_markdown import html_to_text, main_content, page_metadata
 from chunkline.metadata import (
     DEFAULT_MAX_BYTES,
@@ -157,11 +170,16 @@ class ReadOptions:
     max_metadata_bytes: Annotated[int, Ge(1)] | None = field(default=DEFAULT_MAX_BYTES, metadata=help_text(
         "UTF-8 bytes of one document's metadata JSON, the file facts included (every chunk "
         "carries a copy); larger ones are rejected. null: no limit."))
+    containers: ContainerOptions = field(default=ContainerOptions(), metadata=help_text(
+        "Compressed files (.gz .bz2 .xz .zst) and archives (.zip, .tar, .tgz): what one such "
+        "file may unpack to."))
 
     def __post_init__(self) -> None:
         check_fields(self)
         if not isinstance(self.jsonl, JsonlOptions) or not isinstance(self.parquet, ParquetOptions):
             raise ValueError("ReadOptions.jsonl and .parquet are JsonlOptions and ParquetOptions")
+        if not isinstance(self.containers, ContainerOptions):
+            raise ValueError("ReadOptions.containers is a ContainerOptions")
 
 
 # --- Paths -------------------------------------------------------------------------------------
@@ -236,14 +254,19 @@ def reject_before_reading(
     if problem:
         return Rejected(shown_name(uri), relative_id(shown_name(uri), shown_name(root)), problem)
     ext = extension(uri)
-    reason = None
-    if ext not in SUPPORTED_EXTENSIONS:
-        reason = f"unsupported file type {ext}" if ext else "unsupported file type (no extension)"
-    elif size == 0:
-        reason = EMPTY
-    elif ext in SINGLE_DOCUMENT_EXTENSIONS:
-        reason = _over_limit(size, options)
+    # A container's limits are on what it unpacks to: its own size says nothing yet.
+    reason = (EMPTY if size == 0 else None) if ext in CONTAINER_SUFFIXES else _early_reason(ext, size, options)
     return Rejected(uri, relative_id(uri, root), reason) if reason else None
+
+
+def _early_reason(ext: str, size: int, options: ReadOptions) -> str | None:
+    if ext not in SUPPORTED_EXTENSIONS:
+        return f"unsupported file type {ext}" if ext else "unsupported file type (no extension)"
+    if size == 0:
+        return EMPTY
+    if ext in SINGLE_DOCUMENT_EXTENSIONS:
+        return _over_limit(size, options)
+    return None
 
 
 def decode_file(
@@ -257,12 +280,76 @@ def decode_file(
     rows)"), so no input vanishes from the accounting. A document whose metadata JSON (the
     file facts included) is over ``options.max_metadata_bytes`` is a ``Rejected``.
     """
-    records = _decode_file(uri, data, root, options)
-    facts = {"format": FORMATS.get(extension(uri), ""), "file_size": len(data),
-             "file_modified": modified}
+    early = reject_before_reading(uri, root, len(data), options)
+    if early is not None:
+        return [early]
     path_id = relative_id(uri, root)
+    if is_container(uri, data[:HEAD_BYTES]):
+        return _decode_container(uri, path_id, data, options, modified)
+    return _decoded(uri, path_id, extension(uri), data, options, modified)
+
+
+RECORD_EXTENSIONS = JSONL_EXTENSIONS | PARQUET_EXTENSIONS
+
+
+def streams(uri: str, head: bytes) -> bool:
+    """Whether a file is read from an open handle (:func:`stream_file`) rather than whole: a
+    record file (JSONL, Parquet) not compressed (``head``: its first bytes)."""
+    return extension(uri) in RECORD_EXTENSIONS and not is_container(uri, head[:HEAD_BYTES])
+
+
+def stream_file(uri: str, root: str, handle: BinaryIO, size: int, options: ReadOptions,
+                modified: float | None = None) -> Iterator[Document | Rejected]:
+    """:func:`decode_file` for a file :func:`streams` says is read from ``handle`` (seekable
+    for Parquet): its records one by one, with memory for one line or one batch of rows."""
+    early = reject_before_reading(uri, root, size, options)
+    if early is not None:
+        yield early
+        return
+    path_id, ext = relative_id(uri, root), extension(uri)
+    records = (stream_parquet(uri, path_id, handle, options) if ext in PARQUET_EXTENSIONS
+               else stream_jsonl(uri, path_id, handle, options))
+    facts = {"format": FORMATS.get(ext, ""), "file_size": size, "file_modified": modified}
+    for record in records:
+        yield _finished(replace(record, **facts), path_id, options) if isinstance(record, Document) else record
+
+
+def _decoded(uri: str, path_id: str, ext: str, data: bytes, options: ReadOptions,
+             modified: float | None) -> list[Document | Rejected]:
+    """The documents of one file's (or archive member's) bytes, of the type ``ext`` says."""
+    records = _decode_bytes(uri, path_id, ext, data, options)
+    facts = {"format": FORMATS.get(ext, ""), "file_size": len(data), "file_modified": modified}
     return [_finished(replace(record, **facts), path_id, options)
             if isinstance(record, Document) else record for record in records]
+
+
+def _member(parent: str, path: str) -> str:
+    return f"{parent}{MEMBER_SEPARATOR}{path}" if path else parent
+
+
+def _decode_container(uri: str, path_id: str, data: bytes, options: ReadOptions,
+                      modified: float | None) -> list[Document | Rejected]:
+    """Every supported file inside a compressed file or archive (``chunkline.containers``),
+    read as if it were a file of its own under the id ``<archive id>//<member path>`` (a
+    compressed file's content keeps the file's id); each member no reader takes, each refused
+    member and the limit a container met, a ``Rejected``."""
+    records: list[Document | Rejected] = []
+    for inner in unpacked(uri.rsplit("/", 1)[-1], data, options.containers,
+                          is_wanted=lambda name: extension(name) in SUPPORTED_EXTENSIONS):
+        member_uri, member_id = _member(uri, inner.path), _member(path_id, inner.path)
+        problem = name_problem(member_id)
+        if problem:
+            records.append(Rejected(shown_name(member_uri), shown_name(member_id), problem))
+            continue
+        ext = extension(inner.name)
+        reason = inner.reason or _early_reason(ext, len(inner.data or b""), options)
+        if reason is None and inner.data is None:
+            reason = f"unsupported file type {ext}" if ext else "unsupported file type (no extension)"
+        if reason is not None:
+            records.append(Rejected(member_uri, member_id, reason))
+            continue
+        records.extend(_decoded(member_uri, member_id, ext, inner.data, options, modified))
+    return records
 
 
 def _finished(doc: Document, path_id: str, options: ReadOptions) -> Document | Rejected:
@@ -284,22 +371,17 @@ def _finished(doc: Document, path_id: str, options: ReadOptions) -> Document | R
 def _rejected_document(doc: Document, path_id: str, reason: str) -> Rejected:
     """``doc`` rejected: a record under its locator, with its line or row and id in the reason,
     as every record-level rejection; a whole-file document under its id."""
-    ext = extension(doc.uri)
-    if ext in JSONL_EXTENSIONS:
+    if doc.format == FORMATS[".jsonl"]:
         return Rejected(doc.uri, locator(path_id, doc.position),
                         f"line {doc.position}: {reason} (id {doc.doc_id!r})")
-    if ext in PARQUET_EXTENSIONS:
+    if doc.format == FORMATS[".parquet"]:
         return Rejected(doc.uri, locator(path_id, doc.position),
                         f"row {doc.position}: {reason} (id {doc.doc_id!r})")
     return Rejected(doc.uri, doc.doc_id, reason)
 
 
-def _decode_file(uri: str, data: bytes, root: str, options: ReadOptions) -> list[Document | Rejected]:
-    early = reject_before_reading(uri, root, len(data), options)
-    if early is not None:
-        return [early]
-    ext = extension(uri)
-    doc_id = relative_id(uri, root)
+def _decode_bytes(uri: str, doc_id: str, ext: str, data: bytes,
+                  options: ReadOptions) -> list[Document | Rejected]:
     if ext in PARQUET_EXTENSIONS:
         return _decode_parquet(uri, doc_id, data, options)
     if ext in JSONL_EXTENSIONS:
@@ -596,23 +678,38 @@ def _detect_encoding(data: bytes) -> tuple[str, str] | None:
 def _decode_jsonl(
     uri: str, path_id: str, data: bytes, options: ReadOptions
 ) -> list[Document | Rejected]:
+    return list(stream_jsonl(uri, path_id, io.BytesIO(data), options))
+
+
+def stream_jsonl(uri: str, path_id: str, handle: BinaryIO,
+                 options: ReadOptions) -> Iterator[Document | Rejected]:
+    """The records of a JSONL file read from ``handle`` a line at a time: memory holds one
+    line, whatever the file's size. Only a file behind a UTF-16 or UTF-32 BOM is read whole
+    (it must be decoded before it has lines)."""
     encoding = "utf-8"  # RFC 8259 section 8.1: JSON exchanged between systems is UTF-8
-    bom = next((name for bom, name in _BOMS if data.startswith(bom)), None)
+    head = handle.read(_SNIFF_BYTES)
+    bom = next((name for bom, name in _BOMS if head.startswith(bom)), None)
+    lines: Iterator[bytes]
     if bom is not None and bom != "utf-8":
-        decoded = _decode_with_bom(data, bom)
+        decoded = _decode_with_bom(head + handle.read(), bom)
         if isinstance(decoded, str):
-            return [Rejected(uri, path_id, decoded)]
+            yield Rejected(uri, path_id, decoded)
+            return
         # As UTF-8 again, the lines take the one path below (a decoded text re-encodes losslessly).
         text, encoding = decoded
-        data = text.encode("utf-8")
-    elif _looks_binary(data):
-        return [Rejected(uri, path_id, BINARY)]
-    records: list[Document | Rejected] = []
-    # Split on b"\n" only: str.splitlines() would also cut at U+2028 and friends, which JSON
-    # allows unescaped inside strings. A trailing "\r" is JSON whitespace and parses away.
-    offset = 0
-    for number, raw in enumerate(data.split(b"\n"), start=1):
-        line_start, offset = offset, offset + len(raw) + 1
+        lines = iter(io.BytesIO(text.encode("utf-8")))
+    elif _looks_binary(head):
+        yield Rejected(uri, path_id, BINARY)
+        return
+    else:
+        lines = iter(io.BufferedReader(_Chained(head, handle)))
+    # Split on b"\n" only (a binary file's lines): str.splitlines() would also cut at U+2028
+    # and friends, which JSON allows unescaped inside strings. A trailing "\r" is JSON
+    # whitespace and parses away.
+    offset, found = 0, False
+    for number, line in enumerate(lines, start=1):
+        raw = line[:-1] if line.endswith(b"\n") else line
+        line_start, offset = offset, offset + len(line)
         # _decode_utf8 also drops a BOM: the file's, or one of a file concatenated into this one.
         text, error = _decode_utf8(raw, line_start)
         if error is None and not text.strip():
@@ -622,8 +719,30 @@ def _decode_jsonl(
             result = Rejected(uri, locator(path_id, number), f"line {number}: {result}")
         else:
             result = replace(result, position=number, encoding=encoding)
-        records.append(result)
-    return records or [Rejected(uri, path_id, f"{EMPTY} (no JSON lines)")]
+        found = True
+        yield result
+    if not found:
+        yield Rejected(uri, path_id, f"{EMPTY} (no JSON lines)")
+
+
+class _Chained(io.RawIOBase):
+    """The bytes already read from a file, then the rest of it: one stream to cut lines from."""
+
+    def __init__(self, head: bytes, rest: BinaryIO) -> None:
+        self._head, self._rest = memoryview(head), rest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        if self._head:
+            count = min(len(buffer), len(self._head))
+            buffer[:count] = self._head[:count]
+            self._head = self._head[count:]
+            return count
+        data = self._rest.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
 
 
 def _jsonl_record(line: str, uri: str, options: ReadOptions) -> Document | str:
@@ -676,29 +795,57 @@ def _type_name(value: Any) -> str:
 def _decode_parquet(
     uri: str, path_id: str, data: bytes, options: ReadOptions
 ) -> list[Document | Rejected]:
+    return list(stream_parquet(uri, path_id, pa.BufferReader(data), options))
+
+
+# Rows decoded at a time: a batch of long texts stays a few MB.
+PARQUET_BATCH_ROWS = 1024
+
+
+def stream_parquet(uri: str, path_id: str, source: Any,
+                   options: ReadOptions) -> Iterator[Document | Rejected]:
+    """The records of a Parquet file (``source``: a seekable file or buffer), read a batch of
+    rows at a time and only the columns wanted: memory holds one batch, whatever the file's
+    size. A row group that cannot be read ends the file with a ``Rejected`` saying from which
+    row on; the rows before it stay."""
     id_col, text_col = options.parquet.id_column, options.parquet.text_column
     wanted = list(dict.fromkeys((id_col, text_col, *options.parquet.metadata_columns)))
     try:
-        table = pq.read_table(pa.BufferReader(data))
-        missing = [name for name in wanted if name not in table.column_names]
+        parquet = pq.ParquetFile(source)
+        names = parquet.schema_arrow.names
+        missing = [name for name in wanted if name not in names]
         if missing:
-            names = ", ".join(repr(name) for name in missing)
-            return [Rejected(uri, path_id, f"Parquet file has no column {names}")]
-        columns = {name: table.column(name).to_pylist() for name in wanted}
+            shown = ", ".join(repr(name) for name in missing)
+            yield Rejected(uri, path_id, f"Parquet file has no column {shown}")
+            return
+        total = parquet.metadata.num_rows
+        batches = parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=wanted)
     except Exception as exc:  # noqa: BLE001 - arrow raises many types for a corrupt file
-        return [Rejected(uri, path_id, f"not a readable Parquet file ({type(exc).__name__}: {exc})")]
-    if table.num_rows == 0:
-        return [Rejected(uri, path_id, f"{EMPTY} (Parquet file has no rows)")]
-    records: list[Document | Rejected] = []
-    for row in range(table.num_rows):
-        result = _parquet_row(row, columns, uri, options)
-        if isinstance(result, str):
-            result = Rejected(uri, locator(path_id, row), f"row {row}: {result}")
-        else:
-            # Parquet's STRING logical type is UTF-8 by the format's definition.
-            result = replace(result, position=row, encoding="utf-8")
-        records.append(result)
-    return records
+        yield Rejected(uri, path_id, f"not a readable Parquet file ({type(exc).__name__}: {exc})")
+        return
+    if total == 0:
+        yield Rejected(uri, path_id, f"{EMPTY} (Parquet file has no rows)")
+        return
+    row = 0
+    while True:
+        try:
+            batch = next(batches, None)
+            if batch is None:
+                return
+            columns = {name: batch.column(name).to_pylist() for name in wanted}
+        except Exception as exc:  # noqa: BLE001 - a corrupt row group, a file cut short
+            yield Rejected(uri, path_id, f"not a readable Parquet file from row {row} on "
+                                         f"({type(exc).__name__}: {exc})")
+            return
+        for index in range(batch.num_rows):
+            result = _parquet_row(index, columns, uri, options)
+            if isinstance(result, str):
+                result = Rejected(uri, locator(path_id, row), f"row {row}: {result}")
+            else:
+                # Parquet's STRING logical type is UTF-8 by the format's definition.
+                result = replace(result, position=row, encoding="utf-8")
+            row += 1
+            yield result
 
 
 def _parquet_row(

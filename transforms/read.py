@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import stat
-from typing import Iterable, NamedTuple, Sequence, Union
+from typing import BinaryIO, Iterable, Iterator, NamedTuple, Sequence, Union
 
 import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
@@ -19,6 +19,7 @@ from apache_beam.io.fileio import ReadableFile
 from apache_beam.metrics import Metrics
 from apache_beam.pvalue import PBegin, PCollection, TaggedOutput
 
+from chunkline.containers import HEAD_BYTES
 from chunkline.readers import (
     SINGLE_DOCUMENT_EXTENSIONS,
     ReadOptions,
@@ -29,6 +30,8 @@ from chunkline.readers import (
     reject_before_reading,
     relative_id,
     shown_name,
+    stream_file,
+    streams,
 )
 from chunkline.records import Document, Rejected, input_digest
 from transforms.counters import READ_DOCUMENTS, READ_REJECTED
@@ -79,26 +82,44 @@ class _DecodeFile(beam.DoFn):
                 self._rejected.inc()
                 yield TaggedOutput(REJECTED, record)
 
-    def _read_and_decode(self, readable: ReadableFile, uri: str) -> list[Document | Rejected]:
+    def _read_and_decode(self, readable: ReadableFile, uri: str) -> Iterator[Document | Rejected]:
         try:
             if is_local(uri):
                 # The modification time of what was read, from the open file: 0.0 is the epoch
                 # (touch -d @0), not an unknown time.
-                data, modified = _read_local(uri, _read_limit(uri, self._options))
+                handle, modified, size = _open_local(uri)
             else:
-                # The file's own bytes: AUTO would gunzip a .gz that decode_file then calls
-                # unsupported by its name.
-                with readable.open(compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-                    data = handle.read()
+                # The file's own bytes: decode_file unpacks a .gz itself, under the limits
+                # on what it may unpack to (AUTO would gunzip it without any).
+                handle = readable.open(compression_type=CompressionTypes.UNCOMPRESSED)
                 # Beam's FileMetadata says 0.0 where a filesystem did not report the time.
                 modified = readable.metadata.last_updated_in_seconds or None
+                size = readable.metadata.size_in_bytes
         except _NotRegular as exc:
-            return [Rejected(uri, relative_id(uri, self._root), str(exc))]
+            yield Rejected(uri, relative_id(uri, self._root), str(exc))
+            return
         except Exception as exc:  # noqa: BLE001 - each filesystem raises its own IO errors
-            # Only the read is guarded: one unreadable file is a rejection, not a failed job.
-            reason = f"could not read file ({type(exc).__name__}: {exc})"
-            return [Rejected(uri, relative_id(uri, self._root), reason)]
-        return decode_file(uri, data, self._root, self._options, modified)
+            yield self._unreadable(uri, exc)
+            return
+        with handle:
+            try:
+                head = handle.read(HEAD_BYTES)
+                handle.seek(0)
+                if streams(uri, head):
+                    # A record dump of any size: a line or a batch of rows at a time.
+                    yield from stream_file(uri, self._root, handle, size, self._options, modified)
+                    return
+                limit = _read_limit(uri, self._options)
+                data = handle.read() if limit is None else handle.read(limit)
+            except Exception as exc:  # noqa: BLE001 - each filesystem raises its own IO errors
+                yield self._unreadable(uri, exc)
+                return
+        yield from decode_file(uri, data, self._root, self._options, modified)
+
+    def _unreadable(self, uri: str, exc: Exception) -> Rejected:
+        # Only the read is guarded: one unreadable file is a rejection, not a failed job.
+        reason = f"could not read file ({type(exc).__name__}: {exc})"
+        return Rejected(uri, relative_id(uri, self._root), reason)
 
 
 class _NotRegular(Exception):
@@ -112,17 +133,18 @@ def _read_limit(uri: str, options: ReadOptions) -> int | None:
     return limit + 1 if limit is not None and extension(uri) in SINGLE_DOCUMENT_EXTENSIONS else None
 
 
-def _read_local(path: str, limit: int | None) -> tuple[bytes, float]:
-    """A local file's bytes and modification time (seconds since the epoch), checked again at
-    open: the walk saw a regular file, but the path may have been replaced since. O_NONBLOCK so
-    that opening a FIFO returns instead of waiting for a writer forever (open(2)), then fstat
-    on the open descriptor decides."""
+def _open_local(path: str) -> tuple[BinaryIO, float, int]:
+    """A local file open for reading, its modification time (seconds since the epoch) and
+    size, checked again at open: the walk saw a regular file, but the path may have been
+    replaced since. O_NONBLOCK so that opening a FIFO returns instead of waiting for a writer
+    forever (open(2)), then fstat on the open descriptor decides."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    with os.fdopen(fd, "rb") as handle:
-        found = os.fstat(fd)
-        if not stat.S_ISREG(found.st_mode):
-            raise _NotRegular("not a regular file (it changed after it was listed)")
-        return (handle.read() if limit is None else handle.read(limit)), found.st_mtime
+    handle = os.fdopen(fd, "rb")
+    found = os.fstat(fd)
+    if not stat.S_ISREG(found.st_mode):
+        handle.close()
+        raise _NotRegular("not a regular file (it changed after it was listed)")
+    return handle, found.st_mtime, found.st_size
 
 
 class _ReadPattern(beam.PTransform):
