@@ -148,6 +148,9 @@ class ParquetOptions:
         "Column holding the text."))
     metadata_columns: tuple[Annotated[str, MinLen(1)], ...] = field(default=(), metadata=help_text(
         "Columns kept as metadata."))
+    slice_bytes: Annotated[int, Ge(1)] = field(default=64_000_000, metadata=help_text(
+        "Uncompressed bytes of row groups read as one piece: a bigger file is cut at row group "
+        "bounds into pieces that go to different workers."))
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -299,15 +302,17 @@ def streams(uri: str, head: bytes) -> bool:
 
 
 def stream_file(uri: str, root: str, handle: BinaryIO, size: int, options: ReadOptions,
-                modified: float | None = None) -> Iterator[Document | Rejected]:
+                modified: float | None = None,
+                part: ParquetSlice | None = None) -> Iterator[Document | Rejected]:
     """:func:`decode_file` for a file :func:`streams` says is read from ``handle`` (seekable
-    for Parquet): its records one by one, with memory for one line or one batch of rows."""
+    for Parquet): its records one by one, with memory for one line or one batch of rows;
+    with ``part``, only that slice of a Parquet file (:func:`parquet_slices`)."""
     early = reject_before_reading(uri, root, size, options)
     if early is not None:
         yield early
         return
     path_id, ext = relative_id(uri, root), extension(uri)
-    records = (stream_parquet(uri, path_id, handle, options) if ext in PARQUET_EXTENSIONS
+    records = (stream_parquet(uri, path_id, handle, options, part) if ext in PARQUET_EXTENSIONS
                else stream_jsonl(uri, path_id, handle, options))
     facts = {"format": FORMATS.get(ext, ""), "file_size": size, "file_modified": modified}
     for record in records:
@@ -802,12 +807,42 @@ def _decode_parquet(
 PARQUET_BATCH_ROWS = 1024
 
 
-def stream_parquet(uri: str, path_id: str, source: Any,
-                   options: ReadOptions) -> Iterator[Document | Rejected]:
-    """The records of a Parquet file (``source``: a seekable file or buffer), read a batch of
-    rows at a time and only the columns wanted: memory holds one batch, whatever the file's
-    size. A row group that cannot be read ends the file with a ``Rejected`` saying from which
-    row on; the rows before it stay."""
+@dataclass(frozen=True)
+class ParquetSlice:
+    """Row groups ``first_group`` up to ``end_group`` of one file, whose first row is
+    ``first_row`` of the file (rows keep their file-wide positions)."""
+
+    first_group: int
+    end_group: int
+    first_row: int
+
+
+def parquet_slices(source: Any, slice_bytes: int) -> list[ParquetSlice]:
+    """A Parquet file's row groups cut into runs of about ``slice_bytes`` uncompressed bytes
+    (a row group is never cut: it is Parquet's unit of reading), from its footer alone. One
+    slice, or none for a file without rows, means it is read whole. Raises what arrow raises
+    for a file that is no Parquet (its reader then says so in a rejected row)."""
+    metadata = pq.ParquetFile(source).metadata
+    slices, start, first_row, size, rows = [], 0, 0, 0, 0
+    for index in range(metadata.num_row_groups):
+        group = metadata.row_group(index)
+        if index > start and size + group.total_byte_size > slice_bytes:
+            slices.append(ParquetSlice(start, index, first_row))
+            start, first_row, size = index, first_row + rows, 0
+            rows = 0
+        size += group.total_byte_size
+        rows += group.num_rows
+    if metadata.num_row_groups and metadata.num_rows:
+        slices.append(ParquetSlice(start, metadata.num_row_groups, first_row))
+    return slices
+
+
+def stream_parquet(uri: str, path_id: str, source: Any, options: ReadOptions,
+                   part: ParquetSlice | None = None) -> Iterator[Document | Rejected]:
+    """The records of a Parquet file (``source``: a seekable file or buffer), or of one
+    ``part`` of it, read a batch of rows at a time and only the columns wanted: memory holds
+    one batch, whatever the file's size. A row group that cannot be read ends the file (or
+    part) with a ``Rejected`` saying from which row on; the rows before it stay."""
     id_col, text_col = options.parquet.id_column, options.parquet.text_column
     wanted = list(dict.fromkeys((id_col, text_col, *options.parquet.metadata_columns)))
     try:
@@ -819,14 +854,16 @@ def stream_parquet(uri: str, path_id: str, source: Any,
             yield Rejected(uri, path_id, f"Parquet file has no column {shown}")
             return
         total = parquet.metadata.num_rows
-        batches = parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=wanted)
+        groups = range(part.first_group, part.end_group) if part is not None else None
+        batches = parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=wanted,
+                                       row_groups=groups)
     except Exception as exc:  # noqa: BLE001 - arrow raises many types for a corrupt file
         yield Rejected(uri, path_id, f"not a readable Parquet file ({type(exc).__name__}: {exc})")
         return
     if total == 0:
         yield Rejected(uri, path_id, f"{EMPTY} (Parquet file has no rows)")
         return
-    row = 0
+    row = part.first_row if part is not None else 0
     while True:
         try:
             batch = next(batches, None)

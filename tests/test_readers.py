@@ -10,7 +10,7 @@ import sys
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import assume, given
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from chunkline.html_markdown import SHORT_PAGE_CHARS, html_to_markdown, html_to_text
@@ -1017,3 +1017,27 @@ def test_nul_never_reaches_a_documents_text_or_metadata() -> None:
     text = "# Notes\n\n" + "Plain words. " * 700 + "\x00end\n"
     doc = only(decode("a.md", text.encode()))
     assert "\x00" not in doc.text and doc.text.endswith("Plain words. end\n")
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(1, 40), min_size=1, max_size=12), st.integers(200, 5_000))
+def test_parquet_slices_cover_every_row_group_once_in_order(group_rows, slice_bytes) -> None:
+    from chunkline.readers import parquet_slices
+
+    buffer = pa.BufferOutputStream()
+    rows = [f"text {i} " * (i % 7 + 1) for i in range(sum(group_rows))]
+    with pq.ParquetWriter(buffer, pa.schema([("id", pa.string()), ("text", pa.string())])) as writer:
+        start = 0
+        for count in group_rows:
+            writer.write_table(pa.table({"id": [str(i) for i in range(start, start + count)],
+                                         "text": rows[start:start + count]}))
+            start += count
+    data = buffer.getvalue()
+    metadata = pq.ParquetFile(pa.BufferReader(data)).metadata
+    slices = parquet_slices(pa.BufferReader(data), slice_bytes)
+    assert [s.first_group for s in slices] == [0] + [s.end_group for s in slices[:-1]]
+    assert slices[-1].end_group == len(group_rows)
+    assert [s.first_row for s in slices] == [sum(group_rows[:s.first_group]) for s in slices]
+    for s in slices:
+        sizes = [metadata.row_group(g).total_byte_size for g in range(s.first_group, s.end_group)]
+        assert len(sizes) == 1 or sum(sizes) <= slice_bytes

@@ -21,12 +21,15 @@ from apache_beam.pvalue import PBegin, PCollection, TaggedOutput
 
 from chunkline.containers import HEAD_BYTES
 from chunkline.readers import (
+    PARQUET_EXTENSIONS,
     SINGLE_DOCUMENT_EXTENSIONS,
+    ParquetSlice,
     ReadOptions,
     decode_file,
     extension,
     input_root,
     name_problem,
+    parquet_slices,
     reject_before_reading,
     relative_id,
     shown_name,
@@ -34,7 +37,7 @@ from chunkline.readers import (
     streams,
 )
 from chunkline.records import Document, Rejected, input_digest
-from transforms.counters import READ_DOCUMENTS, READ_REJECTED
+from transforms.counters import READ_DOCUMENTS, READ_PARQUET_SLICES, READ_REJECTED
 from transforms.match import MatchPattern, is_local
 
 REJECTED = "rejected"
@@ -57,7 +60,11 @@ class _DecodeFile(beam.DoFn):
         self._documents = Metrics.counter(*READ_DOCUMENTS)
         self._rejected = Metrics.counter(*READ_REJECTED)
 
-    def process(self, found: ReadableFile | Rejected) -> Iterable[Document | TaggedOutput]:
+    def process(self, found: ReadableFile | Rejected | tuple[ReadableFile, ParquetSlice]
+                ) -> Iterable[Document | TaggedOutput]:
+        part = None
+        if isinstance(found, tuple):
+            found, part = found
         uri = found.uri if isinstance(found, Rejected) else found.metadata.path
         problem = name_problem(uri)
         if problem:
@@ -73,7 +80,7 @@ class _DecodeFile(beam.DoFn):
             # Decided by name and size alone: an oversized or unsupported file is never fetched.
             early = reject_before_reading(uri, self._root, found.metadata.size_in_bytes,
                                           self._options)
-            records = [early] if early else self._read_and_decode(found, uri)
+            records = [early] if early else self._read_and_decode(found, uri, part)
         for record in records:
             if isinstance(record, Document):
                 self._documents.inc()
@@ -82,7 +89,8 @@ class _DecodeFile(beam.DoFn):
                 self._rejected.inc()
                 yield TaggedOutput(REJECTED, record)
 
-    def _read_and_decode(self, readable: ReadableFile, uri: str) -> Iterator[Document | Rejected]:
+    def _read_and_decode(self, readable: ReadableFile, uri: str,
+                         part: ParquetSlice | None = None) -> Iterator[Document | Rejected]:
         try:
             if is_local(uri):
                 # The modification time of what was read, from the open file: 0.0 is the epoch
@@ -107,7 +115,8 @@ class _DecodeFile(beam.DoFn):
                 handle.seek(0)
                 if streams(uri, head):
                     # A record dump of any size: a line or a batch of rows at a time.
-                    yield from stream_file(uri, self._root, handle, size, self._options, modified)
+                    yield from stream_file(uri, self._root, handle, size, self._options, modified,
+                                           part)
                     return
                 limit = _read_limit(uri, self._options)
                 data = handle.read() if limit is None else handle.read(limit)
@@ -120,6 +129,47 @@ class _DecodeFile(beam.DoFn):
         # Only the read is guarded: one unreadable file is a rejection, not a failed job.
         reason = f"could not read file ({type(exc).__name__}: {exc})"
         return Rejected(uri, relative_id(uri, self._root), reason)
+
+
+def _open(readable: ReadableFile) -> BinaryIO:
+    uri = readable.metadata.path
+    if is_local(uri):
+        return _open_local(uri)[0]
+    return readable.open(compression_type=CompressionTypes.UNCOMPRESSED)
+
+
+class _SliceParquet(beam.DoFn):
+    """A matched Parquet file bigger than ``slice_bytes`` -> one ``(file, ParquetSlice)`` per
+    run of row groups, so the shuffle after spreads one big file over the workers (as Beam's
+    own Parquet source splits by row group); every other element passes through. Only the
+    footer is read here; a file whose footer cannot be read passes whole, and its reader says
+    what is wrong with it."""
+
+    def __init__(self, options: ReadOptions) -> None:
+        self._options = options
+        self._slices = Metrics.counter(*READ_PARQUET_SLICES)
+
+    def process(self, found: ReadableFile | Rejected) -> Iterable:
+        # A file an eighth of a slice on disk holds about one slice of text (zstd packs text
+        # 3-8x): read whole, its footer never opened here, which keeps matching cheap.
+        if isinstance(found, Rejected) or extension(found.metadata.path) not in PARQUET_EXTENSIONS \
+                or found.metadata.size_in_bytes <= self._options.parquet.slice_bytes // 8:
+            yield found
+            return
+        try:
+            with _open(found) as handle:
+                head = handle.read(HEAD_BYTES)
+                handle.seek(0)
+                slices = (parquet_slices(handle, self._options.parquet.slice_bytes)
+                          if streams(found.metadata.path, head) else [])
+        except Exception:  # noqa: BLE001 - not Parquet, unreadable, gone: the reader says which
+            slices = []
+        if len(slices) < 2:
+            yield found
+            return
+        self._slices.inc(len(slices))
+        for part in slices:
+            yield found, part
 
 
 class _NotRegular(Exception):
@@ -163,10 +213,11 @@ class _ReadPattern(beam.PTransform):
         decoded = (
             begin
             | "Match" >> MatchPattern(self._pattern, self._follow, self._exclude)
+            | "SliceParquet" >> beam.ParDo(_SliceParquet(self._options))
             # Matching runs on one worker; without a shuffle every file would be read there too.
             | "Spread" >> beam.Reshuffle()
             | "Decode" >> beam.ParDo(_DecodeFile(input_root(self._pattern), self._options))
-            .with_input_types(Union[ReadableFile, Rejected])
+            .with_input_types(Union[ReadableFile, Rejected, tuple[ReadableFile, ParquetSlice]])
             .with_output_types(Document, rejected=Rejected)
             .with_outputs(REJECTED, main="documents")
         )

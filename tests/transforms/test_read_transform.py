@@ -234,3 +234,32 @@ def test_exclude_applies_to_gcs_patterns(tmp_path: Path) -> None:
         result = p.run()
         result.wait_until_finish()
     assert counter(result, "excluded") == 1
+
+
+
+def _sliced_export(path: Path, groups: int = 12, rows_per_group: int = 50) -> list[tuple]:
+    """A Parquet export in many row groups, one row with a null text (a rejected row); the
+    (id, position, text) of its documents."""
+    ids = [f"R-{i:05d}" for i in range(groups * rows_per_group)]
+    texts = [None if i == 333 else f"Record {i}: the dock at bay {i % 17} needs a reset."
+             for i in range(len(ids))]
+    pq.write_table(pa.table({"id": ids, "text": texts}), path, row_group_size=rows_per_group)
+    return [(doc_id, row, text) for row, (doc_id, text) in enumerate(zip(ids, texts)) if text is not None]
+
+
+@pytest.mark.parametrize("slice_bytes, sliced", [(10**9, False), (2_000, True)])
+def test_a_big_parquet_file_is_read_in_slices_equal_to_the_whole(tmp_path: Path, slice_bytes,
+                                                                 sliced) -> None:
+    from chunkline.readers import ParquetOptions
+
+    expected = _sliced_export(tmp_path / "export.parquet")
+    p = pipeline()
+    outputs = p | "Read" >> ReadDocuments(
+        f"{tmp_path}/**", ReadOptions(parquet=ParquetOptions(slice_bytes=slice_bytes)))
+    assert_that(outputs.documents | beam.Map(lambda d: (d.doc_id, d.position, d.text)),
+                equal_to(expected), label="Documents")
+    assert_that(outputs.rejected | beam.Map(lambda r: (r.doc_id, r.reason)), equal_to(
+        [("export.parquet#row333", "row 333: 'text' is null, not a string")]), label="Rejected")
+    result = p.run()
+    result.wait_until_finish()
+    assert (counter(result, "parquet_slices") >= 6) is sliced
