@@ -1,0 +1,232 @@
+"""Whole files: what a file's name and size decide, the dispatch by type, single-document
+formats (text, Markdown, code, HTML, PDF), containers member by member, and the facts every
+document records."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import BinaryIO, Iterator
+
+from chunkline.clean import without_nul
+from chunkline.containers import CONTAINER_SUFFIXES, HEAD_BYTES, MEMBER_SEPARATOR, is_container, unpacked
+from chunkline.html_markdown import html_to_text, main_content, page_metadata
+from chunkline.metadata import NUL, FrontMatter, MetadataError, front_matter, metadata_pairs, over_byte_limit
+from chunkline.pdf import read_pdf
+from chunkline.readers.formats import (
+    EMPTY,
+    FORMATS,
+    HTML_EXTENSIONS,
+    JSONL_EXTENSIONS,
+    PARQUET_EXTENSIONS,
+    PDF_EXTENSIONS,
+    SINGLE_DOCUMENT_EXTENSIONS,
+    SUPPORTED_EXTENSIONS,
+    TEXT_EXTENSIONS,
+    NO_MAIN_CONTENT,
+    over_limit,
+)
+from chunkline.readers.options import ReadOptions
+from chunkline.readers.paths import extension, locator, name_problem, relative_id, shown_name
+from chunkline.readers.records import ParquetSlice, decode_jsonl, decode_parquet, stream_jsonl, stream_parquet
+from chunkline.readers.text import decode_text, utf8_encodable
+from chunkline.records import Document, Rejected
+
+
+def reject_before_reading(
+    uri: str, root: str, size: int, options: ReadOptions
+) -> Rejected | None:
+    """The rejection that a file's name and size alone decide (a name that cannot be an id
+    (:func:`name_problem`, recorded under :func:`shown_name`), empty, unsupported, a single
+    document over the limit), or None; lets a reader skip fetching such a file."""
+    problem = name_problem(uri)
+    if problem:
+        return Rejected(shown_name(uri), relative_id(shown_name(uri), shown_name(root)), problem)
+    ext = extension(uri)
+    # A container's limits are on what it unpacks to: its own size says nothing yet.
+    reason = (EMPTY if size == 0 else None) if ext in CONTAINER_SUFFIXES else _early_reason(ext, size, options)
+    return Rejected(uri, relative_id(uri, root), reason) if reason else None
+
+
+def _early_reason(ext: str, size: int, options: ReadOptions) -> str | None:
+    if ext not in SUPPORTED_EXTENSIONS:
+        return f"unsupported file type {ext}" if ext else "unsupported file type (no extension)"
+    if size == 0:
+        return EMPTY
+    if ext in SINGLE_DOCUMENT_EXTENSIONS:
+        return over_limit(size, options)
+    return None
+
+
+def decode_file(
+    uri: str, data: bytes, root: str, options: ReadOptions, modified: float | None = None
+) -> list[Document | Rejected]:
+    """Every document in one file's bytes, and a ``Rejected`` for each thing that is not one.
+    ``modified``: the file's modification time (seconds since the epoch), where known.
+
+    Never raises for bad input. A supported file always yields at least one record: a readable
+    Parquet file with no rows yields one ``Rejected`` ("empty document (Parquet file has no
+    rows)"), so no input vanishes from the accounting. A document whose metadata JSON (the
+    file facts included) is over ``options.max_metadata_bytes`` is a ``Rejected``.
+    """
+    early = reject_before_reading(uri, root, len(data), options)
+    if early is not None:
+        return [early]
+    path_id = relative_id(uri, root)
+    if is_container(uri, data[:HEAD_BYTES]):
+        return _decode_container(uri, path_id, data, options, modified)
+    return _decoded(uri, path_id, extension(uri), data, options, modified)
+
+
+RECORD_EXTENSIONS = JSONL_EXTENSIONS | PARQUET_EXTENSIONS
+
+
+def streams(uri: str, head: bytes) -> bool:
+    """Whether a file is read from an open handle (:func:`stream_file`) rather than whole: a
+    record file (JSONL, Parquet) not compressed (``head``: its first bytes)."""
+    return extension(uri) in RECORD_EXTENSIONS and not is_container(uri, head[:HEAD_BYTES])
+
+
+def stream_file(uri: str, root: str, handle: BinaryIO, size: int, options: ReadOptions,
+                modified: float | None = None,
+                part: ParquetSlice | None = None) -> Iterator[Document | Rejected]:
+    """:func:`decode_file` for a file :func:`streams` says is read from ``handle`` (seekable
+    for Parquet): its records one by one, with memory for one line or one batch of rows;
+    with ``part``, only that slice of a Parquet file (:func:`parquet_slices`)."""
+    early = reject_before_reading(uri, root, size, options)
+    if early is not None:
+        yield early
+        return
+    path_id, ext = relative_id(uri, root), extension(uri)
+    records = (stream_parquet(uri, path_id, handle, options, part) if ext in PARQUET_EXTENSIONS
+               else stream_jsonl(uri, path_id, handle, options))
+    facts = {"format": FORMATS.get(ext, ""), "file_size": size, "file_modified": modified}
+    for record in records:
+        yield _finished(replace(record, **facts), path_id, options) if isinstance(record, Document) else record
+
+
+def _decoded(uri: str, path_id: str, ext: str, data: bytes, options: ReadOptions,
+             modified: float | None) -> list[Document | Rejected]:
+    """The documents of one file's (or archive member's) bytes, of the type ``ext`` says."""
+    records = _decode_bytes(uri, path_id, ext, data, options)
+    facts = {"format": FORMATS.get(ext, ""), "file_size": len(data), "file_modified": modified}
+    return [_finished(replace(record, **facts), path_id, options)
+            if isinstance(record, Document) else record for record in records]
+
+
+def _member(parent: str, path: str) -> str:
+    return f"{parent}{MEMBER_SEPARATOR}{path}" if path else parent
+
+
+def _decode_container(uri: str, path_id: str, data: bytes, options: ReadOptions,
+                      modified: float | None) -> list[Document | Rejected]:
+    """Every supported file inside a compressed file or archive (``chunkline.containers``),
+    read as if it were a file of its own under the id ``<archive id>//<member path>`` (a
+    compressed file's content keeps the file's id); each member no reader takes, each refused
+    member and the limit a container met, a ``Rejected``."""
+    records: list[Document | Rejected] = []
+    for inner in unpacked(uri.rsplit("/", 1)[-1], data, options.containers,
+                          is_wanted=lambda name: extension(name) in SUPPORTED_EXTENSIONS):
+        member_uri, member_id = _member(uri, inner.path), _member(path_id, inner.path)
+        problem = name_problem(member_id)
+        if problem:
+            records.append(Rejected(shown_name(member_uri), shown_name(member_id), problem))
+            continue
+        ext = extension(inner.name)
+        reason = inner.reason or _early_reason(ext, len(inner.data or b""), options)
+        if reason is None and inner.data is None:
+            reason = f"unsupported file type {ext}" if ext else "unsupported file type (no extension)"
+        if reason is not None:
+            records.append(Rejected(member_uri, member_id, reason))
+            continue
+        records.extend(_decoded(member_uri, member_id, ext, inner.data, options, modified))
+    return records
+
+
+def _finished(doc: Document, path_id: str, options: ReadOptions) -> Document | Rejected:
+    """A decoded document with its facts, checked as a whole: U+0000 dropped from its text and
+    outline titles, its metadata JSON within the byte limit."""
+    if NUL in doc.text or any(NUL in title for _, _, title in doc.outline):
+        text, page_starts = without_nul(doc.text, doc.page_starts)
+        if not text.strip():
+            return _rejected_document(doc, path_id, f"{EMPTY} (nothing but U+0000)")
+        outline = tuple((page, level, title.replace(NUL, "")) for page, level, title in doc.outline)
+        doc = replace(doc, text=text, page_starts=page_starts,
+                      outline=tuple(entry for entry in outline if entry[2].strip()))
+    too_big = over_byte_limit(doc.all_metadata(), options.max_metadata_bytes)
+    if too_big:
+        return _rejected_document(doc, path_id, too_big)
+    return doc
+
+
+def _rejected_document(doc: Document, path_id: str, reason: str) -> Rejected:
+    """``doc`` rejected: a record under its locator, with its line or row and id in the reason,
+    as every record-level rejection; a whole-file document under its id."""
+    if doc.format == FORMATS[".jsonl"]:
+        return Rejected(doc.uri, locator(path_id, doc.position),
+                        f"line {doc.position}: {reason} (id {doc.doc_id!r})")
+    if doc.format == FORMATS[".parquet"]:
+        return Rejected(doc.uri, locator(path_id, doc.position),
+                        f"row {doc.position}: {reason} (id {doc.doc_id!r})")
+    return Rejected(doc.uri, doc.doc_id, reason)
+
+
+def _decode_bytes(uri: str, doc_id: str, ext: str, data: bytes,
+                  options: ReadOptions) -> list[Document | Rejected]:
+    if ext in PARQUET_EXTENSIONS:
+        return decode_parquet(uri, doc_id, data, options)
+    if ext in JSONL_EXTENSIONS:
+        return decode_jsonl(uri, doc_id, data, options)
+    if ext in PDF_EXTENSIONS:
+        return [_decode_pdf(uri, doc_id, data, options)]
+    decoded = decode_text(data, html=ext in HTML_EXTENSIONS)
+    if isinstance(decoded, str):
+        return [Rejected(uri, doc_id, decoded)]
+    text, encoding = decoded
+    if encoding != "utf-8":
+        # The limit is on UTF-8 bytes; a legacy or UTF-16 file's size on disk is not that.
+        too_big = over_limit(len(text.encode("utf-8")), options)
+        if too_big:
+            return [Rejected(uri, doc_id, too_big)]
+    metadata: tuple[tuple[str, str], ...] = ()
+    if ext in HTML_EXTENSIONS:
+        plain = html_to_text(text)
+        if not plain.strip():
+            return [Rejected(uri, doc_id, EMPTY)]  # no text at all, not even page chrome
+        html = text
+        text = main_content(html, plain)
+        if text is None:
+            return [Rejected(uri, doc_id, NO_MAIN_CONTENT)]
+        try:
+            metadata = metadata_pairs(page_metadata(html).items(), max_depth=options.max_metadata_depth)
+        except MetadataError as exc:
+            return [Rejected(uri, doc_id, str(exc))]
+    elif ext in TEXT_EXTENSIONS:
+        found = front_matter(text, max_depth=options.max_metadata_depth)
+        if isinstance(found, str):
+            return [Rejected(uri, doc_id, found)]
+        if isinstance(found, FrontMatter):
+            # The fields are metadata, not content: the document's text starts after them.
+            text, metadata = text[found.body_start:], found.pairs
+            if not text.strip():
+                return [Rejected(uri, doc_id, f"{EMPTY} (front matter only)")]
+    if not text.strip():
+        return [Rejected(uri, doc_id, EMPTY)]
+    return [Document(doc_id=doc_id, uri=uri, text=text, metadata=metadata, encoding=encoding)]
+
+
+def _decode_pdf(uri: str, doc_id: str, data: bytes, options: ReadOptions) -> Document | Rejected:
+    found = read_pdf(data)
+    if isinstance(found, str):
+        return Rejected(uri, doc_id, found)
+    text = found.text
+    if not utf8_encodable(text):
+        return Rejected(uri, doc_id, "PDF text contains an unpaired surrogate")
+    too_big = over_limit(len(text.encode("utf-8")), options)
+    if too_big:
+        return Rejected(uri, doc_id, f"{too_big} (text read from the PDF)")
+    try:
+        metadata = metadata_pairs(found.info.items(), max_depth=options.max_metadata_depth)
+    except MetadataError as exc:
+        return Rejected(uri, doc_id, str(exc))
+    return Document(doc_id=doc_id, uri=uri, text=text, metadata=metadata, encoding="",
+                    page_starts=found.page_starts, outline=found.outline)

@@ -1,0 +1,41 @@
+"""The formats a reader takes, by file extension, what their documents record as ``format``, and
+the reasons shared by every format's rejections."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from chunkline.readers.options import ReadOptions
+
+TEXT_EXTENSIONS = frozenset({".txt", ".md", ".markdown"})
+# Source code is read as text, verbatim; the extension stays in the uri and the doc_id.
+CODE_EXTENSIONS = frozenset({".py", ".js", ".mjs", ".ts", ".tsx", ".go", ".java", ".rs"})
+HTML_EXTENSIONS = frozenset({".html", ".htm"})
+JSONL_EXTENSIONS = frozenset({".jsonl"})
+PARQUET_EXTENSIONS = frozenset({".parquet"})
+PDF_EXTENSIONS = frozenset({".pdf"})
+# One file, one document: the file's size is the document's size, so an oversized file can be
+# rejected from its metadata without reading it. (A PDF's size is mostly fonts and images: its
+# limit applies to the text read from it.)
+SINGLE_DOCUMENT_EXTENSIONS = TEXT_EXTENSIONS | CODE_EXTENSIONS | HTML_EXTENSIONS
+SUPPORTED_EXTENSIONS = (SINGLE_DOCUMENT_EXTENSIONS | JSONL_EXTENSIONS | PARQUET_EXTENSIONS
+                        | PDF_EXTENSIONS)
+# The ``format`` each extension's documents record.
+FORMATS = {
+    **{ext: "markdown" for ext in (".md", ".markdown")}, ".txt": "text",
+    **{ext: "code" for ext in CODE_EXTENSIONS}, **{ext: "html" for ext in HTML_EXTENSIONS},
+    ".jsonl": "jsonl", ".parquet": "parquet", ".pdf": "pdf",
+}
+
+EMPTY = "empty document"
+BINARY = "binary file"
+NO_MAIN_CONTENT = "no main content"
+
+
+def over_limit(size: int, options: ReadOptions) -> str | None:
+    limit = options.max_document_bytes
+    if limit is not None and size > limit:
+        return f"document is {size} bytes, over the limit of {limit}"
+    return None
+
