@@ -1041,3 +1041,44 @@ def test_parquet_slices_cover_every_row_group_once_in_order(group_rows, slice_by
     for s in slices:
         sizes = [metadata.row_group(g).total_byte_size for g in range(s.first_group, s.end_group)]
         assert len(sizes) == 1 or sum(sizes) <= slice_bytes
+
+
+JSON_LINES = st.lists(st.one_of(
+    st.builds(lambda i, t: json.dumps({"id": f"r{i}", "text": t}), st.integers(0, 50),
+              st.text(alphabet="ab \u2028é", min_size=1, max_size=30)),
+    st.sampled_from(["", "   ", "not json", "{\"id\": 1}", "\r"]),
+), min_size=1, max_size=40)
+
+
+@settings(max_examples=150, deadline=None)
+@given(JSON_LINES, st.integers(1, 200), st.booleans())
+def test_jsonl_slices_read_as_the_whole_file(lines, slice_bytes, final_newline) -> None:
+    import io as _io
+
+    from chunkline.readers import jsonl_slices, stream_jsonl
+
+    data = "\n".join(lines).encode() + (b"\n" if final_newline else b"")
+    slices = jsonl_slices(_io.BytesIO(data), slice_bytes)
+    options = ReadOptions()
+    whole = list(stream_jsonl("u.jsonl", "u.jsonl", _io.BytesIO(data), options))
+    if not slices:
+        assume(False)
+    assert slices[0].start == 0 and slices[-1].end == len(data)
+    for before, after in zip(slices, slices[1:]):
+        assert before.end == after.start and data[after.start - 1:after.start] == b"\n"
+    for part in slices:
+        assert part.first_line == data[:part.start].count(b"\n") + 1
+    pieces = [r for part in slices
+              for r in stream_jsonl("u.jsonl", "u.jsonl", _io.BytesIO(data), options, part)]
+    assert pieces == whole and [getattr(r, "position", None) for r in pieces] == \
+        [getattr(r, "position", None) for r in whole]
+
+
+def test_whitespace_and_utf16_files_are_never_sliced() -> None:
+    import io as _io
+
+    from chunkline.readers import jsonl_slices
+
+    assert jsonl_slices(_io.BytesIO(b" \n" * 1000), 10) == []
+    utf16 = "\n".join(json.dumps({"id": i, "text": "x"}) for i in range(100)).encode("utf-16")
+    assert jsonl_slices(_io.BytesIO(utf16), 10) == []

@@ -14,7 +14,7 @@ class Counter(NamedTuple):
 READ_DOCUMENTS = Counter("read", "documents")
 READ_REJECTED = Counter("read", "rejected")
 READ_EXCLUDED = Counter("read", "excluded")
-READ_PARQUET_SLICES = Counter("read", "parquet_slices")  # pieces big Parquet files were cut into  # the output root met under the input: not input
+READ_SLICES = Counter("read", "slices")  # pieces big record dumps were cut into  # the output root met under the input: not input
 CHUNKS_EMBEDDED = Counter("chunkline.embed", "chunks_embedded")
 TOKENS_EMBEDDED = Counter("chunkline.embed", "tokens_embedded")
 # Positions the model computed: real tokens plus each pass's padding.

@@ -21,13 +21,16 @@ from apache_beam.pvalue import PBegin, PCollection, TaggedOutput
 
 from chunkline.containers import HEAD_BYTES
 from chunkline.readers import (
+    JSONL_EXTENSIONS,
     PARQUET_EXTENSIONS,
     SINGLE_DOCUMENT_EXTENSIONS,
+    LineSlice,
     ParquetSlice,
     ReadOptions,
     decode_file,
     extension,
     input_root,
+    jsonl_slices,
     name_problem,
     parquet_slices,
     reject_before_reading,
@@ -37,7 +40,7 @@ from chunkline.readers import (
     streams,
 )
 from chunkline.records import Document, Rejected, input_digest
-from transforms.counters import READ_DOCUMENTS, READ_PARQUET_SLICES, READ_REJECTED
+from transforms.counters import READ_DOCUMENTS, READ_REJECTED, READ_SLICES
 from transforms.match import MatchPattern, is_local
 
 REJECTED = "rejected"
@@ -60,7 +63,7 @@ class _DecodeFile(beam.DoFn):
         self._documents = Metrics.counter(*READ_DOCUMENTS)
         self._rejected = Metrics.counter(*READ_REJECTED)
 
-    def process(self, found: ReadableFile | Rejected | tuple[ReadableFile, ParquetSlice]
+    def process(self, found: ReadableFile | Rejected | tuple[ReadableFile, ParquetSlice | LineSlice]
                 ) -> Iterable[Document | TaggedOutput]:
         part = None
         if isinstance(found, tuple):
@@ -90,7 +93,7 @@ class _DecodeFile(beam.DoFn):
                 yield TaggedOutput(REJECTED, record)
 
     def _read_and_decode(self, readable: ReadableFile, uri: str,
-                         part: ParquetSlice | None = None) -> Iterator[Document | Rejected]:
+                         part: ParquetSlice | LineSlice | None = None) -> Iterator[Document | Rejected]:
         try:
             if is_local(uri):
                 # The modification time of what was read, from the open file: 0.0 is the epoch
@@ -138,30 +141,45 @@ def _open(readable: ReadableFile) -> BinaryIO:
     return readable.open(compression_type=CompressionTypes.UNCOMPRESSED)
 
 
-class _SliceParquet(beam.DoFn):
-    """A matched Parquet file bigger than ``slice_bytes`` -> one ``(file, ParquetSlice)`` per
-    run of row groups, so the shuffle after spreads one big file over the workers (as Beam's
-    own Parquet source splits by row group); every other element passes through. Only the
-    footer is read here; a file whose footer cannot be read passes whole, and its reader says
-    what is wrong with it."""
+class _SliceRecordFiles(beam.DoFn):
+    """A matched record dump bigger than its slice -> one ``(file, slice)`` per piece, so the
+    shuffle after spreads one big file over the workers (as Beam's own sources split Parquet by
+    row group and text by byte range); every other element passes through. A Parquet file's
+    pieces come from its footer; a JSONL file's from one pass counting newlines (its line
+    numbers must stay the file's). A file that cannot be sliced passes whole, and its reader
+    says what is wrong with it."""
 
     def __init__(self, options: ReadOptions) -> None:
         self._options = options
-        self._slices = Metrics.counter(*READ_PARQUET_SLICES)
+        self._slices = Metrics.counter(*READ_SLICES)
+
+    def _slice_bytes(self, uri: str) -> int | None:
+        ext = extension(uri)
+        if ext in PARQUET_EXTENSIONS:
+            return self._options.parquet.slice_bytes
+        if ext in JSONL_EXTENSIONS:
+            return self._options.jsonl.slice_bytes
+        return None
 
     def process(self, found: ReadableFile | Rejected) -> Iterable:
-        # A file an eighth of a slice on disk holds about one slice of text (zstd packs text
-        # 3-8x): read whole, its footer never opened here, which keeps matching cheap.
-        if isinstance(found, Rejected) or extension(found.metadata.path) not in PARQUET_EXTENSIONS \
-                or found.metadata.size_in_bytes <= self._options.parquet.slice_bytes // 8:
+        slice_bytes = None if isinstance(found, Rejected) else self._slice_bytes(found.metadata.path)
+        # A Parquet file an eighth of a slice on disk holds about one slice of text (zstd packs
+        # text 3-8x), a JSONL file under a slice is one: read whole, never opened here.
+        parquet = slice_bytes is not None and extension(found.metadata.path) in PARQUET_EXTENSIONS
+        if slice_bytes is None or found.metadata.size_in_bytes <= (
+                slice_bytes // 8 if parquet else slice_bytes):
             yield found
             return
         try:
             with _open(found) as handle:
                 head = handle.read(HEAD_BYTES)
                 handle.seek(0)
-                slices = (parquet_slices(handle, self._options.parquet.slice_bytes)
-                          if streams(found.metadata.path, head) else [])
+                if not streams(found.metadata.path, head):
+                    slices = []
+                elif parquet:
+                    slices = parquet_slices(handle, slice_bytes)
+                else:
+                    slices = jsonl_slices(handle, slice_bytes)
         except Exception:  # noqa: BLE001 - not Parquet, unreadable, gone: the reader says which
             slices = []
         if len(slices) < 2:
@@ -213,11 +231,12 @@ class _ReadPattern(beam.PTransform):
         decoded = (
             begin
             | "Match" >> MatchPattern(self._pattern, self._follow, self._exclude)
-            | "SliceParquet" >> beam.ParDo(_SliceParquet(self._options))
+            | "SliceRecordFiles" >> beam.ParDo(_SliceRecordFiles(self._options))
             # Matching runs on one worker; without a shuffle every file would be read there too.
             | "Spread" >> beam.Reshuffle()
             | "Decode" >> beam.ParDo(_DecodeFile(input_root(self._pattern), self._options))
-            .with_input_types(Union[ReadableFile, Rejected, tuple[ReadableFile, ParquetSlice]])
+            .with_input_types(Union[ReadableFile, Rejected,
+                                    tuple[ReadableFile, Union[ParquetSlice, LineSlice]]])
             .with_output_types(Document, rejected=Rejected)
             .with_outputs(REJECTED, main="documents")
         )

@@ -83,7 +83,9 @@ from chunkline.readers.options import JsonlOptions, ParquetOptions, ReadOptions
 from chunkline.readers.paths import extension, input_root, locator, name_problem, relative_id, shown_name
 from chunkline.readers.records import (
     PARQUET_BATCH_ROWS,
+    LineSlice,
     ParquetSlice,
+    jsonl_slices,
     parquet_slices,
     stream_jsonl,
     stream_parquet,
@@ -94,7 +96,7 @@ __all__ = [
     "BINARY", "CODE_EXTENSIONS", "EMPTY", "FORMATS", "HTML_EXTENSIONS", "JSONL_EXTENSIONS",
     "NO_MAIN_CONTENT", "PARQUET_BATCH_ROWS", "PARQUET_EXTENSIONS", "PDF_EXTENSIONS",
     "RECORD_EXTENSIONS", "SINGLE_DOCUMENT_EXTENSIONS", "SUPPORTED_EXTENSIONS", "TEXT_EXTENSIONS",
-    "JsonlOptions", "ParquetOptions", "ParquetSlice", "ReadOptions", "codec_name", "decode_file",
+    "JsonlOptions", "LineSlice", "ParquetOptions", "ParquetSlice", "jsonl_slices", "ReadOptions", "codec_name", "decode_file",
     "decode_text", "extension", "input_root", "locator", "name_problem", "parquet_slices",
     "reject_before_reading", "relative_id", "shown_name", "stream_file", "stream_jsonl",
     "stream_parquet", "streams", "utf8_encodable",

@@ -27,7 +27,14 @@ from chunkline.readers.formats import (
 )
 from chunkline.readers.options import ReadOptions
 from chunkline.readers.paths import extension, locator, name_problem, relative_id, shown_name
-from chunkline.readers.records import ParquetSlice, decode_jsonl, decode_parquet, stream_jsonl, stream_parquet
+from chunkline.readers.records import (
+    LineSlice,
+    ParquetSlice,
+    decode_jsonl,
+    decode_parquet,
+    stream_jsonl,
+    stream_parquet,
+)
 from chunkline.readers.text import decode_text, utf8_encodable
 from chunkline.records import Document, Rejected
 
@@ -88,17 +95,22 @@ def streams(uri: str, head: bytes) -> bool:
 
 def stream_file(uri: str, root: str, handle: BinaryIO, size: int, options: ReadOptions,
                 modified: float | None = None,
-                part: ParquetSlice | None = None) -> Iterator[Document | Rejected]:
-    """:func:`decode_file` for a file :func:`streams` says is read from ``handle`` (seekable
-    for Parquet): its records one by one, with memory for one line or one batch of rows;
-    with ``part``, only that slice of a Parquet file (:func:`parquet_slices`)."""
+                part: ParquetSlice | LineSlice | None = None) -> Iterator[Document | Rejected]:
+    """:func:`decode_file` for a file :func:`streams` says is read from ``handle`` (seekable):
+    its records one by one, with memory for one line or one batch of rows; with ``part``, only
+    that slice of it (:func:`~chunkline.readers.records.parquet_slices`,
+    :func:`~chunkline.readers.records.jsonl_slices`)."""
     early = reject_before_reading(uri, root, size, options)
     if early is not None:
         yield early
         return
     path_id, ext = relative_id(uri, root), extension(uri)
-    records = (stream_parquet(uri, path_id, handle, options, part) if ext in PARQUET_EXTENSIONS
-               else stream_jsonl(uri, path_id, handle, options))
+    if ext in PARQUET_EXTENSIONS:
+        records = stream_parquet(uri, path_id, handle, options,
+                                 part if isinstance(part, ParquetSlice) else None)
+    else:
+        records = stream_jsonl(uri, path_id, handle, options,
+                               part if isinstance(part, LineSlice) else None)
     facts = {"format": FORMATS.get(ext, ""), "file_size": size, "file_modified": modified}
     for record in records:
         yield _finished(replace(record, **facts), path_id, options) if isinstance(record, Document) else record

@@ -23,6 +23,9 @@ class JsonlOptions:
         "Record field holding the text (a string)."))
     metadata_field: Annotated[str, MinLen(1)] | None = field(default="metadata", metadata=help_text(
         "Record field holding an object of metadata; null: ignored."))
+    slice_bytes: Annotated[int, Ge(1)] = field(default=64_000_000, metadata=help_text(
+        "Bytes of lines read as one piece: a bigger file is cut at line starts (found by one "
+        "pass counting newlines) into pieces that go to different workers."))
 
     def __post_init__(self) -> None:
         check_fields(self)

@@ -28,11 +28,61 @@ def decode_jsonl(
     return list(stream_jsonl(uri, path_id, io.BytesIO(data), options))
 
 
-def stream_jsonl(uri: str, path_id: str, handle: BinaryIO,
-                 options: ReadOptions) -> Iterator[Document | Rejected]:
+@dataclass(frozen=True)
+class LineSlice:
+    """The lines of a JSONL file from byte ``start`` (a line start) up to byte ``end`` (a line
+    start or the end of the file), the first of them line ``first_line`` (1-based) of the file."""
+
+    start: int
+    end: int
+    first_line: int
+
+
+# Bytes a slicing pass reads at a time.
+_SCAN_BYTES = 1 << 22
+
+
+def jsonl_slices(handle: BinaryIO, slice_bytes: int) -> list[LineSlice]:
+    """A JSONL file cut at line starts about every ``slice_bytes``, with each piece's first line
+    number, from one pass that only counts newlines (memchr speed: far below the cost of
+    parsing). None (an empty list) for a file that must be read whole: one behind a UTF-16 or
+    UTF-32 BOM (it has no lines before it is decoded), one of whitespace only (its reader
+    rejects it as empty), or one that makes a single piece."""
+    head = handle.read(4)
+    if any(head.startswith(bom) for bom, name in BOMS if name != "utf-8"):
+        return []
+    handle.seek(0)
+    slices: list[LineSlice] = []
+    start, first_line, position, newlines, text_seen = 0, 1, 0, 0, False
+    cut_after = slice_bytes
+    while True:
+        block = handle.read(_SCAN_BYTES)
+        if not block:
+            break
+        text_seen = text_seen or not block.isspace()
+        while cut_after < position + len(block):
+            newline = block.find(b"\n", max(0, cut_after - position))
+            if newline < 0:
+                break  # a line longer than the rest of the block: cut in a later one
+            cut = position + newline + 1
+            slices.append(LineSlice(start, cut, first_line))
+            start = cut
+            first_line = newlines + block.count(b"\n", 0, newline + 1) + 1
+            cut_after = cut + slice_bytes
+        newlines += block.count(b"\n")
+        position += len(block)
+    if start < position:
+        slices.append(LineSlice(start, position, first_line))
+    return slices if text_seen and len(slices) > 1 else []
+
+
+def stream_jsonl(uri: str, path_id: str, handle: BinaryIO, options: ReadOptions,
+                 part: LineSlice | None = None) -> Iterator[Document | Rejected]:
     """The records of a JSONL file read from ``handle`` a line at a time: memory holds one
     line, whatever the file's size. Only a file behind a UTF-16 or UTF-32 BOM is read whole
-    (it must be decoded before it has lines)."""
+    (it must be decoded before it has lines). With ``part``, only that piece of the file
+    (:func:`jsonl_slices`): its lines keep their file-wide numbers; the file's head decides,
+    in every piece, whether it is binary (the first piece says so)."""
     encoding = "utf-8"  # RFC 8259 section 8.1: JSON exchanged between systems is UTF-8
     head = handle.read(SNIFF_BYTES)
     bom = next((name for bom, name in BOMS if head.startswith(bom)), None)
@@ -46,15 +96,19 @@ def stream_jsonl(uri: str, path_id: str, handle: BinaryIO,
         text, encoding = decoded
         lines = iter(io.BytesIO(text.encode("utf-8")))
     elif looks_binary(head):
-        yield Rejected(uri, path_id, BINARY)
+        if part is None or part.start == 0:
+            yield Rejected(uri, path_id, BINARY)
         return
+    elif part is not None:
+        handle.seek(part.start)
+        lines = iter(io.BufferedReader(_Limited(handle, part.end - part.start)))
     else:
         lines = iter(io.BufferedReader(_Chained(head, handle)))
     # Split on b"\n" only (a binary file's lines): str.splitlines() would also cut at U+2028
     # and friends, which JSON allows unescaped inside strings. A trailing "\r" is JSON
     # whitespace and parses away.
-    offset, found = 0, False
-    for number, line in enumerate(lines, start=1):
+    offset, found = (part.start, False) if part is not None else (0, False)
+    for number, line in enumerate(lines, start=part.first_line if part is not None else 1):
         raw = line[:-1] if line.endswith(b"\n") else line
         line_start, offset = offset, offset + len(line)
         # decode_utf8 also drops a BOM: the file's, or one of a file concatenated into this one.
@@ -68,8 +122,26 @@ def stream_jsonl(uri: str, path_id: str, handle: BinaryIO,
             result = replace(result, position=number, encoding=encoding)
         found = True
         yield result
-    if not found:
+    if not found and part is None:  # a sliced file has text: some piece yields a record
         yield Rejected(uri, path_id, f"{EMPTY} (no JSON lines)")
+
+
+class _Limited(io.RawIOBase):
+    """The next ``remaining`` bytes of a file, then its end: one piece of it to cut lines from."""
+
+    def __init__(self, handle: BinaryIO, remaining: int) -> None:
+        self._handle, self._remaining = handle, remaining
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        if self._remaining <= 0:
+            return 0
+        data = self._handle.read(min(len(buffer), self._remaining))
+        buffer[: len(data)] = data
+        self._remaining -= len(data)
+        return len(data)
 
 
 class _Chained(io.RawIOBase):

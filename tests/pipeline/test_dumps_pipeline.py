@@ -1,8 +1,10 @@
-"""A record dump bigger than one slice is cut at row group bounds and read by several workers:
+"""A record dump bigger than one slice is cut (Parquet at row group bounds, JSONL at line
+starts) and read by several workers:
 the tables equal those of a single worker reading it whole."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pyarrow as pa
@@ -36,10 +38,18 @@ def test_a_sliced_dump_read_by_two_workers_equals_one_worker_reading_it_whole(tm
     pq.write_table(pa.table({"id": [f"T-{i:05d}" for i in range(rows)], "text": texts,
                              "team": [("fleet", "arm")[i % 2] for i in range(rows)]}),
                    corpus / "export.parquet", row_group_size=60)
+    with (corpus / "tickets.jsonl").open("w", encoding="utf-8") as handle:
+        for i in range(rows):
+            handle.write(json.dumps({"id": f"J-{i:05d}", "text": texts[(i * 7) % rows] + f" line {i}.",
+                                     "metadata": {"team": "dock"}}) + "\n")
+            if i % 250 == 0:
+                handle.write("{broken\n")  # a rejected line, numbered as in the file
     common = ("input.parquet.metadata_columns=[team]", "dedupe.near=null")
     whole = job(corpus, tmp_path / "whole", *common)
     spread = job(corpus, tmp_path / "spread", *common, "input.parquet.slice_bytes=20000",
+                 "input.jsonl.slice_bytes=20000",
                  beam_args=("--direct_num_workers=2", "--direct_running_mode=multi_processing"))
-    assert whole.published and spread.published and whole.counts["kept"] == rows
+    assert whole.published and spread.published and whole.counts["kept"] == 2 * rows
+    assert whole.counts["rejected"] == 5
     for name in ("chunks", "documents", "rejected", "terms"):
         assert table(whole.run_dir, name).equals(table(spread.run_dir, name)), name

@@ -262,4 +262,27 @@ def test_a_big_parquet_file_is_read_in_slices_equal_to_the_whole(tmp_path: Path,
         [("export.parquet#row333", "row 333: 'text' is null, not a string")]), label="Rejected")
     result = p.run()
     result.wait_until_finish()
-    assert (counter(result, "parquet_slices") >= 6) is sliced
+    assert (counter(result, "slices") >= 6) is sliced
+
+
+@pytest.mark.parametrize("slice_bytes, sliced", [(10**9, False), (3_000, True)])
+def test_a_big_jsonl_file_is_read_in_slices_equal_to_the_whole(tmp_path: Path, slice_bytes,
+                                                               sliced) -> None:
+    from chunkline.readers import JsonlOptions
+
+    lines = [json.dumps({"id": f"J-{i:04d}", "text": f"Line {i}: reset the charger at dock {i % 9}."})
+             if i % 97 else ("not json" if i % 2 else "") for i in range(1, 600)]
+    (tmp_path / "export.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    expected = [(f"J-{i:04d}", i) for i in range(1, 600) if i % 97]
+    broken = [(f"export.jsonl#L{i}", f"line {i}: not valid JSON (Expecting value, column 1)")
+              for i in range(1, 600) if not i % 97 and i % 2]
+    p = pipeline()
+    outputs = p | "Read" >> ReadDocuments(
+        f"{tmp_path}/**", ReadOptions(jsonl=JsonlOptions(slice_bytes=slice_bytes)))
+    assert_that(outputs.documents | beam.Map(lambda d: (d.doc_id, d.position)), equal_to(expected),
+                label="Documents")
+    assert_that(outputs.rejected | beam.Map(lambda r: (r.doc_id, r.reason)), equal_to(broken),
+                label="Rejected")
+    result = p.run()
+    result.wait_until_finish()
+    assert (counter(result, "slices") >= 10) is sliced
