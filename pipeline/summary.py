@@ -76,6 +76,9 @@ def _carry_lines(summary: RunSummary) -> list[str]:
     c = summary.counts
     if "documents_carried" not in c:
         return []
+    if not (c["documents_carried"] or c["documents_recomputed"] or c["documents_gone"]
+            or summary.carry_note):
+        return []  # a first run: every document is new, nothing was there to carry
     line = (f"  computed   {c['documents_carried']:,} documents carried ({c['chunks_carried']:,} "
             f"chunks); {c.get('documents_changed', 0):,} changed, "
             f"{c.get('documents_redone', 0):,} redone (same input, a corpus-wide change), "
