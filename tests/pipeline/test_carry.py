@@ -99,6 +99,7 @@ def carried(tmp_path_factory):
 def test_a_rerun_carries_what_no_change_touches_and_equals_a_rebuild(carried) -> None:
     _, _, first, second, rebuild = carried
     assert first.counts["documents_new"] == first.counts["kept"] == 30
+    assert "documents carried" not in format_summary(first)  # a first run has nothing to carry
     c = second.counts
     # Redone, their input as it was: doc001-doc004 (the line turned boilerplate) and doc030
     # (its survivor doc005 is gone). Changed: doc007 (front matter). doc020's edit is the very
