@@ -27,7 +27,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import pyarrow as pa
 
 from chunkline.metadata import metadata_json
-from chunkline.records import ChunkRecord, Document
+from chunkline.records import ChunkRecord, Document, framed_digest
 
 CARRY_TABLE = "carry"  # the sidecar's file names: carry-SSSSS-of-NNNNN.parquet
 # Bumped when what a carry key covers changes: every document is computed once again.
@@ -80,14 +80,9 @@ def carry_key(signature: str, doc: Document, chunk_metadata: Sequence[str] | Non
     """Digest of ``signature`` and the document as the splitter sees it. Provenance that no
     chunk row holds (where a record sits in its file, the codec, the file's size and mtime
     unless ``chunk_metadata`` names them) is left out: touching a file carries its rows."""
-    digest = hashlib.blake2b(digest_size=16)
-    for part in (signature, doc.doc_id, doc.uri, doc.format, doc.text,
-                 metadata_json(doc.chunk_metadata(chunk_metadata), chunk_metadata),
-                 json.dumps(doc.page_starts), json.dumps(doc.outline)):
-        encoded = part.encode("utf-8", "surrogatepass")
-        digest.update(len(encoded).to_bytes(8, "little"))
-        digest.update(encoded)
-    return digest.hexdigest()
+    return framed_digest((signature, doc.doc_id, doc.uri, doc.format, doc.text,
+                          metadata_json(doc.chunk_metadata(chunk_metadata), chunk_metadata),
+                          json.dumps(doc.page_starts), json.dumps(doc.outline)))
 
 
 def embedding_prefix(search_text: str, context: str, table_header: str, text: str) -> str | None:

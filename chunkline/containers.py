@@ -198,6 +198,19 @@ def _skipped(name: str, is_wanted: Callable[[str], bool]) -> bool:
     return suffix(name) not in CONTAINER_SUFFIXES and not is_wanted(name)
 
 
+def _read_member(name: str, open_member: Callable[[], io.BufferedIOBase], budget: _Budget,
+                 kind: str) -> Inner:
+    """One member's bytes under the budget, or why it could not be read (a bad CRC, an
+    unsupported method, a member cut short); a limit still stops the whole container."""
+    try:
+        with open_member() as stream:
+            return Inner(name, name, _read_all(stream, budget))
+    except Refused:
+        raise
+    except Exception as exc:  # noqa: BLE001 - zipfile and tarfile raise many types
+        return Inner(name, name, None, f"unreadable {kind} member ({type(exc).__name__}: {exc})")
+
+
 def _zip_members(data: bytes, budget: _Budget, options: ContainerOptions,
                  is_wanted: Callable[[str], bool]) -> Iterator[Inner]:
     try:
@@ -215,14 +228,7 @@ def _zip_members(data: bytes, budget: _Budget, options: ContainerOptions,
         elif info.flag_bits & 0x1:
             yield Inner(info.filename, info.filename, None, "encrypted zip member")
         else:
-            try:
-                with archive.open(info) as stream:
-                    yield Inner(info.filename, info.filename, _read_all(stream, budget))
-            except Refused:
-                raise
-            except Exception as exc:  # noqa: BLE001 - a bad CRC, an unsupported method, a cut file
-                yield Inner(info.filename, info.filename, None,
-                            f"unreadable zip member ({type(exc).__name__}: {exc})")
+            yield _read_member(info.filename, lambda info=info: archive.open(info), budget, "zip")
 
 
 def _tar_members(data: bytes, budget: _Budget, options: ContainerOptions,
@@ -244,14 +250,8 @@ def _tar_members(data: bytes, budget: _Budget, options: ContainerOptions,
         elif _skipped(member.name, is_wanted):
             yield Inner(member.name, member.name, None)
         else:
-            try:
-                stream = archive.extractfile(member)
-                yield Inner(member.name, member.name, _read_all(stream, budget))
-            except Refused:
-                raise
-            except Exception as exc:  # noqa: BLE001 - a member cut short
-                yield Inner(member.name, member.name, None,
-                            f"unreadable tar member ({type(exc).__name__}: {exc})")
+            yield _read_member(member.name, lambda member=member: archive.extractfile(member),
+                               budget, "tar")
 
 
 def _check_members(count: int, options: ContainerOptions) -> None:

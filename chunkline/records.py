@@ -11,7 +11,7 @@ import hashlib
 from bisect import bisect_right
 import unicodedata
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import pyarrow as pa
 
@@ -197,17 +197,23 @@ def doc_hash(text: str) -> str:
     return hashlib.sha256(normalize_for_hash(text).encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def input_digest(doc: Document) -> str:
-    """blake2b of what the reader made of a document's input: its id, source, format, decoded
-    text, own metadata (front matter, a record's fields), pages and outline. Not the file's size
-    or modification time: a touched file with the same bytes is the same input."""
+def framed_digest(parts: Iterable[str]) -> str:
+    """blake2b (128 bits) of ``parts``, each preceded by its length: ("ab", "c") and
+    ("a", "bc") differ."""
     digest = hashlib.blake2b(digest_size=16)
-    for part in (doc.doc_id, doc.uri, doc.format, doc.text):
+    for part in parts:
         data = part.encode("utf-8", "surrogatepass")
         digest.update(len(data).to_bytes(8, "little"))
         digest.update(data)
-    digest.update(repr((doc.metadata, doc.page_starts, doc.outline)).encode("utf-8", "surrogatepass"))
     return digest.hexdigest()
+
+
+def input_digest(doc: Document) -> str:
+    """The digest of what the reader made of a document's input: its id, source, format,
+    decoded text, own metadata (front matter, a record's fields), pages and outline. Not the
+    file's size or modification time: a touched file with the same bytes is the same input."""
+    return framed_digest((doc.doc_id, doc.uri, doc.format, doc.text,
+                          repr((doc.metadata, doc.page_starts, doc.outline))))
 
 
 def chunk_id(doc_id: str, start: int, end: int) -> str:

@@ -80,8 +80,8 @@ def _carry_lines(summary: RunSummary) -> list[str]:
             or summary.carry_note):
         return []  # a first run: every document is new, nothing was there to carry
     line = (f"  computed   {c['documents_carried']:,} documents carried ({c['chunks_carried']:,} "
-            f"chunks); {c.get('documents_changed', 0):,} changed, "
-            f"{c.get('documents_redone', 0):,} redone (same input, a corpus-wide change), "
+            f"chunks); {c['documents_changed']:,} changed, "
+            f"{c['documents_redone']:,} redone (same input, a corpus-wide change), "
             f"{c['documents_new']:,} new, {c['documents_gone']:,} gone")
     if c.get("carry_rejected"):
         line += f"; {c['carry_rejected']:,} previous documents failed their check: computed again"

@@ -24,7 +24,6 @@ from typing import Iterable, Iterator, NamedTuple, Sequence
 
 import apache_beam as beam
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
@@ -45,7 +44,7 @@ from transforms.counters import (
     DOCUMENTS_RECOMPUTED,
     CARRY_REJECTED,
 )
-from transforms.reuse import vector_problem
+from transforms.reuse import stored_dtype, vector_problem
 
 log = logging.getLogger("chunkline.carry")
 BATCH_ROWS = 8192
@@ -77,13 +76,6 @@ class CarryKeys:
 
     def __call__(self, doc) -> str:
         return carry_key(self.signature, doc, self.chunk_metadata)
-
-
-def _stored_dtype(schema: pa.Schema) -> str:
-    if "embedding_scale" in schema.names:
-        return "int8"
-    item = schema.field("embedding").type.value_type
-    return "float16" if item == pa.float16() else "float32"
 
 
 def _rows(chunk_file: pq.ParquetFile, side_file: pq.ParquetFile) -> Iterator[tuple[dict, dict]]:
@@ -159,7 +151,7 @@ def carried_documents(chunk_path: str, side_path: str, dim: int | None, normaliz
     with FileSystems.open(chunk_path) as chunk_handle, FileSystems.open(side_path) as side_handle:
         chunk_file, side_file = pq.ParquetFile(chunk_handle), pq.ParquetFile(side_handle)
         has_vectors = dim is not None and "embedding" in chunk_file.schema_arrow.names
-        dtype = _stored_dtype(chunk_file.schema_arrow) if has_vectors else "float32"
+        dtype = stored_dtype(chunk_file.schema_arrow) if has_vectors else "float32"
         doc_id, rows, sides = None, [], []
 
         def finished():

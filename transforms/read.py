@@ -95,17 +95,7 @@ class _DecodeFile(beam.DoFn):
     def _read_and_decode(self, readable: ReadableFile, uri: str,
                          part: ParquetSlice | LineSlice | None = None) -> Iterator[Document | Rejected]:
         try:
-            if is_local(uri):
-                # The modification time of what was read, from the open file: 0.0 is the epoch
-                # (touch -d @0), not an unknown time.
-                handle, modified, size = _open_local(uri)
-            else:
-                # The file's own bytes: decode_file unpacks a .gz itself, under the limits
-                # on what it may unpack to (AUTO would gunzip it without any).
-                handle = readable.open(compression_type=CompressionTypes.UNCOMPRESSED)
-                # Beam's FileMetadata says 0.0 where a filesystem did not report the time.
-                modified = readable.metadata.last_updated_in_seconds or None
-                size = readable.metadata.size_in_bytes
+            handle, modified, size = _open(readable)
         except _NotRegular as exc:
             yield Rejected(uri, relative_id(uri, self._root), str(exc))
             return
@@ -134,11 +124,18 @@ class _DecodeFile(beam.DoFn):
         return Rejected(uri, relative_id(uri, self._root), reason)
 
 
-def _open(readable: ReadableFile) -> BinaryIO:
+def _open(readable: ReadableFile) -> tuple[BinaryIO, float | None, int]:
+    """A matched file open for reading, its modification time and its size."""
     uri = readable.metadata.path
     if is_local(uri):
-        return _open_local(uri)[0]
-    return readable.open(compression_type=CompressionTypes.UNCOMPRESSED)
+        # The modification time of what was read, from the open file: 0.0 is the epoch
+        # (touch -d @0), not an unknown time.
+        return _open_local(uri)
+    # The file's own bytes: decode_file unpacks a .gz itself, under the limits on what it may
+    # unpack to (AUTO would gunzip it without any). Beam's FileMetadata says 0.0 where a
+    # filesystem did not report the time.
+    handle = readable.open(compression_type=CompressionTypes.UNCOMPRESSED)
+    return handle, readable.metadata.last_updated_in_seconds or None, readable.metadata.size_in_bytes
 
 
 class _SliceRecordFiles(beam.DoFn):
@@ -171,7 +168,7 @@ class _SliceRecordFiles(beam.DoFn):
             yield found
             return
         try:
-            with _open(found) as handle:
+            with _open(found)[0] as handle:
                 head = handle.read(HEAD_BYTES)
                 handle.seek(0)
                 if not streams(found.metadata.path, head):

@@ -42,6 +42,14 @@ class ReuseOutputs(NamedTuple):
     missing: PCollection[ChunkRecord]  # still to embed (new text, or a vector that failed its check)
 
 
+def stored_dtype(schema: pa.Schema) -> str:
+    """How a chunk shard stores its vectors: "int8" (with a scale per row), "float16" or
+    "float32"."""
+    if "embedding_scale" in schema.names:
+        return "int8"
+    return "float16" if schema.field("embedding").type.value_type == pa.float16() else "float32"
+
+
 def vector_problem(vector: Sequence[float] | None, dim: int, normalize: bool,
                    tolerance: float = UNIT_TOLERANCE) -> str | None:
     """Why a stored vector may not be reused (None: it may): the wrong length, a NaN or
@@ -77,9 +85,8 @@ class _ReadPreviousShard(beam.DoFn):
                 shard = pq.ParquetFile(handle)
                 # A run that stored its vectors as int8 (with a scale per row) or float16: the
                 # vector is read back as floats, and checked within that storage's error.
-                int8 = "embedding_scale" in shard.schema_arrow.names
-                item = shard.schema_arrow.field("embedding").type.value_type
-                dtype = "int8" if int8 else "float16" if item == pa.float16() else "float32"
+                dtype = stored_dtype(shard.schema_arrow)
+                int8 = dtype == "int8"
                 columns = PREVIOUS_COLUMNS + (["embedding_scale"] if int8 else [])
                 for batch in shard.iter_batches(columns=columns):
                     values = [batch.column(name).to_pylist() for name in columns]
