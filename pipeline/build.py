@@ -31,10 +31,10 @@ from transforms.reuse import (
     ReuseForDocuments,
     ReusePreviousEmbeddings,
 )
-from transforms.carry import CarriedChunks, CarryIndex, CarryKeys, SetCarryKeys
+from transforms.carry import CarriedRows, CarriedShards, CarryIndex, CarryKeys, SetCarryKeys
 from transforms.spill import spill_dir
 from transforms.split import FlattenChunks, SplitDocuments
-from transforms.write import Sidecar, WriteParquetShards
+from transforms.write import Sidecar, WriteParquetShards, shard_of
 
 
 class TermRow(NamedTuple):
@@ -81,7 +81,8 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
                                              roots=(input_root(config.input.pattern),),
                                              carry_keys=CarryKeys(carry) if carry is not None else None,
                                              carry_index=carry_index)
-    carried = (deduped.carried | "Carried" >> CarriedChunks(carry)
+    # Carried rows never travel one per chunk: their shard writer reads them as Arrow tables.
+    carried = (deduped.carried | "Carried" >> CarriedShards(carry, config.output.chunk_shards, shard_of)
                if deduped.carried is not None else None)
     # One element per document, its chunks with it, until they are flattened once before reuse
     # and embed: the stages between need a chunk's whole document and never re-join it by id.
@@ -139,15 +140,16 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
     # goes to part files where it is made.
     statuses = (deduped.statuses, rejected | "RejectedStatus" >> beam.Map(_rejected_status))
 
-    weigh = {}
+    weigh, weights = {}, None
     if stages.sparse is not None:
         from transforms.sparse import BM25Weights, SparseCounts, WriteStats, terms_schema
 
-        sparse = ((chunks, carried) if carried is not None else chunks) | "Sparse" >> SparseCounts(stages.sparse)
+        sparse = ((chunks, carried.stats) if carried is not None else chunks) | "Sparse" >> SparseCounts(stages.sparse)
         chunks = sparse.chunks
         # Weights need the whole run's statistics: applied as each shard is written, so the
         # chunks wait in their part files rather than in memory.
-        weigh = {"finish": BM25Weights(stages.sparse, plan.bm25_reference), "finish_input": sparse.stats}
+        weights = BM25Weights(stages.sparse, plan.bm25_reference)
+        weigh = {"finish": weights, "finish_input": sparse.stats}
         sparse.stats | "WriteBm25Stats" >> beam.ParDo(
             WriteStats(plan.run_dir, stages.sparse, plan.bm25_reference))
         (sparse.terms
@@ -156,11 +158,16 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
              plan.run_dir, "terms", terms_schema(), 1,
              shard_key=lambda r: str(r.term_id), sort_key=lambda r: r.term_id))
 
-    ((chunks, carried) if carried is not None else chunks) | "WriteChunks" >> WriteParquetShards(
-        plan.run_dir, "chunks", chunk_schema(plan.dim, config.output.vector_dtype),
+    schema = chunk_schema(plan.dim, config.output.vector_dtype)
+    merge = ({"carried": carried.parts, "sort_columns": ("doc_id", "chunk_index"),
+              "carried_rows": CarriedRows(carry, schema, carry_schema(), weights)}
+             if carried is not None else {})
+    chunks | "WriteChunks" >> WriteParquetShards(
+        plan.run_dir, "chunks", schema,
         config.output.chunk_shards, record_type=ChunkRecord, to_row=chunk_row,
         shard_key=lambda r: r.doc_id, sort_key=lambda r: (r.doc_id, r.chunk_index), **weigh,
         sidecar=Sidecar(CARRY_TABLE, carry_schema(), carry_row) if carry is not None else None,
+        **merge,
     )
     statuses | "WriteDocuments" >> WriteParquetShards(
         plan.run_dir, "documents", document_schema(), 1, record_type=DocumentStatus,

@@ -7,9 +7,12 @@ pair is read once to verify it (:func:`carried_documents`: rows aligned, every c
 document there, vectors finite and of the run's length, unit length when normalized, no failed
 context header) and to list the documents it may lend. Dedupe marks a kept document whose key
 is listed as carried (``transforms/dedupe.py``): its status is written as usual, but it is not
-released to the splitter; the carried documents are grouped by the pair that holds them, and
-each pair is read again to release their chunks, term counts included, straight to the
-statistics and the shard writer. Only ids, keys and small integers cross a shuffle.
+released to the splitter. The carried documents are grouped by the pair that holds them; each
+pair's sidecar gives their chunks' term counts to the BM25 statistics in one partial sum, and
+the chunk shard of this run each document goes to reads its rows from the pair as an Arrow
+table (:class:`CarriedRows`: weights computed again, for k1 and b may change) and sorts them in
+with the rows made now. Only ids, keys and small integers cross a shuffle, and no carried
+chunk becomes a Python object.
 
 Counters (namespace ``carry``): documents carried, recomputed (kept before under another key),
 new (no rows before), gone (rows before, not kept now); chunks carried; previous documents
@@ -20,10 +23,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Iterable, Iterator, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence
 
 import apache_beam as beam
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
@@ -33,6 +38,7 @@ from chunkline.carry import carry_key, embedding_prefix
 from chunkline.context.writer import CACHED, FAILED, OK
 from chunkline.quantize import UNIT_TOLERANCE, dequantized
 from chunkline.records import KEPT, ChunkRecord, DocumentChunks
+from chunkline.sparse import CorpusStats, SparseOptions
 from transforms.coders import ChunkRecordCoder  # noqa: F401 - registered: how chunks shuffle
 from transforms.counters import (
     DOCUMENTS_CHANGED,
@@ -309,47 +315,147 @@ class CarryDecisions(beam.DoFn):
             self.gone.inc()
 
 
-class _ReleasePair(beam.DoFn):
-    """``(pair, doc ids)`` -> the chunks of those documents, read from the pair again. They
-    passed their check when the index was read; a pair that reads differently now was changed
-    under the run, which then fails rather than publish a partial index."""
+class CarriedPart(NamedTuple):
+    """Which documents of one previous pair go into one chunk shard of this run."""
 
-    def __init__(self, source: CarrySource) -> None:
-        self.source = source
+    pair: int  # index into CarrySource.pairs
+    doc_ids: tuple[str, ...]  # sorted
+
+
+def _flat_ints(column: pa.ChunkedArray) -> np.ndarray:
+    return pc.list_flatten(column).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+
+
+def _read_pair_sides(side_path: str, wanted: Sequence[str], columns: Sequence[str]) -> pa.Table:
+    with FileSystems.open(side_path) as handle:
+        side = pq.read_table(handle, columns=list(columns))
+    return side.filter(pc.is_in(side.column("doc_id"), value_set=pa.array(wanted, pa.string())))
+
+
+class _CarryFromPair(beam.DoFn):
+    """``(pair, doc ids)`` -> ``(shard, CarriedPart)`` per chunk shard of this run those
+    documents go to, and, tagged ``stats``, one partial CorpusStats of their chunks' term
+    counts (read from the sidecar alone): the rows themselves are only read where their shard
+    is written, as Arrow tables, never as one element per chunk."""
+
+    def __init__(self, source: CarrySource, shards: int, shard_of: Callable[[str, int], int]) -> None:
+        self.source, self.shards, self.shard_of = source, shards, shard_of
         self.chunks = Metrics.counter(*CHUNKS_CARRIED)
 
-    def process(self, keyed: tuple[int, Iterable[str]]) -> Iterable[ChunkRecord]:
+    def process(self, keyed: tuple[int, Iterable[str]]):
         pair, doc_ids = keyed
-        wanted = set(doc_ids)
-        chunk_path, side_path = self.source.pairs[pair]
-        released = 0
-        for doc_id, _, chunks, problem in carried_documents(
-                chunk_path, side_path, self.source.dim, self.source.normalize):
-            if doc_id not in wanted:
-                continue
-            if chunks is None:
-                raise RuntimeError(f"carry: {doc_id} in {chunk_path} passed its check and now "
-                                   f"fails it ({problem}): the previous run changed during this one")
-            released += 1
-            self.chunks.inc(len(chunks))
-            yield from chunks
-        if released != len(wanted):
-            raise RuntimeError(f"carry: {len(wanted) - released} documents of {chunk_path} are "
+        wanted = sorted(set(doc_ids))
+        _, side_path = self.source.pairs[pair]
+        side = _read_pair_sides(side_path, wanted, ("doc_id", "doc_chunks", "term_ids", "term_counts"))
+        found = pc.value_counts(side.column("doc_id").combine_chunks())
+        if len(found) != len(wanted):
+            raise RuntimeError(f"carry: {len(wanted) - len(found)} documents of {side_path} are "
                                f"gone from it: the previous run changed during this one")
+        self.chunks.inc(side.num_rows)
+        counts = _flat_ints(side.column("term_counts"))
+        terms, df = np.unique(_flat_ints(side.column("term_ids")), return_counts=True)
+        yield beam.pvalue.TaggedOutput("stats", CorpusStats(
+            side.num_rows, int(counts.sum()), dict(zip(terms.tolist(), df.tolist()))))
+        by_shard: dict[int, list[str]] = {}
+        for doc_id in wanted:
+            by_shard.setdefault(self.shard_of(doc_id, self.shards), []).append(doc_id)
+        for shard, ids in sorted(by_shard.items()):
+            yield shard, CarriedPart(pair, tuple(ids))
 
 
-class CarriedChunks(beam.PTransform):
-    """``PCollection[(pair, doc_id)]`` -> ``PCollection[ChunkRecord]``: every carried
-    document's chunks as the previous run wrote them, ``sparse_values`` holding term counts."""
+class CarriedOutputs(NamedTuple):
+    parts: PCollection  # (shard, CarriedPart): what each chunk shard of this run takes over
+    stats: PCollection  # CorpusStats of the carried chunks, one partial per previous pair
 
-    def __init__(self, source: CarrySource) -> None:
+
+class CarriedShards(beam.PTransform):
+    """``PCollection[(pair, doc_id)]`` -> :class:`CarriedOutputs`; the shard writer reads the
+    rows with :class:`CarriedRows`."""
+
+    def __init__(self, source: CarrySource, shards: int, shard_of: Callable[[str, int], int]) -> None:
         super().__init__()
-        self.source = source
+        self.source, self.shards, self.shard_of = source, shards, shard_of
 
-    def expand(self, carried: PCollection) -> PCollection[ChunkRecord]:
-        return (carried
-                | "GroupByPair" >> beam.GroupByKey()
-                | "Release" >> beam.ParDo(_ReleasePair(self.source)).with_output_types(ChunkRecord))
+    def expand(self, carried: PCollection) -> CarriedOutputs:
+        parted = (carried
+                  | "GroupByPair" >> beam.GroupByKey()
+                  | "Parts" >> beam.ParDo(_CarryFromPair(self.source, self.shards, self.shard_of))
+                  .with_outputs("stats", main="parts"))
+        return CarriedOutputs(parted.parts, parted.stats)
+
+
+def stored_weights(counts: pa.ChunkedArray | pa.Array, reference_avgdl: float,
+                   options: SparseOptions) -> pa.Array:
+    """Every row's stored BM25 weights from its term counts, as
+    ``chunkline.sparse.document_weights`` gives them (the same float64 operations in the same
+    order, then float32), for a whole column at once."""
+    counts = counts.combine_chunks() if isinstance(counts, pa.ChunkedArray) else counts
+    offsets = counts.offsets.to_numpy().astype(np.int64)  # a slice's offsets need not start at 0
+    offsets = offsets - offsets[0]
+    tf = pc.list_flatten(counts).to_numpy(zero_copy_only=False).astype(np.float64)
+    starts = offsets[:-1]
+    lengths = np.zeros(len(starts), dtype=np.float64)
+    filled = offsets[1:] > starts
+    lengths[filled] = np.add.reduceat(tf, starts[filled]) if filled.any() else 0
+    if reference_avgdl:
+        norm = options.k1 * ((1 - options.b) + (options.b * lengths) / reference_avgdl)
+    else:
+        norm = np.full(len(starts), float(options.k1))
+    per_term = np.repeat(norm, np.diff(offsets))
+    weights = (tf / (tf + per_term)).astype(np.float32)
+    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(weights, pa.float32()))
+
+
+class CarriedRows:
+    """``(CarriedParts, *side)`` -> ``(chunk rows, sidecar rows)`` as Arrow tables in this run's
+    schemas: the carried documents' rows read from their previous pairs, their alignment checked
+    again, a header written by an earlier run marked as one the cache gave back (``cached``, as a
+    rebuild reading the same cache marks it), and their BM25 weights computed afresh from the
+    sidecar's term counts against this run's reference (``weigh``: the shard writer's
+    :class:`transforms.sparse.BM25Weights`, with the statistics as ``side``)."""
+
+    def __init__(self, source: CarrySource, schema: pa.Schema, side_schema: pa.Schema,
+                 weights: Any = None) -> None:
+        self.source, self.schema, self.side_schema, self.weights = source, schema, side_schema, weights
+
+    def __call__(self, parts: Sequence[CarriedPart], *side) -> tuple[pa.Table, pa.Table]:
+        chunk_tables, side_tables = [], []
+        for part in sorted(parts):
+            chunk_path, side_path = self.source.pairs[part.pair]
+            wanted = pa.array(part.doc_ids, pa.string())
+            with FileSystems.open(chunk_path) as handle:
+                chunks = pq.read_table(handle)
+            with FileSystems.open(side_path) as handle:
+                sides = pq.read_table(handle)
+            try:
+                chunks = chunks.select(self.schema.names).cast(self.schema)
+                sides = sides.select(self.side_schema.names).cast(self.side_schema)
+            except (KeyError, ValueError, pa.ArrowInvalid) as exc:
+                raise RuntimeError(f"carry: {chunk_path} does not hold this run's columns "
+                                   f"({exc}): the previous run changed during this one") from None
+            chunks = chunks.filter(pc.is_in(chunks.column("doc_id"), value_set=wanted))
+            sides = sides.filter(pc.is_in(sides.column("doc_id"), value_set=wanted))
+            if not (chunks.column("doc_id").equals(sides.column("doc_id"))
+                    and chunks.column("chunk_index").equals(sides.column("chunk_index"))):
+                raise RuntimeError(f"carry: {chunk_path} no longer lines up with its sidecar: the "
+                                   f"previous run changed during this one")
+            chunk_tables.append(chunks)
+            side_tables.append(sides)
+        chunks = pa.concat_tables(chunk_tables) if chunk_tables else self.schema.empty_table()
+        sides = pa.concat_tables(side_tables) if side_tables else self.side_schema.empty_table()
+        status = chunks.column("context_status")
+        chunks = chunks.set_column(
+            chunks.schema.get_field_index("context_status"), self.schema.field("context_status"),
+            pc.if_else(pc.equal(status, OK), CACHED, status))
+        if self.weights is not None and side:
+            reference = self.weights.reference(side[0])
+            chunks = chunks.set_column(
+                chunks.schema.get_field_index("sparse_values"), self.schema.field("sparse_values"),
+                stored_weights(sides.column("term_counts"), reference, self.weights.options))
+            chunks = chunks.set_column(
+                chunks.schema.get_field_index("sparse_indices"), self.schema.field("sparse_indices"),
+                sides.column("term_ids"))
+        return chunks, sides
 
 
 def _with_carry_keys(element: DocumentChunks, keys: CarryKeys) -> DocumentChunks:

@@ -59,7 +59,12 @@ class _CorpusStatsFn(beam.CombineFn):
     def create_accumulator(self) -> list[Any]:
         return [0, 0, Counter()]
 
-    def add_input(self, accumulator: list[Any], chunk: ChunkRecord) -> list[Any]:
+    def add_input(self, accumulator: list[Any], chunk: ChunkRecord | CorpusStats) -> list[Any]:
+        if isinstance(chunk, CorpusStats):  # the statistics of chunks counted elsewhere
+            accumulator[0] += chunk.documents
+            accumulator[1] += chunk.total_length
+            accumulator[2].update(chunk.df)
+            return accumulator
         accumulator[0] += 1
         accumulator[1] += int(sum(chunk.sparse_values))
         accumulator[2].update(chunk.sparse_indices)
@@ -112,7 +117,8 @@ class SparseCounts(beam.PTransform):
     their term *counts*: weigh each with :class:`BM25Weights` and ``stats`` (the pipeline does so
     in its shard writer). Given ``(chunks, counted)``, the ``counted`` chunks (carried from a
     previous run, their counts on them) enter the statistics as they are; ``chunks`` in the
-    outputs are the newly counted ones only."""
+    outputs are the newly counted ones only. ``counted`` may instead hold
+    :class:`CorpusStats` of chunks counted elsewhere (the carried rows, summed per shard read)."""
 
     def __init__(self, options: SparseOptions | None = None) -> None:
         super().__init__()

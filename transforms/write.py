@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterable, NamedTuple, Optional
 
 import apache_beam as beam
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from apache_beam.coders import Coder
 from apache_beam.io.filesystems import FileSystems
@@ -121,7 +122,10 @@ class _WriteShard(beam.DoFn):
     def __init__(self, directory: str, table: str, shards: int, schema: pa.Schema,
                  sort_key: Callable[[Any], Any], to_row: Callable[[Any, pa.Schema], dict],
                  coder: Coder, finish: Callable[..., Any] | None,
-                 sidecar: Sidecar | None = None, shard_key: Callable[[Any], str] | None = None) -> None:
+                 sidecar: Sidecar | None = None, shard_key: Callable[[Any], str] | None = None,
+                 carried_rows: Callable[..., tuple[pa.Table, pa.Table | None]] | None = None,
+                 sort_columns: tuple[str, ...] = ()) -> None:
+        self.carried_rows, self.sort_columns = carried_rows, sort_columns
         self.sidecar = sidecar
         self.shard_key = shard_key
         self.to_row = to_row
@@ -134,11 +138,13 @@ class _WriteShard(beam.DoFn):
         self.finish = finish
 
     def process(self, keyed, *side):  # unannotated: Beam would type-check the side inputs
-        index, parts = keyed
+        index, values = keyed
+        parts = [value for value in values if isinstance(value, str)]
+        carried = [value for value in values if value is not None and not isinstance(value, str)]
         # How many records share each shard key (a document's chunks): the sidecar row says so.
         together: Counter = Counter()
         keyed_records = []
-        for part in sorted(p for p in parts if p is not None):
+        for part in sorted(parts):
             for data in read_part(part):
                 record = self.coder.decode(data)
                 if self.sidecar is not None:
@@ -150,6 +156,10 @@ class _WriteShard(beam.DoFn):
         path = shard_path(self.directory, self.table, index, self.shards)
         side_path = (shard_path(self.directory, self.sidecar.table, index, self.shards)
                      if self.sidecar is not None else None)
+        if carried:
+            rows = self._merged(encoded, together, carried, side)
+            yield from self._write_tables(index, path, side_path, *rows)
+            return
         with contextlib.ExitStack() as files:
             writer = files.enter_context(pq.ParquetWriter(
                 files.enter_context(FileSystems.create(path)), self.schema, compression="zstd"))
@@ -173,6 +183,39 @@ class _WriteShard(beam.DoFn):
     def _finished(self, record: Any, side: tuple[Any, ...]) -> Any:
         return self.finish(record, *side) if self.finish is not None else record
 
+    def _merged(self, encoded: list[bytes], together: Counter, carried: list[Any],
+                side: tuple[Any, ...]) -> tuple[pa.Table, pa.Table | None]:
+        """The shard as Arrow tables: this run's records (finished) and the rows carried over
+        (``carried_rows``, already in their final form), sorted together by ``sort_columns``."""
+        tables, side_tables = [], []
+        for group in _row_groups(encoded):
+            records = [self.coder.decode(data) for data in group]
+            if self.sidecar is not None:
+                side_tables.append(pa.Table.from_pylist(
+                    [self.sidecar.to_row(record, together[self.shard_key(record)])
+                     for record in records], schema=self.sidecar.schema))
+            tables.append(pa.Table.from_pylist(
+                [self.to_row(self._finished(record, side), self.schema) for record in records],
+                schema=self.schema))
+        carried_table, carried_side = self.carried_rows(carried, *side)
+        table = pa.concat_tables([*tables, carried_table])
+        order = pc.sort_indices(table, sort_keys=[(name, "ascending") for name in self.sort_columns])
+        sides = (pa.concat_tables([*side_tables, carried_side]).take(order)
+                 if self.sidecar is not None else None)
+        return table.take(order), sides
+
+    def _write_tables(self, index: int, path: str, side_path: str | None, table: pa.Table,
+                      sides: pa.Table | None) -> Iterable[tuple[str, str, int]]:
+        # Row groups by the table's own size: the same rows give the same file.
+        rows = max(1, min(ROW_GROUP, ROW_GROUP_BYTES * table.num_rows // max(1, table.nbytes)))
+        with FileSystems.create(path) as handle:
+            pq.write_table(table, handle, row_group_size=rows, compression="zstd")
+        yield (self.table, path, table.num_rows)
+        if side_path is not None:
+            with FileSystems.create(side_path) as handle:
+                pq.write_table(sides, handle, row_group_size=rows, compression="zstd")
+            yield (self.sidecar.table, side_path, sides.num_rows)
+
 
 class WriteParquetShards(beam.PTransform):
     """``PCollection[record]`` (or several) -> ``PCollection[(table, path, rows)]``: exactly ``shards``
@@ -183,7 +226,11 @@ class WriteParquetShards(beam.PTransform):
     ``finish(record, value)``: applied to each record as its shard is written, with ``value``
     the one element of ``finish_input`` (corpus statistics known only once every record is
     made: the records wait in their part files, not in memory). ``sidecar``: a second table
-    beside each shard (:class:`Sidecar`), its files among the outputs under its own name."""
+    beside each shard (:class:`Sidecar`), its files among the outputs under its own name.
+    ``carried``: ``(shard, part)`` elements of rows made by an earlier run, grouped with the
+    shard's records and turned into Arrow tables (rows and sidecar rows, final form) by
+    ``carried_rows(parts, value)``; a shard with any is sorted as one table by
+    ``sort_columns`` (which must order as ``sort_key`` does) and written whole."""
 
     def __init__(self, directory: str, table: str, schema: pa.Schema, shards: int,
                  shard_key: Callable[[Any], str], sort_key: Callable[[Any], Any],
@@ -191,8 +238,14 @@ class WriteParquetShards(beam.PTransform):
                  to_row: Callable[[Any, pa.Schema], dict] = as_row,
                  finish: Callable[[Any, Any], Any] | None = None,
                  finish_input: PCollection | None = None,
-                 sidecar: Sidecar | None = None) -> None:
+                 sidecar: Sidecar | None = None,
+                 carried: PCollection | None = None,
+                 carried_rows: Callable[..., tuple[pa.Table, pa.Table | None]] | None = None,
+                 sort_columns: tuple[str, ...] = ()) -> None:
         super().__init__()
+        if (carried is None) != (carried_rows is None) or (carried is not None and not sort_columns):
+            raise ValueError("WriteParquetShards takes carried, carried_rows and sort_columns together")
+        self.carried, self.carried_rows, self.sort_columns = carried, carried_rows, sort_columns
         self.sidecar = sidecar
         if (finish is None) != (finish_input is None):
             raise ValueError("WriteParquetShards takes finish and finish_input together")
@@ -225,14 +278,15 @@ class WriteParquetShards(beam.PTransform):
             for n, part_records in enumerate(inputs)
         ]
         side = (AsSingleton(self.finish_input),) if self.finish_input is not None else ()
+        carried = (self.carried,) if self.carried is not None else ()
         written = (
-            (*parts, every_shard)
-            | "Together" >> beam.Flatten()
+            (*parts, *carried, every_shard)
+            | "Together" >> beam.Flatten().with_output_types(tuple[int, Any])
             | "GroupByShard" >> beam.GroupByKey()
             | "WriteShard" >> beam.ParDo(
                 _WriteShard(self.directory, self.table, self.shards, self.schema,
                             self.sort_key, self.to_row, coder, self.finish, self.sidecar,
-                            self.shard_key),
+                            self.shard_key, self.carried_rows, self.sort_columns),
                 *side)
         )
         # After every shard is written: a part is never deleted while a retry could need it.

@@ -161,6 +161,21 @@ def test_other_processing_carries_nothing(carried, tmp_path) -> None:
     assert kept_tokens <= 64
 
 
+def test_new_bm25_parameters_carry_the_rows_and_weigh_them_again(carried, tmp_path) -> None:
+    base, corpus, first, second, _ = carried
+    copy = tmp_path / "index"
+    shutil.copytree(second.run_dir, copy / Path(second.run_dir).name)
+    (copy / "LATEST").write_text(Path(second.run_dir).name + "\n", encoding="utf-8")
+    # k1 and b are applied as shards are written: the rows are carried, their weights are not.
+    again = job(corpus, copy, "sparse.k1=0.6", "sparse.b=0.4")
+    assert again.counts["documents_carried"] == again.counts["kept"]
+    rebuild = job(corpus, tmp_path / "rebuild", "output.carry=false", "sparse.k1=0.6",
+                  "sparse.b=0.4", f"output.previous={second.run_dir}")
+    assert_tables_equal(again.run_dir, rebuild.run_dir)
+    before = table(second.run_dir, "chunks").column("sparse_values")
+    assert not before.equals(table(again.run_dir, "chunks").column("sparse_values"))
+
+
 @given(st.text(max_size=30), st.text(max_size=30), st.text(max_size=30), st.text(max_size=30))
 def test_the_embedding_prefix_comes_back_from_the_search_text(prefix, context, header, text) -> None:
     rest = (context + "\n\n" if context else "") + header + text
