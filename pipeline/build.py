@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
@@ -35,11 +33,6 @@ from transforms.carry import CarriedRows, CarriedShards, CarryIndex, CarryKeys, 
 from transforms.spill import spill_dir
 from transforms.split import FlattenChunks, SplitDocuments
 from transforms.write import Sidecar, WriteParquetShards, shard_of
-
-
-class TermRow(NamedTuple):
-    term_id: int
-    df: int
 
 
 def _rejected_status(record: Rejected) -> DocumentStatus:
@@ -142,7 +135,7 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
 
     weigh, weights = {}, None
     if stages.sparse is not None:
-        from transforms.sparse import BM25Weights, SparseCounts, WriteStats, terms_schema
+        from transforms.sparse import BM25Weights, SparseCounts, WriteStats, WriteTerms
 
         sparse = ((chunks, carried.stats) if carried is not None else chunks) | "Sparse" >> SparseCounts(stages.sparse)
         chunks = sparse.chunks
@@ -152,11 +145,8 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
         weigh = {"finish": weights, "finish_input": sparse.stats}
         sparse.stats | "WriteBm25Stats" >> beam.ParDo(
             WriteStats(plan.run_dir, stages.sparse, plan.bm25_reference))
-        (sparse.terms
-         | "TermRows" >> beam.MapTuple(TermRow)
-         | "WriteTerms" >> WriteParquetShards(
-             plan.run_dir, "terms", terms_schema(), 1,
-             shard_key=lambda r: str(r.term_id), sort_key=lambda r: r.term_id))
+        # From the statistics in one piece: a term is never an element of its own.
+        sparse.stats | "WriteTerms" >> beam.ParDo(WriteTerms(plan.run_dir))
 
     schema = chunk_schema(plan.dim, config.output.vector_dtype)
     merge = ({"carried": carried.parts, "sort_columns": ("doc_id", "chunk_index"),

@@ -3,7 +3,7 @@
 Every kept document gets a carry key where dedupe summarizes it (``chunkline.carry.carry_key``:
 the processing signature and the document as the splitter would see it). The previous run's
 carry sidecars say, per document, the key its rows were made under; each (chunk shard, sidecar)
-pair is read once to verify it (:func:`carried_documents`: rows aligned, every chunk of the
+pair is read once to verify it (:func:`verify_pair`: rows aligned, every chunk of the
 document there, vectors finite and of the run's length, unit length when normalized, no failed
 context header) and to list the documents it may lend. Dedupe marks a kept document whose key
 is listed as carried (``transforms/dedupe.py``): its status is written as usual, but it is not
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 import apache_beam as beam
 import numpy as np
@@ -37,9 +37,8 @@ from apache_beam.pvalue import PCollection
 from chunkline.carry import carry_key, embedding_prefix
 from chunkline.context.writer import CACHED, FAILED, OK
 from chunkline.quantize import UNIT_TOLERANCE, dequantized
-from chunkline.records import KEPT, ChunkRecord, DocumentChunks
+from chunkline.records import KEPT, DocumentChunks
 from chunkline.sparse import CorpusStats, SparseOptions
-from transforms.coders import ChunkRecordCoder  # noqa: F401 - registered: how chunks shuffle
 from transforms.counters import (
     DOCUMENTS_CHANGED,
     DOCUMENTS_REDONE,
@@ -50,10 +49,9 @@ from transforms.counters import (
     DOCUMENTS_RECOMPUTED,
     CARRY_REJECTED,
 )
-from transforms.reuse import stored_dtype, vector_problem
+from transforms.reuse import stored_dtype
 
 log = logging.getLogger("chunkline.carry")
-BATCH_ROWS = 8192
 
 
 class CarrySource(NamedTuple):
@@ -84,99 +82,111 @@ class CarryKeys:
         return carry_key(self.signature, doc, self.chunk_metadata)
 
 
-def _rows(chunk_file: pq.ParquetFile, side_file: pq.ParquetFile) -> Iterator[tuple[dict, dict]]:
-    """The two files' rows side by side (as dicts), in lockstep; a length mismatch raises."""
-    chunk_batches = chunk_file.iter_batches(batch_size=BATCH_ROWS)
-    side_batches = side_file.iter_batches(batch_size=BATCH_ROWS)
-    pending: list[dict] = []
-    for side in side_batches:
-        for side_row in side.to_pylist():
-            if not pending:
-                batch = next(chunk_batches, None)
-                if batch is None:
-                    raise ValueError("the sidecar has more rows than its chunk shard")
-                pending = batch.to_pylist()[::-1]
-            yield pending.pop(), side_row
-    if pending or next(chunk_batches, None) is not None:
-        raise ValueError("the chunk shard has more rows than its sidecar")
+_CHECKED_COLUMNS = ("doc_id", "chunk_index", "search_text", "context", "table_header", "text",
+                    "context_status")
 
 
-def _record(row: dict, side: dict, dtype: str, has_vectors: bool) -> ChunkRecord | None:
-    prefix = embedding_prefix(row["search_text"], row["context"], row["table_header"], row["text"])
-    if prefix is None:
-        return None
-    embedding = None
-    if has_vectors and row["embedding"] is not None:
-        values = np.asarray([row["embedding"]])
-        scales = np.asarray([row["embedding_scale"]]) if dtype == "int8" else None
-        if dtype == "int8" and row["embedding_scale"] is None:
-            return None
-        embedding = tuple(dequantized(values, scales)[0].tolist()) if dtype == "int8" \
-            else tuple(float(v) for v in row["embedding"])
-    return ChunkRecord(
-        doc_id=row["doc_id"], chunk_id=row["chunk_id"], chunk_index=row["chunk_index"],
-        start=row["start"], end=row["end"], headings=tuple(row["headings"]), text=row["text"],
-        tokens=row["tokens"], embedding=embedding, prefix=prefix, context=row["context"],
-        # A header written by an earlier run is, this run, one the cache gave back: the status a
-        # rebuild reading the same cache would give it.
-        context_status=CACHED if row["context_status"] == OK else row["context_status"],
-        table_header=row["table_header"],
-        content_key=row["content_key"], metadata=row["metadata"], page_start=row["page_start"],
-        page_end=row["page_end"], sparse_indices=tuple(side["term_ids"]),
-        sparse_values=tuple(float(count) for count in side["term_counts"]),
-        carry_key=side["carry_key"])
+def _prefix_problems(chunks: pa.Table) -> np.ndarray:
+    """Per row: True where ``search_text`` does not end with the row's context, table header
+    and text (the heading prefix it was embedded with could not be recovered)."""
+    columns = [chunks.column(name).to_pylist()
+               for name in ("search_text", "context", "table_header", "text")]
+    return np.fromiter((embedding_prefix(*row) is None for row in zip(*columns)),
+                       dtype=bool, count=chunks.num_rows)
 
 
-def _problem(chunks: Sequence[ChunkRecord | None], sides: Sequence[dict], dim: int | None,
-             normalize: bool, dtype: str) -> str | None:
-    """Why one document's previous rows may not be carried (None: they may)."""
-    if any(chunk is None for chunk in chunks):
-        return "a row's search_text does not end with its text"
-    if [side["chunk_index"] for side in sides] != list(range(len(sides))) \
-            or any(side["doc_chunks"] != len(sides) for side in sides):
-        return "its chunks are not all there, in order"
-    if len({side["carry_key"] for side in sides}) != 1:
-        return "its rows disagree on the carry key"
-    if any(len(side["term_ids"]) != len(side["term_counts"]) for side in sides):
-        return "term ids and counts differ in length"
-    for chunk in chunks:
-        if chunk.context_status.startswith(FAILED):
-            return "a contextual header failed: asked for again"
-        if dim is not None:
-            problem = vector_problem(chunk.embedding, dim, normalize, UNIT_TOLERANCE[dtype])
-            if problem is not None:
-                return f"stored vector: {problem}"
-    return None
+def _vector_problems(chunks: pa.Table, dim: int, normalize: bool) -> list[str | None]:
+    """Per row: why its stored vector may not be carried (None: it may), as
+    ``transforms.reuse.vector_problem`` says it, for the whole column at once."""
+    rows = chunks.num_rows
+    if "embedding" not in chunks.schema.names:
+        return ["no vector"] * rows
+    column = chunks.column("embedding").combine_chunks()
+    dtype = stored_dtype(chunks.schema)
+    if not pa.types.is_fixed_size_list(column.type) or column.type.list_size != dim:
+        sizes = pc.list_value_length(column).to_pylist()
+        return ["no vector" if size is None else f"{size} values, not {dim}" for size in sizes]
+    problems: list[str | None] = [None] * rows
+    missing = column.is_null().to_numpy(zero_copy_only=False)
+    scales = None
+    if dtype == "int8":
+        scale_column = chunks.column("embedding_scale").combine_chunks()
+        missing = missing | scale_column.is_null().to_numpy(zero_copy_only=False)
+        scales = scale_column.fill_null(0).to_numpy(zero_copy_only=False)
+    values = column.fill_null([0] * dim) if missing.any() else column
+    matrix = pc.list_flatten(values).to_numpy(zero_copy_only=False).reshape(rows, dim)
+    vectors = dequantized(matrix, scales).astype(np.float64)
+    finite = np.isfinite(vectors).all(axis=1)
+    norms = np.linalg.norm(np.where(finite[:, None], vectors, 0), axis=1)
+    tolerance = UNIT_TOLERANCE[dtype]
+    for row in range(rows):
+        if missing[row]:
+            problems[row] = "no vector"
+        elif not finite[row]:
+            problems[row] = "not finite"
+        elif normalize and abs(norms[row] - 1.0) > tolerance:
+            problems[row] = f"norm {norms[row]:.4g}, not 1"
+    return problems
 
 
-def carried_documents(chunk_path: str, side_path: str, dim: int | None, normalize: bool,
-                      ) -> Iterator[tuple[str, str, list[ChunkRecord] | None, str | None]]:
-    """``(doc_id, carry_key, its chunks or None, why not)`` for each document of one previous
-    (chunk shard, sidecar) pair, in shard order. Reading fails (raises) for a file that cannot
-    be read or whose two halves do not line up."""
-    with FileSystems.open(chunk_path) as chunk_handle, FileSystems.open(side_path) as side_handle:
-        chunk_file, side_file = pq.ParquetFile(chunk_handle), pq.ParquetFile(side_handle)
-        has_vectors = dim is not None and "embedding" in chunk_file.schema_arrow.names
-        dtype = stored_dtype(chunk_file.schema_arrow) if has_vectors else "float32"
-        doc_id, rows, sides = None, [], []
-
-        def finished():
-            chunks = [_record(row, side, dtype, has_vectors) for row, side in zip(rows, sides)]
-            problem = _problem(chunks, sides, dim, normalize, dtype)
-            return doc_id, sides[0]["carry_key"], None if problem else chunks, problem
-
-        for row, side in _rows(chunk_file, side_file):
-            if (row["doc_id"], row["chunk_index"]) != (side["doc_id"], side["chunk_index"]):
-                raise ValueError(f"row {row['doc_id']}#{row['chunk_index']} of the chunk shard "
-                                 f"is {side['doc_id']}#{side['chunk_index']} in its sidecar")
-            if row["doc_id"] != doc_id and rows:
-                yield finished()
-                rows, sides = [], []
-            doc_id = row["doc_id"]
-            rows.append(row)
-            sides.append(side)
-        if rows:
-            yield finished()
+def verify_pair(chunk_path: str, side_path: str, dim: int | None, normalize: bool,
+                ) -> list[tuple[str, str, str | None]]:
+    """``(doc_id, carry_key, why its rows may not be carried or None)`` for each document of one
+    previous (chunk shard, sidecar) pair, in shard order: every chunk index 0..n-1 there with
+    its sidecar row, one carry key, each search text derivable from its text, context and
+    header, term ids and counts alike in length, no failed contextual header, and each vector
+    finite, of this run's length and of unit length when normalized. Checked a column at a
+    time. Reading fails (raises) for a file that cannot be read or whose halves do not line
+    up."""
+    with FileSystems.open(chunk_path) as handle:
+        names = pq.read_schema(handle).names
+        handle.seek(0)
+        wanted = list(_CHECKED_COLUMNS) + [name for name in ("embedding", "embedding_scale")
+                                          if dim is not None and name in names]
+        chunks = pq.read_table(handle, columns=wanted)
+    with FileSystems.open(side_path) as handle:
+        sides = pq.read_table(handle)
+    if chunks.num_rows != sides.num_rows:
+        raise ValueError(f"the chunk shard has {chunks.num_rows} rows and its sidecar {sides.num_rows}")
+    doc_ids = chunks.column("doc_id").to_pylist()
+    indexes = chunks.column("chunk_index").to_numpy()
+    if doc_ids != sides.column("doc_id").to_pylist() \
+            or not np.array_equal(indexes, sides.column("chunk_index").to_numpy()):
+        raise ValueError("the chunk shard's rows are not its sidecar's, in the same order")
+    bad_prefix = _prefix_problems(chunks)
+    uneven_terms = pc.not_equal(pc.list_value_length(sides.column("term_ids")),
+                                pc.list_value_length(sides.column("term_counts"))).to_numpy(
+                                    zero_copy_only=False)
+    failed_header = pc.starts_with(chunks.column("context_status"), FAILED).to_numpy(
+        zero_copy_only=False)
+    vectors = _vector_problems(chunks, dim, normalize) if dim is not None else None
+    keys = sides.column("carry_key").to_pylist()
+    doc_chunks = sides.column("doc_chunks").to_numpy()
+    found = []
+    start = 0
+    while start < len(doc_ids):
+        end = start + 1
+        while end < len(doc_ids) and doc_ids[end] == doc_ids[start]:
+            end += 1
+        rows = slice(start, end)
+        count = end - start
+        problem = None
+        if bad_prefix[rows].any():
+            problem = "a row's search_text does not end with its text"
+        elif not np.array_equal(indexes[rows], np.arange(count)) or (doc_chunks[rows] != count).any():
+            problem = "its chunks are not all there, in order"
+        elif len(set(keys[rows])) != 1:
+            problem = "its rows disagree on the carry key"
+        elif uneven_terms[rows].any():
+            problem = "term ids and counts differ in length"
+        elif failed_header[rows].any():
+            problem = "a contextual header failed: asked for again"
+        elif vectors is not None:
+            first = next((v for v in vectors[rows] if v is not None), None)
+            problem = f"stored vector: {first}" if first is not None else None
+        found.append((doc_ids[start], keys[start], problem))
+        start = end
+    return found
 
 
 class _IndexPair(beam.DoFn):
@@ -191,9 +201,7 @@ class _IndexPair(beam.DoFn):
     def process(self, pair: int) -> Iterable[tuple[str, CarryEntry]]:
         chunk_path, side_path = self.source.pairs[pair]
         try:
-            found = list(
-                (doc_id, key, problem) for doc_id, key, _, problem in carried_documents(
-                    chunk_path, side_path, self.source.dim, self.source.normalize))
+            found = verify_pair(chunk_path, side_path, self.source.dim, self.source.normalize)
         except Exception as exc:  # noqa: BLE001 - a damaged file raises whatever arrow raises
             self.rejected.inc(_sidecar_documents(side_path))
             log.warning("carry: %s unreadable (%s: %s); its documents are computed again",

@@ -21,6 +21,7 @@ from typing import Any, Iterable, NamedTuple
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.pvalue import AsSingleton, PCollection
 
@@ -179,3 +180,24 @@ class WriteStats(beam.DoFn):
         with FileSystems.create(path) as handle:
             handle.write((json.dumps(summary, indent=2) + "\n").encode())
         yield path
+
+
+class WriteTerms(beam.DoFn):
+    """The statistics -> the ``terms`` table (term_id ascending, df), written in one go with
+    Arrow as ``terms-00000-of-00001.parquet``: ``(table, path, rows)``."""
+
+    def __init__(self, run_dir: str) -> None:
+        self.run_dir = run_dir
+
+    def process(self, stats: CorpusStats) -> Iterable[tuple[str, str, int]]:
+        from transforms.write import ROW_GROUP, shard_path
+
+        ids = np.fromiter(stats.df.keys(), dtype=np.int64, count=len(stats.df))
+        dfs = np.fromiter(stats.df.values(), dtype=np.int64, count=len(stats.df))
+        order = np.argsort(ids, kind="stable")
+        table = pa.table({"term_id": pa.array(ids[order], pa.int32()), "df": pa.array(dfs[order], pa.int64())},
+                         schema=terms_schema())
+        path = shard_path(self.run_dir, "terms", 0, 1)
+        with FileSystems.create(path) as handle:
+            pq.write_table(table, handle, row_group_size=ROW_GROUP, compression="zstd")
+        yield "terms", path, table.num_rows
