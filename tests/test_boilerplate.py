@@ -257,3 +257,50 @@ def test_page_starts_follow_the_lines_boilerplate_removal_keeps(pages: list[list
     bounds = [*moved, len(stripped)]
     for number, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
         assert stripped[lo:hi].startswith(f"page {number} marker\n")
+
+
+@given(st.lists(st.sets(st.integers(0, (1 << 64) - 1), max_size=30), max_size=40), st.integers(1, 7))
+def test_key_counts_in_arrays_are_documents_per_key(key_sets, cut) -> None:
+    """The stage counts uint64 arrays merged in any grouping: each key's count is the number of
+    sets holding it, as a Counter over the sets says."""
+    from collections import Counter
+
+    import numpy as np
+
+    from transforms.clean import _KeyCounts, key_array, key_text
+
+    combine = _KeyCounts()
+    arrays = [np.frombuffer(key_array({key_text(k) for k in keys}), dtype="<u8") for keys in key_sets]
+    halves = [arrays[:cut], arrays[cut:]]
+    accumulators = []
+    for half in halves:
+        accumulator = combine.create_accumulator()
+        for array in half:
+            accumulator = combine.add_input(accumulator, array)
+        accumulators.append(accumulator)
+    keys, counts = combine.extract_output(combine.merge_accumulators(accumulators))
+    expected = Counter(k for keys_ in key_sets for k in keys_)
+    assert dict(zip(keys.tolist(), counts.tolist())) == dict(expected)
+    assert list(keys) == sorted(expected)
+
+
+@settings(max_examples=8, deadline=None)
+@given(st.lists(st.lists(st.sampled_from([HEADER, COOKIE, FOOTER, "A line of its own text here, long.",
+                                          "Another line that a few pages share today."]),
+                         min_size=1, max_size=4), min_size=1, max_size=12))
+def test_the_stage_removes_what_the_pure_functions_remove(pages) -> None:
+    docs = [Document(f"d{i}.md", f"/c/d{i}.md", "\n\n".join([f"Page {i} body text, unique to it.", *lines]) + "\n")
+            for i, lines in enumerate(pages)]
+    from collections import Counter
+
+    from chunkline.records import doc_hash
+
+    distinct = {doc_hash(d.text): d.text for d in docs}
+    counts = Counter(k for text in distinct.values() for k in line_keys(text, OPTIONS))
+    floor = frequency_floor(len(distinct), OPTIONS)
+    frequent = {k for k, n in counts.items() if n >= floor}
+    expected = sorted((d.doc_id, remove_boilerplate(d.text, frequent, OPTIONS)) for d in docs)
+    with fnapi_pipeline() as p:
+        out = p | beam.Create(docs) | RemoveBoilerplate(OPTIONS)
+        assert_that(out.documents | beam.Map(lambda d: (d.doc_id, d.text)),
+                    equal_to([pair for pair in expected if pair[1].strip()]))

@@ -14,9 +14,12 @@ import json
 from typing import AbstractSet, Iterable, NamedTuple
 
 import apache_beam as beam
+import numpy as np
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 from apache_beam.pvalue import AsSingleton, PCollection, TaggedOutput
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.windowed_value import WindowedValue
 
 from chunkline.boilerplate import (
     BoilerplateOptions,
@@ -116,6 +119,80 @@ class _Strip(beam.DoFn):
             return
         yield dataclasses.replace(doc, text=text, page_starts=page_starts)
 
+# Frequent-key counting is spread over this many combine keys (each a share of the key space).
+KEY_BUCKETS = 16
+_FLUSH_KEYS = 1 << 20  # keys a bundle holds before it sends them on
+
+
+def key_array(keys: AbstractSet[str]) -> bytes:
+    """A document's candidate keys (16 hex digits each) as sorted little-endian uint64 bytes:
+    compact to shuffle, and comparable, so equal texts keep one set whatever the order."""
+    return np.array(sorted(int(key, 16) for key in keys), dtype="<u8").tobytes()
+
+
+def key_text(key: int) -> str:
+    """The hex form ``chunkline.boilerplate`` gives a key."""
+    return format(key, "016x")
+
+
+class _BucketKeys(beam.DoFn):
+    """Key sets -> ``(bucket, uint64 array)``: a bundle's keys concatenated and split by bucket,
+    so one element carries many documents' keys."""
+
+    def start_bundle(self) -> None:
+        self.pending: list[np.ndarray] = []
+        self.held = 0
+
+    def process(self, keys: bytes) -> Iterable[tuple[int, np.ndarray]]:
+        array = np.frombuffer(keys, dtype="<u8")
+        self.pending.append(array)
+        self.held += len(array)
+        if self.held >= _FLUSH_KEYS:
+            yield from self._flush()
+
+    def finish_bundle(self) -> Iterable[WindowedValue]:
+        for bucketed in self._flush():
+            yield WindowedValue(bucketed, 0, [GlobalWindow()])
+
+    def _flush(self) -> list[tuple[int, np.ndarray]]:
+        if not self.pending:
+            return []
+        keys = np.concatenate(self.pending)
+        self.pending, self.held = [], 0
+        buckets = keys % np.uint64(KEY_BUCKETS)
+        return [(int(bucket), keys[buckets == bucket]) for bucket in np.unique(buckets)]
+
+
+def _compact(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    if not parts:
+        return np.empty(0, dtype="<u8"), np.empty(0, dtype=np.int64)
+    keys, inverse = np.unique(np.concatenate([keys for keys, _ in parts]), return_inverse=True)
+    counts = np.bincount(inverse, weights=np.concatenate([counts for _, counts in parts]),
+                         minlength=len(keys)).astype(np.int64)
+    return keys, counts
+
+
+class _KeyCounts(beam.CombineFn):
+    """uint64 key arrays (each key once per document) -> ``(keys, documents holding each)``,
+    both sorted numpy arrays."""
+
+    def create_accumulator(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        return []
+
+    def add_input(self, accumulator, keys: np.ndarray):
+        accumulator.append((keys, np.ones(len(keys), dtype=np.int64)))
+        return [_compact(accumulator)] if len(accumulator) > 64 else accumulator
+
+    def merge_accumulators(self, accumulators):
+        return [_compact([part for accumulator in accumulators for part in accumulator])]
+
+    def compact(self, accumulator):
+        return [_compact(accumulator)]
+
+    def extract_output(self, accumulator) -> tuple[np.ndarray, np.ndarray]:
+        return _compact(accumulator)
+
+
 class _CountWithSample(beam.CombineFn):
     """(key, shown text) -> (documents, shown text): the smallest text seen, so the line shown
     does not depend on the order the runner combines in (variants differ in case or spacing)."""
@@ -160,8 +237,9 @@ class RemoveBoilerplate(beam.PTransform):
     """``PCollection[Document]`` -> :class:`BoilerplateOutputs`: lines and short blocks that occur in
     at least ``frequency_floor(n_documents, options)`` documents removed from every document.
 
-    The count is a Beam combine (``Count.PerElement`` over each document's set of keys, lifted
-    before the shuffle); the frequent keys reach the documents as one side input (a frozenset:
+    The count is a Beam combine per bucket of the key space (:data:`KEY_BUCKETS`) over uint64
+    arrays, each a bundle's key sets together, summed with numpy, lifted before the shuffle; the
+    frequent keys reach the documents as one side input (a frozenset:
     only the frequent keys, not the corpus's lines). Counters ``boilerplate/frequent_keys``,
     ``boilerplate/documents_changed``, ``boilerplate/chars_removed``, ``boilerplate/rejected``.
 
@@ -186,9 +264,7 @@ class RemoveBoilerplate(beam.PTransform):
         # One set of keys per distinct text: exact copies count once.
         key_sets = (
             documents
-            | "KeysByText" >> beam.Map(
-                lambda doc: (doc_hash(doc.text), tuple(sorted(line_keys(doc.text, options))))
-            )
+            | "KeysByText" >> beam.Map(lambda doc: (doc_hash(doc.text), key_array(line_keys(doc.text, options))))
             | "OnePerText" >> beam.CombinePerKey(min)  # equal hashes: (nearly always) equal sets
             | "KeySets" >> beam.Values()
         )
@@ -200,14 +276,16 @@ class RemoveBoilerplate(beam.PTransform):
             frequent_counter.inc(len(keys))
             return frozenset(keys)
 
+        # Counted as arrays of 64-bit keys, a bundle's keys per bucket at a time: a line is
+        # never an element of its own, and each bucket's counts can sit on another worker.
         frequent = (
             key_sets
-            | "LineKeys" >> beam.FlatMap(lambda keys: keys)
-            | "CountKeys" >> beam.combiners.Count.PerElement()
-            | "KeepFrequent" >> beam.Filter(lambda kv, f: kv[1] >= f, AsSingleton(floor))
-            | "Keys" >> beam.Keys()
+            | "BucketKeys" >> beam.ParDo(_BucketKeys())
+            | "CountKeys" >> beam.CombinePerKey(_KeyCounts())
+            | "KeepFrequent" >> beam.FlatMap(
+                lambda kv, f: kv[1][0][kv[1][1] >= f].tolist(), AsSingleton(floor))
             | "Collect" >> beam.combiners.ToList()
-            | "AsSet" >> beam.Map(as_set)
+            | "AsSet" >> beam.Map(lambda keys: as_set([key_text(key) for key in keys]))
         )
         # The side input is known only once every document is counted: until then the
         # documents wait in part files, and only the parts' paths wait in memory.
