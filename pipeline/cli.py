@@ -117,15 +117,17 @@ def _run_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     # matters.
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s",
                         datefmt="%H:%M:%S")
-    logging.getLogger("chunkline").setLevel(logging.INFO)
+    logging.getLogger("chunkline").setLevel(logging.WARNING if args.quiet else logging.INFO)
     from chunkline.embedder import ModelNotAvailable
     from pipeline.lease import LeaseHeld
+    from pipeline.progress import RunProgress, progress_mode
     from pipeline.run import run
     from pipeline.summary import format_summary
 
     try:
-        summary = run(config, args.beam_args, allow_shrink=args.allow_shrink,
-                      start_over=args.start_over)
+        with RunProgress(err, progress_mode(err, args.quiet), args.progress_interval):
+            summary = run(config, args.beam_args, allow_shrink=args.allow_shrink,
+                          start_over=args.start_over)
     except LeaseHeld as exc:
         print(f"chunkline run: {redacted(str(exc))}", file=err)
         return EXIT_OUTPUT_BUSY
@@ -202,6 +204,11 @@ def build_parser() -> argparse.ArgumentParser:
     run_parser.add_argument("--start-over", action="store_true",
                             help="the output has runs but no LATEST (it was lost): index from "
                             "nothing, reusing no vector and comparing with no run")
+    run_parser.add_argument("--quiet", action="store_true",
+                            help="no live display and no progress lines; the summary only")
+    run_parser.add_argument("--progress-interval", type=float, default=10.0, metavar="SECONDS",
+                            help="off a terminal, a progress line per moving stage this often "
+                            "(default 10)")
     run_parser.set_defaults(handler=_run_command, beam_args=[])
 
     from pipeline.query_command import add_arguments as add_query_arguments, query_command
@@ -227,6 +234,24 @@ def build_parser() -> argparse.ArgumentParser:
         "chunk sizes, vectors, time, sample documents with their chunk boundaries")
     add_report_arguments(report_parser)
     report_parser.set_defaults(handler=report_command)
+
+    from pipeline import runs
+
+    runs_parser = commands.add_parser(
+        "runs", help="list an output's runs: id, start, status (LATEST, complete, held-back, "
+        "failed, incomplete, running), counts, size on disk")
+    runs.add_runs_arguments(runs_parser)
+    runs_parser.set_defaults(handler=runs.runs_command)
+    publish_parser = commands.add_parser(
+        "publish", help="point LATEST at another complete, reconciled run (a rollback), "
+        "verified and under the output's lease")
+    runs.add_publish_arguments(publish_parser)
+    publish_parser.set_defaults(handler=runs.publish_command)
+    gc_parser = commands.add_parser(
+        "gc", help="remove runs beyond the N newest complete ones, held-back, failed and killed "
+        "runs and leftover files; never LATEST's run or a running one")
+    runs.add_gc_arguments(gc_parser)
+    gc_parser.set_defaults(handler=runs.gc_command)
     return parser
 
 

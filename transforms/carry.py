@@ -39,6 +39,7 @@ from chunkline.context.writer import CACHED, FAILED, OK
 from chunkline.quantize import UNIT_TOLERANCE, dequantized
 from chunkline.records import KEPT, DocumentChunks
 from chunkline.sparse import CorpusStats, SparseOptions
+from transforms.progress import progress_counter
 from transforms.counters import (
     DOCUMENTS_CHANGED,
     DOCUMENTS_REDONE,
@@ -288,7 +289,7 @@ class CarryDecisions(beam.DoFn):
     did not read it); ``recomputed`` is changed + redone. ``gone``: kept then, not now."""
 
     def __init__(self) -> None:
-        self.carried = Metrics.counter(*DOCUMENTS_CARRIED)
+        self.carried = progress_counter(*DOCUMENTS_CARRIED)
         self.recomputed = Metrics.counter(*DOCUMENTS_RECOMPUTED)
         self.changed = Metrics.counter(*DOCUMENTS_CHANGED)
         self.redone = Metrics.counter(*DOCUMENTS_REDONE)
@@ -348,7 +349,7 @@ class _CarryFromPair(beam.DoFn):
 
     def __init__(self, source: CarrySource, shards: int, shard_of: Callable[[str, int], int]) -> None:
         self.source, self.shards, self.shard_of = source, shards, shard_of
-        self.chunks = Metrics.counter(*CHUNKS_CARRIED)
+        self.chunks = progress_counter(*CHUNKS_CARRIED)
 
     def process(self, keyed: tuple[int, Iterable[str]]):
         pair, doc_ids = keyed

@@ -22,6 +22,7 @@ from apache_beam.ml.inference.base import KeyedModelHandler, ModelHandler, RunIn
 
 from chunkline.embedder import EmbedOptions, embed_by_tokens, load_model
 from chunkline.records import ChunkRecord
+from transforms.progress import progress_counter
 from transforms.counters import CHUNKS_EMBEDDED, TOKENS_EMBEDDED, TOKENS_PADDED
 from transforms.model_cache import local_model_dir
 
@@ -69,7 +70,7 @@ class SentenceTransformerHandler(ModelHandler[str, np.ndarray, OnFirstUse]):
     def __init__(self, options: EmbedOptions) -> None:
         super().__init__()
         self._options = options
-        self._tokens = Metrics.counter(*TOKENS_EMBEDDED)
+        self._tokens = progress_counter(*TOKENS_EMBEDDED)
         self._padded = Metrics.counter(*TOKENS_PADDED)
         self._truncated = Metrics.counter(METRICS_NAMESPACE, "texts_truncated")
 
@@ -131,7 +132,7 @@ class _AttachEmbedding(beam.DoFn):
     """(chunk, vector) -> the chunk with its embedding, a new record."""
 
     def __init__(self) -> None:
-        self._chunks = Metrics.counter(*CHUNKS_EMBEDDED)
+        self._chunks = progress_counter(*CHUNKS_EMBEDDED)
 
     def process(self, element: tuple[ChunkRecord, np.ndarray]) -> Iterator[ChunkRecord]:
         record, vector = element

@@ -22,6 +22,7 @@ from chunkline.embedder import EmbedOptions, load_model
 from chunkline.late import LateChunker, LateOptions
 from chunkline.records import DocumentChunks
 from transforms import coders  # noqa: F401 - registers DocumentChunksCoder
+from transforms.progress import progress_counter
 from transforms.counters import CHUNKS_EMBEDDED, TOKENS_EMBEDDED
 from transforms.model_cache import local_model_dir
 
@@ -38,8 +39,8 @@ class _LateEmbedDocument(beam.DoFn):
         self._options = options
         self._late = late
         self._shared = shared
-        self._tokens = Metrics.counter(*TOKENS_EMBEDDED)
-        self._chunks = Metrics.counter(*CHUNKS_EMBEDDED)
+        self._tokens = progress_counter(*TOKENS_EMBEDDED)
+        self._chunks = progress_counter(*CHUNKS_EMBEDDED)
         self._documents = Metrics.counter(METRICS_NAMESPACE, "documents_embedded")
         self._windows = Metrics.counter(METRICS_NAMESPACE, "windows_read")
 

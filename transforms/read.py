@@ -40,6 +40,7 @@ from chunkline.readers import (
     streams,
 )
 from chunkline.records import Document, Rejected, input_digest
+from transforms.progress import PIECES_MATCHED, PIECES_READ, progress_counter, tally
 from transforms.counters import READ_DOCUMENTS, READ_REJECTED, READ_SLICES
 from transforms.match import MatchPattern, is_local
 
@@ -60,8 +61,8 @@ class _DecodeFile(beam.DoFn):
     def __init__(self, root: str, options: ReadOptions) -> None:
         self._root = root
         self._options = options
-        self._documents = Metrics.counter(*READ_DOCUMENTS)
-        self._rejected = Metrics.counter(*READ_REJECTED)
+        self._documents = progress_counter(*READ_DOCUMENTS)
+        self._rejected = progress_counter(*READ_REJECTED)
 
     def process(self, found: ReadableFile | Rejected | tuple[ReadableFile, ParquetSlice | LineSlice]
                 ) -> Iterable[Document | TaggedOutput]:
@@ -91,6 +92,7 @@ class _DecodeFile(beam.DoFn):
             else:
                 self._rejected.inc()
                 yield TaggedOutput(REJECTED, record)
+        tally(PIECES_READ)
 
     def _read_and_decode(self, readable: ReadableFile, uri: str,
                          part: ParquetSlice | LineSlice | None = None) -> Iterator[Document | Rejected]:
@@ -165,6 +167,7 @@ class _SliceRecordFiles(beam.DoFn):
         parquet = slice_bytes is not None and extension(found.metadata.path) in PARQUET_EXTENSIONS
         if slice_bytes is None or found.metadata.size_in_bytes <= (
                 slice_bytes // 8 if parquet else slice_bytes):
+            tally(PIECES_MATCHED)
             yield found
             return
         try:
@@ -180,8 +183,10 @@ class _SliceRecordFiles(beam.DoFn):
         except Exception:  # noqa: BLE001 - not Parquet, unreadable, gone: the reader says which
             slices = []
         if len(slices) < 2:
+            tally(PIECES_MATCHED)
             yield found
             return
+        tally(PIECES_MATCHED, len(slices))
         self._slices.inc(len(slices))
         for part in slices:
             yield found, part

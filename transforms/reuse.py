@@ -26,6 +26,7 @@ from chunkline.quantize import UNIT_TOLERANCE as QUANTIZED_UNIT_TOLERANCE
 from chunkline.quantize import dequantized
 from chunkline.records import ChunkRecord, DocumentChunks, content_key, doc_hash
 from transforms.coders import JoinByKey
+from transforms.progress import progress_counter
 from transforms.counters import CHUNKS_REUSED, REUSE_REJECTED
 
 NAMESPACE = CHUNKS_REUSED.namespace  # one home for the namespace: transforms/counters.py
@@ -147,7 +148,7 @@ def _pick(candidates: Sequence[Candidate], chunk_id: str) -> Candidate | None:
 
 class _AttachPrevious(beam.DoFn):
     def __init__(self) -> None:
-        self.reused = Metrics.counter(*CHUNKS_REUSED)
+        self.reused = progress_counter(*CHUNKS_REUSED)
         self.missing = Metrics.counter(NAMESPACE, "chunks_to_embed")
         self.rejected = Metrics.counter(*REUSE_REJECTED)
 
@@ -260,7 +261,7 @@ class _ReusableVectors(beam.DoFn):
     :class:`_AttachPrevious` counts."""
 
     def __init__(self) -> None:
-        self.reused = Metrics.counter(*CHUNKS_REUSED)
+        self.reused = progress_counter(*CHUNKS_REUSED)
         self.missing = Metrics.counter(NAMESPACE, "chunks_to_embed")
         self.rejected = Metrics.counter(*REUSE_REJECTED)
 

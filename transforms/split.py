@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
 from typing import Iterator
 
 import apache_beam as beam
@@ -23,6 +22,7 @@ from chunkline.splitting.semantic import SemanticOptions, model_embed, semantic_
 from chunkline.splitting.text import heading_prefix
 from transforms.coders import DocumentChunksCoder  # noqa: F401 - registered: how elements shuffle
 from transforms.model_cache import local_model_dir, local_tokenizer_spec
+from transforms.progress import progress_counter
 
 log = logging.getLogger("chunkline.split")
 
@@ -30,7 +30,7 @@ log = logging.getLogger("chunkline.split")
 class _SplitDocument(beam.DoFn):
     def __init__(self, tokenizer_spec: str, max_tokens: int, overlap: int, markdown: bool,
                  prefix_tokenizer_spec: str, heading_reserve: int,
-                 progress_seconds: float = 5.0, code: bool = True,
+                 code: bool = True,
                  semantic: SemanticOptions | None = None,
                  semantic_model: EmbedOptions | None = None,
                  max_chars: int | None = None,
@@ -45,14 +45,13 @@ class _SplitDocument(beam.DoFn):
         self.markdown = markdown
         self.prefix_tokenizer_spec = prefix_tokenizer_spec
         self.heading_reserve = heading_reserve
-        self.progress_seconds = progress_seconds
         self.code = code
         self.semantic = semantic
         self.semantic_model = semantic_model
         if semantic is not None and semantic_model is None:
             raise ValueError("semantic splitting needs the embedding model's options")
-        self.documents = Metrics.counter("split", "documents")
-        self.chunks = Metrics.counter("split", "chunks")
+        self.documents = progress_counter("split", "documents")
+        self.chunks = progress_counter("split", "chunks")
         self.tokens = Metrics.counter("split", "tokens")
 
     def setup(self) -> None:
@@ -68,8 +67,6 @@ class _SplitDocument(beam.DoFn):
             options = dataclasses.replace(self.semantic_model,
                                           model=local_model_dir(self.semantic_model.model))
             self.embed = model_embed(load_model(options), options)
-        self._seen = [0, 0]
-        self._last_log = time.monotonic()
 
     def _split(self, doc: Document) -> list[Chunk]:
         language = language_for(doc.uri)
@@ -120,13 +117,6 @@ class _SplitDocument(beam.DoFn):
         yield DocumentChunks(doc, tuple(records))
         self.documents.inc()
         self.chunks.inc(len(pieces))
-        self._seen[0] += 1
-        self._seen[1] += len(pieces)
-        now = time.monotonic()
-        if now - self._last_log >= self.progress_seconds:
-            # Per worker: on a laptop run this is the progress line, on a cluster a heartbeat.
-            log.info("split: %d documents, %d chunks so far", *self._seen)
-            self._last_log = now
 
 
 class SplitDocuments(beam.PTransform):

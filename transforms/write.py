@@ -31,6 +31,7 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
 from chunkline.records import as_row
+from transforms.progress import WRITTEN, tally
 from transforms.spill import PartWriter, RemoveParts, coder_of, read_part, spill_dir
 
 # Every shard's part is written once the bundle's buffers hold this much together: memory stays
@@ -176,6 +177,7 @@ class _WriteShard(beam.DoFn):
                 writer.write_table(pa.Table.from_pylist(
                     [self.to_row(self._finished(record, side), self.schema) for record in records],
                     schema=self.schema))
+        tally(WRITTEN.format(table=self.table), len(encoded))
         yield (self.table, path, len(encoded))
         if side_path is not None:
             yield (self.sidecar.table, side_path, len(encoded))
@@ -210,6 +212,7 @@ class _WriteShard(beam.DoFn):
         rows = max(1, min(ROW_GROUP, ROW_GROUP_BYTES * table.num_rows // max(1, table.nbytes)))
         with FileSystems.create(path) as handle:
             pq.write_table(table, handle, row_group_size=rows, compression="zstd")
+        tally(WRITTEN.format(table=self.table), table.num_rows)
         yield (self.table, path, table.num_rows)
         if side_path is not None:
             with FileSystems.create(side_path) as handle:
