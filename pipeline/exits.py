@@ -12,7 +12,7 @@ NOT_DONE = 1
 # A usage or input error found before any work: bad config or flags, no such run, a store URI
 # that names nothing usable, a damaged index file. Retrying the same command fails the same way.
 USAGE = 2
-# run only: the index is published (LATEST names it), but the sink's sync failed or lags:
+# run and publish: the index is published (LATEST names it), but the sink's sync failed or lags:
 # `chunkline sync OUTPUT --to ...` completes it; its own status says why it failed.
 PUBLISHED_SINK_FAILED = 3
 # sync: the store cannot be reached, or a write to it failed midway (EX_UNAVAILABLE): retry;

@@ -1,0 +1,733 @@
+"""What an output directory holds, and the operator's commands on it: ``chunkline runs`` lists
+every run with its status, ``chunkline publish`` points LATEST at another complete run (a
+rollback), ``chunkline gc`` removes what neither a reader nor the next run needs.
+
+A run's status is read from what the run itself leaves (``pipeline/run.py``): LATEST names the
+published run; ``manifest.json`` is written last, so a directory without one was killed (or is
+still being written: the output's lease, ``pipeline/lease.py``, names the live writer); the
+manifest says whether the run reconciled (``reconciled``, ``problems``) and whether the publish
+guard held it back (``held_back``). Nothing records which runs LATEST named before, so a
+reconciled run that is not held back is "complete": ``run`` published it when it finished,
+unless it died between its manifest and LATEST.
+
+``runs`` and ``gc`` read local output directories only (they list and delete directories);
+``publish`` goes through Beam's filesystems, as ``run`` does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterator, TextIO
+
+from pipeline import exits
+from pipeline.lease import Holder, LeaseHeld, LeaseLost, OutputLease
+
+LATEST = "LATEST"
+COMPLETE = "complete"
+HELD_BACK = "held-back"
+FAILED = "failed"
+INCOMPLETE = "incomplete"
+RUNNING = "running"
+
+# pipeline.plan.new_run_id: UTC start time, config digest, random part. A directory without a
+# manifest is taken for a run (and so for gc to remove) only when its name has this form.
+RUN_ID = re.compile(r"(\d{8}T\d{6})Z-[0-9a-f]{8}-[0-9a-f]{6}")
+# What pipeline.run.publish stages beside LATEST, and pipeline.plan.check_output_writable's
+# probe: left behind only by a process killed between writing and renaming or deleting them.
+STAGED_LATEST = ".LATEST."
+PROBE = ".probe-"
+
+
+class RunsError(ValueError):
+    """A command cannot do what was asked (no such run, a run that may not be published, not a
+    local output); the message is one line naming the run or the output."""
+
+
+class OutputBusy(RuntimeError):
+    """Another process holds the output's lease in a way this command must wait for."""
+
+
+def lease_timeout() -> float:
+    """The default ``output.lease_timeout_s``: how stale another holder's lease must be before
+    it counts as dead (the holder renews it every minute at most)."""
+    from pipeline.config import OutputConfig
+
+    return float(OutputConfig.model_fields["lease_timeout_s"].default)
+
+
+@dataclass(frozen=True)
+class Writer:
+    """The live holder of an output's lease: ``run_id`` is the run it writes, None for a holder
+    that is not a run (a publish, a gc: they name themselves in words) or an unreadable lease."""
+
+    description: str
+    run_id: str | None
+
+
+def live_writer(output: str, timeout: float | None = None) -> Writer | None:
+    """Who holds ``output``'s lease now, when the holder is live (``OutputLease.live_holder``:
+    not stale, its process not gone); None when the lease is free. Reads only."""
+    lease = OutputLease(output, "chunkline runs", timeout or lease_timeout())
+    description = lease.live_holder()
+    if description is None:
+        return None
+    current = lease.store.read()
+    holder = Holder.parse(current[0]) if current is not None else None
+    if holder is None:
+        return Writer(description, None)
+    # Holder.describe's convention: a run id has no spaces, any other holder names itself in words.
+    return Writer(description, None if " " in holder.run_id else holder.run_id)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run directory of an output (or the run a live lease is about to write into)."""
+
+    run_id: str
+    path: str
+    status: str
+    started: datetime | None  # from the run id
+    finished: str | None  # the manifest's created_at
+    counts: dict[str, int] | None  # documents, kept, chunks: from the manifest
+    size: int  # bytes on disk
+    reasons: tuple[str, ...] = ()  # why held back or failed, what holds the lease
+
+    def to_json(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "path": self.path, "status": self.status,
+                "started": self.started.isoformat() if self.started else None,
+                "finished": self.finished, "counts": self.counts, "bytes": self.size,
+                "reasons": list(self.reasons)}
+
+
+def local_output(output: str) -> Path:
+    """``output`` as a local directory that exists, or RunsError."""
+    if "://" in output:
+        raise RunsError(f"{output}: runs and gc read local output directories only")
+    root = Path(output)
+    if not root.is_dir():
+        raise RunsError(f"{output}: no such output directory")
+    return root
+
+
+def latest_name(output: str) -> tuple[str | None, str | None]:
+    """(the run name ``output/LATEST`` holds, what is wrong with it): read as text whatever it
+    names, so that even a LATEST naming a damaged run protects that run from gc."""
+    from apache_beam.io.filesystems import FileSystems
+
+    path = FileSystems.join(output, LATEST)
+    try:
+        with FileSystems.open(path) as handle:
+            name = handle.read().decode("utf-8").strip()
+    except FileNotFoundError:
+        return None, None
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, f"{path}: cannot be read ({exc})"
+    if not name or "/" in name or "\\" in name or name in (".", ".."):
+        return None, f"{path}: does not name a run (holds {name!r})"
+    return name, None
+
+
+def _started(run_id: str) -> datetime | None:
+    found = RUN_ID.fullmatch(run_id)
+    if found is None:
+        return None
+    return datetime.strptime(found.group(1), "%Y%m%dT%H%M%S").replace(tzinfo=timezone.utc)
+
+
+def disk_size(path: Path) -> int:
+    """Bytes of every file under ``path`` (links not followed); files that vanish meanwhile, as
+    a running run's parts do, count nothing."""
+    if path.is_file() or path.is_symlink():
+        try:
+            return path.lstat().st_size
+        except FileNotFoundError:
+            return 0
+    total = 0
+    for folder, _, names in os.walk(path):
+        for name in names:
+            try:
+                total += os.lstat(os.path.join(folder, name)).st_size
+            except FileNotFoundError:
+                pass
+    return total
+
+
+def _is_run_dir(entry: os.DirEntry) -> bool:
+    """A run directory: a real directory (not ``_cache``, not a dot name) holding a manifest or
+    named as run ids are."""
+    if entry.name.startswith((".", "_")) or not entry.is_dir(follow_symlinks=False):
+        return False
+    return RUN_ID.fullmatch(entry.name) is not None or os.path.exists(os.path.join(entry.path, "manifest.json"))
+
+
+def _judge(run_dir: str) -> tuple[str, dict | None, tuple[str, ...]]:
+    """(status from the directory alone, its manifest, why) for a run no live lease writes."""
+    from pipeline.manifest import MANIFEST, ManifestError, load_manifest
+
+    if not os.path.exists(os.path.join(run_dir, MANIFEST)):
+        return INCOMPLETE, None, ("no manifest.json: killed before it finished",)
+    try:
+        manifest = load_manifest(run_dir)
+    except ManifestError as exc:
+        return FAILED, None, (str(exc),)
+    if manifest.get("reconciled") is False:
+        return FAILED, manifest, tuple(manifest.get("problems") or ("not reconciled",))
+    if manifest.get("held_back"):
+        return HELD_BACK, manifest, tuple(manifest["held_back"])
+    return COMPLETE, manifest, ()
+
+
+def describe_run(root: Path, name: str, latest: str | None, writer: Writer | None) -> Run:
+    """One run's row: its status (a live writer first, then LATEST, then its manifest), counts
+    and size."""
+    path = root / name
+    if writer is not None and writer.run_id == name:
+        # Its manifest may be half-written: the lease, not the directory, says it is not done.
+        status, manifest, reasons = RUNNING, None, (f"writing: {writer.description}",)
+    else:
+        status, manifest, reasons = _judge(str(path))
+        if name == latest:
+            status = LATEST
+    counts = None
+    if manifest is not None:
+        counts = {key: manifest["counts"][key] for key in ("documents", "kept", "chunks")}
+    return Run(name, str(path), status, _started(name),
+               manifest.get("created_at") if manifest else None, counts,
+               disk_size(path) if path.exists() else 0, reasons)
+
+
+def list_runs(output: str) -> tuple[list[Run], list[str]]:
+    """(every run of ``output``, newest first, notes on what is wrong with LATEST), the
+    running one told by the output's lease as it is now."""
+    local_output(output)
+    return runs_of(output, live_writer(output))
+
+
+def runs_of(output: str, writer: Writer | None) -> tuple[list[Run], list[str]]:
+    """:func:`list_runs` with the lease's live holder given (None: none, or this process's)."""
+    root = local_output(output)
+    latest, note = latest_name(output)
+    names = sorted((entry.name for entry in os.scandir(root) if _is_run_dir(entry)), reverse=True)
+    if writer is not None and writer.run_id is not None and writer.run_id not in names:
+        names = sorted([*names, writer.run_id], reverse=True)  # leased, not written yet
+    runs = [describe_run(root, name, latest, writer) for name in names]
+    notes = [note] if note else []
+    if latest is not None and latest not in names:
+        notes.append(f"{output}/LATEST names {latest!r}, which is not a run directory here")
+    return runs, notes
+
+
+# ---------------------------------------------------------------------------------------------
+# publish
+
+
+def _expected_rows(manifest: dict[str, Any]) -> dict[str, int]:
+    """Rows each table's files hold, by what the manifest states (the checks ``account`` made
+    before it was written)."""
+    from chunkline.carry import CARRY_TABLE
+
+    counts = manifest["counts"]
+    expected = {"chunks": counts["chunks"], "documents": counts["documents"]}
+    if "rejected" in counts:
+        expected["rejected"] = counts["rejected"]
+    if manifest["files"].get(CARRY_TABLE):
+        expected[CARRY_TABLE] = counts["chunks"]
+    bm25 = manifest.get("bm25")
+    if isinstance(bm25, dict) and isinstance(bm25.get("terms"), int):
+        expected["terms"] = bm25["terms"]
+    return expected
+
+
+def file_problems(run_dir: str, manifest: dict[str, Any]) -> list[str]:
+    """What keeps ``run_dir``'s files from being the index its (validated) manifest describes:
+    a listed file missing or unreadable, a table whose files hold other row counts than the
+    manifest states, chunk shards without vectors of the model's width. Footers only: the
+    rows themselves are checked by every reader (reuse, carry) as it reads them."""
+    import pyarrow.parquet as pq
+    from apache_beam.io.filesystems import FileSystems
+
+    problems = []
+    expected = _expected_rows(manifest)
+    dim = (manifest.get("model") or {}).get("dim")
+    for table, names in manifest["files"].items():
+        if not isinstance(names, list) or not all(isinstance(n, str) and n and "/" not in n for n in names):
+            problems.append(f"files.{table} is not a list of file names")
+            continue
+        rows = 0
+        for name in names:
+            path = FileSystems.join(run_dir, name)
+            try:
+                with FileSystems.open(path) as handle:
+                    metadata = pq.read_metadata(handle)
+            except FileNotFoundError:
+                problems.append(f"{name} is missing")
+                continue
+            except Exception as exc:  # noqa: BLE001 - truncated or not Parquet: each library its own error
+                problems.append(f"{name} is unreadable ({type(exc).__name__}: {exc})")
+                continue
+            rows += metadata.num_rows
+            if table == "chunks" and dim is not None:
+                schema = metadata.schema.to_arrow_schema()
+                vector = schema.field("embedding").type if "embedding" in schema.names else None
+                if vector is None or getattr(vector, "list_size", dim) != dim:
+                    problems.append(f"{name} has no {dim}-d embedding column")
+        if table in expected and rows != expected[table]:
+            problems.append(f"{table}: its files hold {rows:,} rows, the manifest counts {expected[table]:,}")
+    return problems
+
+
+def check_run_id(output: str, run_id: str) -> None:
+    """RunsError unless ``run_id`` names a directory right under ``output``."""
+    if not run_id or "/" in run_id or "\\" in run_id or run_id in (".", ".."):
+        raise RunsError(f"{run_id!r} is not a run id (a directory name under {output})")
+
+
+def publishable(output: str, run_id: str, allow_held_back: bool = False) -> dict[str, Any]:
+    """The manifest of ``output``'s run ``run_id`` when LATEST may name it: its manifest valid
+    (``pipeline.manifest.load_manifest``), reconciled, not held back by the publish guard
+    (unless ``allow_held_back``), every file it lists there with the rows it states. RunsError
+    naming the run otherwise."""
+    from apache_beam.io.filesystems import FileSystems
+
+    from pipeline.manifest import MANIFEST, ManifestError, load_manifest
+
+    check_run_id(output, run_id)
+    run_dir = FileSystems.join(output, run_id)
+    if not FileSystems.exists(FileSystems.join(run_dir, MANIFEST)):
+        what = "is incomplete (no manifest.json: killed, or still running)" \
+            if FileSystems.exists(run_dir) else "does not exist"
+        raise RunsError(f"run {run_id} {what}; LATEST may only name a complete run")
+    try:
+        manifest = load_manifest(run_dir)
+    except ManifestError as exc:
+        raise RunsError(f"run {run_id}: {exc}") from None
+    if manifest["run_id"] != run_id:
+        raise RunsError(f"run {run_id}: its manifest names run {manifest['run_id']} (a copied "
+                        f"directory?)")
+    if manifest.get("reconciled") is False:
+        raise RunsError(f"run {run_id} failed (not reconciled: "
+                        f"{'; '.join(manifest.get('problems') or [])}); it cannot be published")
+    if manifest.get("held_back") and not allow_held_back:
+        raise RunsError(f"run {run_id} was held back by the publish guard "
+                        f"({'; '.join(manifest['held_back'])}); --allow-held-back publishes it")
+    problems = file_problems(run_dir, manifest)
+    if problems:
+        raise RunsError(f"run {run_id} is damaged: {'; '.join(problems)}")
+    return manifest
+
+
+def _sink(manifest: dict[str, Any] | None) -> str | None:
+    """The sink a run's config records (masked: the manifest holds it through pipeline/redact)."""
+    if not manifest:
+        return None
+    sink = (manifest.get("config") or {}).get("sink")
+    return sink.get("to") if isinstance(sink, dict) else None
+
+
+@dataclass(frozen=True)
+class Published:
+    run_id: str
+    previous: str | None  # what LATEST named before
+    manifest: dict[str, Any]
+    sink: str | None  # the (masked) sink the new or the previous run's config records
+    changed: bool
+
+
+def publish_run(output: str, run_id: str, allow_held_back: bool = False,
+                timeout: float | None = None) -> Published:
+    """Point ``output``'s LATEST at ``run_id``, under the output's lease (LeaseHeld when another
+    process holds it), after :func:`publishable` verified it; LATEST is replaced atomically by
+    ``pipeline.run.publish``, as a run replaces it."""
+    from apache_beam.io.filesystems import FileSystems
+
+    from pipeline.manifest import ManifestError, load_manifest
+    from pipeline.run import publish
+
+    check_run_id(output, run_id)  # before the lease, whose staged file is named after it
+    if "://" not in output and not Path(output).is_dir():
+        raise RunsError(f"{output}: no such output directory")
+    with OutputLease(output, f"chunkline publish of run {run_id}", timeout or lease_timeout()) as lease:
+        manifest = publishable(output, run_id, allow_held_back)
+        previous, _ = latest_name(output)
+        before = None
+        if previous is not None and previous != run_id:
+            try:
+                before = load_manifest(FileSystems.join(output, previous))
+            except ManifestError:
+                before = None  # a damaged run is what a rollback leaves; its sink is unknown
+        if previous == run_id:
+            return Published(run_id, previous, manifest, _sink(manifest), False)
+        lease.check()  # fencing, as a run does: a lease taken over never switches LATEST
+        publish(output, run_id)
+    return Published(run_id, previous, manifest, _sink(manifest) or _sink(before), True)
+
+
+# ---------------------------------------------------------------------------------------------
+# gc
+
+
+@dataclass(frozen=True)
+class Removal:
+    name: str  # relative to the output
+    what: str  # a run's status, or the kind of leftover file
+    size: int
+
+
+@dataclass(frozen=True)
+class Kept:
+    name: str
+    why: str
+
+
+@dataclass
+class Collection:
+    """What gc removed (or, dry, would remove) and kept; ``stopped``: why it stopped early."""
+
+    removed: list[Removal] = field(default_factory=list)
+    kept: list[Kept] = field(default_factory=list)
+    pending: list[Removal] = field(default_factory=list)  # planned, not removed (stopped)
+    notes: list[str] = field(default_factory=list)
+    stopped: str | None = None
+
+
+def _referenced(root: Path, latest: str | None) -> set[str]:
+    """The runs of this output that LATEST's config names as ``output.previous`` (its reuse
+    and carry source, ``--previous``), as given and as that run resolved it (its manifest's
+    ``previous``): a next run with the same config reads it again. Without ``output.previous``
+    the manifest's ``previous`` is only history (the LATEST of its day, whose reused vectors
+    and carried rows were copied into the run's own shards), so it keeps nothing."""
+    from pipeline.manifest import ManifestError, load_manifest
+
+    if latest is None:
+        return set()
+    try:
+        manifest = load_manifest(str(root / latest))
+    except ManifestError:
+        return set()
+    given = ((manifest.get("config") or {}).get("output") or {}).get("previous")
+    if not isinstance(given, str) or not given:
+        return set()
+    found = set()
+    for path in (given, manifest.get("previous")):
+        # A relative path is taken from here: the run's own working directory is not recorded.
+        if isinstance(path, str) and path and "://" not in path:
+            target = Path(path).resolve()
+            if target.parent == root.resolve():
+                found.add(target.name)
+    return found
+
+
+def _leftovers(root: Path, runs: list[Run], doomed: set[str], timeout: float) -> list[Removal]:
+    """Files killed processes leave: LATEST staged beside itself, write probes older than the
+    lease timeout (a run in preflight, before its lease, may be writing one now), and the
+    ``_spill`` parts of a run that is kept."""
+    from transforms.spill import SPILL_DIR
+
+    found = []
+    for entry in os.scandir(root):
+        if not entry.is_file(follow_symlinks=False):
+            continue
+        if entry.name.startswith(STAGED_LATEST):
+            found.append(Removal(entry.name, "staged LATEST", entry.stat(follow_symlinks=False).st_size))
+        elif entry.name.startswith(PROBE) and time.time() - entry.stat().st_mtime > timeout:
+            found.append(Removal(entry.name, "write probe", entry.stat(follow_symlinks=False).st_size))
+    for run in runs:
+        spill = root / run.run_id / SPILL_DIR
+        if run.run_id not in doomed and run.status != RUNNING and spill.is_dir():
+            found.append(Removal(f"{run.run_id}/{SPILL_DIR}", "spill parts", disk_size(spill)))
+    return found
+
+
+def gc_plan(output: str, keep: int, writer: Writer | None, holding: bool,
+            timeout: float) -> Collection:
+    """What gc removes, given the lease's live ``writer`` (None: none, or this gc holds the
+    lease, ``holding``): run directories beyond the ``keep`` newest complete ones (LATEST
+    counts among them), held-back, failed and incomplete runs; never LATEST's run, the run
+    ``writer`` writes, or the run LATEST's config names as its previous; leftover staged files
+    only under the lease (without it they may be a live run's)."""
+    root = local_output(output)
+    runs, notes = runs_of(output, writer)
+    latest, _ = latest_name(output)
+    referenced = _referenced(root, latest)
+    plan = Collection(notes=notes)
+    complete = [r.run_id for r in runs if r.status in (LATEST, COMPLETE)]
+    newest = set(complete[:keep])
+    doomed = set()
+    for run in runs:
+        if run.status == RUNNING:
+            plan.kept.append(Kept(run.run_id, run.reasons[0]))
+        elif run.run_id == latest:
+            plan.kept.append(Kept(run.run_id, "LATEST names it"))
+        elif run.run_id in referenced:
+            plan.kept.append(Kept(run.run_id, "LATEST's config names it as output.previous"))
+        elif run.status == COMPLETE and run.run_id in newest:
+            plan.kept.append(Kept(run.run_id, f"among the newest complete runs (--keep {keep})"))
+        else:
+            doomed.add(run.run_id)
+            plan.pending.append(Removal(run.run_id, run.status, run.size))
+    if holding:
+        plan.pending.extend(_leftovers(root, runs, doomed, timeout))
+    return plan
+
+
+class _Exclusion:
+    """gc's hold on the output: its own lease when it can take it; otherwise, beside a live run
+    (whose directory the plan leaves alone), a check before every removal that the lease is
+    still that run's: any other holder (a run started meanwhile, a publish) stops gc."""
+
+    def __init__(self, output: str, timeout: float) -> None:
+        self.lease = OutputLease(output, "chunkline gc", timeout)
+        self.output, self.timeout = output, timeout
+        self.holding = False
+        self.beside: Writer | None = None
+
+    def enter(self) -> None:
+        for _ in range(2):  # once more if the holder let go between the refusal and the look
+            try:
+                self.lease.acquire()
+                self.holding = True
+                return
+            except LeaseHeld:
+                self.beside = live_writer(self.output, self.timeout)
+            if self.beside is not None:
+                break
+        if self.beside is None or self.beside.run_id is None:
+            who = self.beside.description if self.beside else "another process"
+            raise OutputBusy(f"{self.output} is held by {who}; try again when it is done")
+
+    def still_safe(self) -> bool:
+        if self.holding:
+            try:
+                self.lease.check()  # a gc that stalled past the timeout has lost the output
+                return True
+            except LeaseLost:
+                return False
+        try:
+            self.lease.acquire()  # the run let go: from here on gc holds the output itself
+            self.holding = True
+            return True
+        except LeaseHeld:
+            now = live_writer(self.output, self.timeout)
+        return now is not None and now.run_id == self.beside.run_id
+
+    def exit(self) -> None:
+        if self.holding:
+            self.lease.release()
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def collect(output: str, keep: int, dry_run: bool = False, timeout: float | None = None) -> Collection:
+    """Remove what :func:`gc_plan` plans, holding the output's lease so no run starts meanwhile
+    (beside a live run when one holds it: see :class:`_Exclusion`); ``dry_run``: plan only,
+    taking nothing. OutputBusy when the lease is held by something other than a run."""
+    if keep < 0:
+        raise RunsError(f"--keep must be 0 or more, got {keep}")
+    timeout = timeout or lease_timeout()
+    root = local_output(output)
+    if dry_run:
+        writer = live_writer(output, timeout)
+        return gc_plan(output, keep, writer, writer is None, timeout)
+    exclusion = _Exclusion(output, timeout)
+    exclusion.enter()
+    try:
+        result = gc_plan(output, keep, exclusion.beside if not exclusion.holding else None,
+                         exclusion.holding, timeout)
+        pending, result.pending = result.pending, []
+        for index, removal in enumerate(pending):
+            if not exclusion.still_safe():
+                result.stopped = (f"the lease on {output} changed hands while gc ran (a run or "
+                                  f"a publish took it); stopped before removing anything more")
+                result.pending = pending[index:]
+                break
+            _remove(root / removal.name)
+            result.removed.append(removal)
+    finally:
+        exclusion.exit()
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# the commands
+
+
+def size_text(size: int) -> str:
+    value, unit = float(size), "B"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            break
+        value /= 1024
+    return f"{size} B" if unit == "B" else f"{value:.1f} {unit}"
+
+
+def _table(runs: list[Run]) -> Iterator[str]:
+    header = ("RUN", "STARTED (UTC)", "STATUS", "DOCUMENTS", "KEPT", "CHUNKS", "SIZE")
+    rows = [(r.run_id, r.started.strftime("%Y-%m-%d %H:%M:%S") if r.started else "-", r.status,
+             *(f"{r.counts[k]:,}" if r.counts else "-" for k in ("documents", "kept", "chunks")),
+             size_text(r.size)) for r in runs]
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        yield "  ".join(cell.ljust(w) if i < 3 else cell.rjust(w)
+                        for i, (cell, w) in enumerate(zip(row, widths))).rstrip()
+
+
+def add_runs_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("output", help="output directory (holding LATEST and run directories)")
+    parser.add_argument("--json", action="store_true", help="a JSON list of runs")
+
+
+def runs_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    try:
+        runs, notes = list_runs(args.output)
+    except RunsError as exc:
+        print(f"chunkline runs: {exc}", file=err)
+        return exits.USAGE
+    for note in notes:
+        print(f"chunkline runs: {note}", file=err)
+    if args.json:
+        print(json.dumps([r.to_json() for r in runs], indent=2), file=out)
+        return exits.OK
+    if not runs:
+        print(f"{args.output}: no runs", file=out)
+        return exits.OK
+    for line in _table(runs):
+        print(line, file=out)
+    for run in runs:
+        if run.reasons and run.status != INCOMPLETE:
+            print(f"  {run.run_id}: {'; '.join(run.reasons)}", file=out)
+    return exits.OK
+
+
+def add_publish_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("output", help="output directory (holding LATEST)")
+    parser.add_argument("run_id", metavar="RUN_ID", help="the run LATEST is to name (a directory "
+                        "name under OUTPUT; `chunkline runs OUTPUT` lists them)")
+    parser.add_argument("--allow-held-back", action="store_true",
+                        help="publish a run the publish guard held back (it shrank)")
+    sink = parser.add_mutually_exclusive_group()
+    sink.add_argument("--to", metavar="URI",
+                      help="then sync this store to the published run (as `chunkline sync`)")
+    sink.add_argument("--config", metavar="FILE",
+                      help="then sync the store this run config's sink.to names (its secrets "
+                      "from the environment, as `chunkline run` reads them)")
+
+
+def _sink_target(args: argparse.Namespace) -> tuple[str, int] | None:
+    """(store URI, batch size) the published run is synced into: ``--to``, or the sink of the
+    run config ``--config`` names; None for neither. RunsError for a config without a sink."""
+    if args.to is not None:
+        return args.to, 1000
+    if args.config is None:
+        return None
+    from pipeline.config import ConfigError, load_config
+
+    try:
+        config = load_config(args.config, [])
+    except ConfigError as exc:
+        raise RunsError(str(exc)) from None
+    if config.sink is None:
+        raise RunsError(f"{args.config} sets no sink.to: nothing to sync")
+    return config.sink.to, config.sink.batch_size
+
+
+def _sync_published(args: argparse.Namespace, target: tuple[str, int], out: TextIO,
+                    err: TextIO) -> int:
+    """Sync the store to the run LATEST now names, as `chunkline run` does after a publish."""
+    from pipeline.sync.command import run_args as sync_command
+
+    to, batch_size = target
+    sync_args = argparse.Namespace(
+        output=args.output, to=to, run=args.run_id, unpublished=args.allow_held_back,
+        batch_size=batch_size, repair=False, check=False, quiet=True)
+    status = sync_command(sync_args, out, err)
+    if status:
+        # The URI is not repeated: a PostgreSQL URI may carry a password.
+        print(f"chunkline publish: run {args.run_id} is published, but the sync into the store "
+              f"failed (sync exit {status}); `chunkline sync {args.output} --to URI` completes it",
+              file=err)
+        return exits.PUBLISHED_SINK_FAILED
+    return exits.OK
+
+
+def publish_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from pipeline.redact import redacted
+
+    try:
+        # Before the publish: a config without a sink is a usage error, not a half-done rollback.
+        target = _sink_target(args)
+        done = publish_run(args.output, args.run_id, args.allow_held_back)
+    except LeaseHeld as exc:
+        print(f"chunkline publish: run {args.run_id} not published: {exc}", file=err)
+        return exits.BUSY
+    except LeaseLost as exc:
+        print(f"chunkline publish: run {args.run_id} not published: {exc}", file=err)
+        return exits.NOT_DONE
+    except (RunsError, ValueError, OSError) as exc:
+        message = " ".join(redacted(str(exc)).split())  # one line, whatever the cause wrote
+        print(f"chunkline publish: {message}", file=err)
+        return exits.USAGE
+    counts = done.manifest["counts"]
+    what = (f"{counts['documents']:,} documents, {counts['kept']:,} kept, "
+            f"{counts['chunks']:,} chunks")
+    if not done.changed:
+        print(f"{args.output}/LATEST already names {done.run_id} ({what}); nothing changed", file=out)
+    else:
+        print(f"{args.output}/LATEST: {done.previous or '(none)'} -> {done.run_id} ({what})", file=out)
+    if done.changed and done.manifest.get("held_back"):
+        print(f"  published although held back: {'; '.join(done.manifest['held_back'])}", file=out)
+    if target is not None:
+        # Also when LATEST already named the run: a rollback whose sync failed is finished so.
+        return _sync_published(args, target, out, err)
+    if done.changed and done.sink:
+        # The sink's store still holds the run it was last synced to; only a sync changes that.
+        print(f"  the sink ({done.sink}) still holds the run it was last synced to: sync it "
+              f"with `chunkline sync {args.output} --to <sink.to>`, or publish with --to or "
+              f"--config", file=out)
+    return exits.OK
+
+
+def add_gc_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("output", help="output directory (holding LATEST and run directories)")
+    parser.add_argument("--keep", type=int, required=True, metavar="N",
+                        help="complete runs to keep, newest first (LATEST is kept whatever N is)")
+    parser.add_argument("--dry-run", action="store_true", help="list what would go, remove nothing")
+
+
+def gc_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    try:
+        result = collect(args.output, args.keep, args.dry_run)
+    except OutputBusy as exc:
+        print(f"chunkline gc: nothing removed: {exc}", file=err)
+        return exits.BUSY
+    except (RunsError, OSError) as exc:
+        print(f"chunkline gc: {' '.join(str(exc).split())}", file=err)
+        return exits.USAGE
+    for note in result.notes:
+        print(f"chunkline gc: {note}", file=err)
+    verb = "would remove" if args.dry_run else "removed"
+    listed = result.pending if args.dry_run else result.removed
+    for removal in listed:
+        print(f"{verb:<12} {removal.name}  {removal.what}  {size_text(removal.size)}", file=out)
+    for kept in result.kept:
+        print(f"{'kept':<12} {kept.name}  {kept.why}", file=out)
+    total = sum(r.size for r in listed)
+    print(f"{'would free' if args.dry_run else 'freed'} {size_text(total)} ({total:,} bytes) in "
+          f"{len(listed)} entr{'y' if len(listed) == 1 else 'ies'}", file=out)
+    if result.stopped:
+        print(f"chunkline gc: {result.stopped}; left: {', '.join(r.name for r in result.pending)}",
+              file=err)
+        return exits.BUSY
+    return exits.OK
