@@ -228,7 +228,7 @@ def test_locator() -> None:
         # Bytes behind a UTF-16 BOM that decode to control characters are still binary.
         ("bom-binary.txt", b"\xff\xfe" + "\x01\x02\x03\x00".encode("utf-16-le") * 20,
          "binary file"),
-        ("slides.pptx", b"PK\x03\x04", "unsupported file type .pptx"),
+        ("slides.key", b"PK\x03\x04", "unsupported file type .key"),
         ("paper.pdf", b"%PDF-1.7", "truncated PDF (no %%EOF marker at its end)"),
         ("README", b"text", "unsupported file type (no extension)"),
         ("archive.jsonl.gz", b"\x1f\x8b", "truncated gzip data"),  # more in test_containers.py
@@ -260,7 +260,7 @@ def test_no_size_limit() -> None:
     [
         ("big.md", 11, "document is 11 bytes, over the limit of 10"),
         ("empty.jsonl", 0, "empty document"),
-        ("x.docx", 5, "unsupported file type .docx"),
+        ("x.odt", 5, "unsupported file type .odt"),
     ],
 )
 def test_reject_before_reading(name: str, size: int, reason: str) -> None:

@@ -16,6 +16,7 @@ from chunkline import get_tokenizer, language_for, split, split_code
 from chunkline.embedder import EmbedOptions
 from chunkline.metadata import metadata_json
 from chunkline.pdf import outline_headings
+from chunkline.readers.formats import PAGED_MARKDOWN_FORMATS
 from chunkline.records import ChunkRecord, Document, DocumentChunks, chunk_id
 from chunkline.splitting.core import Chunk
 from chunkline.splitting.semantic import SemanticOptions, model_embed, semantic_split
@@ -75,8 +76,10 @@ class _SplitDocument(beam.DoFn):
             return split_code(doc.text, language, self.max_tokens, self.overlap, self.tokenizer,
                               max_chars=self.max_chars)
         # A source file read as Markdown would take its `# comment` lines for headings; a
-        # PDF's text is not Markdown either: its headings are its outline.
-        markdown = self.markdown and language is None and not doc.page_starts
+        # PDF's text is not Markdown either: its headings are its outline. A deck's slides
+        # are Markdown with pages (``PAGED_MARKDOWN_FORMATS``).
+        markdown = self.markdown and language is None and (
+            not doc.page_starts or doc.format in PAGED_MARKDOWN_FORMATS)
         if self.embed is not None:
             return semantic_split(doc.text, self.max_tokens, self.tokenizer, self.embed,
                                   self.semantic, markdown, max_chars=self.max_chars)

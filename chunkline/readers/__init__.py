@@ -16,6 +16,12 @@ Which decoder runs is decided by the file extension, case-insensitive:
                          (``chunkline.html_markdown``: trafilatura); a page with none is rejected
     .pdf                 one document, the text of its pages joined by a blank line, with the
                          page-start table and the outline (``chunkline.pdf``: PDFium)
+    .docx .docm .pptx    one document as Markdown (``office``: headings, pipe tables, lists;
+    .pptm .xlsx .xlsm    a deck's slides as pages; a workbook's sheets as sections)
+    .csv .tsv            one document, the rows as pipe tables (``tabular``)
+    .epub .ipynb .rst    one document as Markdown (``ebook``, ``notebook``, ``rst``)
+    .eml .mbox           each message one document, its attachments read as files of their
+                         own, id ``<message id>//<file name>`` (``mail``)
     .jsonl               one document per non-blank line (a JSON object)
     .parquet             one document per row; a file without rows is rejected as empty
     .gz .bz2 .xz .zst    the file inside, read by its own name (``a.jsonl.gz`` as ``a.jsonl``),

@@ -1,6 +1,7 @@
 """Whole files: what a file's name and size decide, the dispatch by type, single-document
-formats (text, Markdown, code, HTML, PDF), containers member by member, and the facts every
-document records."""
+formats (text, Markdown, code, HTML, PDF; the structured formats of ``office``, ``tabular``,
+``ebook``, ``notebook``, ``rst``), containers member by member, mail with its attachments
+(``mail``), and the facts every document records."""
 
 from __future__ import annotations
 
@@ -10,21 +11,38 @@ from typing import BinaryIO, Iterator
 from chunkline.clean import without_nul
 from chunkline.containers import CONTAINER_SUFFIXES, HEAD_BYTES, MEMBER_SEPARATOR, is_container, unpacked
 from chunkline.html_markdown import html_to_text, main_content, page_metadata
-from chunkline.metadata import NUL, FrontMatter, MetadataError, front_matter, metadata_pairs, over_byte_limit
+from chunkline.metadata import (
+    NUL, FrontMatter, MetadataError, front_matter, merged, metadata_pairs, over_byte_limit,
+)
 from chunkline.pdf import read_pdf
+from chunkline.readers.ebook import read_epub
 from chunkline.readers.formats import (
+    DELIMITED_EXTENSIONS,
     EMPTY,
+    EPUB_EXTENSIONS,
     FORMATS,
     HTML_EXTENSIONS,
     JSONL_EXTENSIONS,
+    MAIL_EXTENSIONS,
+    MBOX_EXTENSIONS,
+    NOTEBOOK_EXTENSIONS,
     PARQUET_EXTENSIONS,
     PDF_EXTENSIONS,
+    RST_EXTENSIONS,
+    SHEET_EXTENSIONS,
     SINGLE_DOCUMENT_EXTENSIONS,
+    SLIDE_EXTENSIONS,
     SUPPORTED_EXTENSIONS,
     TEXT_EXTENSIONS,
     NO_MAIN_CONTENT,
+    WORD_EXTENSIONS,
     over_limit,
 )
+from chunkline.readers.mail import mbox_messages, read_message
+from chunkline.readers.notebook import read_notebook
+from chunkline.readers.office import Converted, read_docx, read_pptx, read_xlsx
+from chunkline.readers.rst import read_rst
+from chunkline.readers.tabular import read_delimited
 from chunkline.readers.options import ReadOptions
 from chunkline.readers.paths import extension, locator, name_problem, relative_id, shown_name
 from chunkline.readers.records import (
@@ -117,12 +135,132 @@ def stream_file(uri: str, root: str, handle: BinaryIO, size: int, options: ReadO
 
 
 def _decoded(uri: str, path_id: str, ext: str, data: bytes, options: ReadOptions,
-             modified: float | None) -> list[Document | Rejected]:
-    """The documents of one file's (or archive member's) bytes, of the type ``ext`` says."""
+             modified: float | None, parent: str | None = None,
+             depth: int = 1) -> list[Document | Rejected]:
+    """The documents of one file's (or archive member's, or attachment's) bytes, of the type
+    ``ext`` says; ``parent``: the doc_id of the message a file was attached to (its documents
+    record it as ``parent_id``); ``depth``: messages attached inside messages so far."""
+    if ext in MAIL_EXTENSIONS | MBOX_EXTENSIONS:
+        records = (_decode_mbox(uri, path_id, data, options, modified, depth)
+                   if ext in MBOX_EXTENSIONS else
+                   _decode_mail(uri, path_id, data, options, modified, depth))
+        if parent is not None:  # the message itself was attached: its documents' parent
+            records = [_with_parent(record, parent, path_id, options) for record in records]
+        return records
     records = _decode_bytes(uri, path_id, ext, data, options)
     facts = {"format": FORMATS.get(ext, ""), "file_size": len(data), "file_modified": modified}
-    return [_finished(replace(record, **facts), path_id, options)
-            if isinstance(record, Document) else record for record in records]
+    finished = [_finished(replace(record, **facts), path_id, options)
+                if isinstance(record, Document) else record for record in records]
+    if parent is None:
+        return finished
+    return [_with_parent(record, parent, path_id, options) for record in finished]
+
+
+def _with_parent(record: Document | Rejected, parent: str, path_id: str,
+                 options: ReadOptions) -> Document | Rejected:
+    """A document read from an attachment, with ``parent_id`` (its message's doc_id) in its
+    metadata; kept when a nearer message already set it."""
+    if not isinstance(record, Document) or any(key == "parent_id" for key, _ in record.metadata):
+        return record
+    pairs = metadata_pairs([("parent_id", parent)])
+    return _finished(replace(record, metadata=merged(record.metadata, pairs)), path_id, options)
+
+
+def _decode_mail(uri: str, path_id: str, data: bytes, options: ReadOptions,
+                 modified: float | None, depth: int) -> list[Document | Rejected]:
+    """A message (``chunkline.readers.mail``) and, each read as a file of its own under
+    ``<message id>//<file name>`` with ``parent_id`` the message's id, its attachments; an
+    attachment no reader takes, or past ``input.containers.max_depth`` messages deep, is a
+    ``Rejected``."""
+    message = read_message(data)
+    facts = {"format": FORMATS[".eml"], "file_size": len(data), "file_modified": modified}
+    records: list[Document | Rejected] = [
+        _finished(replace(record, **facts), path_id, options) if isinstance(record, Document)
+        else record for record in _converted(uri, path_id, message.converted, options)]
+    max_depth = options.containers.max_depth
+    for attachment in message.attachments:
+        member_uri, member_id = _member(uri, attachment.name), _member(path_id, attachment.name)
+        problem = name_problem(member_id)
+        if problem:
+            records.append(Rejected(shown_name(member_uri), shown_name(member_id), problem))
+            continue
+        ext = extension(attachment.name)
+        data_in = attachment.data or b""
+        reason = attachment.reason
+        if reason is None and not is_container(attachment.name, data_in[:HEAD_BYTES]):
+            reason = _early_reason(ext, len(data_in), options)
+        if reason is None and ext in MAIL_EXTENSIONS and max_depth is not None and depth >= max_depth:
+            reason = f"message nested deeper than input.containers.max_depth ({max_depth})"
+        if reason is not None:
+            records.append(Rejected(member_uri, member_id, reason))
+        elif is_container(attachment.name, data_in[:HEAD_BYTES]):
+            records.extend(_with_parent(record, path_id, member_id, options) for record in
+                           _decode_container(member_uri, member_id, data_in, options, modified))
+        else:
+            records.extend(_decoded(member_uri, member_id, ext, data_in, options, modified,
+                                    parent=path_id, depth=depth + 1))
+    return records
+
+
+def _decode_mbox(uri: str, path_id: str, data: bytes, options: ReadOptions,
+                 modified: float | None, depth: int) -> list[Document | Rejected]:
+    """Each message of an mbox file as ``<mbox id>//<n>.eml`` (1-based, in file order)."""
+    messages = mbox_messages(data)
+    if not messages:
+        return [Rejected(uri, path_id, "not an mbox file (it does not begin with a \"From \" line)")]
+    records: list[Document | Rejected] = []
+    for number, message in enumerate(messages, start=1):
+        name = f"{number}.eml"
+        records.extend(_decode_mail(_member(uri, name), _member(path_id, name), message, options,
+                                    modified, depth))
+    return records
+
+
+def _converted(uri: str, doc_id: str, found: Converted | str,
+               options: ReadOptions) -> list[Document | Rejected]:
+    """A structured format's Markdown (``Converted``) as a document, or its reason as a
+    ``Rejected``; the document limit holds for the text read, as for a PDF."""
+    if isinstance(found, str):
+        return [Rejected(uri, doc_id, found)]
+    if not utf8_encodable(found.text):
+        return [Rejected(uri, doc_id, "text contains an unpaired surrogate")]
+    too_big = over_limit(len(found.text.encode("utf-8")), options)
+    if too_big:
+        return [Rejected(uri, doc_id, f"{too_big} (text read from the file)")]
+    try:
+        metadata = metadata_pairs(found.metadata.items(), max_depth=options.max_metadata_depth)
+    except MetadataError as exc:
+        return [Rejected(uri, doc_id, str(exc))]
+    return [Document(doc_id=doc_id, uri=uri, text=found.text, metadata=metadata, encoding="",
+                     page_starts=found.page_starts)]
+
+
+def _decode_structured(uri: str, doc_id: str, ext: str, data: bytes,
+                       options: ReadOptions) -> list[Document | Rejected]:
+    """Office files, e-books, notebooks, CSV/TSV and reStructuredText: each format's module
+    reads it to Markdown (``Converted``) or says why not."""
+    containers = options.containers
+    if ext in WORD_EXTENSIONS:
+        return _converted(uri, doc_id, read_docx(data, containers), options)
+    if ext in SLIDE_EXTENSIONS:
+        return _converted(uri, doc_id, read_pptx(data, containers), options)
+    if ext in SHEET_EXTENSIONS:
+        return _converted(uri, doc_id, read_xlsx(data, containers, options.max_table_rows), options)
+    if ext in EPUB_EXTENSIONS:
+        return _converted(uri, doc_id, read_epub(data, containers), options)
+    decoded = decode_text(data)
+    if isinstance(decoded, str):
+        return [Rejected(uri, doc_id, decoded)]
+    text, encoding = decoded
+    if ext in NOTEBOOK_EXTENSIONS:
+        found = read_notebook(text)
+    elif ext in RST_EXTENSIONS:
+        found = read_rst(text)
+    else:
+        name = uri.rsplit("/", 1)[-1]
+        found = read_delimited(text, name, ext == ".tsv", options.max_table_rows)
+    return [replace(record, encoding=encoding) if isinstance(record, Document) else record
+            for record in _converted(uri, doc_id, found, options)]
 
 
 def _member(parent: str, path: str) -> str:
@@ -190,6 +328,9 @@ def _decode_bytes(uri: str, doc_id: str, ext: str, data: bytes,
         return decode_jsonl(uri, doc_id, data, options)
     if ext in PDF_EXTENSIONS:
         return [_decode_pdf(uri, doc_id, data, options)]
+    if ext in WORD_EXTENSIONS | SLIDE_EXTENSIONS | SHEET_EXTENSIONS | EPUB_EXTENSIONS \
+            | NOTEBOOK_EXTENSIONS | RST_EXTENSIONS | DELIMITED_EXTENSIONS:
+        return _decode_structured(uri, doc_id, ext, data, options)
     decoded = decode_text(data, html=ext in HTML_EXTENSIONS)
     if isinstance(decoded, str):
         return [Rejected(uri, doc_id, decoded)]

@@ -66,6 +66,10 @@ class ReadOptions:
     max_metadata_bytes: Annotated[int, Ge(1)] | None = field(default=DEFAULT_MAX_BYTES, metadata=help_text(
         "UTF-8 bytes of one document's metadata JSON, the file facts included (every chunk "
         "carries a copy); larger ones are rejected. null: no limit."))
+    max_table_rows: Annotated[int, Ge(1)] = field(default=500, metadata=help_text(
+        "Rows of one section of a spreadsheet or CSV/TSV file: a sheet with more is cut between "
+        "rows into sections of this many, each with the header row and its row numbers in its "
+        "heading."))
     containers: ContainerOptions = field(default=ContainerOptions(), metadata=help_text(
         "Compressed files (.gz .bz2 .xz .zst) and archives (.zip, .tar, .tgz): what one such "
         "file may unpack to."))

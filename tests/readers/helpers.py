@@ -1,0 +1,144 @@
+"""Files written by each format's own writer library, for the reader tests and the bench."""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from email.message import EmailMessage
+
+ROOT = "gs://bucket/corpus"
+
+
+def docx_bytes(build) -> bytes:
+    import docx
+
+    document = docx.Document()
+    build(document)
+    out = io.BytesIO()
+    document.save(out)
+    return out.getvalue()
+
+
+def manual_docx(document) -> None:
+    """A manual: core properties, a title, headings on three levels, a list, a table, a
+    paragraph that looks like a heading, a footnote-free body."""
+    properties = document.core_properties
+    properties.title, properties.author = "Arm manual", "Ada Lovelace"
+    document.add_heading("Mounting", level=1)
+    document.add_paragraph("Mount the arm on a level plate.")
+    document.add_paragraph("# this line is prose, not a heading")
+    document.add_heading("Bolts", level=2)
+    document.add_paragraph("four M8 bolts", style="List Bullet")
+    document.add_paragraph("a torque wrench", style="List Bullet")
+    document.add_heading("Torque", level=3)
+    table = document.add_table(rows=3, cols=2)
+    for r, row in enumerate([["joint", "torque | Nm"], ["base", "40"], ["wrist", "25"]]):
+        for c, value in enumerate(row):
+            table.cell(r, c).text = value
+    document.add_heading("Calibration", level=1)
+    document.add_paragraph("Warm the arm up for ten minutes before calibrating.")
+
+
+def pptx_bytes(build) -> bytes:
+    from pptx import Presentation
+
+    deck = Presentation()
+    build(deck)
+    out = io.BytesIO()
+    deck.save(out)
+    return out.getvalue()
+
+
+def quarterly_deck(deck) -> None:
+    """Three slides: bullets with speaker notes, a table, an untitled slide with a text box."""
+    from pptx.util import Inches
+
+    deck.core_properties.title = "Quarterly review"
+    first = deck.slides.add_slide(deck.slide_layouts[1])
+    first.shapes.title.text = "Results"
+    body = first.placeholders[1].text_frame
+    body.text = "Revenue rose 12 %"
+    item = body.add_paragraph()
+    item.text, item.level = "mostly in Europe", 1
+    first.notes_slide.notes_text_frame.text = "Thank the sales team."
+    second = deck.slides.add_slide(deck.slide_layouts[5])
+    second.shapes.title.text = "Regions"
+    table = second.shapes.add_table(3, 2, Inches(1), Inches(2), Inches(4), Inches(1.5)).table
+    for r, row in enumerate([["region", "growth"], ["Europe", "18 %"], ["Asia", "6 %"]]):
+        for c, value in enumerate(row):
+            table.cell(r, c).text = value
+    third = deck.slides.add_slide(deck.slide_layouts[6])
+    box = third.shapes.add_textbox(Inches(1), Inches(1), Inches(4), Inches(1))
+    box.text_frame.text = "Questions welcome."
+
+
+def xlsx_bytes(sheets: dict[str, list[list[object]]], title: str | None = None) -> bytes:
+    import openpyxl
+
+    book = openpyxl.Workbook()
+    book.remove(book.active)
+    for name, rows in sheets.items():
+        sheet = book.create_sheet(name)
+        for row in rows:
+            sheet.append(row)
+    if title:
+        book.properties.title = title
+    out = io.BytesIO()
+    book.save(out)
+    return out.getvalue()
+
+
+def message(subject: str = "Dock firmware", body: str = "The dock stops charging after the update.",
+            attachments: tuple[tuple[str, bytes, str], ...] = ()) -> EmailMessage:
+    mail = EmailMessage()
+    mail["Subject"], mail["From"], mail["To"] = subject, "Ada <ada@example.com>", "ops@example.com"
+    mail["Date"], mail["Message-ID"] = "Tue, 01 Oct 2024 10:00:00 +0200", "<m1@example.com>"
+    mail.set_content(body)
+    for name, data, kind in attachments:
+        maintype, subtype = kind.split("/")
+        mail.add_attachment(data, maintype=maintype, subtype=subtype, filename=name)
+    return mail
+
+
+def epub_bytes(chapters: list[tuple[str, str, str]], title: str = "Arm book") -> bytes:
+    """(file name, TOC title, XHTML body) per chapter, in spine order."""
+    from ebooklib import epub
+
+    book = epub.EpubBook()
+    book.set_identifier("arm-book-1")
+    book.set_title(title)
+    book.set_language("en")
+    book.add_author("Ada Lovelace")
+    items = []
+    for name, toc_title, body in chapters:
+        item = epub.EpubHtml(title=toc_title, file_name=name, lang="en")
+        item.content = body
+        book.add_item(item)
+        items.append(item)
+    book.toc = [epub.Link(name, toc_title, name.split(".")[0]) for name, toc_title, _ in chapters]
+    book.add_item(epub.EpubNcx())
+    book.add_item(epub.EpubNav())
+    book.spine = ["nav", *items]
+    out = io.BytesIO()
+    epub.write_epub(out, book)
+    return out.getvalue()
+
+
+def notebook_bytes(cells: list[tuple[str, str]], language: str = "python") -> bytes:
+    import nbformat
+
+    notebook = nbformat.v4.new_notebook()
+    notebook.metadata["kernelspec"] = {"name": f"{language}-kernel", "language": language,
+                                       "display_name": language}
+    make = {"markdown": nbformat.v4.new_markdown_cell, "code": nbformat.v4.new_code_cell,
+            "raw": nbformat.v4.new_raw_cell}
+    notebook.cells = [make[kind](source) for kind, source in cells]
+    return nbformat.writes(notebook).encode()
+
+
+def zip_bytes(members: dict[str, bytes]) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    return out.getvalue()
