@@ -6,6 +6,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 from chunkline.carry import CARRY_TABLE, carry_row, carry_schema
+from chunkline.credentials import ALLOW
 from chunkline.readers import input_root
 from chunkline.records import (
     REJECTED,
@@ -21,6 +22,7 @@ from pipeline.config import Config
 from pipeline.options import stage_options
 from pipeline.plan import Plan
 from transforms.clean import CleanDocuments, RemoveBoilerplate, WriteRemovedLines
+from transforms.credentials import ScanCredentials
 from transforms.dedupe import Dedupe, UniqueRejectedIds
 from transforms.read import ReadDocuments
 from transforms.reuse import (
@@ -58,6 +60,13 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
         cleaned = documents | "Clean" >> CleanDocuments(stages.clean)
         documents = cleaned.documents
         rejected_parts.append(cleaned.rejected)
+    # Before anything counts, compares, sends or stores the text: a credential is rejected or
+    # redacted here, so boilerplate keys, MinHash signatures, context requests and every file
+    # see only what may be kept.
+    if stages.credentials.mode != ALLOW:
+        scanned = documents | "Credentials" >> ScanCredentials(stages.credentials)
+        documents = scanned.documents
+        rejected_parts.append(scanned.rejected)
     if stages.boilerplate is not None:
         stripped = documents | "Boilerplate" >> RemoveBoilerplate(
             stages.boilerplate, spill_dir(plan.run_dir, "boilerplate"))

@@ -15,12 +15,14 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
-    BaseModel, ConfigDict, Field, StringConstraints, ValidationError, create_model, model_validator,
+    BaseModel, ConfigDict, Field, StringConstraints, ValidationError, create_model,
+    field_validator, model_validator,
 )
 
 from chunkline.boilerplate import BoilerplateOptions
 from chunkline.context.options import ContextOptions
 from chunkline.clean import CleanOptions
+from chunkline.credentials import CredentialOptions
 from chunkline.embedder import EmbedOptions
 from chunkline.late import LateOptions
 from chunkline.minhash import MinHashOptions
@@ -133,6 +135,7 @@ class OutputConfig(_Section):
 
 
 CleanConfig = options_section(CleanOptions)
+SecretsConfig = options_section(CredentialOptions)
 BoilerplateConfig = options_section(BoilerplateOptions)
 NearDedupeConfig = options_section(MinHashOptions)
 
@@ -210,6 +213,10 @@ class Config(_Section):
     input: InputConfig = InputConfig()
     output: OutputConfig = OutputConfig()
     clean: CleanConfig | None = Field(CleanConfig(), description="null: off.")
+    secrets: SecretsConfig = Field(
+        SecretsConfig(), description="Credentials in documents (detect-secrets' detectors): "
+        "reject the document (the default), redact each credential, or allow; `secrets: "
+        "redact` is short for `secrets: {mode: redact}`.")
     boilerplate: BoilerplateConfig | None = Field(BoilerplateConfig(), description="null: off.")
     dedupe: DedupeConfig = DedupeConfig()
     split: SplitConfig = SplitConfig()
@@ -223,6 +230,11 @@ class Config(_Section):
     sink: SinkConfig | None = Field(
         None, description="After a run publishes, sync it into this vector store and verify it "
         "(as `chunkline sync`); null (the default): no store.")
+
+    @field_validator("secrets", mode="before")
+    @classmethod
+    def _secrets_mode_alone(cls, value: Any) -> Any:
+        return {"mode": value} if isinstance(value, str) else value
 
     @model_validator(mode="after")
     def _modes_need_the_model(self) -> "Config":

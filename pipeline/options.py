@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from chunkline.boilerplate import BoilerplateOptions
 from chunkline.clean import CleanOptions
+from chunkline.credentials import CredentialOptions
 from chunkline.context.options import ContextOptions
 from chunkline.embedder import EmbedOptions
 from chunkline.late import LateOptions
@@ -24,6 +25,7 @@ class StageOptions:
 
     read: ReadOptions
     clean: CleanOptions | None
+    credentials: CredentialOptions
     boilerplate: BoilerplateOptions | None
     near_duplicates: MinHashOptions | None
     semantic: SemanticOptions | None  # split.mode: semantic
@@ -41,6 +43,7 @@ def stage_options(config: Config) -> StageOptions:
     return StageOptions(
         read=config.input.options(),
         clean=optional(config.clean),
+        credentials=config.secrets.options(),
         boilerplate=optional(config.boilerplate),
         near_duplicates=optional(config.dedupe.near),
         semantic=config.split.semantic.options() if config.split.mode == "semantic" else None,

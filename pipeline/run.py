@@ -25,7 +25,7 @@ from pipeline.lease import OutputLease
 from pipeline.manifest import ManifestError, latest_run, load_manifest, resolve_run
 from pipeline.plan import new_run_id, plan, preflight
 from pipeline.redact import redacted, redacted_config
-from pipeline.summary import RunSummary, bm25_lines
+from pipeline.summary import RunSummary, bm25_lines, credential_lines
 from pipeline.timing import stage_seconds
 from transforms.spill import remove_dead_spills, remove_spill
 from chunkline.carry import CARRY_TABLE
@@ -91,6 +91,28 @@ def _files(run_dir: str, table: str) -> list[str]:
 def _read_column(path: str, column: str) -> list[Any]:
     with FileSystems.open(path) as handle:
         return pq.read_table(handle, columns=[column]).column(column).to_pylist()
+
+
+def _credentials(result, mode: str) -> dict[str, Any]:
+    """What the credentials stage found: documents flagged, rejected and redacted, credentials
+    found, and how many of each kind (never a value: the counters hold names and numbers)."""
+    from transforms.credentials import KIND_PREFIX, NAMESPACE
+
+    found: dict[str, int] = {}
+    try:
+        counters = result.metrics().query(
+            beam.metrics.MetricsFilter().with_namespace(NAMESPACE))["counters"]
+    except Exception:  # noqa: BLE001 - a runner without metrics: nothing to say
+        counters = []
+    for counter in counters:
+        name = counter.key.metric.name
+        found[name] = found.get(name, 0) + (counter.committed if counter.committed is not None
+                                            else counter.attempted)
+    kinds = {name.removeprefix(KIND_PREFIX): n for name, n in sorted(found.items())
+             if name.startswith(KIND_PREFIX) and n}
+    return {"mode": mode, "kinds": kinds, **{
+        name: found.get(name, 0) for name in ("documents_flagged", "documents_rejected",
+                                              "documents_redacted", "found")}}
 
 
 def _metric(result, namespace: str, name: str) -> int | None:
@@ -245,6 +267,7 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
             boilerplate = {"top_removed": json.loads(handle.read()), **{
                 name: _metric(result, "boilerplate", name) or 0
                 for name in ("documents_changed", "chars_removed", "frequent_keys")}}
+    credentials = _credentials(result, config.secrets.mode)
     context = None
     if config.context is not None:
         counters = {name: _metric(result, CONTEXT_NAMESPACE, name) or 0 for name in CONTEXT_COUNTERS}
@@ -285,6 +308,7 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
         "embed_mode": config.embed.mode if config.embed is not None else None,
         "bm25": bm25,
         "boilerplate": boilerplate,
+        "credentials": credentials,
         "wall_seconds": round(time.monotonic() - started, 3),
         "stage_seconds": stage_seconds(result),
         "reconciled": not problems,
@@ -306,5 +330,5 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
                       time.monotonic() - started, counts, files, not problems, problems, model,
                       job.previous_run, publishable, context["summary"] if context else [],
                       held_back, list(job.reuse_skipped), report, bm25_lines(bm25, job.bm25_note),
-                      job.carry_note)
+                      job.carry_note, credential_lines(credentials, counts))
 

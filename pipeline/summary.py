@@ -28,6 +28,7 @@ class RunSummary:
     report: str | None = None  # report.html's path, when it was written
     bm25_lines: list[str] = field(default_factory=list)  # a BM25 re-base, said once
     carry_note: str | None = None  # why the previous run lent no rows, when it lent none
+    credential_lines: list[str] = field(default_factory=list)  # documents holding credentials
 
 
 def format_summary(summary: RunSummary) -> str:
@@ -53,6 +54,7 @@ def format_summary(summary: RunSummary) -> str:
         f"+ rejected {c['rejected']}  ({check})",
         f"  chunks     {c['chunks']:,}, {embedded}",
         *_carry_lines(summary),
+        *(f"  secrets    {line}" for line in summary.credential_lines),
         *summary.context_lines,
         *(f"  bm25       {line}" for line in summary.bm25_lines),
         f"  shards     {len(summary.files['chunks'])} chunk, {len(summary.files['documents'])} "
@@ -86,6 +88,30 @@ def _carry_lines(summary: RunSummary) -> list[str]:
     if c.get("carry_rejected"):
         line += f"; {c['carry_rejected']:,} previous documents failed their check: computed again"
     return [line] + ([f"  carry      {summary.carry_note}"] if summary.carry_note else [])
+
+
+# Over this share of the documents read rejected for credentials, the summary says so loudly: a
+# wiki of pasted configs, where `secrets.mode: redact` is likely what the operator wants.
+LARGE_REJECTED_SHARE = 0.1
+
+
+def credential_lines(credentials: dict[str, Any] | None, counts: dict[str, int]) -> list[str]:
+    """What the credentials stage did, in kinds and numbers (never a value)."""
+    if not credentials or not credentials.get("documents_flagged"):
+        return []
+    kinds = ", ".join(f"{kind} {n:,}" for kind, n in sorted(
+        credentials["kinds"].items(), key=lambda item: (-item[1], item[0])))
+    flagged, found = credentials["documents_flagged"], credentials["found"]
+    verb = ("redacted (secrets.mode: redact)" if credentials["mode"] == "redact"
+            else "rejected (secrets.mode: reject; the rejected table names kind and line)")
+    lines = [f"{flagged:,} document{'s' if flagged != 1 else ''} held {found:,} "
+             f"credential{'s' if found != 1 else ''} ({kinds}): {verb}"]
+    rejected = credentials.get("documents_rejected", 0)
+    if rejected and counts.get("documents") and rejected / counts["documents"] > LARGE_REJECTED_SHARE:
+        lines.append(f"WARNING: {rejected / counts['documents']:.0%} of the documents read were "
+                     f"rejected for credentials; `--set secrets.mode=redact` indexes them with "
+                     f"each credential masked")
+    return lines
 
 
 def bm25_lines(bm25: dict | None, note: str | None) -> list[str]:
