@@ -212,6 +212,8 @@ class Scanner:
             for value in values:
                 if not value or _EXAMPLE.search(value) or value.lower() in _PLACEHOLDERS:
                     continue
+                if kind in _WEAK_KINDS and not _plausible_secret(value):
+                    continue
                 if kind in ENTROPY_KINDS and \
                         plugin.calculate_shannon_entropy(value) <= plugin.entropy_limit:
                     continue
@@ -223,6 +225,24 @@ class Scanner:
                         or (kind in _GENERIC_KINDS and heuristic.is_indirect_reference(line))):
                     continue
                 yield kind, value
+
+
+# Kinds found by an assignment or a URI's userinfo rather than by a format of their own: their
+# value must look like a real secret, or every README's `password="my-password"` is one.
+_WEAK_KINDS = frozenset({"Secret Keyword", "Basic Auth Credentials"})
+# Substrings of the values documentation writes where a secret would go (gitleaks keeps such
+# stopwords for its generic rule).
+_STOPWORDS = re.compile(r"(?i)passw|secret|example|sample|changeme|hunter|dummy|placeholder|"
+                        r"your|my[-_]?key|api[-_]?key|token|xxxx|test|demo|redacted|fake")
+_WORDS = re.compile(r"[a-z]+(?:[-_][a-z0-9]+)+")
+
+
+def _plausible_secret(value: str) -> bool:
+    """A weak kind's value counts when it looks generated (:func:`_looks_generated`) and is
+    neither a stand-in word (``Passw0rd``, ``my-password``) nor lowercase words joined by
+    dashes (``scram-sha-256``)."""
+    return (_looks_generated(value) and not _STOPWORDS.search(value)
+            and not _WORDS.fullmatch(value))
 
 
 @lru_cache(maxsize=1)

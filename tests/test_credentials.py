@@ -94,3 +94,17 @@ def test_the_config_takes_a_mode_alone_and_rejects_others() -> None:
     assert load_config(None, []).secrets.options() == CredentialOptions()
     with pytest.raises(ConfigError, match="secrets.mode"):
         load_config(None, ["secrets.mode=maybe"])
+
+
+@pytest.mark.parametrize("line, flagged", [
+    ('conn = connect("postgres", password="my-password")', False),  # documentation's stand-ins
+    ('file.load_key(password="Passw0rd")', False),
+    ('OPENAI_API_KEY="My API Key"', False),
+    ("api_key='GEMINI_API_KEY'", False),
+    ("proxy = 'socks5://user:pass@host:port'", False),
+    ('db_password = "q7Lm2Vx9Rt4Z"', True),  # a generated one
+    ("export DB_PASSWORD=S3cr3tValue9", True),  # unquoted, in a Markdown code block
+    ("proxy = 'socks5://ops:Kq82mZx7Lp@proxy.internal:1080'", True),
+])
+def test_a_keyword_or_uri_value_counts_only_when_it_looks_generated(line, flagged) -> None:
+    assert bool(SCANNER.scan(line + "\n", "notes.md")) is flagged
