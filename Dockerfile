@@ -11,6 +11,9 @@ ARG BEAM_VERSION=2.77.0
 FROM apache/beam_python${PYTHON_VERSION}_sdk:${BEAM_VERSION}
 
 WORKDIR /opt/chunkline
+# OCR (rapidocr-onnxruntime) pulls opencv-python, whose cv2 loads libGL and GLib at import.
+RUN apt-get update && apt-get install -y --no-install-recommends libgl1 libglib2.0-0 \
+    && rm -rf /var/lib/apt/lists/*
 # torch first from the CPU index: a bare `torch` requirement pulls a multi-GB CUDA build.
 RUN pip install --no-cache-dir torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
 COPY pyproject.toml README.md ./

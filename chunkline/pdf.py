@@ -9,17 +9,22 @@ each bookmark (:func:`outline_headings`). What is not read, and why, is a reject
 - encrypted with a user password (PDFium: "Incorrect password"): no password is asked for;
 - truncated: no ``%%EOF`` in the last 1024 bytes (where Acrobat looks for it, PDF Reference
   1.7, implementation note 18), or a file PDFium cannot parse;
-- no text layer on any page (a scan, images only): there is no OCR here.
+- no text layer on any page (a scan, images only), unless OCR is asked for
+  (:class:`chunkline.ocr.OcrOptions`): then a page with no text layer (``auto``) or every page
+  (``always``) is rendered by PDFium and read by OCR, in its place among the pages.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from chunkline.pages import PAGE_SEPARATOR, PdfText, join_pages  # noqa: F401 - re-exported
 from chunkline.splitting.structure import Heading
 
-PAGE_SEPARATOR = "\n\n"
+if TYPE_CHECKING:
+    from chunkline.ocr import OcrOptions
+
 _EOF_WINDOW = 1024
 # PDFium ends lines with "\r\n" and marks a hyphen it found at a line end as U+0002.
 _LINE_BREAK = re.compile(r"\r\n?")
@@ -27,17 +32,11 @@ _LINE_BREAK = re.compile(r"\r\n?")
 INFO_KEYS = {"Title": "title", "Author": "author", "Subject": "subject"}
 
 
-@dataclass(frozen=True)
-class PdfText:
-    text: str
-    page_starts: tuple[int, ...]
-    outline: tuple[tuple[int, int, str], ...]
-    info: dict[str, str]
-
-
-def read_pdf(data: bytes) -> PdfText | str:
+def read_pdf(data: bytes, ocr: OcrOptions | None = None) -> PdfText | str:
     """A PDF's text, page-start table, outline and title/author; or the reason it has none.
-    Never raises for bad input."""
+    ``ocr`` (None: no OCR, as ``mode="never"``): which pages are rendered and read by OCR
+    instead of their text layer; their text takes the page's place, so a PDF of text pages and
+    scanned pages keeps both, in page order. Never raises for bad input."""
     if not data.lstrip()[:5] == b"%PDF-":
         return "not a PDF file (no %PDF- header)"
     if b"%%EOF" not in data[-_EOF_WINDOW:]:
@@ -50,11 +49,20 @@ def read_pdf(data: bytes) -> PdfText | str:
         if "password" in str(exc).lower():
             return "encrypted PDF (a password is required; not supported)"
         return f"not a readable PDF ({exc})"
+    use_ocr = ocr is not None and ocr.mode != "never"
     try:
         pages = [_page_text(pdf, index) for index in range(len(pdf))]
         outline = tuple(_outline(pdf, len(pages)))
         info = {name: value.strip() for key, name in INFO_KEYS.items()
                 for value in [pdf.get_metadata_value(key)] if value and value.strip()}
+        layerless = sum(1 for page in pages if not page.strip())
+        if use_ocr and pages:
+            from chunkline.ocr import ocr_pdf_pages  # OpenCV and the models only when asked
+
+            read = ocr_pdf_pages(pdf, pages, ocr)
+            if isinstance(read, str):
+                return read
+            pages, ocr_pages, scores = read
     except pdfium.PdfiumError as exc:
         return f"not a readable PDF ({exc})"
     finally:
@@ -62,12 +70,20 @@ def read_pdf(data: bytes) -> PdfText | str:
     if not pages:
         return "empty document (PDF has no pages)"
     if not any(page.strip() for page in pages):
+        if use_ocr:
+            return (f"no text in {len(pages)} page(s): {layerless} without a text layer, and none "
+                    "found by OCR")
+        if ocr is not None:
+            return f"no text layer in {len(pages)} page(s) (a scanned or image-only PDF; OCR is off)"
         return f"no text layer in {len(pages)} page(s) (a scanned or image-only PDF; OCR is not supported)"
-    starts, offset = [], 0
-    for page in pages:
-        starts.append(offset)
-        offset += len(page) + len(PAGE_SEPARATOR)
-    return PdfText(PAGE_SEPARATOR.join(pages), tuple(starts), outline, info)
+    text, starts = join_pages(pages)
+    if not use_ocr:
+        return PdfText(text, starts, outline, info)
+    from chunkline.ocr import engine_name, mean_confidence
+
+    return PdfText(text, starts, outline, info,
+                   ocr_engine=engine_name() if ocr_pages else None,
+                   ocr_confidence=mean_confidence(scores), ocr_pages=ocr_pages)
 
 
 def _page_text(pdf, index: int) -> str:

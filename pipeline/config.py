@@ -293,6 +293,10 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> Config:
 
 
 def validate(data: dict[str, Any]) -> Config:
+    # `input.ocr: never` is short for `input.ocr: {mode: never}` (the section is generated).
+    section = data.get("input") if isinstance(data, dict) else None
+    if isinstance(section, dict) and isinstance(section.get("ocr"), str):
+        data = {**data, "input": {**section, "ocr": {"mode": section["ocr"]}}}
     # Lists in YAML are tuples here (frozen); strict mode would otherwise refuse them.
     try:
         return Config.model_validate(_lists_to_tuples(data))

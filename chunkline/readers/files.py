@@ -14,6 +14,7 @@ from chunkline.html_markdown import html_to_text, main_content, page_metadata
 from chunkline.metadata import (
     NUL, FrontMatter, MetadataError, front_matter, merged, metadata_pairs, over_byte_limit,
 )
+from chunkline.ocr import read_image
 from chunkline.pdf import read_pdf
 from chunkline.readers.ebook import read_epub
 from chunkline.readers.formats import (
@@ -27,6 +28,7 @@ from chunkline.readers.formats import (
     MBOX_EXTENSIONS,
     NOTEBOOK_EXTENSIONS,
     PARQUET_EXTENSIONS,
+    IMAGE_EXTENSIONS,
     PDF_EXTENSIONS,
     RST_EXTENSIONS,
     SHEET_EXTENSIONS,
@@ -326,8 +328,8 @@ def _decode_bytes(uri: str, doc_id: str, ext: str, data: bytes,
         return decode_parquet(uri, doc_id, data, options)
     if ext in JSONL_EXTENSIONS:
         return decode_jsonl(uri, doc_id, data, options)
-    if ext in PDF_EXTENSIONS:
-        return [_decode_pdf(uri, doc_id, data, options)]
+    if ext in PDF_EXTENSIONS | IMAGE_EXTENSIONS:
+        return [_decode_pdf(uri, doc_id, data, options, image=ext in IMAGE_EXTENSIONS)]
     if ext in WORD_EXTENSIONS | SLIDE_EXTENSIONS | SHEET_EXTENSIONS | EPUB_EXTENSIONS \
             | NOTEBOOK_EXTENSIONS | RST_EXTENSIONS | DELIMITED_EXTENSIONS:
         return _decode_structured(uri, doc_id, ext, data, options)
@@ -367,18 +369,28 @@ def _decode_bytes(uri: str, doc_id: str, ext: str, data: bytes,
     return [Document(doc_id=doc_id, uri=uri, text=text, metadata=metadata, encoding=encoding)]
 
 
-def _decode_pdf(uri: str, doc_id: str, data: bytes, options: ReadOptions) -> Document | Rejected:
-    found = read_pdf(data)
+def _decode_pdf(uri: str, doc_id: str, data: bytes, options: ReadOptions,
+                image: bool = False) -> Document | Rejected:
+    """A PDF (its text layers, OCR where a page has none, as ``options.ocr`` says) or an image
+    file's pages (OCR): pages, outline, document info, and how OCR read it when it did."""
+    found = read_image(data, options.ocr) if image else read_pdf(data, options.ocr)
     if isinstance(found, str):
         return Rejected(uri, doc_id, found)
     text = found.text
+    what = "image" if image else "PDF"
     if not utf8_encodable(text):
-        return Rejected(uri, doc_id, "PDF text contains an unpaired surrogate")
+        return Rejected(uri, doc_id, f"{what} text contains an unpaired surrogate")
     too_big = over_limit(len(text.encode("utf-8")), options)
     if too_big:
-        return Rejected(uri, doc_id, f"{too_big} (text read from the PDF)")
+        return Rejected(uri, doc_id, f"{too_big} (text read from the {what})")
+    facts = dict(found.info)
+    if found.ocr_engine is not None:
+        # What read the text, and how sure it was: a reader of a chunk can tell OCR from a
+        # text layer, and a low confidence from a clean page.
+        facts.update(ocr_engine=found.ocr_engine, ocr_confidence=found.ocr_confidence,
+                     ocr_pages=list(found.ocr_pages))
     try:
-        metadata = metadata_pairs(found.info.items(), max_depth=options.max_metadata_depth)
+        metadata = metadata_pairs(facts.items(), max_depth=options.max_metadata_depth)
     except MetadataError as exc:
         return Rejected(uri, doc_id, str(exc))
     return Document(doc_id=doc_id, uri=uri, text=text, metadata=metadata, encoding="",

@@ -15,6 +15,8 @@ HTML_EXTENSIONS = frozenset({".html", ".htm"})
 JSONL_EXTENSIONS = frozenset({".jsonl"})
 PARQUET_EXTENSIONS = frozenset({".parquet"})
 PDF_EXTENSIONS = frozenset({".pdf"})
+# Images of pages (a scanner's output), read by OCR (chunkline.ocr); a TIFF may hold pages.
+IMAGE_EXTENSIONS = frozenset({".png", ".jpg", ".jpeg", ".tif", ".tiff"})
 # Structured formats, each read to Markdown (headings, pipe tables, lists, fenced code) by its
 # own module: ``office`` (Word, PowerPoint, Excel; a macro-enabled file for its text only),
 # ``tabular`` (CSV, TSV), ``ebook`` (EPUB), ``mail`` (one message, or an mbox of them),
@@ -36,12 +38,13 @@ STRUCTURED_EXTENSIONS = (WORD_EXTENSIONS | SLIDE_EXTENSIONS | SHEET_EXTENSIONS
 # limit applies to the text read from it.)
 SINGLE_DOCUMENT_EXTENSIONS = TEXT_EXTENSIONS | CODE_EXTENSIONS | HTML_EXTENSIONS
 SUPPORTED_EXTENSIONS = (SINGLE_DOCUMENT_EXTENSIONS | JSONL_EXTENSIONS | PARQUET_EXTENSIONS
-                        | PDF_EXTENSIONS | STRUCTURED_EXTENSIONS)
+                        | PDF_EXTENSIONS | IMAGE_EXTENSIONS | STRUCTURED_EXTENSIONS)
 # The ``format`` each extension's documents record.
 FORMATS = {
     **{ext: "markdown" for ext in (".md", ".markdown")}, ".txt": "text",
     **{ext: "code" for ext in CODE_EXTENSIONS}, **{ext: "html" for ext in HTML_EXTENSIONS},
     ".jsonl": "jsonl", ".parquet": "parquet", ".pdf": "pdf",
+    **{ext: "image" for ext in IMAGE_EXTENSIONS},
     **{ext: "docx" for ext in WORD_EXTENSIONS}, **{ext: "pptx" for ext in SLIDE_EXTENSIONS},
     **{ext: "xlsx" for ext in SHEET_EXTENSIONS}, ".csv": "csv", ".tsv": "tsv", ".epub": "epub",
     ".eml": "email", ".mbox": "email", ".ipynb": "notebook", ".rst": "rst",

@@ -9,6 +9,7 @@ from typing import Annotated
 from annotated_types import Ge, MinLen
 
 from chunkline.containers import ContainerOptions
+from chunkline.ocr import OcrOptions
 from chunkline.metadata import DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH
 from chunkline.options import check_fields, help_text
 
@@ -73,6 +74,11 @@ class ReadOptions:
     containers: ContainerOptions = field(default=ContainerOptions(), metadata=help_text(
         "Compressed files (.gz .bz2 .xz .zst) and archives (.zip, .tar, .tgz): what one such "
         "file may unpack to."))
+    ocr: OcrOptions = field(default=OcrOptions(), metadata=help_text(
+        "Scanned pages: a PDF page without a text layer and an image file (.png .jpg .jpeg "
+        ".tif .tiff) read by OCR (RapidOCR, models in its wheel; Chinese and English). mode "
+        "auto: pages without a text layer; always: every page; never: none (an image is then "
+        "a rejected row). `input.ocr: never` is short for `input.ocr: {mode: never}`."))
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -80,3 +86,5 @@ class ReadOptions:
             raise ValueError("ReadOptions.jsonl and .parquet are JsonlOptions and ParquetOptions")
         if not isinstance(self.containers, ContainerOptions):
             raise ValueError("ReadOptions.containers is a ContainerOptions")
+        if not isinstance(self.ocr, OcrOptions):
+            raise ValueError("ReadOptions.ocr is an OcrOptions")

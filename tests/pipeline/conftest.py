@@ -51,7 +51,7 @@ def sync_runs(tmp_path_factory) -> SyncRuns:
     demo_corpus = base / "demo-corpus"
     shutil.copytree(ROOT / "examples" / "corpus", demo_corpus)
     demo_first = _job(demo_corpus, base / "demo")
-    for name in DEMO_EDITS:  # 3 of 70 files, as a night's edits
+    for name in DEMO_EDITS:  # 3 of 74 files, as a night's edits
         with open(demo_corpus / name, "a", encoding="utf-8") as handle:
             handle.write(f"\n\nA paragraph added tonight on torque limits and firmware ({name}).\n")
     demo = _job(demo_corpus, base / "demo")

@@ -46,7 +46,7 @@ def test_index_written_to_gcs_and_queried_back(bucket, tmp_path, monkeypatch) ->
     summary = run(config)
     assert summary.reconciled and summary.published
     # examples/corpus: one exact and one near duplicate, one malformed JSONL line.
-    assert (summary.counts["documents"], summary.counts["kept"], summary.counts["duplicate"]) == (70, 67, 2)
+    assert (summary.counts["documents"], summary.counts["kept"], summary.counts["duplicate"]) == (74, 71, 2)
 
     with FileSystems.open(f"{bucket}/index/LATEST") as handle:
         assert handle.read().decode().strip() == summary.run_id
