@@ -195,6 +195,10 @@ def load_model(options: EmbedOptions) -> "SentenceTransformer":
 
         return OnnxSentenceEncoder(model_dir, dtype, max_seq_length, dim, torch_model,
                                    options.threads)
+    from transformers.utils import logging as transformers_logging
+
+    # Its "Loading weights" bar would print from every worker into the run's own display.
+    transformers_logging.disable_progress_bar()
     model = SentenceTransformer(str(model_dir), device=options.device, local_files_only=True)
     if dtype == "bfloat16":
         model.to(torch.bfloat16)

@@ -30,12 +30,16 @@ count (:func:`_engine`), on first use.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
+import hashlib
 import io
 import math
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Literal
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Iterator, Literal, Protocol
 
 import numpy as np
 from annotated_types import Ge, Le
@@ -115,6 +119,64 @@ def _engine(threads: int | None):
     return RapidOCR(intra_op_num_threads=-1 if threads is None else threads)
 
 
+class PageCache(Protocol):
+    """Where a page's OCR result is kept between runs, by :func:`page_key` (a transform keeps it
+    beside the index, ``OUTPUT/_cache/ocr/``): a nightly rerun reads an unchanged scan once."""
+
+    def get(self, key: str) -> tuple[str, float | None] | None: ...
+
+    def put(self, key: str, text: str, confidence: float | None) -> None: ...
+
+
+# The cache the readers below consult, set for the span of one call by :func:`using_page_cache`
+# (a context variable, as decimal's local context: each thread and task sees its own).
+_PAGE_CACHE: contextvars.ContextVar[PageCache | None] = contextvars.ContextVar(
+    "chunkline_ocr_page_cache", default=None)
+
+
+@contextlib.contextmanager
+def using_page_cache(cache: PageCache | None) -> Iterator[None]:
+    """``with using_page_cache(cache): decode_file(...)``: every page OCR'd meanwhile is looked
+    up in ``cache`` first and stored there after."""
+    token = _PAGE_CACHE.set(cache)
+    try:
+        yield
+    finally:
+        _PAGE_CACHE.reset(token)
+
+
+@functools.lru_cache(maxsize=1)
+def _code_digest() -> str:
+    """This module's source: a change to how lines are ordered and joined reads every page anew."""
+    return hashlib.blake2b(Path(__file__).read_bytes(), digest_size=8).hexdigest()
+
+
+def page_key(image: Image.Image, options: OcrOptions) -> str:
+    """The page's pixels, the engine and the options that change what it reads: equal keys read
+    equal text (``dpi`` shapes the pixels of a rendered PDF page, so it is in them)."""
+    digest = hashlib.blake2b(digest_size=20)
+    for part in (engine_name(), _code_digest(), image.mode, f"{image.size}",
+                 f"{options.detect_max_side} {options.min_confidence}"):
+        digest.update(part.encode())
+        digest.update(b"\x00")
+    digest.update(image.tobytes())
+    return digest.hexdigest()
+
+
+def _ocr_page(image: Image.Image, options: OcrOptions) -> tuple[str, float | None]:
+    """:func:`ocr_image`, through the page cache when one is set."""
+    cache = _PAGE_CACHE.get()
+    if cache is None:
+        return ocr_image(image, options)
+    key = page_key(image, options)
+    found = cache.get(key)
+    if found is not None:
+        return found
+    text, confidence = ocr_image(image, options)
+    cache.put(key, text, confidence)
+    return text, confidence
+
+
 def ocr_image(image: Image.Image | np.ndarray, options: OcrOptions = OcrOptions()
               ) -> tuple[str, float | None]:
     """The text of one page image in reading order (lines joined by newlines, columns one after
@@ -151,7 +213,7 @@ def read_image(data: bytes, options: OcrOptions = OcrOptions()) -> PdfText | str
                 page = _bounded(ImageOps.exif_transpose(frame))
                 page.load()
                 try:
-                    text, confidence = ocr_image(page, options)
+                    text, confidence = _ocr_page(page, options)
                 except Exception as exc:  # noqa: BLE001 - as in ocr_pdf_pages: a reason, not a crash
                     return f"OCR failed on page {len(texts) + 1} ({type(exc).__name__}: {exc})"
                 texts.append(text)
@@ -188,7 +250,7 @@ def ocr_pdf_pages(pdf, pages: list[str], options: OcrOptions
         finally:
             page.close()
         try:
-            text, confidence = ocr_image(image, options)
+            text, confidence = _ocr_page(image, options)
         except Exception as exc:  # noqa: BLE001 - one page's failure rejects its document with the reason, never the bundle
             return f"OCR failed on page {index + 1} ({type(exc).__name__}: {exc})"
         texts[index] = text

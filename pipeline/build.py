@@ -46,13 +46,19 @@ def context_cache_dir(config: Config) -> str:
     return FileSystems.join(config.output.path, "_cache", "context")
 
 
+def ocr_cache_dir(config: Config) -> str:
+    """Next to the index too: a nightly rerun reads an unchanged scanned page by OCR once."""
+    return FileSystems.join(config.output.path, "_cache", "ocr")
+
+
 def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
     """Add the whole job to ``pipeline``; every document read ends in the documents table."""
     stages = plan.options if plan.options is not None else stage_options(config)
     # The output root may sit inside the input pattern (out/ under the corpus): never read back.
     read = pipeline | "Read" >> ReadDocuments(
         config.input.pattern, stages.read,
-        follow_symlinks=config.input.follow_symlinks, exclude=(config.output.path,))
+        follow_symlinks=config.input.follow_symlinks, exclude=(config.output.path,),
+        ocr_cache=ocr_cache_dir(config) if stages.read.ocr.mode != "never" else None)
     documents, rejected_parts = read.documents, [read.rejected]
     # Clean, then drop corpus boilerplate, then dedupe: duplicates are judged on the text that
     # is chunked, and the documents table stores exactly the text chunk offsets refer to.

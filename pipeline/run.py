@@ -25,7 +25,7 @@ from pipeline.lease import OutputLease
 from pipeline.manifest import ManifestError, latest_run, load_manifest, resolve_run
 from pipeline.plan import new_run_id, plan, preflight
 from pipeline.redact import redacted, redacted_config
-from pipeline.summary import RunSummary, bm25_lines, credential_lines
+from pipeline.summary import RunSummary, bm25_lines, credential_lines, ocr_lines
 from pipeline.timing import stage_seconds
 from transforms.spill import remove_dead_spills, remove_spill
 from chunkline.carry import CARRY_TABLE
@@ -268,6 +268,9 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
                 name: _metric(result, "boilerplate", name) or 0
                 for name in ("documents_changed", "chars_removed", "frequent_keys")}}
     credentials = _credentials(result, config.secrets.mode)
+    # Pages OCR read, and pages a previous run's OCR lent through OUTPUT/_cache/ocr.
+    ocr = {name: _metric(result, READ_DOCUMENTS.namespace, f"ocr_pages_{name}") or 0
+           for name in ("read", "cached")}
     context = None
     if config.context is not None:
         counters = {name: _metric(result, CONTEXT_NAMESPACE, name) or 0 for name in CONTEXT_COUNTERS}
@@ -309,6 +312,7 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
         "bm25": bm25,
         "boilerplate": boilerplate,
         "credentials": credentials,
+        "ocr": ocr,
         "wall_seconds": round(time.monotonic() - started, 3),
         "stage_seconds": stage_seconds(result),
         "reconciled": not problems,
@@ -330,5 +334,6 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
                       time.monotonic() - started, counts, files, not problems, problems, model,
                       job.previous_run, publishable, context["summary"] if context else [],
                       held_back, list(job.reuse_skipped), report, bm25_lines(bm25, job.bm25_note),
-                      job.carry_note, credential_lines(credentials, counts))
+                      job.carry_note, credential_lines(credentials, counts),
+                      ocr_lines=ocr_lines(ocr))
 

@@ -29,6 +29,7 @@ class RunSummary:
     bm25_lines: list[str] = field(default_factory=list)  # a BM25 re-base, said once
     carry_note: str | None = None  # why the previous run lent no rows, when it lent none
     credential_lines: list[str] = field(default_factory=list)  # documents holding credentials
+    ocr_lines: list[str] = field(default_factory=list)  # pages read by OCR or from its cache
 
 
 def format_summary(summary: RunSummary) -> str:
@@ -54,6 +55,7 @@ def format_summary(summary: RunSummary) -> str:
         f"+ rejected {c['rejected']}  ({check})",
         f"  chunks     {c['chunks']:,}, {embedded}",
         *_carry_lines(summary),
+        *(f"  ocr        {line}" for line in summary.ocr_lines),
         *(f"  secrets    {line}" for line in summary.credential_lines),
         *summary.context_lines,
         *(f"  bm25       {line}" for line in summary.bm25_lines),
@@ -112,6 +114,14 @@ def credential_lines(credentials: dict[str, Any] | None, counts: dict[str, int])
                      f"rejected for credentials; `--set secrets.mode=redact` indexes them with "
                      f"each credential masked")
     return lines
+
+
+def ocr_lines(ocr: dict[str, int]) -> list[str]:
+    """Pages read by OCR in this run and pages taken from the OCR cache (said only when any)."""
+    if not ocr.get("read") and not ocr.get("cached"):
+        return []
+    return [f"{ocr['read']:,} page{'s' if ocr['read'] != 1 else ''} read by OCR, "
+            f"{ocr['cached']:,} from the cache beside the index (_cache/ocr)"]
 
 
 def bm25_lines(bm25: dict | None, note: str | None) -> list[str]:

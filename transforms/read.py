@@ -9,17 +9,22 @@ again at open (a path swapped for a FIFO after the walk must not hang the job); 
 from __future__ import annotations
 
 import dataclasses
+import json
+import logging
 import os
 import stat
+import threading
 from typing import BinaryIO, Iterable, Iterator, NamedTuple, Sequence, Union
 
 import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.fileio import ReadableFile
+from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 from apache_beam.pvalue import PBegin, PCollection, TaggedOutput
 
 from chunkline.containers import HEAD_BYTES
+from chunkline.ocr import using_page_cache
 from chunkline.readers import (
     JSONL_EXTENSIONS,
     PARQUET_EXTENSIONS,
@@ -44,6 +49,8 @@ from transforms.progress import PIECES_MATCHED, PIECES_READ, progress_counter, t
 from transforms.counters import READ_DOCUMENTS, READ_REJECTED, READ_SLICES
 from transforms.match import MatchPattern, is_local
 
+log = logging.getLogger("chunkline.read")
+
 REJECTED = "rejected"
 
 
@@ -58,11 +65,16 @@ class _DecodeFile(beam.DoFn):
     """One matched file -> its documents (main output) and rejections (``rejected``); a
     ``Rejected`` from matching passes through, counted here like every other."""
 
-    def __init__(self, root: str, options: ReadOptions) -> None:
+    def __init__(self, root: str, options: ReadOptions, ocr_cache: str | None = None) -> None:
         self._root = root
         self._options = options
+        self._ocr_cache_dir = ocr_cache
         self._documents = progress_counter(*READ_DOCUMENTS)
         self._rejected = progress_counter(*READ_REJECTED)
+
+    def setup(self) -> None:
+        self._ocr_cache = (OcrPageCache(self._ocr_cache_dir)
+                           if self._ocr_cache_dir is not None else None)
 
     def process(self, found: ReadableFile | Rejected | tuple[ReadableFile, ParquetSlice | LineSlice]
                 ) -> Iterable[Document | TaggedOutput]:
@@ -118,12 +130,54 @@ class _DecodeFile(beam.DoFn):
             except Exception as exc:  # noqa: BLE001 - each filesystem raises its own IO errors
                 yield self._unreadable(uri, exc)
                 return
-        yield from decode_file(uri, data, self._root, self._options, modified)
+        with using_page_cache(self._ocr_cache):
+            found = decode_file(uri, data, self._root, self._options, modified)
+        yield from found
 
     def _unreadable(self, uri: str, exc: Exception) -> Rejected:
         # Only the read is guarded: one unreadable file is a rejection, not a failed job.
         reason = f"could not read file ({type(exc).__name__}: {exc})"
         return Rejected(uri, relative_id(uri, self._root), reason)
+
+
+class OcrPageCache:
+    """OCR results beside the index, one small JSON file per page under ``directory`` (named by
+    ``chunkline.ocr.page_key``: the page's pixels, the engine and the OCR code), through Beam's
+    filesystems. An entry that cannot be read or parsed is a miss: the page is read again and the
+    entry written anew. Counters ``read/ocr_pages_cached`` and ``read/ocr_pages_read``."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self.hits = Metrics.counter(READ_DOCUMENTS.namespace, "ocr_pages_cached")
+        self.misses = Metrics.counter(READ_DOCUMENTS.namespace, "ocr_pages_read")
+
+    def _path(self, key: str) -> str:
+        return FileSystems.join(self.directory, key[:2], f"{key}.json")
+
+    def get(self, key: str) -> tuple[str, float | None] | None:
+        try:
+            with FileSystems.open(self._path(key)) as handle:
+                entry = json.loads(handle.read().decode("utf-8"))
+            text, confidence = entry["text"], entry["confidence"]
+            if not isinstance(text, str) or not (confidence is None or isinstance(confidence, float)):
+                return None
+        except Exception:  # noqa: BLE001 - missing, truncated, not JSON: read the page again
+            return None
+        self.hits.inc()
+        return text, confidence
+
+    def put(self, key: str, text: str, confidence: float | None) -> None:
+        self.misses.inc()
+        path = self._path(key)
+        try:
+            # Written whole to a name of its own, then renamed: a reader never sees half an
+            # entry, and two workers reading one page write the same bytes.
+            staged = f"{path}.{os.getpid()}-{threading.get_ident()}.tmp"
+            with FileSystems.create(staged) as handle:
+                handle.write(json.dumps({"text": text, "confidence": confidence}).encode("utf-8"))
+            FileSystems.rename([staged], [path])
+        except Exception as exc:  # noqa: BLE001 - a cache that cannot be written costs time, not the run
+            log.warning("could not keep an OCR result in %s: %s", self.directory, exc)
 
 
 def _open(readable: ReadableFile) -> tuple[BinaryIO, float | None, int]:
@@ -221,13 +275,15 @@ class _ReadPattern(beam.PTransform):
     """One pattern: match, read, decode; document ids relative to the pattern's own root."""
 
     def __init__(
-        self, pattern: str, options: ReadOptions, follow_symlinks: bool, exclude: tuple[str, ...]
+        self, pattern: str, options: ReadOptions, follow_symlinks: bool, exclude: tuple[str, ...],
+        ocr_cache: str | None = None,
     ) -> None:
         super().__init__()
         self._pattern = pattern
         self._options = options
         self._follow = follow_symlinks
         self._exclude = exclude
+        self._ocr_cache = ocr_cache
 
     def expand(self, begin: PBegin) -> ReadOutputs:
         decoded = (
@@ -236,7 +292,8 @@ class _ReadPattern(beam.PTransform):
             | "SliceRecordFiles" >> beam.ParDo(_SliceRecordFiles(self._options))
             # Matching runs on one worker; without a shuffle every file would be read there too.
             | "Spread" >> beam.Reshuffle()
-            | "Decode" >> beam.ParDo(_DecodeFile(input_root(self._pattern), self._options))
+            | "Decode" >> beam.ParDo(_DecodeFile(input_root(self._pattern), self._options,
+                                                 self._ocr_cache))
             .with_input_types(Union[ReadableFile, Rejected,
                                     tuple[ReadableFile, Union[ParquetSlice, LineSlice]]])
             .with_output_types(Document, rejected=Rejected)
@@ -258,7 +315,8 @@ class ReadDocuments(beam.PTransform):
     ``follow_symlinks``: also read what links leading out of a local pattern's input root point
     at (links inside it are always followed; a link reads as its own path). ``exclude``: paths
     (the run's output root) never read as input nor walked into; not rejections, counted as
-    ``read/excluded``.
+    ``read/excluded``. ``ocr_cache``: a directory (local or gs://) keeping each OCR'd page's
+    text by its pixels (:class:`OcrPageCache`), so an unchanged scan is read by OCR once.
 
         outputs = p | "Read" >> ReadDocuments("gs://bucket/docs/**", ReadOptions())
         outputs.documents, outputs.rejected
@@ -270,8 +328,10 @@ class ReadDocuments(beam.PTransform):
         options: ReadOptions | None = None,
         follow_symlinks: bool = False,
         exclude: Sequence[str] = (),
+        ocr_cache: str | None = None,
     ) -> None:
         super().__init__()
+        self._ocr_cache = ocr_cache
         self._patterns = (patterns,) if isinstance(patterns, str) else tuple(patterns)
         if not self._patterns or not all(isinstance(p, str) and p for p in self._patterns):
             raise ValueError(f"ReadDocuments needs one or more non-empty patterns, got {patterns!r}")
@@ -285,7 +345,7 @@ class ReadDocuments(beam.PTransform):
         # One branch per pattern, because each pattern has its own root for relative ids.
         branches = [
             begin | f"Pattern{index}" >> _ReadPattern(pattern, self._options, self._follow,
-                                                      self._exclude)
+                                                      self._exclude, self._ocr_cache)
             for index, pattern in enumerate(self._patterns)
         ]
         documents = (

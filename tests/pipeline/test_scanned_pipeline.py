@@ -85,3 +85,26 @@ def test_with_ocr_off_scanned_pages_are_rejected_with_the_reason(corpus, tmp_pat
     assert rejected["blank.png"] == "image not read: OCR is off"
     documents = {row["doc_id"]: row for row in table(summary.run_dir, "documents")}
     assert "safety officer" not in documents["manual.pdf"]["text"]  # page 2 has no text layer
+
+
+def test_a_rerun_reads_no_unchanged_page_by_ocr_again(corpus, tmp_path) -> None:
+    """Each OCR'd page is kept under OUTPUT/_cache/ocr by its pixels: the rerun reads it from
+    there (equal text), a damaged entry is read again, and a changed scan is OCR'd."""
+    output = tmp_path / "index"
+    first = job(corpus, output)
+    entries = sorted((output / "_cache" / "ocr").rglob("*.json"))
+    assert len(entries) == 3  # the PDF's scanned page, notice.png, blank.png
+    again = job(corpus, output)
+    assert again.published
+    text = {r["doc_id"]: r["text"] for r in table(first.run_dir, "documents")}
+    assert {r["doc_id"]: r["text"] for r in table(again.run_dir, "documents")} == text
+    assert _counter(again.run_dir, "ocr_pages_read") == 0
+    assert _counter(again.run_dir, "ocr_pages_cached") == 3
+    entries[0].write_text("{not json", encoding="utf-8")  # a damaged entry: a miss
+    third = job(corpus, output)
+    assert _counter(third.run_dir, "ocr_pages_read") == 1
+    assert {r["doc_id"]: r["text"] for r in table(third.run_dir, "documents")} == text
+
+
+def _counter(run_dir: str, name: str) -> int:
+    return json.loads((Path(run_dir) / "manifest.json").read_text())["ocr"][name.removeprefix("ocr_pages_")]
