@@ -3,10 +3,37 @@
 from __future__ import annotations
 
 import io
+import json
 import zipfile
 from email.message import EmailMessage
 
+from chunkline.readers import ReadOptions, decode_file
+from chunkline.records import Document, Rejected
+
 ROOT = "gs://bucket/corpus"
+OPTIONS = ReadOptions()
+
+
+def read(name: str, data: bytes, options: ReadOptions = OPTIONS) -> list[Document | Rejected]:
+    return decode_file(f"{ROOT}/{name}", data, ROOT, options)
+
+
+def document(name: str, data: bytes, options: ReadOptions = OPTIONS) -> Document:
+    records = read(name, data, options)
+    assert len(records) == 1 and isinstance(records[0], Document), records
+    return records[0]
+
+
+def rejection(name: str, data: bytes) -> str:
+    """The one record ``name`` reads to: a rejection under its own id; its reason."""
+    records = read(name, data)
+    assert len(records) == 1 and isinstance(records[0], Rejected), records
+    assert records[0].doc_id == name
+    return records[0].reason
+
+
+def metadata(doc: Document) -> dict:
+    return {key: json.loads(value) for key, value in doc.metadata}
 
 
 def docx_bytes(build) -> bytes:

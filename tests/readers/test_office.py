@@ -5,39 +5,22 @@ rejection with its reason."""
 from __future__ import annotations
 
 import io
-import json
 import zipfile
 
 import pytest
 
 from chunkline import split
-from chunkline.readers import ReadOptions, decode_file
-from chunkline.records import Document, Rejected
+from chunkline.readers import ReadOptions
 from chunkline.splitting.structure import headings, tables
-from tests.readers.helpers import ROOT, docx_bytes, manual_docx, pptx_bytes, quarterly_deck, xlsx_bytes, zip_bytes
-
-OPTIONS = ReadOptions()
-
-
-def read(name: str, data: bytes, options: ReadOptions = OPTIONS) -> list[Document | Rejected]:
-    return decode_file(f"{ROOT}/{name}", data, ROOT, options)
+from tests.readers.helpers import (
+    document, docx_bytes, manual_docx, metadata, pptx_bytes, quarterly_deck, read, rejection,
+    xlsx_bytes, zip_bytes,
+)
 
 
-def document(name: str, data: bytes, options: ReadOptions = OPTIONS) -> Document:
-    records = read(name, data, options)
-    assert len(records) == 1 and isinstance(records[0], Document), records
-    return records[0]
 
 
-def rejection(name: str, data: bytes) -> str:
-    records = read(name, data)
-    assert len(records) == 1 and isinstance(records[0], Rejected), records
-    assert records[0].doc_id == name
-    return records[0].reason
 
-
-def metadata(doc: Document) -> dict:
-    return {key: json.loads(value) for key, value in doc.metadata}
 
 
 # --- Word ---------------------------------------------------------------------------------------

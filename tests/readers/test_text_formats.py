@@ -3,41 +3,23 @@ standard library, nbformat and ebooklib, read back; and the Markdown helpers' ro
 
 from __future__ import annotations
 
-import json
-
 from hypothesis import given
 from hypothesis import strategies as st
 
 from chunkline import split
-from chunkline.readers import ReadOptions, decode_file
+from chunkline.readers import ReadOptions
 from chunkline.readers.markdown import cell, heading, paragraph, pipe_table
 from chunkline.records import Document, Rejected
 from chunkline.splitting.structure import headings, tables
 from tests.readers.helpers import (
-    ROOT, docx_bytes, epub_bytes, manual_docx, message, notebook_bytes, zip_bytes,
+    document, metadata, read, rejection,
+    docx_bytes, epub_bytes, manual_docx, message, notebook_bytes, zip_bytes,
 )
 
-OPTIONS = ReadOptions()
 
 
-def read(name: str, data: bytes, options: ReadOptions = OPTIONS) -> list[Document | Rejected]:
-    return decode_file(f"{ROOT}/{name}", data, ROOT, options)
 
 
-def document(name: str, data: bytes, options: ReadOptions = OPTIONS) -> Document:
-    records = read(name, data, options)
-    assert len(records) == 1 and isinstance(records[0], Document), records
-    return records[0]
-
-
-def rejection(name: str, data: bytes) -> str:
-    [record] = read(name, data)
-    assert isinstance(record, Rejected), record
-    return record.reason
-
-
-def metadata(doc: Document) -> dict:
-    return {key: json.loads(value) for key, value in doc.metadata}
 
 
 # --- CSV and TSV --------------------------------------------------------------------------------
