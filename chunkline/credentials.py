@@ -71,32 +71,47 @@ class Finding:
 
 # -- extra rules --------------------------------------------------------------------------------
 # (kind, pattern, group holding the value). From gitleaks' default config unless said otherwise.
-_EXTRA_RULES: tuple[tuple[str, str, int], ...] = (
-    ("Google API Key", r"\b(AIza[\w-]{35})(?![\w-])", 1),  # gcp-api-key
-    ("Google OAuth Client Secret", r"\b(GOCSPX-[\w-]{28})(?![\w-])", 1),  # gcp-client-secret
-    ("Hugging Face Token", r"\b(hf_[a-zA-Z]{34})(?![\w-])", 1),  # huggingface-access-token
-    ("Anthropic API Key", r"\b(sk-ant-(?:api03|admin01)-[\w-]{93}AA)(?![\w-])", 1),  # anthropic-api-key
+_EXTRA_RULES: tuple[tuple[str, str, int, tuple[str, ...]], ...] = (
+    # (kind, pattern, group, lowercase literals every match holds: a line without one is skipped)
+    ("Google API Key", r"\b(AIza[\w-]{35})(?![\w-])", 1, ("aiza",)),  # gcp-api-key
+    ("Google OAuth Client Secret", r"\b(GOCSPX-[\w-]{28})(?![\w-])", 1, ("gocspx-",)),  # gcp-client-secret
+    ("Hugging Face Token", r"\b(hf_[a-zA-Z]{34})(?![\w-])", 1, ("hf_",)),  # huggingface-access-token
+    ("Anthropic API Key", r"\b(sk-ant-(?:api03|admin01)-[\w-]{93}AA)(?![\w-])", 1, ("sk-ant-",)),  # anthropic-api-key
     # openai-api-key's project, service-account and admin keys; detect-secrets knows the old form.
-    ("OpenAI Token", r"\b(sk-(?:proj|svcacct|admin)-[\w-]{40,})(?![\w-])", 1),
-    ("npm Token", r"\b(npm_[a-zA-Z0-9]{36})(?![\w-])", 1),  # npm-access-token
-    ("Shopify Token", r"\b(shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32})\b", 1),  # shopify-*
-    ("DigitalOcean Token", r"\b(do[opr]_v1_[a-f0-9]{64})\b", 1),  # digitalocean-*
-    ("Databricks Token", r"\b(dapi[a-f0-9]{32}(?:-\d)?)\b", 1),  # databricks-api-token
-    ("Postman API Key", r"\b(PMAK-[a-fA-F0-9]{24}-[a-fA-F0-9]{34})\b", 1),  # postman-api-token
-    ("GitLab Token", r"\b(glpat-[\w-]{20,})(?![\w-])", 1),  # gitlab-pat
-    ("Azure AD Client Secret", r"(?:^|[\s'\"`=:(,])([\w~.]{3}\dQ~[\w~.-]{31,34})(?![\w~.-])", 1),
+    ("OpenAI Token", r"\b(sk-(?:proj|svcacct|admin)-[\w-]{40,})(?![\w-])", 1,
+     ("sk-proj-", "sk-svcacct-", "sk-admin-")),
+    ("npm Token", r"\b(npm_[a-zA-Z0-9]{36})(?![\w-])", 1, ("npm_",)),  # npm-access-token
+    ("Shopify Token", r"\b(shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32})\b", 1,
+     ("shpat_", "shpca_", "shppa_", "shpss_")),  # shopify-*
+    ("DigitalOcean Token", r"\b(do[opr]_v1_[a-f0-9]{64})\b", 1, ("_v1_",)),  # digitalocean-*
+    ("Databricks Token", r"\b(dapi[a-f0-9]{32}(?:-\d)?)\b", 1, ("dapi",)),  # databricks-api-token
+    ("Postman API Key", r"\b(PMAK-[a-fA-F0-9]{24}-[a-fA-F0-9]{34})\b", 1, ("pmak-",)),  # postman-api-token
+    ("GitLab Token", r"\b(glpat-[\w-]{20,})(?![\w-])", 1, ("glpat-",)),  # gitlab-pat
+    ("Azure AD Client Secret", r"(?:^|[\s'\"`=:(,])([\w~.]{3}\dQ~[\w~.-]{31,34})(?![\w~.-])", 1,
+     ("q~",)),  # azure-ad-client-secret
     # ADO.NET / ODBC connection strings ("Server=db;User Id=sa;Password=...;"): the password of
     # a string that also names a server, so a prose "password=" is not taken for one.
     ("Connection String Password",
      r"(?i)\b(?:server|data source|host|addr(?:ess)?)\s*=[^;\n]*;[^\n]*?\b(?:password|pwd)\s*=\s*"
-     r"([^;'\"\s\[]{4,})", 1),
+     r"([^;'\"\s\[]{4,})", 1, ("password", "pwd")),
 )
 
 # A line naming a credential (gitleaks' generic-api-key keywords), and one naming a digest.
-_CREDENTIAL_WORDS = re.compile(r"(?i)access|api|auth|bearer|client|cred|key|passw|pwd|secret|"
-                               r"token|private|signature")
-# The same words as whole-text patterns, for finding the lines the entropy plugins read.
-_CREDENTIAL_WORDS_LINES = re.compile(_CREDENTIAL_WORDS.pattern, re.MULTILINE)
+_CREDENTIAL_WORDS = ("access", "api", "auth", "bearer", "client", "cred", "key", "passw", "pwd",
+                     "secret", "token", "private", "signature")
+# Every word of detect-secrets' keyword denylist (api_?key, db_?pass, password, pwd, secret,
+# contraseña...) holds one of these.
+_KEYWORD_NEEDLES = ("key", "pass", "pwd", "secret", "contrase")
+# Plugins whose patterns are slow over a whole text (a keyword alternation with an empty branch
+# before the value), and the lowercase words every one of their patterns holds (read off the
+# patterns of detect-secrets 1.5: the key, password or token word, or the service's host).
+_PLUGIN_NEEDLES = {
+    "IBM Cloud IAM Key": ("key", "pwd", "pass", "token"),
+    "IBM COS HMAC Credentials": ("secret",),
+    "Cloudant Credentials": ("key", "pw", "pass", "token", ".cloudant.com"),
+    "SoftLayer Credentials": ("key", "pwd", "pass", "token", "softlayer"),
+    "Mailchimp Access Key": ("-us",),
+}
 _QUOTES = re.compile(r"[\"'`]")
 # Values that stand in for a credential in examples and configs: not one.
 _PLACEHOLDERS = frozenset({"password", "passwd", "secret", "changeme", "change_me", "token",
@@ -131,13 +146,9 @@ class Scanner:
         self.options = options
         self.plugins = [cls() for kind, cls in sorted(get_mapping_from_secret_type_to_class().items())
                         if kind not in _LEFT_OUT and (options.entropy or kind not in ENTROPY_KINDS)]
-        self.extra = [(kind, re.compile(pattern), group) for kind, pattern, group in _EXTRA_RULES]
+        self.extra = [(kind, re.compile(pattern), group, needles)
+                      for kind, pattern, group, needles in _EXTRA_RULES]
         self.screens = [_multiline(getattr(plugin, "denylist", ())) for plugin in self.plugins]
-        # The extra rules all begin with a literal prefix: one alternation finds their lines.
-        self.extra_screen = re.compile("|".join(f"(?:{pattern})" for _, pattern, _ in _EXTRA_RULES
-                                                if not pattern.startswith("(?i)")), re.MULTILINE)
-        self.extra_screens = _multiline([pattern for _, pattern, _ in self.extra
-                                         if pattern.pattern.startswith("(?i)")])
 
     def scan(self, text: str, name: str = "") -> list[Finding]:
         """Every credential in ``text`` (``name``: the file's name, which decides how the keyword
@@ -152,24 +163,35 @@ class Scanner:
         keyword_regexes = REGEX_BY_FILETYPE.get(determine_file_type(name or "document.txt"),
                                                 QUOTES_REQUIRED_DENYLIST_REGEX_TO_GROUP)
         line_starts = [0, *(m.end() for m in re.finditer("\n", text))]
+        # Literal words are found with str.find, in C, far faster than a regex alternation; a
+        # text whose lowercase form has another length (a few Unicode letters) is searched
+        # with the words as a case-insensitive pattern instead.
+        lowered = text.lower()
+        if len(lowered) != len(text):
+            def lines_with(needles: tuple[str, ...]) -> set[int]:
+                pattern = re.compile("|".join(map(re.escape, needles)), re.IGNORECASE)
+                return _matching_lines(text, line_starts, [pattern])
+        else:
+            def lines_with(needles: tuple[str, ...]) -> set[int]:
+                return _lines_holding(lowered, line_starts, needles)
         wanted: dict[int, list] = {}  # line index -> detectors to ask
         credential_lines = None
         for plugin, screen in zip(self.plugins, self.screens):
             if plugin.secret_type in ENTROPY_KINDS:
                 if credential_lines is None:
-                    credential_lines = _matching_lines(text, line_starts, [_CREDENTIAL_WORDS_LINES])
+                    credential_lines = lines_with(_CREDENTIAL_WORDS)
                 lines = credential_lines
             elif isinstance(plugin, KeywordDetector):
-                # Every keyword pattern holds one of the plugin's denylisted words: the lines
-                # holding one are found with that word list alone, ten times faster.
-                lines = _matching_lines(text, line_starts, [_keyword_words()])
+                lines = lines_with(_KEYWORD_NEEDLES)
+            elif plugin.secret_type in _PLUGIN_NEEDLES:
+                lines = lines_with(_PLUGIN_NEEDLES[plugin.secret_type])
             else:
                 lines = _matching_lines(text, line_starts, screen)
             for index in lines:
                 wanted.setdefault(index, []).append(plugin)
-        extra_lines = _matching_lines(text, line_starts, [self.extra_screen, *self.extra_screens])
-        for index in extra_lines:
-            wanted.setdefault(index, []).extend(self.extra)
+        for rule in self.extra:
+            for index in lines_with(rule[3]):
+                wanted.setdefault(index, []).append(rule)
         found: list[Finding] = []
         for index in sorted(wanted):
             start = line_starts[index]
@@ -189,7 +211,7 @@ class Scanner:
 
         for detector in detectors:
             if isinstance(detector, tuple):  # an extra rule
-                kind, pattern, group = detector
+                kind, pattern, group, _ = detector
                 for match in pattern.finditer(line):
                     value = match.group(group)
                     if value and not _EXAMPLE.search(value):
@@ -269,16 +291,24 @@ def _looks_generated(value: str) -> bool:
                             and any(c.isalpha() for c in value))
 
 
-@lru_cache(maxsize=1)
-def _keyword_words() -> re.Pattern:
-    from detect_secrets.plugins.keyword import DENYLIST
-
-    return re.compile("|".join(DENYLIST), re.IGNORECASE | re.MULTILINE)
-
-
 def _multiline(patterns: Iterable[re.Pattern]) -> list[re.Pattern]:
     """The patterns as they match within a whole text: ``^`` and ``$`` at each line's ends."""
     return [re.compile(p.pattern, p.flags | re.MULTILINE) for p in patterns]
+
+
+def _lines_holding(lowered: str, line_starts: list[int], needles: tuple[str, ...]) -> set[int]:
+    """Indexes of the lines of ``lowered`` that hold one of ``needles`` (after a find, the search
+    goes on from the next line)."""
+    lines: set[int] = set()
+    for needle in needles:
+        at = lowered.find(needle)
+        while at >= 0:
+            index = bisect.bisect_right(line_starts, at) - 1
+            lines.add(index)
+            if index + 1 >= len(line_starts):
+                break
+            at = lowered.find(needle, line_starts[index + 1])
+    return lines
 
 
 def _matching_lines(text: str, line_starts: list[int], patterns: list[re.Pattern]) -> set[int]:

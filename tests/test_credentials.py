@@ -108,3 +108,41 @@ def test_the_config_takes_a_mode_alone_and_rejects_others() -> None:
 ])
 def test_a_keyword_or_uri_value_counts_only_when_it_looks_generated(line, flagged) -> None:
     assert bool(SCANNER.scan(line + "\n", "notes.md")) is flagged
+
+
+def naive_scan(scanner: Scanner, text: str, name: str) -> list:
+    """Every detector asked about every line, as detect-secrets reads a file: what the scan's
+    screening (patterns and literal words over the whole text) must never change."""
+    from chunkline import credentials
+
+    line_starts = [0, *(i + 1 for i, c in enumerate(text) if c == "\n")]
+    detectors = [*scanner.plugins, *scanner.extra]
+    from detect_secrets.plugins.keyword import (
+        QUOTES_REQUIRED_DENYLIST_REGEX_TO_GROUP, REGEX_BY_FILETYPE)
+    from detect_secrets.util.filetype import determine_file_type
+
+    keyword = REGEX_BY_FILETYPE.get(determine_file_type(name), QUOTES_REQUIRED_DENYLIST_REGEX_TO_GROUP)
+    found = []
+    for index, start in enumerate(line_starts):
+        end = line_starts[index + 1] - 1 if index + 1 < len(line_starts) else len(text)
+        line = text[start:end]
+        for kind, value in scanner._line_values(line, detectors, keyword):
+            for left, right in credentials._spans(line, value):
+                if not credentials._EXAMPLE.search(line[left:right]):
+                    found.append(credentials.Finding(kind, start + left, start + right, index + 1))
+    found = [credentials._whole_private_key(text, f, line_starts) if f.kind == "Private Key" else f
+             for f in found]
+    return credentials._merged(found, line_starts)
+
+
+FRAGMENTS = [case.text for case in credentials()] + [case.text for case in lookalikes()] + [
+    "api_key: 'Zq8vN2xLp4Tr9sQ1'", 'cloudant_password = "abcdefghijklmnopqrstuvwx"',
+    "ibm_cloud_iam_key: " + "a1B2" * 11, "mailchimp 0123456789abcdef0123456789abcdef-us12",
+    "İstanbul KEY=Zq8vN2xLp4Tr9sQ1x ", "plain prose about the arm\n", "\n", "  "]
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.sampled_from(FRAGMENTS), min_size=1, max_size=8), st.sampled_from(["a.md", "c.yaml", "x.py"]))
+def test_screening_finds_what_asking_every_detector_on_every_line_finds(parts, name) -> None:
+    text = " ".join(parts)
+    assert SCANNER.scan(text, name) == naive_scan(SCANNER, text, name)
