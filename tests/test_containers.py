@@ -71,14 +71,14 @@ def test_a_compressed_jsonl_reads_as_the_plain_file(suffix) -> None:
 
 
 def test_archive_members_are_documents_under_the_archive_id() -> None:
-    data = zipped({"docs/arm.md": b"# Arm\n\nMount the arm level.\n", "logo.png": b"\x89PNG\r\n",
+    data = zipped({"docs/arm.md": b"# Arm\n\nMount the arm level.\n", "logo.bmp": b"BM\x00\x00",
                    "tickets.jsonl.gz": gzip.compress(JSONL), "empty.txt": b""})
     docs, rejected = decode("share.zip", data)
     assert {d.doc_id: d.uri for d in docs} == {
         "share.zip//docs/arm.md": "/corpus/share.zip//docs/arm.md",
         "t1": "/corpus/share.zip//tickets.jsonl.gz", "t2": "/corpus/share.zip//tickets.jsonl.gz"}
     assert {r.doc_id: r.reason for r in rejected} == {
-        "share.zip//logo.png": "unsupported file type .png", "share.zip//empty.txt": "empty document"}
+        "share.zip//logo.bmp": "unsupported file type .bmp", "share.zip//empty.txt": "empty document"}
     assert next(d for d in docs if d.doc_id.endswith("arm.md")).format == "markdown"
 
 

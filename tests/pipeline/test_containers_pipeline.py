@@ -50,7 +50,7 @@ def write_share(path: Path) -> None:
                          "<h1>Dock</h1><p>Place the dock against a wall, away from heaters and "
                          "direct sunlight, with a clear metre in front of it.</p></main></body></html>")
         archive.writestr("tickets.jsonl.gz", gzip.compress(TICKETS.encode()))
-        archive.writestr("photo.jpg", b"\xff\xd8\xff\xe0 not text")
+        archive.writestr("tool.exe", b"MZ\x90\x00 not text")
         archive.writestr("../outside.md", "# Outside\n\nnever read\n")
         archive.writestr("many.zip", _many_members(60))
     path.write_bytes(buffer.getvalue())
@@ -88,7 +88,7 @@ def test_members_are_indexed_and_bad_ones_rejected(indexed) -> None:
                                  pa.compute.equal(documents.column("status"), "kept")).to_pylist())
     assert {"share.zip//manuals/arm.md", "share.zip//manuals/dock.html", "T-0", "D-11"} <= kept
     reasons = dict(zip(*table(first.run_dir, "rejected").select(["doc_id", "reason"]).to_pydict().values()))
-    assert reasons["share.zip//photo.jpg"] == "unsupported file type .jpg"
+    assert reasons["share.zip//tool.exe"] == "unsupported file type .exe"
     assert "climbs out" in reasons["share.zip//../outside.md"]
     assert "max_members (50)" in reasons["share.zip//many.zip"]
     assert reasons["cut.md.gz"] == "truncated gzip data"

@@ -101,7 +101,8 @@ def test_rejections_name_their_reason(indexed) -> None:
     _, _, summary = indexed
     reasons = {row["doc_id"]: row["reason"] for row in read_rows(summary.run_dir, "rejected")}
     assert reasons["locked.pdf"].startswith("encrypted PDF")
-    assert reasons["scan.pdf"].startswith("no text layer")
+    # Image-only pages go to OCR (input.ocr: auto), which finds no text in these.
+    assert reasons["scan.pdf"].startswith("no text in 2 page(s): 2 without a text layer")
     assert reasons["cut.pdf"].startswith("truncated PDF")
     assert reasons["faq.jsonl#L3"] == "line 3: metadata 'score' is inf, which JSON cannot hold"
     assert summary.counts["documents"] == summary.counts["kept"] + summary.counts["duplicate"] + summary.counts["rejected"]
