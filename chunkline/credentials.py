@@ -141,8 +141,20 @@ class Scanner:
     file line by line. Most lines of prose meet no pattern at all."""
 
     def __init__(self, options: CredentialOptions) -> None:
+        # Imported here, once per scanner, not per document or line (detect-secrets pulls in
+        # requests: a run with `secrets: allow` never imports it).
         from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
+        from detect_secrets.filters import heuristic
+        from detect_secrets.plugins.keyword import (
+            QUOTES_REQUIRED_DENYLIST_REGEX_TO_GROUP,
+            REGEX_BY_FILETYPE,
+            KeywordDetector,
+        )
+        from detect_secrets.util.filetype import determine_file_type
 
+        self.heuristic, self.keyword_class = heuristic, KeywordDetector
+        self.keyword_regexes = lambda name: REGEX_BY_FILETYPE.get(
+            determine_file_type(name or "document.txt"), QUOTES_REQUIRED_DENYLIST_REGEX_TO_GROUP)
         self.options = options
         self.plugins = [cls() for kind, cls in sorted(get_mapping_from_secret_type_to_class().items())
                         if kind not in _LEFT_OUT and (options.entropy or kind not in ENTROPY_KINDS)]
@@ -153,15 +165,7 @@ class Scanner:
     def scan(self, text: str, name: str = "") -> list[Finding]:
         """Every credential in ``text`` (``name``: the file's name, which decides how the keyword
         plugin reads assignments), in text order, overlapping spans merged."""
-        from detect_secrets.plugins.keyword import (
-            QUOTES_REQUIRED_DENYLIST_REGEX_TO_GROUP,
-            REGEX_BY_FILETYPE,
-            KeywordDetector,
-        )
-        from detect_secrets.util.filetype import determine_file_type
-
-        keyword_regexes = REGEX_BY_FILETYPE.get(determine_file_type(name or "document.txt"),
-                                                QUOTES_REQUIRED_DENYLIST_REGEX_TO_GROUP)
+        keyword_regexes = self.keyword_regexes(name)
         line_starts = [0, *(m.end() for m in re.finditer("\n", text))]
         # Literal words are found with str.find, in C, far faster than a regex alternation; a
         # text whose lowercase form has another length (a few Unicode letters) is searched
@@ -181,7 +185,7 @@ class Scanner:
                 if credential_lines is None:
                     credential_lines = lines_with(_CREDENTIAL_WORDS)
                 lines = credential_lines
-            elif isinstance(plugin, KeywordDetector):
+            elif isinstance(plugin, self.keyword_class):
                 lines = lines_with(_KEYWORD_NEEDLES)
             elif plugin.secret_type in _PLUGIN_NEEDLES:
                 lines = lines_with(_PLUGIN_NEEDLES[plugin.secret_type])
@@ -206,9 +210,7 @@ class Scanner:
         return _merged(found, line_starts)
 
     def _line_values(self, line: str, detectors: list, keyword_regexes) -> Iterable[tuple[str, str]]:
-        from detect_secrets.filters import heuristic
-        from detect_secrets.plugins.keyword import KeywordDetector
-
+        heuristic = self.heuristic
         for detector in detectors:
             if isinstance(detector, tuple):  # an extra rule
                 kind, pattern, group, _ = detector
@@ -220,7 +222,7 @@ class Scanner:
             plugin, kind = detector, detector.secret_type
             if kind in ENTROPY_KINDS and (_DIGEST_WORDS.search(line) or not _QUOTES.search(line)):
                 continue
-            if isinstance(plugin, KeywordDetector):
+            if isinstance(plugin, self.keyword_class):
                 values = list(plugin.analyze_string(line, denylist_regex_to_group=keyword_regexes))
                 if keyword_regexes is not _config_keyword_regexes():
                     # Prose and Markdown hold config snippets too (`export DB_PASSWORD=...`,

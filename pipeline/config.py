@@ -15,8 +15,7 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
-    BaseModel, ConfigDict, Field, StringConstraints, ValidationError, create_model,
-    field_validator, model_validator,
+    BaseModel, ConfigDict, Field, StringConstraints, ValidationError, create_model, model_validator,
 )
 
 from chunkline.boilerplate import BoilerplateOptions
@@ -55,6 +54,14 @@ class _OptionsSection(_Section):
         values = {spec.name: getattr(self, spec.name) for spec in dataclasses.fields(cls)}
         return cls(**{name: value.options() if isinstance(value, _OptionsSection) else value
                       for name, value in values.items()})
+
+    @model_validator(mode="before")
+    @classmethod
+    def _mode_alone(cls, data: Any) -> Any:
+        """A section whose options have a ``mode`` may be given as its mode alone:
+        ``secrets: redact`` is ``secrets: {mode: redact}``, ``input.ocr: never`` likewise."""
+        fields = {spec.name for spec in dataclasses.fields(cls.options_class)}
+        return {"mode": data} if isinstance(data, str) and "mode" in fields else data
 
     @model_validator(mode="after")
     def _rules_across_fields(self):
@@ -231,11 +238,6 @@ class Config(_Section):
         None, description="After a run publishes, sync it into this vector store and verify it "
         "(as `chunkline sync`); null (the default): no store.")
 
-    @field_validator("secrets", mode="before")
-    @classmethod
-    def _secrets_mode_alone(cls, value: Any) -> Any:
-        return {"mode": value} if isinstance(value, str) else value
-
     @model_validator(mode="after")
     def _modes_need_the_model(self) -> "Config":
         if self.split.mode == "semantic" and self.embed is None:
@@ -293,10 +295,6 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> Config:
 
 
 def validate(data: dict[str, Any]) -> Config:
-    # `input.ocr: never` is short for `input.ocr: {mode: never}` (the section is generated).
-    section = data.get("input") if isinstance(data, dict) else None
-    if isinstance(section, dict) and isinstance(section.get("ocr"), str):
-        data = {**data, "input": {**section, "ocr": {"mode": section["ocr"]}}}
     # Lists in YAML are tuples here (frozen); strict mode would otherwise refuse them.
     try:
         return Config.model_validate(_lists_to_tuples(data))

@@ -47,3 +47,16 @@ def reference_path(found: list[tuple[int, int, str]], position: int) -> tuple[st
             stack.pop()
         stack.append((level, title))
     return tuple(title for _, title in stack)
+
+
+def damage(path, how: str) -> None:
+    """Hand-made damage to an index file: ``truncate`` (its first half kept), ``text`` (not
+    Parquet at all) or ``delete``."""
+    if how == "truncate":
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    elif how == "text":
+        path.write_text("not parquet at all\n")
+    elif how == "delete":
+        path.unlink()
+    else:
+        raise ValueError(f"no such damage: {how!r}")

@@ -117,11 +117,7 @@ def naive_scan(scanner: Scanner, text: str, name: str) -> list:
 
     line_starts = [0, *(i + 1 for i, c in enumerate(text) if c == "\n")]
     detectors = [*scanner.plugins, *scanner.extra]
-    from detect_secrets.plugins.keyword import (
-        QUOTES_REQUIRED_DENYLIST_REGEX_TO_GROUP, REGEX_BY_FILETYPE)
-    from detect_secrets.util.filetype import determine_file_type
-
-    keyword = REGEX_BY_FILETYPE.get(determine_file_type(name), QUOTES_REQUIRED_DENYLIST_REGEX_TO_GROUP)
+    keyword = scanner.keyword_regexes(name)
     found = []
     for index, start in enumerate(line_starts):
         end = line_starts[index + 1] - 1 if index + 1 < len(line_starts) else len(text)

@@ -15,23 +15,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Iterable, NamedTuple
+from typing import Iterable
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.pvalue import PCollection, TaggedOutput
 
-from chunkline.credentials import REDACT, CredentialOptions, Finding, describe, redact, scanner
+from chunkline.credentials import MARKER, REDACT, CredentialOptions, Finding, describe, redact, scanner
 from chunkline.records import Document, Rejected
+from transforms.clean import CleanOutputs
 
 NAMESPACE = "credentials"
 KIND_PREFIX = "kind:"
 REJECTED = "rejected"
-
-
-class CredentialOutputs(NamedTuple):
-    documents: PCollection[Document]
-    rejected: PCollection[Rejected]
 
 
 def _name(uri: str) -> str:
@@ -48,10 +44,20 @@ def _scan_metadata(doc: Document, options: CredentialOptions
         findings = scanner(options).scan(value, _name(doc.uri))
         if findings:
             found.append((key, findings))
-            value = redact(value, findings)[0]
-            json.loads(value)  # a redacted value that stopped being JSON is a bug, loudly
+            value = _redacted_json(value, findings)
         pairs.append((key, value))
     return found, tuple(pairs)
+
+
+def _redacted_json(value: str, findings: list[Finding]) -> str:
+    """A metadata value's JSON text with each credential's marker in its place; should a span
+    have cut through an escape sequence, the whole value becomes the first one's marker."""
+    redacted = redact(value, findings)[0]
+    try:
+        json.loads(redacted)
+    except ValueError:
+        return json.dumps(MARKER.format(kind=findings[0].kind))
+    return redacted
 
 
 class _ScanDocument(beam.DoFn):
@@ -90,7 +96,8 @@ class _ScanDocument(beam.DoFn):
 
 
 class ScanCredentials(beam.PTransform):
-    """``PCollection[Document]`` -> :class:`CredentialOutputs`, as ``options.mode`` says.
+    """``PCollection[Document]`` -> documents and rejections (:class:`CleanOutputs`, as the
+    cleaning stages return them), as ``options.mode`` says.
 
         scanned = cleaned.documents | "Credentials" >> ScanCredentials(CredentialOptions())
         scanned.documents, scanned.rejected
@@ -100,7 +107,7 @@ class ScanCredentials(beam.PTransform):
         super().__init__()
         self.options = options
 
-    def expand(self, documents: PCollection[Document]) -> CredentialOutputs:
+    def expand(self, documents: PCollection[Document]) -> CleanOutputs:
         scanned = documents | "Scan" >> beam.ParDo(_ScanDocument(self.options)).with_outputs(
             REJECTED, main="documents")
-        return CredentialOutputs(scanned.documents, scanned[REJECTED])
+        return CleanOutputs(scanned.documents, scanned[REJECTED])

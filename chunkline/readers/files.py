@@ -181,10 +181,9 @@ def _decode_mail(uri: str, path_id: str, data: bytes, options: ReadOptions,
         else record for record in _converted(uri, path_id, message.converted, options)]
     max_depth = options.containers.max_depth
     for attachment in message.attachments:
-        member_uri, member_id = _member(uri, attachment.name), _member(path_id, attachment.name)
-        problem = name_problem(member_id)
-        if problem:
-            records.append(Rejected(shown_name(member_uri), shown_name(member_id), problem))
+        member_uri, member_id, unnamed = _named_member(uri, path_id, attachment.name)
+        if unnamed is not None:
+            records.append(unnamed)
             continue
         ext = extension(attachment.name)
         data_in = attachment.data or b""
@@ -269,6 +268,15 @@ def _member(parent: str, path: str) -> str:
     return f"{parent}{MEMBER_SEPARATOR}{path}" if path else parent
 
 
+def _named_member(uri: str, path_id: str, path: str) -> tuple[str, str, Rejected | None]:
+    """(uri, id) of a member (an archive's file, a mail's attachment) under its container, and
+    its rejection when the name is one no column can hold (shown with escapes)."""
+    member_uri, member_id = _member(uri, path), _member(path_id, path)
+    problem = name_problem(member_id)
+    unnamed = Rejected(shown_name(member_uri), shown_name(member_id), problem) if problem else None
+    return member_uri, member_id, unnamed
+
+
 def _decode_container(uri: str, path_id: str, data: bytes, options: ReadOptions,
                       modified: float | None) -> list[Document | Rejected]:
     """Every supported file inside a compressed file or archive (``chunkline.containers``),
@@ -278,10 +286,9 @@ def _decode_container(uri: str, path_id: str, data: bytes, options: ReadOptions,
     records: list[Document | Rejected] = []
     for inner in unpacked(uri.rsplit("/", 1)[-1], data, options.containers,
                           is_wanted=lambda name: extension(name) in SUPPORTED_EXTENSIONS):
-        member_uri, member_id = _member(uri, inner.path), _member(path_id, inner.path)
-        problem = name_problem(member_id)
-        if problem:
-            records.append(Rejected(shown_name(member_uri), shown_name(member_id), problem))
+        member_uri, member_id, unnamed = _named_member(uri, path_id, inner.path)
+        if unnamed is not None:
+            records.append(unnamed)
             continue
         ext = extension(inner.name)
         reason = inner.reason or _early_reason(ext, len(inner.data or b""), options)

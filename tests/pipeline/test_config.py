@@ -171,3 +171,14 @@ def test_a_rule_across_fields_is_the_library_check_named_by_its_field() -> None:
                                 "embed.late.batch_size=2"])
     assert config.dedupe.near.options().lsh() == (16, 8)
     assert config.embed.late.options().batch_size == 2
+
+
+@pytest.mark.parametrize("override, path, mode", [
+    ("secrets=redact", ("secrets",), "redact"), ("input.ocr=never", ("input", "ocr"), "never")])
+def test_a_section_with_a_mode_takes_the_mode_alone(override, path, mode) -> None:
+    section = load_config(None, [override])
+    for name in path:
+        section = getattr(section, name)
+    assert section.options().mode == mode
+    with pytest.raises(ConfigError, match=".".join(path) + ".mode"):
+        load_config(None, [override.split("=")[0] + "=sometimes"])

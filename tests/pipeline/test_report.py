@@ -29,6 +29,7 @@ from pipeline.report.gather import (
 )
 from pipeline.report.render import render, sample_html, segments
 from pipeline.report.svg import escape
+from tests.helpers import damage as damage_file
 
 HOSTILE = "</pre></style><script>alert('x')</script><img src=x onerror=alert(1)> \"q\" & ü 🙂 \r\n"
 NEAR = dict(shingle_size=5, num_perm=256, threshold=0.8, seed=1, survivor="smallest_doc_id",
@@ -351,12 +352,7 @@ def test_examples_and_members_sort_numbers_as_numbers(tmp_path: Path) -> None:
 ], ids=["chunks-truncated", "documents-truncated", "rejected-not-parquet", "chunks-missing"])
 def test_a_damaged_shard_is_one_line_naming_it(small_run: Path, shard: str, damage: str, why: str) -> None:
     path = small_run / shard
-    if damage == "truncate":
-        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
-    elif damage == "text":
-        path.write_text("not parquet at all\n")
-    else:
-        path.unlink()
+    damage_file(path, damage)
     out, err = io.StringIO(), io.StringIO()
     assert cli(["report", str(small_run.parent)], out, err) == 2
     (line,) = err.getvalue().splitlines()

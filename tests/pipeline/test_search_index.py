@@ -36,6 +36,7 @@ from pipeline.query import (Hit, dense_scores, embed_options, fused, load_chunks
                             search_result, sparse_scores)
 from pipeline.run import run
 from pipeline.search import Index
+from tests.helpers import damage as damage_file
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -334,12 +335,7 @@ def test_no_run_is_the_same_error(tmp_path) -> None:
 def test_a_damaged_run_fails_to_open_with_one_line_naming_the_file(damaged, name, damage, why) -> None:
     run_dir = damaged / (damaged / "LATEST").read_text().strip()
     (path,) = run_dir.glob(name)
-    if damage == "truncate":
-        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
-    elif damage == "text":
-        path.write_text("not parquet at all\n")
-    else:
-        path.unlink()
+    damage_file(path, damage)
     with pytest.raises((ValueError, ManifestError)) as failed:
         Index.open(str(damaged))
     message = str(failed.value)
