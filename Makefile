@@ -12,6 +12,7 @@ STAMP  := $(VENV)/.installed
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
+	.ci/install-ocr-libs
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
