@@ -70,12 +70,12 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
     # redacted here, so boilerplate keys, MinHash signatures, context requests and every file
     # see only what may be kept.
     if stages.credentials.mode != ALLOW:
-        scanned = documents | "Credentials" >> ScanCredentials(stages.credentials)
+        scanned = documents | "Credentials" >> ScanCredentials(stages.credentials, plan.memo)
         documents = scanned.documents
         rejected_parts.append(scanned.rejected)
     if stages.boilerplate is not None:
         stripped = documents | "Boilerplate" >> RemoveBoilerplate(
-            stages.boilerplate, spill_dir(plan.run_dir, "boilerplate"))
+            stages.boilerplate, spill_dir(plan.run_dir, "boilerplate"), plan.memo)
         documents = stripped.documents
         rejected_parts.append(stripped.rejected)
         stripped.removed | "WriteBoilerplateLines" >> beam.ParDo(WriteRemovedLines(plan.run_dir))
@@ -88,7 +88,7 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
                                              spill_dir(plan.run_dir, "dedupe"),
                                              roots=(input_root(config.input.pattern),),
                                              carry_keys=CarryKeys(carry) if carry is not None else None,
-                                             carry_index=carry_index)
+                                             carry_index=carry_index, memo=plan.memo)
     # Carried rows never travel one per chunk: their shard writer reads them as Arrow tables.
     carried = (deduped.carried | "Carried" >> CarriedShards(carry, config.output.chunk_shards, shard_of)
                if deduped.carried is not None else None)

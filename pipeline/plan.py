@@ -11,12 +11,14 @@ import logging
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from importlib import metadata as distributions
 from pathlib import Path
 
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
 from chunkline.context import context_reserve, resolve_api_key
+from chunkline.memo import MAX_LOAD_BYTES, MEMO_DIR, MemoSource
 from chunkline.sizers import model_fingerprint
 from chunkline.splitting.core import check_budget
 from pipeline.config import Config, to_dict
@@ -50,6 +52,9 @@ class Plan:
     # written with every run, its pairs empty on a first run or when nothing may be carried.
     carry: CarrySource | None = None
     carry_note: str | None = None  # why the previous run lends no rows, when it lends none
+    # Per-text results of the corpus-wide stages, recalled from the previous run and recorded
+    # for the next (chunkline/memo.py); None with output.carry off.
+    memo: MemoSource | None = None
 
 
 class PreflightError(ValueError):
@@ -144,6 +149,49 @@ def carry_signature(config: Config, tokenizer_spec: str, max_tokens: int, embedd
         "libraries": library_versions(),
     }
     return hashlib.blake2b(processing_signature(settings).encode(), digest_size=16).hexdigest()
+
+
+def memo_settings() -> str:
+    """What decides a memoized result besides its text and stage settings: the library's code
+    and the versions of the libraries it computes with."""
+    from chunkline.carry import code_fingerprint, library_versions
+
+    versions = library_versions()
+    for name in ("detect-secrets", "numpy"):
+        try:
+            versions[name] = distributions.version(name)
+        except distributions.PackageNotFoundError:
+            continue
+    return json.dumps({"code": code_fingerprint([_ROOT / "chunkline"]), "libraries": versions},
+                      sort_keys=True)
+
+
+def memo_source(config: Config, run_dir: str) -> MemoSource | None:
+    """This run's memo folder, and the previous run's segments (the run carry follows), unless
+    they weigh more than ``chunkline.memo.MAX_LOAD_BYTES``: then every text is computed."""
+    if not config.output.carry:
+        return None
+    write_dir = FileSystems.join(run_dir, MEMO_DIR)
+    segments: tuple[str, ...] = ()
+    if config.output.previous or config.output.reuse_latest:
+        try:
+            previous = (resolve_run(config.output.previous) if config.output.previous
+                        else latest_run(config.output.path))
+        except ManifestError:
+            previous = None
+        if previous is not None:
+            try:
+                found = FileSystems.match([FileSystems.join(previous, MEMO_DIR, "*.parquet")])[0]
+                files = found.metadata_list
+            except Exception:  # noqa: BLE001 - no memo (an older run): everything is computed
+                files = []
+            if sum(f.size_in_bytes for f in files) <= MAX_LOAD_BYTES:
+                segments = tuple(sorted(f.path for f in files))
+            else:
+                log.warning("the previous run's memo weighs more than %d MB: every text's "
+                            "boilerplate keys, signature and credential scan are computed",
+                            MAX_LOAD_BYTES >> 20)
+    return MemoSource(write_dir, segments, memo_settings())
 
 
 def carry_pairs(config: Config, signature: str) -> tuple[list[tuple[str, str]], list[str], str | None]:
@@ -438,7 +486,7 @@ def plan(config: Config, run_id: str) -> Plan:
                         stored_dim, normalize, tuple(previous_documents))
     return Plan(run_dir, tokenizer_spec, max_tokens, stored_dim,
                 signature, previous, tuple(files), tuple(skipped), normalize, stages,
-                reference, reference_note, carry, carry_note)
+                reference, reference_note, carry, carry_note, memo_source(config, run_dir))
 
 
 def new_run_id(config: Config) -> str:

@@ -28,6 +28,8 @@ from pipeline.redact import redacted, redacted_config
 from pipeline.summary import RunSummary, bm25_lines, credential_lines, ocr_lines
 from pipeline.timing import stage_seconds
 from transforms.spill import remove_dead_spills, remove_spill
+from transforms.memo import NAMESPACE as MEMO_NAMESPACE
+from chunkline.memo import CREDENTIALS, LINE_KEYS, SIGNATURE
 from chunkline.carry import CARRY_TABLE
 from transforms.counters import (
     CARRY_COUNTERS, CHUNKS_CARRIED, CHUNKS_EMBEDDED, CHUNKS_REUSED, READ_DOCUMENTS, READ_REJECTED, REUSE_REJECTED, TOKENS_EMBEDDED,
@@ -271,6 +273,10 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
     # Pages OCR read, and pages a previous run's OCR lent through OUTPUT/_cache/ocr.
     ocr = {name: _metric(result, READ_DOCUMENTS.namespace, f"ocr_pages_{name}") or 0
            for name in ("read", "cached")}
+    # Per-text results of the corpus-wide stages taken from the previous run (chunkline/memo.py).
+    memo = {kind: {name: _metric(result, MEMO_NAMESPACE, f"{kind}_{name}") or 0
+                   for name in ("recalled", "computed")}
+            for kind in (CREDENTIALS, LINE_KEYS, SIGNATURE)} if job.memo is not None else None
     context = None
     if config.context is not None:
         counters = {name: _metric(result, CONTEXT_NAMESPACE, name) or 0 for name in CONTEXT_COUNTERS}
@@ -313,6 +319,7 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
         "boilerplate": boilerplate,
         "credentials": credentials,
         "ocr": ocr,
+        "memo": memo,
         "wall_seconds": round(time.monotonic() - started, 3),
         "stage_seconds": stage_seconds(result),
         "reconciled": not problems,

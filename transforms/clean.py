@@ -28,7 +28,9 @@ from chunkline.boilerplate import (
     remove_boilerplate_found,
 )
 from chunkline.clean import CleanOptions, clean_marked
+from chunkline.memo import LINE_KEYS, MemoSource
 from chunkline.records import Document, Rejected, doc_hash
+from transforms.memo import MemoUse
 from transforms.spill import ReadSpilled, RemoveParts, SpillRecords, default_spill_dir
 
 REJECTED = "rejected"
@@ -95,15 +97,45 @@ class CleanDocuments(beam.PTransform):
         return CleanOutputs(cleaned.documents, cleaned[REJECTED])
 
 class _Strip(beam.DoFn):
-    def __init__(self, options: BoilerplateOptions) -> None:
+    """A document without its frequent lines. Its candidate keys, when this process or the
+    previous run computed them (:class:`_KeysOfText`), say whether it holds any: most documents
+    hold none and pass untouched without being split into lines again."""
+
+    def __init__(self, options: BoilerplateOptions, memo: MemoSource | None = None) -> None:
         self._options = options
+        self._memo = MemoUse(memo, LINE_KEYS, repr(options))
         self._changed = Metrics.counter("boilerplate", "documents_changed")
         self._chars = Metrics.counter("boilerplate", "chars_removed")
         self._rejected = Metrics.counter("boilerplate", "rejected")
+        self._frequent_of: tuple[int, np.ndarray] | None = None
+
+    def setup(self) -> None:
+        self._memo.setup()
+
+    def _frequent_array(self, frequent: AbstractSet[str]) -> np.ndarray:
+        # The side input is one object per run: converted once.
+        if self._frequent_of is None or self._frequent_of[0] != id(frequent):
+            self._frequent_of = (id(frequent), np.array(sorted(int(key, 16) for key in frequent),
+                                                        dtype="<u8"))
+        return self._frequent_of[1]
+
+    def _holds_none(self, doc: Document, frequent: AbstractSet[str]) -> bool:
+        memo = self._memo.memo
+        if memo is None or not frequent:
+            return not frequent
+        # Looked up without counting: the keys were recorded where they were computed.
+        keys = memo.known.get(memo.key(doc.text))
+        if keys is None or len(keys) % 8:
+            return False
+        held = np.frombuffer(keys, dtype="<u8")
+        return not np.isin(held, self._frequent_array(frequent), assume_unique=True).any()
 
     def process(
         self, doc: Document, frequent: AbstractSet[str]
     ) -> Iterable[Document | TaggedOutput]:
+        if self._holds_none(doc, frequent):
+            yield doc
+            return
         text, page_starts, found = remove_boilerplate_found(doc.text, doc.page_starts, frequent,
                                                             self._options)
         if text == doc.text:
@@ -133,6 +165,33 @@ def key_array(keys: AbstractSet[str]) -> bytes:
 def key_text(key: int) -> str:
     """The hex form ``chunkline.boilerplate`` gives a key."""
     return format(key, "016x")
+
+
+class _KeysOfText(beam.DoFn):
+    """A document -> ``(doc_hash, its candidate keys as key_array bytes)``; the keys of a text
+    the previous run saw are recalled (``chunkline.memo``), not computed."""
+
+    def __init__(self, options: BoilerplateOptions, memo: MemoSource | None = None) -> None:
+        self._options = options
+        self._memo = MemoUse(memo, LINE_KEYS, repr(options))
+
+    def setup(self) -> None:
+        self._memo.setup()
+
+    def finish_bundle(self) -> None:
+        self._memo.flush()
+
+    def process(self, doc: Document) -> Iterable[tuple[str, bytes]]:
+        memo = self._memo.memo
+        if memo is None:
+            yield doc_hash(doc.text), key_array(line_keys(doc.text, self._options))
+            return
+        key = memo.key(doc.text)
+        keys = memo.get(key, width=8)
+        if keys is None:
+            keys = key_array(line_keys(doc.text, self._options))
+            memo.put(key, keys)
+        yield doc_hash(doc.text), keys
 
 
 class _BucketKeys(beam.DoFn):
@@ -253,10 +312,11 @@ class RemoveBoilerplate(beam.PTransform):
     """
 
     def __init__(self, options: BoilerplateOptions | None = None,
-                 spill_dir: str | None = None) -> None:
+                 spill_dir: str | None = None, memo: MemoSource | None = None) -> None:
         super().__init__()
         self._options = options if options is not None else BoilerplateOptions()
         self._spill_dir = spill_dir
+        self._memo = memo
 
     def expand(self, documents: PCollection[Document]) -> BoilerplateOutputs:
         options = self._options
@@ -264,7 +324,7 @@ class RemoveBoilerplate(beam.PTransform):
         # One set of keys per distinct text: exact copies count once.
         key_sets = (
             documents
-            | "KeysByText" >> beam.Map(lambda doc: (doc_hash(doc.text), key_array(line_keys(doc.text, options))))
+            | "KeysByText" >> beam.ParDo(_KeysOfText(options, self._memo))
             | "OnePerText" >> beam.CombinePerKey(min)  # equal hashes: (nearly always) equal sets
             | "KeySets" >> beam.Values()
         )
@@ -293,7 +353,7 @@ class RemoveBoilerplate(beam.PTransform):
             documents
             | "Park" >> SpillRecords(parked, Document)
             | "Unpark" >> ReadSpilled(Document)
-            | "Strip" >> beam.ParDo(_Strip(options), AsSingleton(frequent))
+            | "Strip" >> beam.ParDo(_Strip(options, self._memo), AsSingleton(frequent))
             .with_outputs(REJECTED, REMOVED, main="documents")
         )
         (stripped.documents

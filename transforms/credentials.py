@@ -22,8 +22,10 @@ from apache_beam.metrics import Metrics
 from apache_beam.pvalue import PCollection, TaggedOutput
 
 from chunkline.credentials import MARKER, REDACT, CredentialOptions, Finding, describe, redact, scanner
+from chunkline.memo import CREDENTIALS, MemoSource
 from chunkline.records import Document, Rejected
 from transforms.clean import CleanOutputs
+from transforms.memo import MemoUse
 
 NAMESPACE = "credentials"
 KIND_PREFIX = "kind:"
@@ -61,8 +63,13 @@ def _redacted_json(value: str, findings: list[Finding]) -> str:
 
 
 class _ScanDocument(beam.DoFn):
-    def __init__(self, options: CredentialOptions) -> None:
+    """One document scanned; a text (with its file name and metadata) the previous run's scan
+    found clean is not scanned again (``chunkline.memo``: only clean results are kept, so a
+    flagged document is always described afresh)."""
+
+    def __init__(self, options: CredentialOptions, memo: MemoSource | None = None) -> None:
         self.options = options
+        self.memo = MemoUse(memo, CREDENTIALS, repr(options))
         self.flagged = Metrics.counter(NAMESPACE, "documents_flagged")
         self.rejected = Metrics.counter(NAMESPACE, "documents_rejected")
         self.redacted = Metrics.counter(NAMESPACE, "documents_redacted")
@@ -70,11 +77,23 @@ class _ScanDocument(beam.DoFn):
 
     def setup(self) -> None:
         scanner(self.options)  # detect-secrets' plugins, once per worker process
+        self.memo.setup()
+
+    def finish_bundle(self) -> None:
+        self.memo.flush()
 
     def process(self, doc: Document) -> Iterable[Document | TaggedOutput]:
+        memo, key = self.memo.memo, None
+        if memo is not None:
+            key = memo.key(doc.text, _name(doc.uri), repr(doc.metadata))
+            if memo.get(key) is not None:
+                yield doc
+                return
         findings = scanner(self.options).scan(doc.text, _name(doc.uri))
         in_metadata, metadata = _scan_metadata(doc, self.options) if doc.metadata else ([], ())
         if not findings and not in_metadata:
+            if key is not None:
+                memo.put(key, b"")
             yield doc
             return
         self.flagged.inc()
@@ -103,11 +122,12 @@ class ScanCredentials(beam.PTransform):
         scanned.documents, scanned.rejected
     """
 
-    def __init__(self, options: CredentialOptions) -> None:
+    def __init__(self, options: CredentialOptions, memo: MemoSource | None = None) -> None:
         super().__init__()
         self.options = options
+        self.memo = memo
 
     def expand(self, documents: PCollection[Document]) -> CleanOutputs:
-        scanned = documents | "Scan" >> beam.ParDo(_ScanDocument(self.options)).with_outputs(
+        scanned = documents | "Scan" >> beam.ParDo(_ScanDocument(self.options, self.memo)).with_outputs(
             REJECTED, main="documents")
         return CleanOutputs(scanned.documents, scanned[REJECTED])

@@ -51,7 +51,9 @@ from chunkline.records import (
     Rejected,
     doc_hash,
 )
+from chunkline.memo import SIGNATURE, MemoSource
 from transforms.coders import JoinByKey  # and the record coders these shuffles use
+from transforms.memo import MemoUse
 from transforms.spill import PartWriter, RemoveParts, coder_of, default_spill_dir, read_part
 
 # Documents per signature batch: numpy's per-call overhead is paid once per batch (~2.5x the
@@ -247,14 +249,20 @@ class _ParkAndSummarize(beam.DoFn):
     passes on the survivors' signatures."""
 
     def __init__(self, near: MinHashOptions | None, directory: str,
-                 carry_keys: Callable[[Document], str] | None = None) -> None:
+                 carry_keys: Callable[[Document], str] | None = None,
+                 memo: MemoSource | None = None) -> None:
         self._near = near
         self._directory = directory
         self._carry_keys = carry_keys
+        # A signature depends on the shingles, the permutations and their seed, not on the
+        # threshold or bands: tuning those keeps every recorded signature.
+        self._memo = MemoUse(memo if near is not None else None, SIGNATURE,
+                             f"{near.shingle_size}/{near.num_perm}/{near.seed}" if near else "")
 
     def setup(self) -> None:
         # Permutations drawn once per worker.
         self._hasher = MinHasher(self._near) if self._near is not None else None
+        self._memo.setup()
 
     def start_bundle(self) -> None:
         self._parts = PartWriter(self._directory, coder_of(Document))
@@ -262,6 +270,25 @@ class _ParkAndSummarize(beam.DoFn):
     def finish_bundle(self) -> None:
         # Before the bundle commits the summaries that point into its parts.
         self._parts.flush()
+        self._memo.flush()
+
+    def _signatures(self, batch: list[Document]) -> list[bytes]:
+        """Each text's signature as bytes (b"": no shingles); a text the previous run signed
+        is recalled (``chunkline.memo``), the others signed together."""
+        memo = self._memo.memo
+        keys = [memo.key(doc.text) for doc in batch] if memo is not None else [None] * len(batch)
+        width = 4 * self._near.num_perm  # a whole signature, or b"" (no shingles)
+        found = [memo.get(key) if memo is not None else None for key in keys]
+        found = [data if data is None or len(data) in (0, width) else None for data in found]
+        missing = [index for index, data in enumerate(found) if data is None]
+        if missing:
+            signed = self._hasher.signatures([batch[index].text for index in missing])
+            for index, signature in zip(missing, signed, strict=True):
+                data = b"" if is_empty(signature) else signature.astype(_SIGNATURE_DTYPE).tobytes()
+                found[index] = data
+                if memo is not None:
+                    memo.put(keys[index], data)
+        return found
 
     def process(self, batch: list[Document]):
         summaries = [_summarize(doc, self._parts.add(doc), self._carry_keys) for doc in batch]
@@ -269,10 +296,8 @@ class _ParkAndSummarize(beam.DoFn):
             yield summary.doc_id, summary
         if self._hasher is None:
             return
-        signatures = self._hasher.signatures([doc.text for doc in batch])
-        for doc, summary, signature in zip(batch, summaries, signatures, strict=True):
+        for doc, summary, data in zip(batch, summaries, self._signatures(batch), strict=True):
             node = survivor_key(doc.doc_id, len(doc.text), self._near.survivor)
-            data = b"" if is_empty(signature) else signature.astype(_SIGNATURE_DTYPE).tobytes()
             yield beam.pvalue.TaggedOutput(
                 "signed", (doc.doc_id, _SignedRecord(summary.occurrence, node, data)))
 
@@ -489,8 +514,9 @@ class Dedupe(beam.PTransform):
     def __init__(self, exact: bool = True, near: MinHashOptions | None = None,
                  spill_dir: str | None = None, roots: Sequence[str] = (),
                  carry_keys: Callable[[Document], str] | None = None,
-                 carry_index: PCollection | None = None) -> None:
+                 carry_index: PCollection | None = None, memo: MemoSource | None = None) -> None:
         super().__init__()
+        self.memo = memo
         self.carry_keys = carry_keys
         self.carry_index = carry_index
         self.exact = exact
@@ -504,7 +530,7 @@ class Dedupe(beam.PTransform):
             documents
             | "Batch" >> beam.BatchElements(min_batch_size=_SIGNATURE_BATCH,
                                             max_batch_size=_SIGNATURE_BATCH)
-            | "Summarize" >> beam.ParDo(_ParkAndSummarize(self.near, parked, self.carry_keys)).with_output_types(
+            | "Summarize" >> beam.ParDo(_ParkAndSummarize(self.near, parked, self.carry_keys, self.memo)).with_output_types(
                 tuple[str, Any]).with_outputs("signed", main="summaries")
         )
         unique = (

@@ -5,6 +5,7 @@ deleted cluster survivor, a metadata edit) or the previous rows are damaged."""
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
 from pathlib import Path
@@ -123,6 +124,35 @@ def test_a_second_unchanged_rerun_carries_every_document(carried) -> None:
     assert third.counts["documents_recomputed"] == third.counts["documents_new"] == 0
     assert_tables_equal(second.run_dir, third.run_dir)
     assert table(second.run_dir, "carry").equals(table(third.run_dir, "carry"))
+    # Every text was seen by the run before: nothing is scanned, keyed or signed again.
+    memo = memo_counts(third.run_dir)
+    assert all(kind["computed"] == 0 for kind in memo.values()), memo
+    assert all(kind["recalled"] > 0 for kind in memo.values()), memo
+
+
+def memo_counts(run_dir: str) -> dict:
+    return json.loads((Path(run_dir) / "manifest.json").read_text(encoding="utf-8"))["memo"]
+
+
+def test_a_damaged_memo_is_computed_again_never_misread(carried, tmp_path) -> None:
+    _, corpus, _, second, rebuild = carried
+    copy = tmp_path / "index"
+    run_dir = copy / Path(second.run_dir).name
+    shutil.copytree(second.run_dir, run_dir)
+    (copy / "LATEST").write_text(run_dir.name + "\n", encoding="utf-8")
+    segments = sorted((run_dir / "memo").glob("*.parquet"))
+    assert {s.name.split("-")[0] for s in segments} >= {"credentials", "line_keys", "signature"}
+    for segment in segments:  # a byte of every stored value flipped, or the file cut short
+        data = bytearray(segment.read_bytes())
+        if "signature" in segment.name:
+            segment.write_bytes(bytes(data[: len(data) // 2]))
+        else:
+            data[len(data) // 3] ^= 0xFF
+            segment.write_bytes(bytes(data))
+    again = job(corpus, copy)
+    assert_tables_equal(again.run_dir, rebuild.run_dir)
+    memo = memo_counts(again.run_dir)
+    assert memo["signature"]["computed"] > 0 and memo["line_keys"]["computed"] > 0, memo
 
 
 def test_damaged_previous_rows_are_computed_again(carried, tmp_path) -> None:

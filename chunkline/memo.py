@@ -1,0 +1,158 @@
+"""Results of pure per-text functions kept with a run, so the next run does not compute them again.
+
+A nightly rerun sees mostly the texts it saw the night before. The corpus-wide stages must still
+see every document (a line turns boilerplate, a near twin arrives: what a full rebuild decides
+is decided again), but what they ask of one text is a pure function of that text and the
+stage's settings: its boilerplate candidate keys, its MinHash signature, whether the credential
+scan finds anything in it. Each such result is recorded under a 128-bit key (BLAKE2b of the
+function's name, its settings, the code that computes it and the text), in Parquet segments
+(``key``, ``value``) under the run's ``memo/`` folder, one per stage and bundle. A run loads the
+previous run's segments once per worker process and writes every result it used, found or
+computed, so each run's memo covers exactly the texts of that run: it is dropped with its run
+(``chunkline gc``) and never grows with history.
+
+A lost, damaged or mismatched segment costs time, never a wrong result: a key is only ever
+equal for the same function, settings, code and text, and a segment that cannot be read is
+skipped (its texts are computed again). Memory: one entry per distinct text per kind, held by
+each worker process (about 1 KB per document with near-duplicate detection on); a previous memo
+larger than :data:`MAX_LOAD_BYTES` on disk is not loaded at all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import uuid
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+log = logging.getLogger("chunkline.memo")
+
+MEMO_DIR = "memo"
+# A previous memo bigger than this on disk is not loaded: a worker's memory stays bounded, and
+# such a corpus is better served by a distributed runner's own workers computing afresh.
+MAX_LOAD_BYTES = 1 << 30
+
+CREDENTIALS = "credentials"  # value b"": the scan found nothing (only clean texts are recorded)
+LINE_KEYS = "line_keys"  # value: the sorted uint64 candidate keys, little-endian
+SIGNATURE = "signature"  # value: the MinHash signature as little-endian uint32 (b"": no shingles)
+
+
+def memo_schema() -> pa.Schema:
+    return pa.schema([pa.field("key", pa.binary(16), nullable=False),
+                      pa.field("value", pa.binary(), nullable=False)])
+
+
+@dataclass(frozen=True)
+class MemoSource:
+    """Where a run reads the previous run's memo and writes its own; ``settings``: what else
+    decides a result (the code of ``chunkline`` and the shaping libraries' versions), fixed on
+    the driver so every worker keys alike."""
+
+    write_dir: str  # this run's memo folder
+    previous: tuple[str, ...] = ()  # the previous run's segments (each named after its kind)
+    settings: str = ""
+
+    def segments(self, kind: str) -> tuple[str, ...]:
+        return tuple(sorted(path for path in self.previous
+                            if path.rsplit("/", 1)[-1].startswith(kind + "-")))
+
+
+def memo_key(kind: str, settings: str, text: str, *more: str) -> bytes:
+    """The key of ``kind``'s result for ``text`` (and ``more``: a file name, metadata) under
+    ``settings``; every part framed by its length, so no two inputs share a key."""
+    digest = hashlib.blake2b(digest_size=16)
+    for part in (kind, settings, text, *more):
+        data = part.encode("utf-8", "surrogatepass")
+        digest.update(len(data).to_bytes(8, "little"))
+        digest.update(data)
+    return digest.digest()
+
+
+def read_segments(paths: Iterable[str], open_file) -> dict[bytes, bytes]:
+    """Every (key, value) of the segments at ``paths``, read with ``open_file(path)`` (Beam's
+    ``FileSystems.open``, or ``open(path, "rb")``); an unreadable segment is logged and skipped."""
+    found: dict[bytes, bytes] = {}
+    for path in paths:
+        try:
+            with open_file(path) as handle:
+                # Page checksums (written with every segment): a flipped bit is a damaged
+                # segment, skipped, never a wrong result recalled.
+                table = pq.read_table(handle, page_checksum_verification=True)
+            keys = table.column("key").to_pylist()
+            values = table.column("value").to_pylist()
+        except Exception as exc:  # noqa: BLE001 - a damaged segment raises whatever arrow raises
+            log.warning("memo: %s unreadable (%s: %s); its texts are computed again",
+                        path, type(exc).__name__, exc)
+            continue
+        found.update(zip(keys, values))
+    return found
+
+
+def segment_table(entries: Mapping[bytes, bytes]) -> pa.Table:
+    keys = sorted(entries)  # the same results give the same file
+    return pa.table({"key": pa.array(keys, pa.binary(16)),
+                     "value": pa.array([entries[key] for key in keys], pa.binary())},
+                    schema=memo_schema())
+
+
+def segment_name(kind: str) -> str:
+    return f"{kind}-{uuid.uuid4().hex}.parquet"
+
+
+@dataclass
+class Memo:
+    """One worker's view of a memo kind: the previous run's results (``known``, shared by every
+    DoFn of the process that asks for the same segments) and what this bundle used (``used``,
+    written as a segment when the bundle ends)."""
+
+    kind: str
+    settings: str
+    known: dict[bytes, bytes]
+    used: dict[bytes, bytes] = field(default_factory=dict)
+    hits: int = 0
+    misses: int = 0
+
+    def key(self, text: str, *more: str) -> bytes:
+        return memo_key(self.kind, self.settings, text, *more)
+
+    def get(self, key: bytes, width: int | None = None) -> bytes | None:
+        """The result under ``key``, or None (counted as a miss); ``width``: its length must be a
+        multiple of it, else it is taken for damage and computed again."""
+        value = self.used.get(key)
+        if value is None:
+            value = self.known.get(key)
+            if value is None or (width and len(value) % width):
+                self.misses += 1
+                return None
+            self.used[key] = value
+        self.hits += 1
+        return value
+
+    def put(self, key: bytes, value: bytes) -> None:
+        self.used[key] = value
+        if isinstance(self.known, dict):
+            self.known[key] = value  # another stage of this process may ask for it
+
+    def take_used(self) -> dict[bytes, bytes]:
+        used, self.used = self.used, {}
+        return used
+
+
+_LOADED: dict[tuple[str, tuple[str, ...]], dict[bytes, bytes]] = {}
+_LOADING = threading.Lock()
+
+
+def load_known(kind: str, settings: str, paths: tuple[str, ...], open_file) -> dict[bytes, bytes]:
+    """The previous run's ``kind`` results, read once per process: every DoFn and thread that
+    asks for the same segments shares one dict, to which this run's own results are added as
+    they are computed (a key names its text, settings and code, so old and new never clash)."""
+    cache_key = (kind + "\0" + settings, paths)
+    with _LOADING:
+        if cache_key not in _LOADED:
+            _LOADED[cache_key] = read_segments(paths, open_file)
+        return _LOADED[cache_key]

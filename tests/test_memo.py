@@ -1,0 +1,58 @@
+"""The memo of per-text results: keys that never collide across kinds, settings or framing, and
+segments that come back exactly or not at all (a damaged one is skipped, never misread)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow.parquet as pq
+from hypothesis import given
+from hypothesis import strategies as st
+
+from chunkline.memo import Memo, memo_key, read_segments, segment_table
+
+texts = st.text(max_size=40)
+
+
+@given(texts, texts, texts, texts)
+def test_keys_differ_whenever_any_framed_part_differs(a, b, c, d) -> None:
+    # Moving characters from one part to the next must give another key.
+    if (a, b) != (c, d):
+        assert memo_key("k", "s", a, b) != memo_key("k", "s", c, d)
+    assert memo_key("k", "s", a) != memo_key("other", "s", a)
+    assert memo_key("k", "s", a) != memo_key("k", "s2", a)
+    assert memo_key("k", "s", a + b) == memo_key("k", "s", a + b)
+
+
+@given(st.dictionaries(st.binary(min_size=16, max_size=16), st.binary(max_size=64), max_size=30))
+def test_a_segment_reads_back_as_written(tmp_path_factory, entries) -> None:
+    path = tmp_path_factory.mktemp("memo") / "line_keys-a.parquet"
+    pq.write_table(segment_table(entries), path, write_page_checksum=True)
+    assert read_segments([str(path)], lambda p: open(p, "rb")) == entries
+
+
+def _write(path: Path, entries: dict[bytes, bytes]) -> None:
+    pq.write_table(segment_table(entries), path, write_page_checksum=True, compression="none")
+
+
+def test_a_damaged_or_truncated_segment_is_skipped_not_misread(tmp_path) -> None:
+    good, flipped, cut = (tmp_path / f"line_keys-{n}.parquet" for n in ("good", "flipped", "cut"))
+    _write(good, {bytes(16): b"kept"})
+    value = b"A" * 4000
+    _write(flipped, {bytes([1] * 16): value})
+    data = bytearray(flipped.read_bytes())
+    at = data.find(b"A" * 100)
+    data[at + 50] ^= 0x01  # one bit of the stored value
+    flipped.write_bytes(bytes(data))
+    _write(cut, {bytes([2] * 16): b"x"})
+    cut.write_bytes(cut.read_bytes()[:-30])
+    found = read_segments([str(p) for p in (good, flipped, cut)], lambda p: open(p, "rb"))
+    assert found == {bytes(16): b"kept"}
+
+
+def test_a_value_of_the_wrong_width_is_a_miss() -> None:
+    memo = Memo("signature", "s", {b"k" * 16: b"123"})
+    assert memo.get(b"k" * 16, width=4) is None and memo.misses == 1
+    memo.put(b"j" * 16, b"1234")
+    assert memo.get(b"j" * 16, width=4) == b"1234" and memo.hits == 1
+    assert memo.take_used() == {b"j" * 16: b"1234"} and memo.used == {}
