@@ -166,8 +166,21 @@ def remove_boilerplate_found(
     >>> text, list(found.values())
     ('Hi.\\n', ['Copyright  Northwind'])
     """
-    if not frequent:
+    lines, drop, found = boilerplate_lines(text, frequent, options)
+    if not any(drop):
         return text, tuple(marks), {}
+    stripped, moved = without_lines_marked(lines, drop, line_indexes(text, marks))
+    return stripped, moved, found
+
+
+def boilerplate_lines(text: str, frequent: AbstractSet[str], options: BoilerplateOptions
+                      ) -> tuple[list[str], list[bool], dict[str, str]]:
+    """(the text's lines, which of them go, what was found as
+    :func:`remove_boilerplate_found` reports it): the decision alone, so a caller that
+    recorded it can cut the same text again with ``without_lines_marked``."""
+    lines = text.split("\n")
+    if not frequent:
+        return lines, [False] * len(lines), {}
     lines, keys, blocks = _candidates(text, options)
     drop = [key is not None and key in frequent for key in keys]
     found: dict[str, str] = {}
@@ -179,7 +192,4 @@ def remove_boilerplate_found(
             found.setdefault(key, "\n".join(lines[i].strip() for i in para)[:MAX_SHOWN_CHARS])
             for index in para:
                 drop[index] = True
-    if not any(drop):
-        return text, tuple(marks), {}
-    stripped, moved = without_lines_marked(lines, drop, line_indexes(text, marks))
-    return stripped, moved, found
+    return lines, drop, found

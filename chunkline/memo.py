@@ -3,9 +3,11 @@
 A nightly rerun sees mostly the texts it saw the night before. The corpus-wide stages must still
 see every document (a line turns boilerplate, a near twin arrives: what a full rebuild decides
 is decided again), but what they ask of one text is a pure function of that text and the
-stage's settings: its boilerplate candidate keys, its MinHash signature, whether the credential
-scan finds anything in it. Each such result is recorded under a 128-bit key (BLAKE2b of the
-function's name, its settings, the code that computes it and the text), in Parquet segments
+stage's settings: whether cleaning changes it, its boilerplate candidate keys and which lines
+the frequent ones drop, its exact-duplicate hash, its MinHash signature, what the credential
+scan finds in it (kinds and places, never a value). Each such result is recorded under a
+128-bit key (BLAKE2b of the function's name, its settings, the code that computes it and the
+text), in Parquet segments
 (``key``, ``value``) under the run's ``memo/`` folder, one per stage and bundle. A run loads the
 previous run's segments once per worker process and writes every result it used, found or
 computed, so each run's memo covers exactly the texts of that run: it is dropped with its run
@@ -37,9 +39,15 @@ MEMO_DIR = "memo"
 # such a corpus is better served by a distributed runner's own workers computing afresh.
 MAX_LOAD_BYTES = 1 << 30
 
-CREDENTIALS = "credentials"  # value b"": the scan found nothing (only clean texts are recorded)
+CREDENTIALS = "credentials"  # value b"": the scan found nothing; else JSON of each finding's kind
+                             # and place (never the value)
 LINE_KEYS = "line_keys"  # value: the sorted uint64 candidate keys, little-endian
 SIGNATURE = "signature"  # value: the MinHash signature as little-endian uint32 (b"": no shingles)
+CLEAN = "clean"  # value b"": cleaning leaves the text and its page starts as they are
+DOC_HASH = "doc_hash"  # value: chunkline.records.doc_hash's 32 bytes
+STRIP = "strip"  # value: JSON {"drop": line indexes, "found": {key: line shown}} for a text and
+                 # the frequent keys it holds
+KINDS = (CREDENTIALS, LINE_KEYS, SIGNATURE, CLEAN, DOC_HASH, STRIP)
 
 
 def memo_schema() -> pa.Schema:

@@ -93,6 +93,14 @@ class MinHashOptions:
         return lsh_params(self.threshold, self.num_perm, self.false_positive_weight)
 
 
+# The defaults' parameters, as datasketch's search gives them (tests/test_minhash.py holds them
+# to it): a run with the default settings does not import scipy and integrate (~0.7 s) to learn
+# them again.
+_KNOWN_LSH: dict[tuple[float, int, float], tuple[int, int]] = {
+    (0.8, 256, 0.1): (23, 11), (0.8, 128, 0.1): (14, 9), (0.8, 128, 0.5): (9, 13),
+}
+
+
 def lsh_params(threshold: float, num_perm: int, false_positive_weight: float = 0.5) -> tuple[int, int]:
     """(bands, rows) with bands x rows <= num_perm minimising the weighted sum of the false
     positive and false negative probability mass around ``threshold``: datasketch's
@@ -101,6 +109,9 @@ def lsh_params(threshold: float, num_perm: int, false_positive_weight: float = 0
     >>> lsh_params(0.8, 128)
     (9, 13)
     """
+    known = _KNOWN_LSH.get((threshold, num_perm, false_positive_weight))
+    if known is not None:
+        return known
     # Imported here: datasketch.lsh imports scipy, needed only where parameters are derived.
     from datasketch.lsh import _optimal_param
 

@@ -63,7 +63,7 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
     # Clean, then drop corpus boilerplate, then dedupe: duplicates are judged on the text that
     # is chunked, and the documents table stores exactly the text chunk offsets refer to.
     if stages.clean is not None:
-        cleaned = documents | "Clean" >> CleanDocuments(stages.clean)
+        cleaned = documents | "Clean" >> CleanDocuments(stages.clean, plan.memo)
         documents = cleaned.documents
         rejected_parts.append(cleaned.rejected)
     # Before anything counts, compares, sends or stores the text: a credential is rejected or

@@ -29,7 +29,7 @@ from pipeline.summary import RunSummary, bm25_lines, credential_lines, ocr_lines
 from pipeline.timing import stage_seconds
 from transforms.spill import remove_dead_spills, remove_spill
 from transforms.memo import NAMESPACE as MEMO_NAMESPACE
-from chunkline.memo import CREDENTIALS, LINE_KEYS, SIGNATURE
+from chunkline.memo import KINDS as MEMO_KINDS
 from chunkline.carry import CARRY_TABLE
 from transforms.counters import (
     CARRY_COUNTERS, CHUNKS_CARRIED, CHUNKS_EMBEDDED, CHUNKS_REUSED, READ_DOCUMENTS, READ_REJECTED, REUSE_REJECTED, TOKENS_EMBEDDED,
@@ -276,7 +276,7 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
     # Per-text results of the corpus-wide stages taken from the previous run (chunkline/memo.py).
     memo = {kind: {name: _metric(result, MEMO_NAMESPACE, f"{kind}_{name}") or 0
                    for name in ("recalled", "computed")}
-            for kind in (CREDENTIALS, LINE_KEYS, SIGNATURE)} if job.memo is not None else None
+            for kind in MEMO_KINDS} if job.memo is not None else None
     context = None
     if config.context is not None:
         counters = {name: _metric(result, CONTEXT_NAMESPACE, name) or 0 for name in CONTEXT_COUNTERS}

@@ -283,3 +283,12 @@ def test_every_pair_in_a_small_planted_set_is_found_by_bands() -> None:
         assert keys[i] & keys[i + 5]
     for i, j in combinations(range(5), 2):
         assert not keys[i] & keys[j]
+
+
+def test_the_known_parameters_are_what_datasketch_derives() -> None:
+    from datasketch.lsh import _optimal_param
+
+    from chunkline.minhash import _KNOWN_LSH
+
+    for (threshold, num_perm, weight), known in _KNOWN_LSH.items():
+        assert _optimal_param(threshold, num_perm, weight, 1.0 - weight) == known

@@ -1082,3 +1082,12 @@ def test_whitespace_and_utf16_files_are_never_sliced() -> None:
     assert jsonl_slices(_io.BytesIO(b" \n" * 1000), 10) == []
     utf16 = "\n".join(json.dumps({"id": i, "text": "x"}) for i in range(100)).encode("utf-16")
     assert jsonl_slices(_io.BytesIO(utf16), 10) == []
+
+
+@given(st.binary(max_size=9000))
+def test_looks_binary_counts_control_bytes_as_a_loop_would(data: bytes) -> None:
+    from chunkline.readers.text import _CONTROL_BYTES, _MAX_CONTROL_RATIO, SNIFF_BYTES, looks_binary
+
+    sample = data[:SNIFF_BYTES]
+    controls = sum(1 for byte in sample if byte in _CONTROL_BYTES)
+    assert looks_binary(data) == (b"\x00" in sample or controls > _MAX_CONTROL_RATIO * len(sample))

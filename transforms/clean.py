@@ -23,14 +23,15 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from chunkline.boilerplate import (
     BoilerplateOptions,
+    boilerplate_lines,
     frequency_floor,
     line_keys,
     remove_boilerplate_found,
 )
-from chunkline.clean import CleanOptions, clean_marked
-from chunkline.memo import LINE_KEYS, MemoSource
+from chunkline.clean import CleanOptions, clean_marked, line_indexes, without_lines_marked
+from chunkline.memo import CLEAN, DOC_HASH, LINE_KEYS, STRIP, MemoSource
 from chunkline.records import Document, Rejected, doc_hash
-from transforms.memo import MemoUse
+from transforms.memo import MemoUse, recalled_doc_hash
 from transforms.spill import ReadSpilled, RemoveParts, SpillRecords, default_spill_dir
 
 REJECTED = "rejected"
@@ -61,14 +62,33 @@ class BoilerplateOutputs(NamedTuple):
     removed: PCollection[list[dict]]
 
 class _Clean(beam.DoFn):
-    def __init__(self, options: CleanOptions) -> None:
+    """One document cleaned; a text the previous run found already clean passes untouched
+    (``chunkline.memo``: only "unchanged" is recorded, never a cleaned copy of the text)."""
+
+    def __init__(self, options: CleanOptions, memo: MemoSource | None = None) -> None:
         self._options = options
+        self._memo = MemoUse(memo, CLEAN, repr(options))
         self._changed = Metrics.counter("clean", "changed")
         self._rejected = Metrics.counter("clean", "rejected")
 
+    def setup(self) -> None:
+        self._memo.setup()
+
+    def finish_bundle(self) -> None:
+        self._memo.flush()
+
     def process(self, doc: Document) -> Iterable[Document | TaggedOutput]:
+        memo, key = self._memo.memo, None
+        if memo is not None:
+            key = memo.key(doc.text, repr(doc.page_starts))
+            if memo.get(key) is not None:
+                yield doc
+                return
         # A PDF's page starts move with the lines cleaning drops.
         text, page_starts = clean_marked(doc.text, doc.page_starts, self._options)
+        if key is not None and text == doc.text and page_starts == tuple(doc.page_starts) \
+                and text.strip():
+            memo.put(key, b"")
         if not text.strip():
             self._rejected.inc()
             yield TaggedOutput(REJECTED, Rejected(doc.uri, doc.doc_id, EMPTY_AFTER_CLEANING))
@@ -86,12 +106,13 @@ class CleanDocuments(beam.PTransform):
         cleaned.documents, cleaned.rejected
     """
 
-    def __init__(self, options: CleanOptions | None = None) -> None:
+    def __init__(self, options: CleanOptions | None = None, memo: MemoSource | None = None) -> None:
         super().__init__()
         self._options = options if options is not None else CleanOptions()
+        self._memo = memo
 
     def expand(self, documents: PCollection[Document]) -> CleanOutputs:
-        cleaned = documents | "CleanText" >> beam.ParDo(_Clean(self._options)).with_outputs(
+        cleaned = documents | "CleanText" >> beam.ParDo(_Clean(self._options, self._memo)).with_outputs(
             REJECTED, main="documents"
         )
         return CleanOutputs(cleaned.documents, cleaned[REJECTED])
@@ -104,6 +125,7 @@ class _Strip(beam.DoFn):
     def __init__(self, options: BoilerplateOptions, memo: MemoSource | None = None) -> None:
         self._options = options
         self._memo = MemoUse(memo, LINE_KEYS, repr(options))
+        self._strips = MemoUse(memo, STRIP, repr(options))
         self._changed = Metrics.counter("boilerplate", "documents_changed")
         self._chars = Metrics.counter("boilerplate", "chars_removed")
         self._rejected = Metrics.counter("boilerplate", "rejected")
@@ -111,6 +133,10 @@ class _Strip(beam.DoFn):
 
     def setup(self) -> None:
         self._memo.setup()
+        self._strips.setup()
+
+    def finish_bundle(self) -> None:
+        self._strips.flush()
 
     def _frequent_array(self, frequent: AbstractSet[str]) -> np.ndarray:
         # The side input is one object per run: converted once.
@@ -119,25 +145,57 @@ class _Strip(beam.DoFn):
                                                         dtype="<u8"))
         return self._frequent_of[1]
 
-    def _holds_none(self, doc: Document, frequent: AbstractSet[str]) -> bool:
+    def _frequent_held(self, doc: Document, frequent: AbstractSet[str]) -> np.ndarray | None:
+        """The frequent keys ``doc`` holds, or None when its keys are not at hand."""
         memo = self._memo.memo
-        if memo is None or not frequent:
-            return not frequent
+        if memo is None:
+            return None
         # Looked up without counting: the keys were recorded where they were computed.
         keys = memo.known.get(memo.key(doc.text))
         if keys is None or len(keys) % 8:
-            return False
+            return None
         held = np.frombuffer(keys, dtype="<u8")
-        return not np.isin(held, self._frequent_array(frequent), assume_unique=True).any()
+        return held[np.isin(held, self._frequent_array(frequent), assume_unique=True)]
+
+    def _stripped(self, doc: Document, frequent: AbstractSet[str]
+                  ) -> tuple[str, tuple[int, ...], dict[str, str]]:
+        held = self._frequent_held(doc, frequent) if frequent else np.empty(0, dtype="<u8")
+        if held is not None and not len(held):
+            return doc.text, tuple(doc.page_starts), {}
+        memo = self._strips.memo
+        if held is None or memo is None:
+            return remove_boilerplate_found(doc.text, doc.page_starts, frequent, self._options)
+        # Which lines go is a function of the text and the frequent keys it holds: recalled as
+        # line indexes, and the text cut here as the function would cut it.
+        key = memo.key(doc.text, held.tobytes().hex())
+        value = memo.get(key)
+        if value is not None:
+            try:
+                recalled = json.loads(value)
+                drop_at, found = recalled["drop"], recalled["found"]
+                lines = doc.text.split("\n")
+                drop = [False] * len(lines)
+                for index in drop_at:
+                    drop[index] = True
+                if not any(drop):
+                    return doc.text, tuple(doc.page_starts), {}
+                text, page_starts = without_lines_marked(
+                    lines, drop, line_indexes(doc.text, doc.page_starts))
+                return text, page_starts, found
+            except (ValueError, KeyError, IndexError, TypeError):
+                pass  # a damaged entry: cut afresh
+        lines, drop, found = boilerplate_lines(doc.text, frequent, self._options)
+        memo.put(key, json.dumps({"drop": [i for i, gone in enumerate(drop) if gone], "found": found},
+                                 ensure_ascii=False).encode("utf-8"))
+        if not any(drop):
+            return doc.text, tuple(doc.page_starts), {}
+        text, page_starts = without_lines_marked(lines, drop, line_indexes(doc.text, doc.page_starts))
+        return text, page_starts, found
 
     def process(
         self, doc: Document, frequent: AbstractSet[str]
     ) -> Iterable[Document | TaggedOutput]:
-        if self._holds_none(doc, frequent):
-            yield doc
-            return
-        text, page_starts, found = remove_boilerplate_found(doc.text, doc.page_starts, frequent,
-                                                            self._options)
+        text, page_starts, found = self._stripped(doc, frequent)
         if text == doc.text:
             yield doc
             return
@@ -174,12 +232,15 @@ class _KeysOfText(beam.DoFn):
     def __init__(self, options: BoilerplateOptions, memo: MemoSource | None = None) -> None:
         self._options = options
         self._memo = MemoUse(memo, LINE_KEYS, repr(options))
+        self._hashes = MemoUse(memo, DOC_HASH, "")
 
     def setup(self) -> None:
         self._memo.setup()
+        self._hashes.setup()
 
     def finish_bundle(self) -> None:
         self._memo.flush()
+        self._hashes.flush()
 
     def process(self, doc: Document) -> Iterable[tuple[str, bytes]]:
         memo = self._memo.memo
@@ -191,7 +252,7 @@ class _KeysOfText(beam.DoFn):
         if keys is None:
             keys = key_array(line_keys(doc.text, self._options))
             memo.put(key, keys)
-        yield doc_hash(doc.text), keys
+        yield recalled_doc_hash(self._hashes.memo, doc.text), keys
 
 
 class _BucketKeys(beam.DoFn):

@@ -37,18 +37,36 @@ def _name(uri: str) -> str:
     return uri.rstrip("/").rsplit("/", 1)[-1]
 
 
-def _scan_metadata(doc: Document, options: CredentialOptions
-                   ) -> tuple[list[tuple[str, list[Finding]]], tuple[tuple[str, str], ...]]:
-    """(findings per metadata key, the metadata with each credential redacted). A value is
-    scanned as its JSON text; a marker holds no quote or backslash, so it stays valid JSON."""
-    found, pairs = [], []
+def _scan_metadata(doc: Document, options: CredentialOptions) -> list[tuple[str, list[Finding]]]:
+    """Findings per metadata key; a value is scanned as its JSON text."""
+    found = []
     for key, value in doc.metadata:
         findings = scanner(options).scan(value, _name(doc.uri))
         if findings:
             found.append((key, findings))
-            value = _redacted_json(value, findings)
-        pairs.append((key, value))
-    return found, tuple(pairs)
+    return found
+
+
+def _redacted_metadata(doc: Document, in_metadata: list[tuple[str, list[Finding]]]
+                       ) -> tuple[tuple[str, str], ...]:
+    """The metadata with each credential redacted; a marker holds no quote or backslash, so a
+    value stays valid JSON."""
+    by_key = dict(in_metadata)
+    return tuple((key, _redacted_json(value, by_key[key]) if key in by_key else value)
+                 for key, value in doc.metadata)
+
+
+def _as_json(findings: list[Finding]) -> list[list]:
+    return [[f.kind, f.start, f.end, f.line, f.last_line] for f in findings]
+
+
+def _recorded(value: bytes) -> tuple[list[Finding], list[tuple[str, list[Finding]]]]:
+    """A memo entry back as findings (b"": none); raises on a damaged one."""
+    if not value:
+        return [], []
+    entry = json.loads(value)
+    return ([Finding(*row) for row in entry["text"]],
+            [(key, [Finding(*row) for row in rows]) for key, rows in entry["metadata"]])
 
 
 def _redacted_json(value: str, findings: list[Finding]) -> str:
@@ -63,9 +81,9 @@ def _redacted_json(value: str, findings: list[Finding]) -> str:
 
 
 class _ScanDocument(beam.DoFn):
-    """One document scanned; a text (with its file name and metadata) the previous run's scan
-    found clean is not scanned again (``chunkline.memo``: only clean results are kept, so a
-    flagged document is always described afresh)."""
+    """One document scanned; a text (with its file name and metadata) the previous run scanned
+    is not scanned again (``chunkline.memo`` keeps each finding's kind and place, never its
+    value)."""
 
     def __init__(self, options: CredentialOptions, memo: MemoSource | None = None) -> None:
         self.options = options
@@ -82,18 +100,30 @@ class _ScanDocument(beam.DoFn):
     def finish_bundle(self) -> None:
         self.memo.flush()
 
-    def process(self, doc: Document) -> Iterable[Document | TaggedOutput]:
+    def _findings(self, doc: Document) -> tuple[list[Finding], list[tuple[str, list[Finding]]]]:
+        """(findings in the text, findings per metadata key): recalled for a text, name and
+        metadata the previous run scanned (kinds and places only, never a value), else
+        scanned."""
         memo, key = self.memo.memo, None
         if memo is not None:
             key = memo.key(doc.text, _name(doc.uri), repr(doc.metadata))
-            if memo.get(key) is not None:
-                yield doc
-                return
+            value = memo.get(key)
+            if value is not None:
+                try:
+                    return _recorded(value)
+                except (ValueError, KeyError, TypeError):
+                    pass  # a damaged entry: scanned again
         findings = scanner(self.options).scan(doc.text, _name(doc.uri))
-        in_metadata, metadata = _scan_metadata(doc, self.options) if doc.metadata else ([], ())
+        in_metadata = _scan_metadata(doc, self.options) if doc.metadata else []
+        if key is not None:
+            memo.put(key, b"" if not findings and not in_metadata else json.dumps(
+                {"text": _as_json(findings),
+                 "metadata": [[k, _as_json(fs)] for k, fs in in_metadata]}).encode("utf-8"))
+        return findings, in_metadata
+
+    def process(self, doc: Document) -> Iterable[Document | TaggedOutput]:
+        findings, in_metadata = self._findings(doc)
         if not findings and not in_metadata:
-            if key is not None:
-                memo.put(key, b"")
             yield doc
             return
         self.flagged.inc()
@@ -105,7 +135,8 @@ class _ScanDocument(beam.DoFn):
             self.redacted.inc()
             text, page_starts = redact(doc.text, findings, doc.page_starts)
             yield dataclasses.replace(doc, text=text, page_starts=page_starts,
-                                      metadata=metadata if in_metadata else doc.metadata)
+                                      metadata=_redacted_metadata(doc, in_metadata)
+                                      if in_metadata else doc.metadata)
             return
         self.rejected.inc()
         where = [describe(findings)] if findings else []

@@ -51,9 +51,9 @@ from chunkline.records import (
     Rejected,
     doc_hash,
 )
-from chunkline.memo import SIGNATURE, MemoSource
+from chunkline.memo import DOC_HASH, SIGNATURE, MemoSource
 from transforms.coders import JoinByKey  # and the record coders these shuffles use
-from transforms.memo import MemoUse
+from transforms.memo import MemoUse, recalled_doc_hash
 from transforms.spill import PartWriter, RemoveParts, coder_of, default_spill_dir, read_part
 
 # Documents per signature batch: numpy's per-call overhead is paid once per batch (~2.5x the
@@ -98,8 +98,9 @@ class _Summary(NamedTuple):
 
 
 def _summarize(doc: Document, occurrence: Occurrence,
-               carry_keys: Callable[[Document], str] | None = None) -> _Summary:
-    return _Summary(doc.doc_id, doc.uri, doc.position, _text_digest(doc.text), doc_hash(doc.text),
+               carry_keys: Callable[[Document], str] | None = None,
+               hash_of: Callable[[str], str] = doc_hash) -> _Summary:
+    return _Summary(doc.doc_id, doc.uri, doc.position, _text_digest(doc.text), hash_of(doc.text),
                     occurrence, carry_keys(doc) if carry_keys is not None else "",
                     doc.input_digest)
 
@@ -258,11 +259,13 @@ class _ParkAndSummarize(beam.DoFn):
         # threshold or bands: tuning those keeps every recorded signature.
         self._memo = MemoUse(memo if near is not None else None, SIGNATURE,
                              f"{near.shingle_size}/{near.num_perm}/{near.seed}" if near else "")
+        self._hashes = MemoUse(memo, DOC_HASH, "")
 
     def setup(self) -> None:
         # Permutations drawn once per worker.
         self._hasher = MinHasher(self._near) if self._near is not None else None
         self._memo.setup()
+        self._hashes.setup()
 
     def start_bundle(self) -> None:
         self._parts = PartWriter(self._directory, coder_of(Document))
@@ -271,6 +274,7 @@ class _ParkAndSummarize(beam.DoFn):
         # Before the bundle commits the summaries that point into its parts.
         self._parts.flush()
         self._memo.flush()
+        self._hashes.flush()
 
     def _signatures(self, batch: list[Document]) -> list[bytes]:
         """Each text's signature as bytes (b"": no shingles); a text the previous run signed
@@ -291,7 +295,9 @@ class _ParkAndSummarize(beam.DoFn):
         return found
 
     def process(self, batch: list[Document]):
-        summaries = [_summarize(doc, self._parts.add(doc), self._carry_keys) for doc in batch]
+        hashes = self._hashes.memo
+        summaries = [_summarize(doc, self._parts.add(doc), self._carry_keys,
+                                lambda text: recalled_doc_hash(hashes, text)) for doc in batch]
         for summary in summaries:
             yield summary.doc_id, summary
         if self._hasher is None:

@@ -12,6 +12,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from chunkline.memo import Memo, MemoSource, load_known, segment_name, segment_table
+from chunkline.records import doc_hash
 
 log = logging.getLogger("chunkline.memo")
 
@@ -53,3 +54,15 @@ class MemoUse:
         except Exception as exc:  # noqa: BLE001 - a memo that cannot be kept costs the next run time
             log.warning("memo: could not write %s (%s: %s); the next run computes these again",
                         path, type(exc).__name__, exc)
+
+
+def recalled_doc_hash(memo: Memo | None, text: str) -> str:
+    """``chunkline.records.doc_hash(text)``, recalled when the memo holds it."""
+    if memo is None:
+        return doc_hash(text)
+    key = memo.key(text)
+    value = memo.get(key, width=32)
+    if value is None or len(value) != 32:
+        value = bytes.fromhex(doc_hash(text))
+        memo.put(key, value)
+    return value.hex()

@@ -14,6 +14,7 @@ _MAX_CONTROL_RATIO = 0.30
 # C0 controls that do occur in text (tab, newlines, form feed, backspace, ESC of ANSI logs).
 _TEXT_CONTROLS = frozenset(b"\t\n\v\f\r\x08\x1b")
 _CONTROL_BYTES = frozenset(b for b in range(0x20) if b not in _TEXT_CONTROLS) | {0x7F}
+_CONTROL_DELETE = bytes(sorted(_CONTROL_BYTES))
 
 
 def looks_binary(data: bytes) -> bool:
@@ -21,7 +22,8 @@ def looks_binary(data: bytes) -> bool:
     sample = data[:SNIFF_BYTES]
     if b"\x00" in sample:
         return True
-    controls = sum(1 for byte in sample if byte in _CONTROL_BYTES)
+    # Counted in C: the bytes left once every control byte is deleted.
+    controls = len(sample) - len(sample.translate(None, _CONTROL_DELETE))
     return controls > _MAX_CONTROL_RATIO * len(sample)
 
 
