@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Sequence
@@ -220,37 +220,49 @@ def without_lines_marked(
     trailing_newline = len(lines) > 1 and lines[-1] == ""
     if trailing_newline:
         lines, drop = lines[:-1], drop[:-1]
-    out: list[str] = []
-    # For every input line, the output line its content (or the gap it was in) starts at.
-    landing: list[int] = []
-    index, count = 0, len(lines)
-    while index < count:
-        if not drop[index] and lines[index].strip():
-            landing.append(len(out))
-            out.append(lines[index])
-            index += 1
+    count = len(lines)
+    # A gap is a maximal run of blank or dropped lines holding a dropped one; every other line
+    # is kept exactly. The work follows the dropped lines (a few footer lines in a long
+    # document), not the length of the text.
+    gaps: list[tuple[int, int]] = []
+    for index in (i for i, gone in enumerate(drop) if gone):
+        if gaps and index < gaps[-1][1]:
             continue
-        # A run of blank or dropped lines: a gap if it holds a dropped line, else kept as is.
-        end = index
+        start = index
+        while start > 0 and (drop[start - 1] or not lines[start - 1].strip()):
+            start -= 1
+        end = index + 1
         while end < count and (drop[end] or not lines[end].strip()):
             end += 1
-        run = range(index, end)
-        if not any(drop[i] for i in run):
-            landing.extend(len(out) + offset for offset in range(len(run)))
-            out.extend(lines[i] for i in run)
-        else:
-            landing.extend([len(out)] * len(run))
-            if out and end < count and any(not lines[i].strip() and not drop[i] for i in run):
-                out.append("")
-        index = end
+        gaps.append((start, end))
+    out: list[str] = []
+    # (first input line, first output line) of each kept stretch and gap, for the marks.
+    landings: list[tuple[int, int, bool]] = []
+    kept_from = 0
+    for start, end in gaps:
+        landings.append((kept_from, len(out), False))
+        out.extend(lines[kept_from:start])
+        landings.append((start, len(out), True))
+        if out and end < count and any(not lines[i].strip() and not drop[i] for i in range(start, end)):
+            out.append("")
+        kept_from = end
+    landings.append((kept_from, len(out), False))
+    out.extend(lines[kept_from:count])
     text = "\n".join(out)
     if trailing_newline and text:
         text += "\n"
+    if not mark_lines:
+        return text, ()
     line_starts = [0]
     for line in out:
         line_starts.append(line_starts[-1] + len(line) + 1)
-    marks = tuple(
-        min(line_starts[landing[line]] if line < len(landing) else len(text), len(text))
-        for line in mark_lines
-    )
-    return text, marks
+    firsts = [first for first, _, _ in landings]
+    marks = []
+    for line in mark_lines:
+        if line >= count:
+            marks.append(len(text))
+            continue
+        first, landed, in_gap = landings[bisect_right(firsts, line) - 1]
+        at = landed if in_gap else landed + (line - first)
+        marks.append(min(line_starts[at], len(text)))
+    return text, tuple(marks)

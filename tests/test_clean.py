@@ -224,3 +224,56 @@ def test_page_starts_follow_the_lines_cleaning_keeps(pages: list[str], drop_numb
 def test_a_mark_inside_a_line_is_an_error() -> None:
     with pytest.raises(ValueError):
         clean_marked("ab\ncd", [1])
+
+
+def _without_lines_marked_by_scanning(lines, drop, mark_lines):
+    """The line-by-line scan ``without_lines_marked`` replaced, kept as its reference."""
+    trailing_newline = len(lines) > 1 and lines[-1] == ""
+    if trailing_newline:
+        lines, drop = lines[:-1], drop[:-1]
+    out: list[str] = []
+    # For every input line, the output line its content (or the gap it was in) starts at.
+    landing: list[int] = []
+    index, count = 0, len(lines)
+    while index < count:
+        if not drop[index] and lines[index].strip():
+            landing.append(len(out))
+            out.append(lines[index])
+            index += 1
+            continue
+        # A run of blank or dropped lines: a gap if it holds a dropped line, else kept as is.
+        end = index
+        while end < count and (drop[end] or not lines[end].strip()):
+            end += 1
+        run = range(index, end)
+        if not any(drop[i] for i in run):
+            landing.extend(len(out) + offset for offset in range(len(run)))
+            out.extend(lines[i] for i in run)
+        else:
+            landing.extend([len(out)] * len(run))
+            if out and end < count and any(not lines[i].strip() and not drop[i] for i in run):
+                out.append("")
+        index = end
+    text = "\n".join(out)
+    if trailing_newline and text:
+        text += "\n"
+    line_starts = [0]
+    for line in out:
+        line_starts.append(line_starts[-1] + len(line) + 1)
+    marks = tuple(
+        min(line_starts[landing[line]] if line < len(landing) else len(text), len(text))
+        for line in mark_lines
+    )
+    return text, marks
+
+
+@given(st.lists(st.sampled_from(["", " ", "a", "b c", "  d  ", "7", "\t"]), max_size=30),
+       st.data())
+@settings(max_examples=400)
+def test_without_lines_marked_equals_the_line_scan(lines: list[str], data) -> None:
+    from chunkline.clean import without_lines_marked
+
+    drop = data.draw(st.lists(st.booleans(), min_size=len(lines), max_size=len(lines)))
+    marks = sorted(data.draw(st.sets(st.integers(0, len(lines) + 1), max_size=6)))
+    assert without_lines_marked(lines, drop, marks) == \
+        _without_lines_marked_by_scanning(lines, drop, marks)
