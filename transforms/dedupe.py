@@ -31,6 +31,8 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 from apache_beam.pvalue import PCollection
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.windowed_value import WindowedValue
 
 from chunkline.minhash import (
     Components,
@@ -329,19 +331,64 @@ def _signature(data: bytes) -> np.ndarray:
     return np.frombuffer(data, dtype=_SIGNATURE_DTYPE)
 
 
+# Band keys are grouped in this many shares of the key space, a bundle's keys of one share
+# travelling as one element: a key is never an element of its own (nearly every key is one
+# document's alone), and each share can be paired on another worker.
+BAND_SHARES = 256
+_FLUSH_BANDS = 1 << 18  # band keys a bundle holds before it sends them on
+
+
+class _ShareBands(beam.DoFn):
+    """``(node, signature)`` -> ``(share, [(band key, node), ...])``: every band key of a
+    bundle's documents, by share of the key space."""
+
+    def __init__(self, bands: int, rows: int) -> None:
+        self._bands, self._rows = bands, rows
+
+    def start_bundle(self) -> None:
+        self._pending: dict[int, list[tuple[bytes, tuple]]] = {}
+        self._held = 0
+
+    def process(self, signed: tuple[tuple, bytes]) -> Iterable[tuple[int, list]]:
+        node, data = signed
+        for key in band_keys(_signature(data), self._bands, self._rows):
+            # The band's first value is a uniform 32-bit hash: it picks the share.
+            share = int.from_bytes(key[2:6], "little") % BAND_SHARES
+            self._pending.setdefault(share, []).append((key, node))
+            self._held += 1
+        if self._held >= _FLUSH_BANDS:
+            yield from self._flush()
+
+    def finish_bundle(self) -> Iterable[WindowedValue]:
+        for shared in self._flush():
+            yield WindowedValue(shared, 0, [GlobalWindow()])
+
+    def _flush(self) -> list[tuple[int, list]]:
+        pending, self._pending, self._held = self._pending, {}, 0
+        return sorted(pending.items())
+
+
 class _PairsOfBucket(beam.DoFn):
+    """One share's band keys -> the candidate pairs of every key that several documents share
+    (an LSH bucket), as ``chunkline.minhash.bucket_pairs`` makes them."""
+
     def __init__(self, max_bucket_pairs: int) -> None:
         self._max = max_bucket_pairs
         self._buckets = Metrics.counter("dedupe", "near_buckets_shared")
 
-    def process(self, bucket: tuple[bytes, Iterable[tuple]]) -> Iterable[tuple[tuple, tuple]]:
-        _, members = bucket
-        members = list(members)
-        if len(members) < 2:
-            # Nearly every bucket: a band that no other document shares.
-            return
-        self._buckets.inc()
-        yield from bucket_pairs(members, self._max)  # (smaller node, larger node)
+    def process(self, share: tuple[int, Iterable[list]]) -> Iterable[tuple[tuple, tuple]]:
+        _, batches = share
+        members: dict[bytes, list[tuple]] = {}
+        for batch in batches:
+            for key, node in batch:
+                members.setdefault(key, []).append(node)
+        for key in sorted(members):
+            nodes = members[key]
+            if len(nodes) < 2:
+                # Nearly every bucket: a band that no other document shares.
+                continue
+            self._buckets.inc()
+            yield from bucket_pairs(nodes, self._max)  # (smaller node, larger node)
 
 
 class _HalfPairs(beam.DoFn):
@@ -429,13 +476,9 @@ class NearDuplicates(beam.PTransform):
         options = self._options
         bands, rows = options.lsh()  # derived once, on the driver
 
-        def keyed_bands(signed: tuple[tuple, bytes]) -> list[tuple[bytes, tuple]]:
-            node, data = signed
-            return [(key, node) for key in band_keys(_signature(data), bands, rows)]
-
         pairs = (
             signed
-            | "BandKeys" >> beam.FlatMap(keyed_bands)
+            | "BandKeys" >> beam.ParDo(_ShareBands(bands, rows))
             | "GroupByBand" >> beam.GroupByKey()
             | "CandidatePairs" >> beam.ParDo(_PairsOfBucket(options.max_bucket_pairs))
         )
