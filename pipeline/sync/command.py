@@ -48,6 +48,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "edited behind the tool's back")
     parser.add_argument("--check", action="store_true",
                         help="verify the store against the run and write nothing")
+    parser.add_argument("--drop-old-generations", action="store_true",
+                        help="once the store's alias gives the run, remove the store's other "
+                             "generations (tables of other embedding signatures, kept until "
+                             "then for a rollback)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
 
@@ -59,16 +63,22 @@ def run_args(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = s
     from pipeline.manifest import ManifestError
     from pipeline.redact import redacted
     from pipeline.sync.core import StoreBusy, check, stderr_progress, sync
+    from pipeline.sync.generations import signature_of
     from pipeline.sync.rows import load_rows, terms_table
     from pipeline.sync.uri import open_store
 
     if args.batch_size < 1:
         print(f"error: --batch-size must be >= 1, got {args.batch_size}", file=err)
         return exits.USAGE
+    drop_old = getattr(args, "drop_old_generations", False)
+    if drop_old and args.check:
+        print("error: --check writes nothing: it cannot --drop-old-generations", file=err)
+        return exits.USAGE
     try:
         run_dir, manifest, notes = select_run(args.output, args.run, getattr(args, "unpublished", False))
         rows = load_rows(run_dir, manifest)
         terms = terms_table(run_dir, manifest)
+        signature = signature_of(manifest)
     except (ManifestError, ValueError, FileNotFoundError) as exc:
         print(f"error: {redacted(str(exc))}", file=err)
         return exits.USAGE
@@ -79,13 +89,15 @@ def run_args(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = s
         store = open_store(args.to)
         where = store_name(store, args.to)
         if args.check:
-            found = check(store, rows, sparse=bool(manifest.get("bm25")), terms=terms)
+            found = check(store, rows, sparse=bool(manifest.get("bm25")), terms=terms,
+                          signature=signature, lookup=signature_lookup(run_dir))
         else:
             with _stop_on_interrupt() as stop:
                 report = sync(store, manifest["run_id"], rows, args.batch_size,
                               sparse=bool(manifest.get("bm25")), repair=args.repair,
                               progress=None if args.quiet else stderr_progress, stop=stop,
-                              terms=terms)
+                              terms=terms, signature=signature, lookup=signature_lookup(run_dir),
+                              drop_old=drop_old)
     except StoreBusy as exc:
         print(f"error: busy: {redacted(str(exc))}", file=err)
         return exits.BUSY
@@ -115,7 +127,9 @@ def run_args(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = s
         return exits.OK
     print(summary(report, where), file=out, flush=True)
     if not report.verification.ok:
-        print(f"error: {where} does not match run {report.run_id}: "
+        aside = (f" (in generation {report.generation}; the alias was not moved)"
+                 if report.new_generation else "")
+        print(f"error: {where} does not match run {report.run_id}{aside}: "
               f"{report.verification.describe()}. Run the sync again with --repair to "
               "rewrite those rows.", file=err)
         return exits.NOT_DONE
@@ -190,6 +204,29 @@ def select_run(output: str, run: str | None, unpublished: bool = False) -> tuple
     return run_dir, manifest, notes
 
 
+def signature_lookup(run_dir: str) -> Callable[[str], str | None]:
+    """``lookup(run_id)``: the embedding signature of another run of the index ``run_dir``
+    belongs to (a sibling directory), or None where it is gone or unreadable. It tells the
+    signature of a generation synced before signatures were recorded."""
+    from apache_beam.io.filesystems import FileSystems
+
+    from pipeline.manifest import MANIFEST, ManifestError, load_manifest
+    from pipeline.sync.generations import signature_of
+
+    root = run_dir.rstrip("/").rsplit("/", 1)[0]
+
+    def lookup(run_id: str) -> str | None:
+        other = FileSystems.join(root, run_id)
+        try:
+            if not FileSystems.exists(FileSystems.join(other, MANIFEST)):
+                return None
+            return signature_of(load_manifest(other))
+        except (ManifestError, OSError, ValueError):
+            return None
+
+    return lookup
+
+
 def store_name(store, uri: str) -> str:
     """The store in words, for every message: which table where (passwords masked)."""
     from pipeline.redact import redacted
@@ -233,7 +270,26 @@ def summary(report: Report, where: str = "") -> str:
     if report.verification.ok:
         lines.append(f"verified: {report.verification.rows} rows, every synced column of every row")
     lines.extend(report.notes)
+    lines.extend(generation_lines(report))
     return "\n".join(lines)
+
+
+def generation_lines(report: Report) -> list[str]:
+    """What a sync did to the store's generations, in words (nothing for a sync that stayed in
+    the generation readers get)."""
+    lines = []
+    if report.switched_from:
+        made = "a new generation, " if report.new_generation else ""
+        lines.append(f"generation: the alias moved from {report.switched_from} to {report.generation} "
+                     f"({made}another embedding signature): readers of the alias now get run "
+                     f"{report.run_id}")
+    if report.kept and (report.switched_from or report.new_generation):
+        lines.append(f"kept for a rollback: {', '.join(report.kept)} (`chunkline publish OUTPUT "
+                     f"RUN --to URI` moves the alias back; `chunkline sync ... "
+                     f"--drop-old-generations` removes them)")
+    if report.dropped:
+        lines.append(f"dropped generations: {', '.join(report.dropped)}")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,18 +16,24 @@ computed in: ``SyncState``), and a lock held by the sync writing it. A sync:
 5. reads every row back and recomputes its digest from the values the store returns, so a row
    edited, deleted or duplicated behind the tool's back, or a lost write, is found; only then
    does the state name the run. A crash anywhere before leaves the state naming the previous run.
+
+Given the run's embedding signature (``pipeline.sync.generations``), steps 3 to 5 act on the
+generation of that signature: the one readers get now when the signature is the same (only the
+changed rows are written, as above), else another one, found or made; once it verifies, the
+store's alias moves to it (``Generations.switch``), and only then.
 """
 
 from __future__ import annotations
 
 import sys
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Callable, Iterable, Protocol, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipeline.sync.generations import generation_name
 from pipeline.sync.plan import Plan, batches, make_plan
 from pipeline.sync.rows import (
     DIGEST,
@@ -58,6 +64,9 @@ class SyncState:
     # The ``rows.ROW_FORMAT`` the stored digests were computed in; a state written before
     # formats were recorded is format 1.
     row_format: int = 1
+    # The embedding signature of the rows (``generations.signature_of``); "" in a state written
+    # before generations, found again from the run it names (``_legacy_signature``).
+    signature: str = ""
 
     @classmethod
     def from_record(cls, record: dict) -> "SyncState":
@@ -112,6 +121,8 @@ class Store(Protocol):
     #     the df changes and N, in one transaction.
     # A store may also name what its setup lacks for its readers (Qdrant's IDF modifier):
     #   setup_problems() -> list[str].
+    # Every store here also holds generations (``generations.Generations``: ``base``, ``use``,
+    # ``current``, ``generations``, ``switch``, ``drop``), which ``sync`` uses given a signature.
 
 
 def holds_terms(store: Store) -> bool:
@@ -180,6 +191,11 @@ class Report:
     format_from: int | None = None  # the store's older row format, rewritten by this sync
     terms_written: int = 0  # BM25 terms upserted (a store that holds them)
     terms_deleted: int = 0
+    generation: str | None = None  # the table (collection) synced; None: not generation-aware
+    new_generation: bool = False  # made by this sync: the store held no generation of the run's signature
+    switched_from: str | None = None  # the generation the alias gave before this sync moved it
+    kept: tuple[str, ...] = ()  # generations the alias no longer gives, left for a rollback
+    dropped: tuple[str, ...] = ()  # generations removed (``drop_old``)
 
 
 def verify(store: Store, run: pa.Table, store_format: int = ROW_FORMAT,
@@ -241,45 +257,188 @@ def _format_only(held: pa.Table, run: pa.Table, ids: set[str]) -> set[str]:
     return {chunk_id for chunk_id, digest in zip(mine_ids, neutral) if expected.get(chunk_id) == digest}
 
 
-def check(store: Store, run: pa.Table, sparse: bool, terms: pa.Table | None = None) -> Verification:
+def generational(store: Store) -> bool:
+    """Whether the store holds generations (``generations.Generations``)."""
+    return callable(getattr(store, "switch", None))
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a run's rows belong in a store of generations."""
+    current: str | None  # the generation the alias gives now; None: an empty store
+    current_signature: str  # its signature; "" when not known
+    target: str | None  # the generation of the run's signature; None: none yet
+    existing: tuple[str, ...]  # every generation held
+    # (generation, signature) of generations synced before signatures were recorded, found again
+    # (``_legacy_signature``): a sync records them.
+    found_again: tuple[tuple[str, str], ...] = ()
+
+
+def place(store: Store, signature: str, run: pa.Table, lookup: Callable[[str], str | None] | None,
+          sparse: bool, create: bool) -> Placement:
+    """The generation ``run`` (of ``signature``) belongs in: the current one when its signature
+    is the run's, else another of that signature, else (``create``) a new name for it: the plain
+    table for an empty store, ``generations.generation_name`` otherwise. Reads only."""
+    names = store.generations()
+    current = store.current()
+    signatures = {}
+    stateless = False
+    found_again = []
+    for name in names:
+        store.use(name)
+        state = store.state()
+        found = state.signature if state else ""
+        if not found and state is not None:
+            found = _legacy_signature(store, state, run, signature, lookup, sparse)
+            if found:
+                found_again.append((name, found))
+        stateless = stateless or (name == current and state is None)
+        signatures[name] = found
+    matches = [name for name in names if signatures[name] == signature]
+    target = current if current in matches else (matches[0] if matches else None)
+    if stateless:
+        # A table with no sync state is not one chunkline finished writing: the rows go there, as
+        # before generations, and ``Store.open`` refuses it when it is someone else's.
+        target = current
+    if target is None and create:
+        target = store.base if not names else generation_name(store.base, signature)
+    return Placement(current, signatures.get(current, "") if current else "", target, tuple(names),
+                     tuple(found_again))
+
+
+def _legacy_signature(store: Store, state: SyncState, run: pa.Table, signature: str,
+                      lookup: Callable[[str], str | None] | None, sparse: bool) -> str:
+    """The signature of a generation synced before signatures were recorded: its run's, when
+    the run is still in OUTPUT (``lookup``); else the run's own when the store holds one of the
+    run's rows exactly (same text, same vector bytes: the same model made it); else unknown."""
+    for run_id in (state.run_id, state.syncing):
+        found = lookup(run_id) if lookup and run_id else None
+        if found:
+            return found
+    try:
+        if not store.open(run.schema.field("vector").type.list_size, sparse, create=False):
+            return ""
+    except ValueError:  # another width: another signature
+        return ""
+    wanted = dict(zip(run.column("chunk_id").to_pylist(), run.column(DIGEST).to_pylist()))
+    return signature if any(wanted.get(c) == d for c, d in store.digests()) else ""
+
+
+def check(store: Store, run: pa.Table, sparse: bool, terms: pa.Table | None = None,
+          signature: str | None = None, lookup: Callable[[str], str | None] | None = None) -> Verification:
     """Verify ``store`` against ``run`` and write nothing (``chunkline sync --check``): no
     table, state or lock is created; a store with nothing in it holds 0 rows. StoreBusy while
-    a sync is writing it (what it holds then is half of one run)."""
+    a sync is writing it (what it holds then is half of one run). With ``signature``, the
+    generation of that signature is verified, and a generation the alias does not give fails."""
     holder = store.busy()
     if holder:
         raise StoreBusy(f"a sync is writing this store ({holder}): check again when it is done")
+    nothing = Verification(rows=0, expected=len(run), missing=tuple(run.column("chunk_id").to_pylist()))
+    aside: tuple[str, ...] = ()
+    if generational(store):
+        if signature is None:
+            current = store.current()
+            if current is None:
+                return nothing
+            store.use(current)
+        else:
+            placed = place(store, signature, run, lookup, sparse, create=False)
+            if placed.target is None:
+                return nothing
+            store.use(placed.target)
+            if placed.target != placed.current:
+                aside = (f"readers of the alias {store.base!r} get generation {placed.current!r}, "
+                         f"not this run's {placed.target!r}: a sync switches them",)
     if not store.open(run.schema.field("vector").type.list_size, sparse, create=False):
-        return Verification(rows=0, expected=len(run), missing=tuple(run.column("chunk_id").to_pylist()))
+        return nothing
     state = store.state()
     found = verify(store, run, state.row_format if state else ROW_FORMAT, terms)
     holder = store.busy()
     if holder:
         raise StoreBusy(f"a sync began writing this store during the check ({holder}): check "
                         "again when it is done")
-    return found
+    return replace(found, setup=found.setup + aside) if aside else found
 
 
 def sync(store: Store, run_id: str, run: pa.Table, batch_size: int, sparse: bool,
          repair: bool = False, progress: Callable[[str], None] | None = None,
-         stop: Callable[[], bool] = lambda: False, terms: pa.Table | None = None) -> Report:
+         stop: Callable[[], bool] = lambda: False, terms: pa.Table | None = None,
+         signature: str | None = None, lookup: Callable[[str], str | None] | None = None,
+         drop_old: bool = False) -> Report:
     """Make ``store`` equal to ``run`` (``rows.load_rows``) and verify it, holding the store's
     lock throughout. ``repair``: plan from the values the store holds (read back whole)
     instead of its recorded digests, so rows edited behind the tool's back are written again.
     ``stop()`` is asked before each batch: True raises KeyboardInterrupt there, between two
     whole batches (the next sync resumes), never inside a store client's write. ``terms``: the
     run's BM25 terms (``rows.terms_table``), written where the store holds them, changed ones
-    only."""
+    only.
+
+    ``signature``: the run's embedding signature (``generations.signature_of``): the rows go to
+    the generation of that signature and the alias moves to it once verified (see
+    ``pipeline.sync.generations``); ``lookup(run_id)`` gives the signature of another run of the
+    index, for a generation synced before signatures were recorded; ``drop_old`` removes every
+    other generation once the alias gives the run. Without ``signature`` the rows go to the
+    generation the alias gives (or the plain table of an empty store)."""
     with store.lock(run_id):
-        return _sync_locked(store, run_id, run, batch_size, sparse, repair, progress, stop, terms)
+        if not generational(store):
+            return _sync_locked(store, run_id, run, batch_size, sparse, repair, progress, stop, terms)
+        if signature is None:
+            store.use(store.current() or store.base)
+            return _sync_locked(store, run_id, run, batch_size, sparse, repair, progress, stop, terms)
+        return _sync_generation(store, run_id, run, batch_size, sparse, repair, progress, stop,
+                                terms, signature, lookup, drop_old)
+
+
+def _sync_generation(store: Store, run_id: str, run: pa.Table, batch_size: int, sparse: bool,
+                     repair: bool, progress: Callable[[str], None] | None, stop: Callable[[], bool],
+                     terms: pa.Table | None, signature: str,
+                     lookup: Callable[[str], str | None] | None, drop_old: bool) -> Report:
+    say = progress or (lambda line: None)
+    placed = place(store, signature, run, lookup, sparse, create=True)
+    target = placed.target
+    if placed.current is not None and target != placed.current:
+        say(f"generation {target}: the run's embedding signature differs from that of "
+            f"{placed.current}, which readers get until {target} verifies")
+    for name, found in placed.found_again:
+        store.use(name)
+        store.save_state(replace(store.state(), signature=found))
+    store.use(target)
+    report = _sync_locked(store, run_id, run, batch_size, sparse, repair, progress, stop, terms,
+                          signature)
+    existing = list(placed.existing)
+    switched = None
+    if report.verification.ok and placed.current is not None and target != placed.current:
+        # The plain table of a store's first generation gives its name to the alias (PostgreSQL's
+        # views and Qdrant's aliases share the tables' namespace): it moves to its generation's.
+        rename = (generation_name(store.base, placed.current_signature)
+                  if placed.current == store.base else None)
+        if rename is not None and rename in existing:
+            raise ValueError(f"cannot move the first generation {store.base!r} to {rename!r}: "
+                             f"a table of that name exists already")
+        store.switch(target, placed.current, rename)
+        switched = placed.current
+        if rename is not None:
+            existing = [rename if name == store.base else name for name in existing]
+    others = tuple(name for name in existing if name != target)
+    dropped: tuple[str, ...] = ()
+    if drop_old and report.verification.ok:
+        for name in others:
+            store.drop(name)
+        dropped = others
+    return replace(report, generation=target, new_generation=target not in placed.existing,
+                   switched_from=switched, kept=() if dropped else others, dropped=dropped)
 
 
 def _sync_locked(store: Store, run_id: str, run: pa.Table, batch_size: int, sparse: bool,
                  repair: bool, progress: Callable[[str], None] | None,
-                 stop: Callable[[], bool], terms: pa.Table | None = None) -> Report:
+                 stop: Callable[[], bool], terms: pa.Table | None = None,
+                 signature: str | None = None) -> Report:
     say = progress or (lambda line: None)
     dim = run.schema.field("vector").type.list_size
     store.open(dim, sparse)
     before = store.state()
+    # The rows' signature: the run's, else (a sync that is not generation-aware) what it was.
+    signature = signature or (before.signature if before else "")
     ids = run.column("chunk_id").to_pylist()
     wanted = dict(zip(ids, run.column(DIGEST).to_pylist()))
     if repair:
@@ -297,7 +456,7 @@ def _sync_locked(store: Store, run_id: str, run: pa.Table, batch_size: int, spar
         # the last verified run (and its row format), and says which sync did not finish.
         store.save_state(SyncState(before.run_id if before else None, run_id,
                                    before.chunks if before else 0, before.digest if before else "",
-                                   before.row_format if before else ROW_FORMAT))
+                                   before.row_format if before else ROW_FORMAT, signature))
     _apply(store, run, plan, batch_size, say, stop)
     terms_written = terms_deleted = 0
     if terms is not None and holds_terms(store):
@@ -311,7 +470,7 @@ def _sync_locked(store: Store, run_id: str, run: pa.Table, batch_size: int, spar
     upgraded = before is not None and before.row_format < ROW_FORMAT
     if checked.ok:
         store.save_state(SyncState(run_id, None, len(run), set_digest(ids, list(wanted.values())),
-                                   ROW_FORMAT))
+                                   ROW_FORMAT, signature))
     return Report(run_id, len(plan.upsert), len(plan.delete), plan.unchanged,
                   bool(before and before.syncing), before.run_id if before else None, checked,
                   tuple(notes), before.row_format if upgraded else None, terms_written, terms_deleted)

@@ -14,6 +14,17 @@ minute, taken over at once when its holder's process on this host is gone, or af
 ``LOCK_TIMEOUT_S`` without renewal for a holder on another machine). Lance itself would let two
 writers interleave their commits (each ``merge_insert`` is a valid commit of its own), which is
 how two syncs at once left 409 rows for 309 chunks.
+
+Generations (``pipeline.sync.generations``): LanceDB has no views or aliases, so the alias is a
+pointer: the one-row table ``<table>_alias`` (column ``generation``) names the table readers
+should open. It is written only once the generation it names is complete and verified, as one
+overwrite, which is one Lance commit (a new version of the pointer table): a reader opening it
+gets the old name or the new, never a half-written table. A store that never changed its
+embedding signature has no pointer, and its readers open ``<table>`` itself, as before. A reader
+follows the pointer with :func:`open_current` (or the same two steps with lancedb alone: read
+``<table>_alias``'s one ``generation`` value and open that table; ``<table>`` when there is no
+``<table>_alias``). A table once opened stays on the version it opened, so a reader's query never
+mixes generations; it sees the next generation when it opens the alias again.
 """
 
 from __future__ import annotations
@@ -30,6 +41,7 @@ from lancedb.index import FTS
 
 from pipeline.lease import LeaseHeld, OutputLease
 from pipeline.sync.core import StoreBusy, SyncState
+from pipeline.sync.generations import is_generation
 from pipeline.sync.rows import DIGEST, canonical_metadata, schema
 
 # IVF-PQ trains k-means over the vectors (256 centroids per sub-vector for PQ, ~sqrt(rows)
@@ -38,9 +50,31 @@ from pipeline.sync.rows import DIGEST, canonical_metadata, schema
 VECTOR_INDEX_MIN_ROWS = 10_000
 _STATE_SCHEMA = pa.schema([pa.field("run_id", pa.string()), pa.field("syncing", pa.string()),
                            pa.field("chunks", pa.int64()), pa.field("digest", pa.string()),
-                           pa.field("row_format", pa.int64())])
+                           pa.field("row_format", pa.int64()), pa.field("signature", pa.string())])
 # A holder on another machine cannot be seen to die: its lock is stale once unrenewed this long.
 LOCK_TIMEOUT_S = 600.0
+_ALIAS_SCHEMA = pa.schema([pa.field("generation", pa.string(), nullable=False)])
+
+
+def current_generation(db: lancedb.DBConnection, name: str = "chunks") -> str:
+    """The table readers of ``name`` should open in ``db``: the one ``<name>_alias`` names, or
+    ``name`` itself in a store that never changed its embedding signature."""
+    if f"{name}_alias" not in db.list_tables(limit=1_000_000).tables:
+        return name
+    try:
+        pointer = db.open_table(f"{name}_alias")
+    except ValueError:
+        # Listed before its first version is committed: the pointer is being created, and it is
+        # created naming ``name`` (``LanceStore.switch``), so ``name`` is what it will say.
+        return name
+    return pointer.to_arrow().column("generation")[0].as_py()
+
+
+def open_current(uri: str, name: str = "chunks") -> lancedb.table.Table:
+    """The generation of ``name`` readers get now, opened: ``open_current("/data/lance").search(
+    vector).limit(5).to_list()``. Open it again to see a later generation."""
+    db = lancedb.connect(uri)
+    return db.open_table(current_generation(db, name))
 
 
 def _quoted(values: Sequence[str]) -> str:
@@ -51,7 +85,8 @@ def _quoted(values: Sequence[str]) -> str:
 
 class LanceStore:
     def __init__(self, path: str, table: str = "chunks") -> None:
-        self.path, self.name = path, table
+        # ``base``: the alias and the lock's name; ``name``: the generation written (``use``).
+        self.path, self.name, self.base = path, table, table
         self.where = f"lancedb table {table!r} at {path}"
         self.db = None
         self.table = None
@@ -66,8 +101,8 @@ class LanceStore:
 
     def _lease(self, holder: str) -> OutputLease:
         return OutputLease(self.path, f"sync of run {holder}", LOCK_TIMEOUT_S,
-                           name=f"{self.name}.sync-lock",
-                           subject=f"lancedb table {self.name!r} at {self.path}",
+                           name=f"{self.base}.sync-lock",
+                           subject=f"lancedb table {self.base!r} at {self.path}",
                            timeout_setting="the sync lock's timeout")
 
     @contextlib.contextmanager
@@ -87,7 +122,7 @@ class LanceStore:
             lease.release()
 
     def busy(self) -> str | None:
-        if not Path(self.path, f"{self.name}.sync-lock").exists():
+        if not Path(self.path, f"{self.base}.sync-lock").exists():
             return None
         return self._lease("check").live_holder()
 
@@ -101,6 +136,42 @@ class LanceStore:
     def _names(self) -> set[str]:
         self._connect()
         return set(self.db.list_tables(limit=1_000_000).tables)
+
+    def use(self, generation: str) -> None:
+        self.name, self.table = generation, None
+
+    def current(self) -> str | None:
+        if not Path(self.path).is_dir():
+            return None
+        self._connect()
+        found = current_generation(self.db, self.base)
+        return found if found in self._names() else None
+
+    def generations(self) -> list[str]:
+        if not Path(self.path).is_dir():
+            return []
+        return sorted(name for name in self._names() if is_generation(self.base, name))
+
+    def switch(self, generation: str, previous: str | None, rename_to: str | None) -> None:
+        # ``rename_to`` is not needed: the pointer is its own table, so the first generation
+        # keeps its plain name and a rollback to it points at ``base`` again.
+        pointer = self.base + "_alias"
+        if pointer not in self._names():
+            # A table is listed before its first commit: made first naming the generation readers
+            # get now (no pointer: ``base``), so a reader that finds it half made reads ``base``.
+            self.db.create_table(pointer, pa.Table.from_pylist([{"generation": self.base}],
+                                                               schema=_ALIAS_SCHEMA))
+        row = pa.Table.from_pylist([{"generation": generation}], schema=_ALIAS_SCHEMA)
+        # One overwrite, one commit: a reader opening the pointer gets the old name or the new.
+        self.db.create_table(pointer, row, mode="overwrite")
+
+    def drop(self, generation: str) -> None:
+        if generation == self.current():
+            raise ValueError(f"generation {generation!r} is the one readers get: not dropped")
+        names = self._names()
+        for name in (generation, generation + "_sync"):
+            if name in names:
+                self.db.drop_table(name)
 
     def open(self, dim: int, sparse: bool, create: bool = True) -> bool:
         self.dim = dim

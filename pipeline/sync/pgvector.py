@@ -27,6 +27,21 @@ session lives, however long the sync takes, and releases it when the session end
 sync's connection included (the server sees the socket close), so a dead holder never blocks
 the next. Its connection's ``application_name`` names the run being synced, which is how a
 second sync names the holder.
+
+Generations (``pipeline.sync.generations``): the alias is a view. A store whose embedding
+signature never changed holds the plain tables ``<table>``, ``<table>_sync``, ``<table>_terms``, as
+before. The first sync of another signature writes ``<table>_g<digest>`` (and its ``_sync``,
+``_terms``) beside them, and once it verifies, one transaction renames the plain tables to their
+own generation's name and creates the views ``<table>``, ``<table>_sync`` and ``<table>_terms``
+over the new generation's tables; a later switch replaces the views (``CREATE OR REPLACE VIEW``
+where the columns keep their types, else ``DROP VIEW`` and ``CREATE VIEW``), also in one
+transaction. DDL is transactional in PostgreSQL: a reader's statement waits for the switch's
+locks, then resolves the view's name again and reads the new generation whole; it never sees
+both, nor none. The views are made ``WITH (security_invoker = true)`` (PostgreSQL 15 and later,
+"CREATE VIEW": the underlying tables are checked with the privileges, and row-level security
+policies, of the user querying the view, not of the view's owner), so row-level security on the
+generation tables applies to readers of the alias. The current generation is read from the
+catalog (the table the view ``<table>`` depends on, ``pg_depend``), so every machine sees it.
 """
 
 from __future__ import annotations
@@ -48,6 +63,7 @@ from psycopg.types import TypeInfo
 from chunkline.sparse import TERM_SPACE
 from pipeline.redact import redacted
 from pipeline.sync.core import StoreBusy, StoreError, SyncState
+from pipeline.sync.generations import is_generation
 from pipeline.sync.rows import DIGEST, canonical_metadata, schema, vector_matrix
 
 _SCALARS = ("chunk_id", "doc_id", "chunk_index", "start", "end", "headings", "text", "search_text",
@@ -97,17 +113,108 @@ class PgvectorStore:
             self.conn = psycopg.connect(uri, autocommit=True, application_name="chunkline sync")
         except psycopg.OperationalError as exc:
             raise StoreError(f"cannot connect to PostgreSQL: {exc}".strip()) from None
-        self.name = table
+        self.base = table
         self.where = f"PostgreSQL table {table!r} ({redacted(uri)})"
-        self.table = sql.Identifier(table)
-        self.state_table = sql.Identifier(table + "_sync")
-        self.terms_table = sql.Identifier(table + "_terms")
+        self.use(table)
         self.dim = 0
         schema_name = self.conn.execute("SELECT current_schema()").fetchone()[0]
         # Advisory lock keys are 64-bit integers shared by every application of the database:
         # derived from a name only chunkline uses, so no other lock collides by accident.
         digest = hashlib.blake2b(f"chunkline sync {schema_name}.{table}".encode(), digest_size=8)
         self.lock_key = int.from_bytes(digest.digest(), "big", signed=True)
+
+    def use(self, generation: str) -> None:
+        """Act on generation ``generation``'s tables from now on (the lock stays the alias's)."""
+        self.name = generation
+        self.table = sql.Identifier(generation)
+        self.state_table = sql.Identifier(generation + "_sync")
+        self.terms_table = sql.Identifier(generation + "_terms")
+
+    def _index(self, generation: str) -> str:
+        # The plain table keeps the index name it always had; a generation's fits in 63 bytes.
+        return f"{generation}_embedding_hnsw" if generation == self.base else f"{generation}_hnsw"
+
+    def _kind(self, name: str) -> str | None:
+        """pg_class.relkind of ``name`` in the search path: 'r' a table, 'v' a view; None: none."""
+        row = self.conn.execute("SELECT relkind::text FROM pg_class WHERE oid = to_regclass(%s)",
+                                (sql.Identifier(name).as_string(self.conn),)).fetchone()
+        return row[0] if row else None
+
+    def current(self) -> str | None:
+        kind = self._kind(self.base)
+        if kind != "v":
+            return self.base if kind in ("r", "p") else None
+        row = self.conn.execute(
+            "SELECT DISTINCT c.relname::text FROM pg_rewrite r JOIN pg_depend d ON d.objid = r.oid "
+            "AND d.classid = 'pg_rewrite'::regclass AND d.refclassid = 'pg_class'::regclass "
+            "JOIN pg_class c ON c.oid = d.refobjid WHERE r.ev_class = to_regclass(%s) "
+            "AND c.oid <> r.ev_class AND c.relkind IN ('r', 'p')",
+            (sql.Identifier(self.base).as_string(self.conn),)).fetchall()
+        if len(row) != 1:
+            raise ValueError(f"view {self.base!r} reads {len(row)} tables, not one generation: "
+                             "not an alias chunkline made (sync into another table, ?table=NAME)")
+        return row[0][0]
+
+    def generations(self) -> list[str]:
+        names = self.conn.execute(
+            "SELECT relname::text FROM pg_class WHERE relnamespace = current_schema()::regnamespace "
+            "AND relkind IN ('r', 'p') AND left(relname, length(%s)) = %s",
+            (self.base, self.base)).fetchall()
+        return sorted(name for (name,) in names if is_generation(self.base, name))
+
+    def _columns(self, name: str) -> list[tuple[str, str]]:
+        return self.conn.execute(
+            "SELECT attname::text, format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid "
+            "= to_regclass(%s) AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+            (sql.Identifier(name).as_string(self.conn),)).fetchall()
+
+    def switch(self, generation: str, previous: str | None, rename_to: str | None) -> None:
+        q = sql.SQL
+        version = int(self.conn.execute("SHOW server_version_num").fetchone()[0])
+        # security_invoker: PostgreSQL 15 and later; an older server's views check the tables
+        # with the view owner's privileges (and bypass row-level security for them).
+        option = q(" WITH (security_invoker = true)") if version >= 150000 else q("")
+        try:
+            with self.conn.transaction():
+                if previous == self.base and self._kind(self.base) in ("r", "p"):
+                    # The first switch: the plain tables take their generation's name, and the
+                    # alias theirs, in this transaction (readers wait for it, then read the view).
+                    for suffix in ("", "_sync", "_terms"):
+                        if self._kind(self.base + suffix) == "r":
+                            self.conn.execute(q("ALTER TABLE {} RENAME TO {}").format(
+                                sql.Identifier(self.base + suffix), sql.Identifier(rename_to + suffix)))
+                    if self._kind(self._index(self.base)) == "i":
+                        self.conn.execute(q("ALTER INDEX {} RENAME TO {}").format(
+                            sql.Identifier(self._index(self.base)), sql.Identifier(self._index(rename_to))))
+                for suffix in ("", "_sync", "_terms"):
+                    self._point_view(self.base + suffix, generation + suffix, option)
+        except psycopg.errors.DependentObjectsStillExist as exc:
+            raise ValueError(f"cannot move the alias {self.base!r}: objects of yours depend on its "
+                             f"views and the columns change ({exc.diag.message_detail or exc}); "
+                             "drop them, sync, and create them again") from None
+
+    def _point_view(self, view: str, table: str, option: sql.Composable) -> None:
+        """View ``view`` reads ``table`` (or is gone where ``table`` is), inside the switch."""
+        q = sql.SQL
+        exists = self._kind(view) == "v"
+        if self._kind(table) != "r":
+            if exists:
+                self.conn.execute(q("DROP VIEW {}").format(sql.Identifier(view)))
+            return
+        if exists and self._columns(view) != self._columns(table):
+            # CREATE OR REPLACE VIEW keeps every column's name and type (PostgreSQL docs, "CREATE
+            # VIEW"): another width is another type, vector(256), so the view is made again.
+            self.conn.execute(q("DROP VIEW {}").format(sql.Identifier(view)))
+        self.conn.execute(q("CREATE OR REPLACE VIEW {}{} AS SELECT * FROM {}").format(
+            sql.Identifier(view), option, sql.Identifier(table)))
+
+    def drop(self, generation: str) -> None:
+        if generation == self.current():
+            raise ValueError(f"generation {generation!r} is the one readers get: not dropped")
+        with self.conn.transaction():
+            for suffix in ("_terms", "_sync", ""):
+                self.conn.execute(sql.SQL("DROP TABLE IF EXISTS {}")
+                                  .format(sql.Identifier(generation + suffix)))
 
     def _holder(self) -> str | None:
         """The session holding this table's sync lock, or None."""
@@ -128,7 +235,7 @@ class PgvectorStore:
                           (f"chunkline sync of run {holder}"[:63],))
         if not self.conn.execute("SELECT pg_try_advisory_lock(%s)", (self.lock_key,)).fetchone()[0]:
             who = self._holder() or "another session"
-            raise StoreBusy(f"PostgreSQL table {self.name!r} is being synced by {who}; the lock "
+            raise StoreBusy(f"PostgreSQL table {self.base!r} is being synced by {who}; the lock "
                             "is released when that session ends (a killed sync's included)")
         try:
             yield
@@ -192,6 +299,9 @@ class PgvectorStore:
                                 "DEFAULT 1").format(self.state_table))
             self.conn.execute(q("ALTER TABLE {} ADD COLUMN IF NOT EXISTS bm25_chunks int8")
                               .format(self.state_table))
+            # A state table made before generations: its signature is found again by the sync.
+            self.conn.execute(q("ALTER TABLE {} ADD COLUMN IF NOT EXISTS signature text NOT NULL "
+                                "DEFAULT ''").format(self.state_table))
             if sparse:
                 self.conn.execute(q("CREATE TABLE IF NOT EXISTS {} (term_id int4 PRIMARY KEY, "
                                     "df int8 NOT NULL)").format(self.terms_table))
@@ -233,11 +343,24 @@ class PgvectorStore:
         return SyncState.from_record(json.loads(row[0])) if row else None
 
     def save_state(self, state: SyncState) -> None:
+        try:
+            self._save_state(state)
+        except psycopg.errors.UndefinedColumn:
+            # The state table of a generation an older chunkline made, written before ``open``
+            # (its signature, found again, recorded by the first generation-aware sync).
+            self.conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS signature text NOT NULL "
+                                      "DEFAULT ''").format(self.state_table))
+            self._save_state(state)
+
+    def _save_state(self, state: SyncState) -> None:
         self.conn.execute(sql.SQL(
-            "INSERT INTO {} VALUES (1, %s, %s, %s, %s, %s) ON CONFLICT (id) DO UPDATE SET "
+            "INSERT INTO {} (id, run_id, syncing, chunks, digest, row_format, signature) "
+            "VALUES (1, %s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO UPDATE SET "
             "run_id = EXCLUDED.run_id, syncing = EXCLUDED.syncing, chunks = EXCLUDED.chunks, "
-            "digest = EXCLUDED.digest, row_format = EXCLUDED.row_format").format(self.state_table),
-            (state.run_id, state.syncing, state.chunks, state.digest, state.row_format))
+            "digest = EXCLUDED.digest, row_format = EXCLUDED.row_format, "
+            "signature = EXCLUDED.signature").format(self.state_table),
+            (state.run_id, state.syncing, state.chunks, state.digest, state.row_format,
+             state.signature))
 
     def digests(self) -> list[tuple[str, str]]:
         return self.conn.execute(sql.SQL("SELECT chunk_id, row_digest FROM {}")
@@ -291,7 +414,7 @@ class PgvectorStore:
         self.conn.execute("SET maintenance_work_mem = '256MB'")
         self.conn.execute(sql.SQL(
             "CREATE INDEX IF NOT EXISTS {} ON {} USING hnsw (embedding vector_cosine_ops)")
-            .format(sql.Identifier(self.name + "_embedding_hnsw"), self.table))
+            .format(sql.Identifier(self._index(self.name)), self.table))
         self.conn.execute(sql.SQL("ANALYZE {}").format(self.table))
         return []
 

@@ -20,6 +20,16 @@ One sync at a time: local mode is single-client already (qdrant-client locks the
 as long as a client has it open, and the operating system drops the lock with the process), so
 the second sync is told the store is busy. A server has no compare-and-set to build a lock on,
 so two syncs into one server collection are not kept apart: schedule one per collection.
+
+Generations (``pipeline.sync.generations``): the alias is a collection alias (Qdrant docs,
+"Collections: aliases"), which every read and write by name resolves. A store whose embedding
+signature never changed holds the plain collection ``<name>``, as before. The first sync of
+another signature writes ``<name>_g<digest>``; once it verifies, the plain collection is copied
+to its own generation's name (Qdrant cannot rename a collection, and an alias cannot share a
+collection's name), deleted, and the alias ``<name>`` created: between that delete and the alias
+(two calls, once in a store's life) a reader of a server finds no collection. Every later switch
+is one ``update_collection_aliases`` call deleting the alias and creating it again, applied
+atomically (Qdrant docs: "all operations in one request are applied atomically").
 """
 
 from __future__ import annotations
@@ -37,6 +47,7 @@ import pyarrow as pa
 from qdrant_client import QdrantClient, models
 
 from pipeline.sync.core import StoreBusy, StoreError, SyncState
+from pipeline.sync.generations import is_generation
 from pipeline.sync.rows import DIGEST, canonical_metadata, schema, vector_matrix
 
 CHUNK_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "chunkline:chunk_id")
@@ -63,9 +74,77 @@ class QdrantStore:
         if path is not None and os.path.exists(path) and not os.path.isdir(path):
             raise ValueError(f"qdrant: {path} is a file, not a directory")
         self.client: QdrantClient | None = None
-        self.name, self.state_name = collection, collection + "_sync"
+        self.base = collection
+        self.use(collection)
         self.where = f"Qdrant collection {collection!r} at {path if path is not None else url}"
         self.dim = 0
+
+    def use(self, generation: str) -> None:
+        self.name, self.state_name = generation, generation + "_sync"
+
+    def _collections(self) -> set[str]:
+        return {c.name for c in self._connect().get_collections().collections}
+
+    def _aliases(self) -> dict[str, str]:
+        return {a.alias_name: a.collection_name for a in self._connect().get_aliases().aliases}
+
+    def current(self) -> str | None:
+        if self.local and not os.path.isdir(self.path):
+            return None
+        found = self._aliases().get(self.base)
+        if found is not None:
+            return found
+        return self.base if self.base in self._collections() else None
+
+    def generations(self) -> list[str]:
+        if self.local and not os.path.isdir(self.path):
+            return []
+        return sorted(name for name in self._collections() if is_generation(self.base, name))
+
+    def switch(self, generation: str, previous: str | None, rename_to: str | None) -> None:
+        m = models
+        if previous == self.base and self.base in self._collections():
+            self._copy(self.base, rename_to)
+            self.client.delete_collection(self.base)
+            self.client.delete_collection(self.base + "_sync")
+        operations = []
+        if self.base in self._aliases():
+            operations.append(m.DeleteAliasOperation(delete_alias=m.DeleteAlias(alias_name=self.base)))
+        operations.append(m.CreateAliasOperation(create_alias=m.CreateAlias(
+            collection_name=generation, alias_name=self.base)))
+        # One request: the alias is never missing nor on both (applied atomically, Qdrant docs).
+        self.client.update_collection_aliases(change_aliases_operations=operations)
+
+    def _copy(self, source: str, target: str) -> None:
+        """Collection ``source`` and its state copied, point for point, to ``target``."""
+        params = self.client.get_collection(source).config.params
+        self.client.create_collection(target, vectors_config=params.vectors,
+                                      sparse_vectors_config=params.sparse_vectors)
+        offset = None
+        while True:
+            points, offset = self.client.scroll(source, limit=_PAGE, offset=offset,
+                                                with_payload=True, with_vectors=True)
+            if points:
+                self.client.upsert(target, [models.PointStruct(id=p.id, vector=p.vector, payload=p.payload)
+                                            for p in points], wait=True)
+            if offset is None:
+                break
+        held = [self.client.count(name, exact=True).count for name in (source, target)]
+        if held[0] != held[1]:
+            raise StoreError(f"copying {source!r} to {target!r} gave {held[1]} points of {held[0]}")
+        self.client.create_collection(target + "_sync", vectors_config={})
+        if self.client.collection_exists(source + "_sync"):
+            state = self.client.retrieve(source + "_sync", [1], with_payload=True)
+            if state:
+                self.client.upsert(target + "_sync", [models.PointStruct(
+                    id=1, vector={}, payload=state[0].payload)], wait=True)
+
+    def drop(self, generation: str) -> None:
+        if generation == self.current():
+            raise ValueError(f"generation {generation!r} is the one readers get: not dropped")
+        for name in (generation, generation + "_sync"):
+            if name in self._collections():
+                self.client.delete_collection(name)
 
     def _connect(self) -> QdrantClient:
         if self.client is None:
