@@ -47,7 +47,9 @@ CLEAN = "clean"  # value b"": cleaning leaves the text and its page starts as th
 DOC_HASH = "doc_hash"  # value: chunkline.records.doc_hash's 32 bytes
 STRIP = "strip"  # value: JSON {"drop": line indexes, "found": {key: line shown}} for a text and
                  # the frequent keys it holds
-KINDS = (CREDENTIALS, LINE_KEYS, SIGNATURE, CLEAN, DOC_HASH, STRIP)
+READ = "read"  # value: what a file made (documents and rejections, Beam-encoded), under its
+               # path, size and time: only with input.trust_file_metadata
+KINDS = (CREDENTIALS, LINE_KEYS, SIGNATURE, CLEAN, DOC_HASH, STRIP, READ)
 
 
 def memo_schema() -> pa.Schema:

@@ -106,6 +106,10 @@ InputConfig = options_section(
     follow_symlinks=(bool, Field(False, description="Follow symlinks that lead out of the input "
                                  "root (links inside it are always read); off: such a link is a "
                                  "rejected row.")),
+    trust_file_metadata=(bool, Field(False, description="A file listed with the size and "
+                                     "modification time (gs://: update time) it had in the "
+                                     "previous run is not read: what it made then is recalled. "
+                                     "An edit that keeps both is then missed.")),
 )
 
 

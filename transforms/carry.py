@@ -427,6 +427,46 @@ class CarriedRows:
                  weights: Any = None) -> None:
         self.source, self.schema, self.side_schema, self.weights = source, schema, side_schema, weights
 
+    def unchanged_pair(self, shard_path: str, parts: Sequence[CarriedPart], *side
+                       ) -> tuple[str, str, int] | None:
+        """``(chunk shard, sidecar, rows)`` of the previous pair this shard would rewrite
+        unchanged, or None: every document of the pair, and only those, carried into the shard
+        of the same name, with the same columns, no header to mark ``cached`` and every stored
+        weight what this run computes. The writer then copies both files instead of writing
+        their rows again (a rerun with nothing changed writes no chunk bytes)."""
+        pairs = {part.pair for part in parts}
+        if len(pairs) != 1:
+            return None
+        chunk_path, side_path = self.source.pairs[pairs.pop()]
+        if chunk_path.rsplit("/", 1)[-1] != shard_path.rsplit("/", 1)[-1]:
+            return None
+        try:
+            with FileSystems.open(chunk_path) as handle:
+                if pq.read_schema(handle) != self.schema:
+                    return None
+                handle.seek(0)
+                chunks = pq.read_table(handle, columns=["doc_id", "chunk_index", "context_status",
+                                                       "sparse_values"])
+            with FileSystems.open(side_path) as handle:
+                if pq.read_schema(handle) != self.side_schema:
+                    return None
+                handle.seek(0)
+                sides = pq.read_table(handle, columns=["doc_id", "chunk_index", "term_counts"])
+        except Exception:  # noqa: BLE001 - unreadable now: the rows path says why
+            return None
+        carried = sorted(doc_id for part in parts for doc_id in part.doc_ids)
+        if carried != sorted(set(chunks.column("doc_id").to_pylist())) \
+                or not chunks.column("doc_id").equals(sides.column("doc_id")) \
+                or not chunks.column("chunk_index").equals(sides.column("chunk_index")) \
+                or pc.any(pc.equal(chunks.column("context_status"), OK)).as_py():
+            return None
+        if self.weights is not None and side:
+            weights = stored_weights(sides.column("term_counts"),
+                                     self.weights.reference(side[0]), self.weights.options)
+            if not chunks.column("sparse_values").combine_chunks().equals(weights):
+                return None
+        return chunk_path, side_path, chunks.num_rows
+
     def __call__(self, parts: Sequence[CarriedPart], *side) -> tuple[pa.Table, pa.Table]:
         chunk_tables, side_tables = [], []
         for part in sorted(parts):

@@ -44,7 +44,10 @@ from chunkline.readers import (
     stream_file,
     streams,
 )
+from chunkline.memo import READ, MemoSource
 from chunkline.records import Document, Rejected, input_digest
+from transforms.memo import MemoUse
+from transforms.spill import coder_of
 from transforms.progress import PIECES_MATCHED, PIECES_READ, progress_counter, tally
 from transforms.counters import READ_DOCUMENTS, READ_REJECTED, READ_SLICES
 from transforms.match import MatchPattern, is_local
@@ -63,18 +66,51 @@ class ReadOutputs(NamedTuple):
 
 class _DecodeFile(beam.DoFn):
     """One matched file -> its documents (main output) and rejections (``rejected``); a
-    ``Rejected`` from matching passes through, counted here like every other."""
+    ``Rejected`` from matching passes through, counted here like every other.
 
-    def __init__(self, root: str, options: ReadOptions, ocr_cache: str | None = None) -> None:
+    ``trusted``: a memo source (``chunkline.memo``, kind ``read``) when the user trusts file
+    metadata (``input.trust_file_metadata``): a file listed with the size and modification time
+    (local) or update time (gs://, which changes with every new generation of the object) the
+    previous run read it with is not opened; what it made then (documents and rejections) is
+    recalled."""
+
+    def __init__(self, root: str, options: ReadOptions, ocr_cache: str | None = None,
+                 trusted: MemoSource | None = None) -> None:
         self._root = root
         self._options = options
         self._ocr_cache_dir = ocr_cache
         self._documents = progress_counter(*READ_DOCUMENTS)
         self._rejected = progress_counter(*READ_REJECTED)
+        self._memo = MemoUse(trusted, READ, repr(options))
 
     def setup(self) -> None:
         self._ocr_cache = (OcrPageCache(self._ocr_cache_dir)
                            if self._ocr_cache_dir is not None else None)
+        self._memo.setup()
+        self._coders = (coder_of(Document), coder_of(Rejected))
+
+    def finish_bundle(self) -> None:
+        self._memo.flush()
+
+    def _recalled_or_read(self, found: ReadableFile, uri: str,
+                          part: ParquetSlice | LineSlice | None) -> list[Document | Rejected]:
+        memo = self._memo.memo
+        if memo is None:
+            return list(self._read_and_decode(found, uri, part))
+        facts = (uri, str(found.metadata.size_in_bytes),
+                 repr(found.metadata.last_updated_in_seconds), repr(part))
+        key = memo.key(*facts)
+        value = memo.get(key)
+        if value is not None:
+            try:
+                return _records_from(value, *self._coders)
+            except Exception:  # noqa: BLE001 - a damaged entry: the file is read again
+                pass
+        records = list(self._read_and_decode(found, uri, part))
+        # An IO failure is not what the file holds: it is read again next time.
+        if not any(isinstance(r, Rejected) and r.reason.startswith(_UNREADABLE) for r in records):
+            memo.put(key, _records_value(records, *self._coders))
+        return records
 
     def process(self, found: ReadableFile | Rejected | tuple[ReadableFile, ParquetSlice | LineSlice]
                 ) -> Iterable[Document | TaggedOutput]:
@@ -96,7 +132,7 @@ class _DecodeFile(beam.DoFn):
             # Decided by name and size alone: an oversized or unsupported file is never fetched.
             early = reject_before_reading(uri, self._root, found.metadata.size_in_bytes,
                                           self._options)
-            records = [early] if early else self._read_and_decode(found, uri, part)
+            records = [early] if early else self._recalled_or_read(found, uri, part)
         for record in records:
             if isinstance(record, Document):
                 self._documents.inc()
@@ -136,8 +172,33 @@ class _DecodeFile(beam.DoFn):
 
     def _unreadable(self, uri: str, exc: Exception) -> Rejected:
         # Only the read is guarded: one unreadable file is a rejection, not a failed job.
-        reason = f"could not read file ({type(exc).__name__}: {exc})"
+        reason = f"{_UNREADABLE} ({type(exc).__name__}: {exc})"
         return Rejected(uri, relative_id(uri, self._root), reason)
+
+
+_UNREADABLE = "could not read file"
+
+
+def _records_value(records: Sequence[Document | Rejected], documents, rejections) -> bytes:
+    """What one file made, as a memo value: each record tagged and length-prefixed."""
+    out = bytearray()
+    for record in records:
+        tag, coder = (b"D", documents) if isinstance(record, Document) else (b"R", rejections)
+        data = coder.encode(record)
+        out += tag + len(data).to_bytes(4, "little") + data
+    return bytes(out)
+
+
+def _records_from(value: bytes, documents, rejections) -> list[Document | Rejected]:
+    records, at = [], 0
+    while at < len(value):
+        tag, size = value[at:at + 1], int.from_bytes(value[at + 1:at + 5], "little")
+        data = value[at + 5:at + 5 + size]
+        if tag not in (b"D", b"R") or len(data) != size:
+            raise ValueError("a damaged read memo entry")
+        records.append((documents if tag == b"D" else rejections).decode(data))
+        at += 5 + size
+    return records
 
 
 class OcrPageCache:
@@ -276,9 +337,10 @@ class _ReadPattern(beam.PTransform):
 
     def __init__(
         self, pattern: str, options: ReadOptions, follow_symlinks: bool, exclude: tuple[str, ...],
-        ocr_cache: str | None = None,
+        ocr_cache: str | None = None, trusted: MemoSource | None = None,
     ) -> None:
         super().__init__()
+        self._trusted = trusted
         self._pattern = pattern
         self._options = options
         self._follow = follow_symlinks
@@ -293,7 +355,7 @@ class _ReadPattern(beam.PTransform):
             # Matching runs on one worker; without a shuffle every file would be read there too.
             | "Spread" >> beam.Reshuffle()
             | "Decode" >> beam.ParDo(_DecodeFile(input_root(self._pattern), self._options,
-                                                 self._ocr_cache))
+                                                 self._ocr_cache, self._trusted))
             .with_input_types(Union[ReadableFile, Rejected,
                                     tuple[ReadableFile, Union[ParquetSlice, LineSlice]]])
             .with_output_types(Document, rejected=Rejected)
@@ -317,6 +379,8 @@ class ReadDocuments(beam.PTransform):
     (the run's output root) never read as input nor walked into; not rejections, counted as
     ``read/excluded``. ``ocr_cache``: a directory (local or gs://) keeping each OCR'd page's
     text by its pixels (:class:`OcrPageCache`), so an unchanged scan is read by OCR once.
+    ``trusted``: a memo source: a file whose listed size and time are what the previous run
+    read is not opened, its records recalled (``input.trust_file_metadata``).
 
         outputs = p | "Read" >> ReadDocuments("gs://bucket/docs/**", ReadOptions())
         outputs.documents, outputs.rejected
@@ -329,8 +393,10 @@ class ReadDocuments(beam.PTransform):
         follow_symlinks: bool = False,
         exclude: Sequence[str] = (),
         ocr_cache: str | None = None,
+        trusted: MemoSource | None = None,
     ) -> None:
         super().__init__()
+        self._trusted = trusted
         self._ocr_cache = ocr_cache
         self._patterns = (patterns,) if isinstance(patterns, str) else tuple(patterns)
         if not self._patterns or not all(isinstance(p, str) and p for p in self._patterns):
@@ -345,7 +411,7 @@ class ReadDocuments(beam.PTransform):
         # One branch per pattern, because each pattern has its own root for relative ids.
         branches = [
             begin | f"Pattern{index}" >> _ReadPattern(pattern, self._options, self._follow,
-                                                      self._exclude, self._ocr_cache)
+                                                      self._exclude, self._ocr_cache, self._trusted)
             for index, pattern in enumerate(self._patterns)
         ]
         documents = (

@@ -157,6 +157,12 @@ class _WriteShard(beam.DoFn):
         path = shard_path(self.directory, self.table, index, self.shards)
         side_path = (shard_path(self.directory, self.sidecar.table, index, self.shards)
                      if self.sidecar is not None else None)
+        if carried and not encoded and side_path is not None and \
+                hasattr(self.carried_rows, "unchanged_pair"):
+            unchanged = self.carried_rows.unchanged_pair(path, carried, *side)
+            if unchanged is not None:
+                yield from self._copy_pair(path, side_path, *unchanged)
+                return
         if carried:
             rows = self._merged(encoded, together, carried, side)
             yield from self._write_tables(index, path, side_path, *rows)
@@ -181,6 +187,14 @@ class _WriteShard(beam.DoFn):
         yield (self.table, path, len(encoded))
         if side_path is not None:
             yield (self.sidecar.table, side_path, len(encoded))
+
+    def _copy_pair(self, path: str, side_path: str, chunk_from: str, side_from: str,
+                   rows: int) -> Iterable[tuple[str, str, int]]:
+        """The previous run's shard and sidecar, copied whole: their rows are this shard's."""
+        FileSystems.copy([chunk_from, side_from], [path, side_path])
+        tally(WRITTEN.format(table=self.table), rows)
+        yield (self.table, path, rows)
+        yield (self.sidecar.table, side_path, rows)
 
     def _finished(self, record: Any, side: tuple[Any, ...]) -> Any:
         return self.finish(record, *side) if self.finish is not None else record

@@ -6,6 +6,7 @@ deleted cluster survivor, a metadata edit) or the previous rows are damaged."""
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
 from pathlib import Path
@@ -125,7 +126,11 @@ def test_a_second_unchanged_rerun_carries_every_document(carried) -> None:
     assert_tables_equal(second.run_dir, third.run_dir)
     assert table(second.run_dir, "carry").equals(table(third.run_dir, "carry"))
     # Every text was seen by the run before: nothing is scanned, keyed or signed again.
+    # Every shard's rows are the last run's, as they were: the files are copied, not rewritten.
+    for shard in sorted(Path(second.run_dir).glob("c*-*.parquet")):
+        assert (Path(third.run_dir) / shard.name).read_bytes() == shard.read_bytes(), shard.name
     memo = memo_counts(third.run_dir)
+    assert memo.pop("read") == {"recalled": 0, "computed": 0}  # files are read: not trusted
     assert all(kind["computed"] == 0 for kind in memo.values()), memo
     assert all(kind["recalled"] > 0 for kind in memo.values()), memo
 
@@ -211,3 +216,30 @@ def test_the_embedding_prefix_comes_back_from_the_search_text(prefix, context, h
     rest = (context + "\n\n" if context else "") + header + text
     assert embedding_prefix(prefix + rest, context, header, text) == prefix
     assert embedding_prefix(text, context, header, text + "x") is None
+
+
+def test_trusted_file_metadata_skips_reading_unchanged_files(tmp_path) -> None:
+    corpus = tmp_path / "corpus"
+    write_corpus(corpus, count=12)
+    trust = "input.trust_file_metadata=true"
+    first = job(corpus, tmp_path / "index", trust)
+    second = job(corpus, tmp_path / "index", trust)
+    read = memo_counts(second.run_dir)["read"]
+    assert (read["recalled"], read["computed"]) == (13, 0)  # 12 documents and doc030's copy
+    assert_tables_equal(first.run_dir, second.run_dir)
+    # An edit that moves the modification time is read; one that keeps size and time is not
+    # (the trade the setting makes, documented), until the time moves.
+    edited, kept = corpus / "doc003.md", corpus / "doc004.md"
+    edited.write_text(edited.read_text(encoding="utf-8") + "\nA new closing line.\n", encoding="utf-8")
+    stat = kept.stat()
+    kept.write_text(kept.read_text(encoding="utf-8").replace("Manual 004", "Manual 444"),
+                    encoding="utf-8")
+    os.utime(kept, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    third = job(corpus, tmp_path / "index", trust)
+    assert memo_counts(third.run_dir)["read"]["computed"] == 1
+    texts = dict(zip(*table(third.run_dir, "documents").select(["doc_id", "text"]).to_pydict().values()))
+    assert "A new closing line." in texts["doc003.md"] and "Manual 004" in texts["doc004.md"]
+    # Without the setting every file is read: the kept edit is found.
+    fourth = job(corpus, tmp_path / "index")
+    texts = dict(zip(*table(fourth.run_dir, "documents").select(["doc_id", "text"]).to_pydict().values()))
+    assert "Manual 444" in texts["doc004.md"]
