@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 from collections import Counter
 from typing import Any, Callable, Iterable, NamedTuple, Optional
 
@@ -32,6 +33,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from chunkline.records import as_row
 from transforms.progress import WRITTEN, tally
+from transforms.match import is_local
 from transforms.spill import PartWriter, RemoveParts, coder_of, read_part, spill_dir
 
 # Every shard's part is written once the bundle's buffers hold this much together: memory stays
@@ -190,8 +192,18 @@ class _WriteShard(beam.DoFn):
 
     def _copy_pair(self, path: str, side_path: str, chunk_from: str, side_from: str,
                    rows: int) -> Iterable[tuple[str, str, int]]:
-        """The previous run's shard and sidecar, copied whole: their rows are this shard's."""
-        FileSystems.copy([chunk_from, side_from], [path, side_path])
+        """The previous run's shard and sidecar, copied whole: their rows are this shard's. On a
+        local disk a hard link (no byte written; a shard is never written in place, and a run
+        removed by gc leaves the other name whole); on gs:// a copy is the service's own rewrite,
+        no byte through the worker."""
+        for source, target in ((chunk_from, path), (side_from, side_path)):
+            if is_local(source) and is_local(target):
+                try:
+                    os.link(source, target)
+                    continue
+                except OSError:
+                    pass  # another filesystem, or links refused: copied
+            FileSystems.copy([source], [target])
         tally(WRITTEN.format(table=self.table), rows)
         yield (self.table, path, rows)
         yield (self.sidecar.table, side_path, rows)
