@@ -59,6 +59,9 @@ class Document:
     # What the reader made of the input (:func:`input_digest`), set once as it is read and kept
     # through cleaning: a rerun tells an edited document from one a corpus-wide change moved.
     input_digest: str = field(default="", compare=False)
+    # Who may read it (``chunkline.access.principals_of``: sorted, each once), set by the access
+    # stage before dedupe; None: access control is off for the run.
+    principals: tuple[str, ...] | None = None
 
     def all_metadata(self) -> MetadataPairs:
         """The file's facts (``source_uri``, ``file_size``, ``file_modified``) under the
@@ -115,12 +118,13 @@ class DocumentStatus:
     metadata: str = "{}"  # JSON object text: ``Document.all_metadata()``
     page_starts: tuple[int, ...] | None = None  # a paged document's ``Document.page_starts``
     input_digest: str = ""  # the document's ``Document.input_digest``; "" for a rejected one
+    principals: tuple[str, ...] | None = None  # the document's; None for a rejected one
 
     @classmethod
     def of(cls, doc: Document, digest: str, status: str, duplicate_of: str | None = None) -> DocumentStatus:
         return cls(doc.doc_id, doc.uri, doc.text, digest, status, duplicate_of, doc.encoding,
                    doc.format, metadata_json(doc.all_metadata()), doc.page_starts or None,
-                   doc.input_digest)
+                   doc.input_digest, doc.principals)
 
 
 @dataclass(frozen=True)
@@ -161,6 +165,9 @@ class ChunkRecord:
     # ``chunkline.carry.carry_key`` of its document: beside the row in the carry sidecar, so a
     # rerun can take the row instead of making it again. Not stored in the chunks table.
     carry_key: str = field(default="", compare=False)
+    # Its document's principals (who may read it); None with access control off. Not in the
+    # content key: a change of who may read a chunk keeps its vector.
+    principals: tuple[str, ...] | None = None
 
     def embed_text(self) -> str:
         """What the embedder reads: heading path, contextual header, repeated table header,
@@ -236,10 +243,12 @@ def content_key(embedding_signature: str, embedded_text: str) -> str:
 _STORED_TYPES = {"float32": pa.float32(), "float16": pa.float16(), "int8": pa.int8()}
 
 
-def chunk_schema(dim: int | None, vector_dtype: str = "float32") -> pa.Schema:
+def chunk_schema(dim: int | None, vector_dtype: str = "float32", principals: bool = False) -> pa.Schema:
     """Chunks table; ``embedding`` is fixed_size_list<float32>[dim] (float16 or int8 with
     ``vector_dtype``; int8 adds ``embedding_scale``, see ``chunkline.quantize``), or
-    absent-valued (null list) when ``dim`` is None (embedding switched off)."""
+    absent-valued (null list) when ``dim`` is None (embedding switched off). With
+    ``principals`` (access control on) a ``principals`` column: who may read each chunk.
+    Without, no such column: a run with access off is written as before it existed."""
     item = _STORED_TYPES[vector_dtype]
     vector = pa.list_(item, dim) if dim else pa.list_(item)
     scale = [pa.field("embedding_scale", pa.float32(), nullable=True)] if vector_dtype == "int8" else []
@@ -263,13 +272,20 @@ def chunk_schema(dim: int | None, vector_dtype: str = "float32") -> pa.Schema:
             pa.field("page_end", pa.int32(), nullable=True),
             pa.field("sparse_indices", pa.list_(pa.int32()), nullable=False),
             pa.field("sparse_values", pa.list_(pa.float32()), nullable=False),
+            *_principals_field(principals, nullable=False),
             pa.field("embedding", vector, nullable=dim is None),
             *scale,
         ]
     )
 
 
-def document_schema() -> pa.Schema:
+def _principals_field(wanted: bool, nullable: bool) -> list[pa.Field]:
+    return [pa.field("principals", pa.list_(pa.string()), nullable=nullable)] if wanted else []
+
+
+def document_schema(principals: bool = False) -> pa.Schema:
+    """Documents table; with ``principals`` (access control on) who may read each kept or
+    duplicate document (null for a rejected one)."""
     return pa.schema(
         [
             pa.field("doc_id", pa.string(), nullable=False),
@@ -283,6 +299,7 @@ def document_schema() -> pa.Schema:
             pa.field("metadata", pa.string(), nullable=False),
             pa.field("page_starts", pa.list_(pa.int64()), nullable=True),
             pa.field("input_digest", pa.string(), nullable=False),
+            *_principals_field(principals, nullable=True),
         ]
     )
 

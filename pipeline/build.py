@@ -21,6 +21,7 @@ from chunkline.records import (
 from pipeline.config import Config
 from pipeline.options import stage_options
 from pipeline.plan import Plan
+from transforms.access import AssignPrincipals
 from transforms.clean import CleanDocuments, RemoveBoilerplate, WriteRemovedLines
 from transforms.credentials import ScanCredentials
 from transforms.dedupe import Dedupe, UniqueRejectedIds
@@ -80,6 +81,12 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
         documents = stripped.documents
         rejected_parts.append(stripped.rejected)
         stripped.removed | "WriteBoilerplateLines" >> beam.ParDo(WriteRemovedLines(plan.run_dir))
+    # Who may read each document, decided once before dedupe, which never merges documents
+    # that different principals may read; a malformed principal is a rejected document.
+    if plan.access is not None:
+        assigned = documents | "Access" >> AssignPrincipals(plan.access)
+        documents = assigned.documents
+        rejected_parts.append(assigned.rejected)
     # An id conflict's rejected row names its file relative to the input root, as every id does.
     # A kept document whose rows the previous run made under the same carry key is not
     # released to the splitter: its chunks come from that run (transforms/carry.py).
@@ -89,7 +96,8 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
                                              spill_dir(plan.run_dir, "dedupe"),
                                              roots=(input_root(config.input.pattern),),
                                              carry_keys=CarryKeys(carry) if carry is not None else None,
-                                             carry_index=carry_index, memo=plan.memo)
+                                             carry_index=carry_index, memo=plan.memo,
+                                             access=plan.access is not None)
     # Carried rows never travel one per chunk: their shard writer reads them as Arrow tables.
     carried = (deduped.carried | "Carried" >> CarriedShards(carry, config.output.chunk_shards, shard_of)
                if deduped.carried is not None else None)
@@ -164,7 +172,7 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
         # From the statistics in one piece: a term is never an element of its own.
         sparse.stats | "WriteTerms" >> beam.ParDo(WriteTerms(plan.run_dir))
 
-    schema = chunk_schema(plan.dim, config.output.vector_dtype)
+    schema = chunk_schema(plan.dim, config.output.vector_dtype, principals=plan.access is not None)
     merge = ({"carried": carried.parts, "sort_columns": ("doc_id", "chunk_index"),
               "carried_rows": CarriedRows(carry, schema, carry_schema(), weights)}
              if carried is not None else {})
@@ -176,7 +184,8 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
         **merge,
     )
     statuses | "WriteDocuments" >> WriteParquetShards(
-        plan.run_dir, "documents", document_schema(), 1, record_type=DocumentStatus,
+        plan.run_dir, "documents", document_schema(principals=plan.access is not None), 1,
+        record_type=DocumentStatus,
         shard_key=lambda r: r.doc_id, sort_key=lambda r: (r.doc_id, r.uri, r.status),
     )
     rejected | "WriteRejected" >> WriteParquetShards(

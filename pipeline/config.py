@@ -18,6 +18,7 @@ from pydantic import (
     BaseModel, ConfigDict, Field, StringConstraints, ValidationError, create_model, model_validator,
 )
 
+from chunkline.access import AccessOptions
 from chunkline.boilerplate import BoilerplateOptions
 from chunkline.context.options import ContextOptions
 from chunkline.clean import CleanOptions
@@ -217,6 +218,23 @@ class SinkConfig(_Section):
 
 ContextConfig = options_section(ContextOptions)
 SparseConfig = options_section(SparseOptions)
+AccessConfig = options_section(AccessOptions)
+
+
+class ReportConfig(_Section):
+    audience: tuple[Annotated[str, StringConstraints(min_length=1)], ...] | None = Field(
+        None, description="With access control on: the principals the run report is written "
+        "for. Sample texts and duplicate clusters show only documents they may read; rejection "
+        "examples and boilerplate lines are left out; counts stay those of every document. "
+        "null: everything is shown (whoever reads OUTPUT reads every document anyway).")
+
+    @model_validator(mode="after")
+    def _principals(self) -> "ReportConfig":
+        if self.audience is not None:
+            from chunkline.access import principal_set
+
+            principal_set(self.audience, "audience")  # AccessError: a ValueError, one line
+        return self
 
 
 class Config(_Section):
@@ -241,6 +259,12 @@ class Config(_Section):
     sink: SinkConfig | None = Field(
         None, description="After a run publishes, sync it into this vector store and verify it "
         "(as `chunkline sync`); null (the default): no store.")
+    access: AccessConfig | None = Field(
+        None, description="Access control: each document's principals (who may read it) from a "
+        "metadata key, a mapping file of path patterns, or a default, written on every row; "
+        "`chunkline query --as` and the stores' readers see only what a caller may read. null "
+        "(the default): off, every row readable by whoever reads the index.")
+    report: ReportConfig = ReportConfig()
 
     @model_validator(mode="after")
     def _modes_need_the_model(self) -> "Config":
@@ -248,6 +272,8 @@ class Config(_Section):
             raise ValueError("split.mode: semantic needs the embedding model (embed is null)")
         if self.sink is not None and self.embed is None:
             raise ValueError("sink needs vectors to sync (embed is null)")
+        if self.report.audience is not None and self.access is None:
+            raise ValueError("report.audience needs access control (access is null)")
         return self
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from chunkline.access import AccessOptions
 from chunkline.boilerplate import BoilerplateOptions
 from chunkline.clean import CleanOptions
 from chunkline.credentials import CredentialOptions
@@ -33,6 +34,7 @@ class StageOptions:
     late: LateOptions | None  # embed.mode: late
     context: ContextOptions | None
     sparse: SparseOptions | None
+    access: AccessOptions | None = None  # access control off
 
 
 def stage_options(config: Config) -> StageOptions:
@@ -51,4 +53,5 @@ def stage_options(config: Config) -> StageOptions:
         late=config.embed.late.options() if late else None,
         context=optional(config.context),
         sparse=optional(config.sparse),
+        access=optional(config.access),
     )

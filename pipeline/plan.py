@@ -17,6 +17,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
+from chunkline.access import AccessPolicy, load_policy
 from chunkline.context import context_reserve, resolve_api_key
 from chunkline.memo import MAX_LOAD_BYTES, MEMO_DIR, MemoSource
 from chunkline.sizers import model_fingerprint
@@ -55,6 +56,9 @@ class Plan:
     # Per-text results of the corpus-wide stages, recalled from the previous run and recorded
     # for the next (chunkline/memo.py); None with output.carry off.
     memo: MemoSource | None = None
+    # Who may read each document (chunkline/access.py), the mapping file read here, once; None
+    # with access control off.
+    access: AccessPolicy | None = None
 
 
 class PreflightError(ValueError):
@@ -147,6 +151,9 @@ def carry_signature(config: Config, tokenizer_spec: str, max_tokens: int, embedd
         "tokenizer": tokenizer_spec, "max_tokens": max_tokens, "embedding_signature": embedding,
         "dim": dim, "code": code_fingerprint([_ROOT / "chunkline", _ROOT / "transforms"]),
         "libraries": library_versions(),
+        # On, the rows have a principals column (a run without one lends none); each document's
+        # principals, whatever source or mapping gave them, are in its carry key.
+        "access": config.access is not None,
     }
     return hashlib.blake2b(processing_signature(settings).encode(), digest_size=16).hexdigest()
 
@@ -486,7 +493,23 @@ def plan(config: Config, run_id: str) -> Plan:
                         stored_dim, normalize, tuple(previous_documents))
     return Plan(run_dir, tokenizer_spec, max_tokens, stored_dim,
                 signature, previous, tuple(files), tuple(skipped), normalize, stages,
-                reference, reference_note, carry, carry_note, memo_source(config, run_dir))
+                reference, reference_note, carry, carry_note, memo_source(config, run_dir),
+                access_policy(config))
+
+
+def access_policy(config: Config) -> AccessPolicy | None:
+    """The run's access policy, its mapping file read on the driver (local or gs://), its paths
+    relative to the input root; None with access control off. AccessError (a ValueError, one
+    line) for a mapping that cannot be read or is malformed."""
+    if config.access is None:
+        return None
+    from chunkline.readers import input_root
+
+    def read_text(path: str) -> str:
+        with FileSystems.open(path) as handle:
+            return handle.read().decode("utf-8")
+
+    return load_policy(config.access.options(), input_root(config.input.pattern), read_text)
 
 
 def new_run_id(config: Config) -> str:

@@ -18,7 +18,10 @@ What the caller should know about a result (no hits and why, a ranking that used
 comes back as :class:`Note` values in a :class:`SearchResult` (:func:`search_result`), not as
 log lines.
 
-Filters (``where``) apply before ranking. Loading is columnar: vectors and sparse weights go
+Filters (``where``) apply before ranking, and so does access control: on a run written with
+``access`` (its manifest says so) a search names the caller's principals and ranks only the
+chunks they may read, so ``k`` hits come back whenever ``k`` readable chunks match; a search
+that names none is refused (:class:`pipeline.search.AccessRequired`). Loading is columnar: vectors and sparse weights go
 from Arrow buffers to numpy without a Python object per value; rows become Python objects only
 for the hits.
 
@@ -51,7 +54,7 @@ MODES: tuple[str, ...] = ("hybrid", "dense", "sparse")
 RRF_K = 60
 _BASE_COLUMNS = ["doc_id", "chunk_id", "chunk_index", "headings", "start", "end", "text", "tokens"]
 _OPTIONAL = ["metadata", "page_start", "page_end", "sparse_indices", "sparse_values", "embedding",
-             "embedding_scale"]
+             "embedding_scale", "principals"]
 
 
 @dataclass(frozen=True)
@@ -80,8 +83,10 @@ NO_QUERY_TERMS = "no_query_terms"  # BM25: no term left after analysis (stop wor
 TERMS_NOT_FOUND = "terms_not_found"  # BM25: none of the question's terms is in the chunks ranked
 DENSE_ONLY = "dense_only"  # hybrid asked, ranked by the dense vectors alone (says why)
 SPARSE_ONLY = "sparse_only"  # hybrid asked, ranked by BM25 alone (the run has no vectors)
+NOT_READABLE = "not_readable"  # access control: no chunk is readable by the caller's principals
+UNPROTECTED = "unprotected"  # principals given, but the run was written without access control
 NOTE_KINDS = (EMPTY_INDEX, WHERE_UNKNOWN_KEY, WHERE_NO_MATCH, NO_QUERY_TERMS, TERMS_NOT_FOUND,
-              DENSE_ONLY, SPARSE_ONLY)
+              DENSE_ONLY, SPARSE_ONLY, NOT_READABLE, UNPROTECTED)
 
 
 @dataclass(frozen=True)
@@ -308,19 +313,24 @@ def top(scores: np.ndarray, k: int) -> np.ndarray:
 
 
 def search(output: str, question: str, k: int = 5, where: Sequence[Any] = (),
-           mode: Mode = "hybrid", expand: int = 0) -> list[Hit]:
+           mode: Mode = "hybrid", expand: int = 0,
+           principals: Sequence[str] | None = None) -> list[Hit]:
     """The hits of :func:`search_result`, without its notes."""
-    return list(search_result(output, question, k, where, mode, expand).hits)
+    return list(search_result(output, question, k, where, mode, expand, principals).hits)
 
 
 def search_result(output: str, question: str, k: int = 5, where: Sequence[Any] = (),
-                  mode: Mode = "hybrid", expand: int = 0) -> SearchResult:
+                  mode: Mode = "hybrid", expand: int = 0,
+                  principals: Sequence[str] | None = None) -> SearchResult:
     """The ``k`` best chunks of the run ``output`` names for ``question``, ranked by ``mode``,
     among those whose metadata meets every condition of ``where`` (as
     ``chunkline.metadata.parse_condition`` makes them, applied by
     ``chunkline.metadata.matches``), with notes saying why there are none or which ranking a
     hybrid search fell back to. ``expand``: each hit also with its neighbouring chunks, nearest
     first, up to that many tokens in all, as one exact span of the document's text.
+
+    ``principals``: the caller's (users, groups), required on a run written with access
+    control, where only the chunks they may read are ranked (``chunkline.access.readable``).
 
     Fewer than ``k`` hits (none, even) is a result, not an error: in sparse mode only chunks
     holding one of the question's terms are hits. ValueError for bad arguments or a run that
@@ -332,6 +342,7 @@ def search_result(output: str, question: str, k: int = 5, where: Sequence[Any] =
     from pipeline.search import Index, check_question
 
     check_question(question, k, mode, expand)  # before reading anything, as the CLI expects
-    return Index.open(output).search(question, k, mode=mode, where=where, expand=expand)
+    return Index.open(output).search(question, k, mode=mode, where=where, expand=expand,
+                                     principals=principals)
 
 

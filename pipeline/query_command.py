@@ -2,7 +2,10 @@
 
 The hits go to stdout; the result's notes (no hits and why, a hybrid search that ranked by one
 side) to stderr, one line each, or into the JSON object with ``--json``. Exit 0 whenever the
-search ran, hits or none; 2 for a bad argument or a run that cannot be searched."""
+search ran, hits or none; 2 for a bad argument or a run that cannot be searched, and for a run
+written with access control searched without ``--as`` (the caller must be named: a protected
+index never answers an anonymous question, so a script that forgot ``--as`` fails loudly
+instead of printing only the public chunks)."""
 
 from __future__ import annotations
 
@@ -28,6 +31,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="only chunks whose metadata KEY equals VALUE as text (an array: contains it); "
         "KEY:=JSON compares JSON values, types included (n:=1 is the number, n:='\"1\"' the "
         "string); repeat to require several; applied before ranking")
+    parser.add_argument(
+        "--as", dest="principals", default=None, metavar="PRINCIPAL[,...]",
+        help="search as a caller holding these principals (users, groups): on an index written "
+        "with access control only the chunks they (or the public principal) may read are "
+        "ranked, before ranking; required there")
 
 
 def query_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -43,8 +51,13 @@ def query_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
     try:
         where = [parse_condition(spec) for spec in args.where]
+        principals = None
+        if args.principals is not None:
+            from chunkline.access import caller_principals
+
+            principals = caller_principals(args.principals)
         result = search_result(args.output, args.question, args.k, where, mode=args.mode,
-                               expand=args.expand)
+                               expand=args.expand, principals=principals)
     except (ValueError, FileNotFoundError) as exc:
         print(f"chunkline query: {exc}", file=err)
         return 2

@@ -25,7 +25,7 @@ from pipeline.lease import OutputLease
 from pipeline.manifest import ManifestError, latest_run, load_manifest, resolve_run
 from pipeline.plan import new_run_id, plan, preflight
 from pipeline.redact import redacted, redacted_config
-from pipeline.summary import RunSummary, bm25_lines, credential_lines, ocr_lines
+from pipeline.summary import RunSummary, access_lines, bm25_lines, credential_lines, ocr_lines
 from pipeline.timing import stage_seconds
 from transforms.spill import remove_dead_spills, remove_spill
 from transforms.memo import NAMESPACE as MEMO_NAMESPACE
@@ -320,6 +320,11 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
         "credentials": credentials,
         "ocr": ocr,
         "memo": memo,
+        # Present: the index is protected (readers refuse a caller who names no principal).
+        "access": job.access and {
+            **job.access.describe(),
+            **{name: _metric(result, "access", name) or 0
+               for name in ("documents_rejected", "documents_without_principals")}},
         "wall_seconds": round(time.monotonic() - started, 3),
         "stage_seconds": stage_seconds(result),
         "reconciled": not problems,
@@ -342,5 +347,5 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
                       job.previous_run, publishable, context["summary"] if context else [],
                       held_back, list(job.reuse_skipped), report, bm25_lines(bm25, job.bm25_note),
                       job.carry_note, credential_lines(credentials, counts),
-                      ocr_lines=ocr_lines(ocr))
+                      ocr_lines=ocr_lines(ocr), access_lines=access_lines(manifest["access"]))
 

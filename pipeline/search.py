@@ -44,6 +44,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from chunkline.access import PUBLIC, caller_principals, principal_set
 from chunkline.metadata import matches
 from chunkline.sparse import SparseOptions, analyze, query_terms, query_weights
 from pipeline.manifest import load_manifest, table_files
@@ -52,8 +53,10 @@ from pipeline.query import (
     EMPTY_INDEX,
     MODES,
     NO_QUERY_TERMS,
+    NOT_READABLE,
     SPARSE_ONLY,
     TERMS_NOT_FOUND,
+    UNPROTECTED,
     WHERE_NO_MATCH,
     WHERE_UNKNOWN_KEY,
     Hit,
@@ -79,6 +82,20 @@ _ROW_COLUMNS = ["doc_id", "chunk_id", "chunk_index", "headings", "start", "end",
 _OPTIONAL_ROW_COLUMNS = ["metadata", "page_start", "page_end"]
 
 T = TypeVar("T")
+
+
+class AccessRequired(ValueError):
+    """A search of a protected run (written with access control) that names no principal."""
+
+
+def check_principals(principals: Any) -> tuple[str, ...] | None:
+    """The caller's principals checked, sorted, each once (a string: comma-separated names, as
+    ``--as`` takes them); None stays None. AccessError (a ValueError) for a malformed name."""
+    if principals is None:
+        return None
+    if isinstance(principals, str):
+        return caller_principals(principals)
+    return principal_set(principals, "principals")
 
 
 def check_question(question: Any, k: Any, mode: Any, expand: Any) -> None:
@@ -133,6 +150,15 @@ class Index:
             self._postings = _Postings(chunks)
             if manifest["bm25"].get("weights") == "tf":  # else the stored weights hold IDF already
                 self._df = _document_frequencies(run_dir, manifest)
+        # A protected run: its manifest records the access policy it was written under. Its
+        # chunks without a principals column would be readable by nobody: refuse to open it.
+        self._access: dict | None = manifest.get("access") or None
+        self._readers: _Readers | None = None
+        if self._access is not None and self._size:
+            if "principals" not in present:
+                raise ValueError(f"{run_dir} was written with access control but its chunks have "
+                                 "no principals column: the shards are damaged or not this run's")
+            self._readers = _Readers(chunks.column("principals"))
         self._filters = _Once(lambda: _Filters(self._rows.column("metadata")))
         self._documents = _Once(lambda: _Documents(self._rows, run_dir, manifest))
         self._model = _Once(self._read_model)
@@ -185,31 +211,65 @@ class Index:
 
     # --- searching --------------------------------------------------------------------------
 
+    @property
+    def protected(self) -> bool:
+        """Whether the run was written with access control: every search names its caller's
+        principals (``principals=``), and sees only the chunks they may read."""
+        return self._access is not None
+
     def search(self, question: str, k: int = 5, *, mode: Mode = "hybrid", where: Sequence[Any] = (),
-               expand: int = 0) -> SearchResult:
+               expand: int = 0, principals: Sequence[str] | str | None = None) -> SearchResult:
         """:func:`pipeline.query.search_result` on this run: the ``k`` best chunks for
-        ``question`` by ``mode`` among those meeting ``where``, each grown by ``expand`` tokens
-        of neighbours, with the notes; the question embedded here when the ranking needs it."""
+        ``question`` by ``mode`` among those meeting ``where`` (and, on a protected run, those
+        ``principals`` may read), each grown by ``expand`` tokens of neighbours, with the
+        notes; the question embedded here when the ranking needs it. :class:`AccessRequired`
+        for a protected run searched without ``principals``."""
         check_question(question, k, mode, expand)
-        return self._rank(question, None, k, list(where), mode, expand)
+        caller = check_principals(principals)
+        return self._rank(question, None, k, list(where), mode, expand, caller)
 
     def search_vector(self, question: str, vector: np.ndarray, k: int = 5, *, mode: Mode = "hybrid",
-                      where: Sequence[Any] = (), expand: int = 0) -> SearchResult:
+                      where: Sequence[Any] = (), expand: int = 0,
+                      principals: Sequence[str] | str | None = None) -> SearchResult:
         """:meth:`search` with the question's vector given (as :meth:`embed` returns it), so no
         model runs: BM25 still reads ``question``. ValueError for a vector of another length."""
         check_question(question, k, mode, expand)
+        caller = check_principals(principals)
         vector = np.ascontiguousarray(vector, dtype=np.float32)
         if self._vectors is not None and vector.shape != (self._vectors.shape[1],):
             raise ValueError(f"the question's vector has shape {vector.shape}; this index's vectors "
                              f"have {self._vectors.shape[1]} values")
-        return self._rank(question, vector, k, list(where), mode, expand)
+        return self._rank(question, vector, k, list(where), mode, expand, caller)
+
+    def readable(self, principals: Sequence[str] | str) -> np.ndarray:
+        """For each chunk (in the run's order), whether a caller holding ``principals`` may read
+        it: it names one of them or the public principal. Every chunk on an unprotected run."""
+        caller = check_principals(principals)
+        if self._access is None:
+            return np.ones(self._size, bool)
+        if self._readers is None:  # a protected run without a chunk
+            return np.zeros(self._size, bool)
+        return self._readers.holding((*caller, self._access.get("public") or PUBLIC))
 
     def _rank(self, question: str, vector: np.ndarray | None, k: int, where: list, mode: str,
-              expand: int) -> SearchResult:
+              expand: int, caller: tuple[str, ...] | None = None) -> SearchResult:
         run_dir = self.run_dir
+        notes: list[Note] = []
+        readable = None  # every chunk, else which chunks the caller may read
+        if self._access is not None:
+            if caller is None:
+                raise AccessRequired(f"{run_dir} is protected (written with access control): name "
+                                     "the caller's principals (--as PRINCIPAL[,...])")
+            readable = self.readable(caller)
+        elif caller is not None:
+            notes.append(Note(UNPROTECTED, f"{run_dir} was written without access control: "
+                                           "every chunk is readable, the principals filter nothing"))
         if self._size == 0:
-            return SearchResult((), (Note(EMPTY_INDEX, f"no hits: {run_dir} holds no chunk"),))
-        rows = None  # every chunk, else the positions of those meeting ``where``, ascending
+            return SearchResult((), (*notes, Note(EMPTY_INDEX, f"no hits: {run_dir} holds no chunk")))
+        if readable is not None and not readable.any():
+            return SearchResult((), (Note(NOT_READABLE, "no hits: no chunk of this index is readable "
+                                                        f"by {', '.join(caller) or 'a caller without principals'}"),))
+        rows = None if readable is None else np.flatnonzero(readable)  # ascending positions
         if where:
             if "metadata" not in self._rows.column_names:
                 raise ValueError(f"{run_dir} has no metadata column (written before metadata "
@@ -217,11 +277,18 @@ class Index:
             # Filtered before ranking: the k best of the matching chunks, not the matches among k.
             filters = self._filters.get()
             keep = filters.keep(where)
+            if readable is not None:
+                keep &= readable
             if not keep.any():
-                return SearchResult((), (_why_nothing_matches(filters.texts, where),))
+                # Said of what the caller may read only: a key or value that only chunks they
+                # may not read hold is never named.
+                texts = (filters.texts if readable is None
+                         else [filters.texts[g] for g in np.unique(filters.group[readable])])
+                return SearchResult((), (*notes, _why_nothing_matches(texts, where)))
             rows = np.flatnonzero(keep)
+        # Access control, like ``where``, chooses the chunks before any ranking: the k best of
+        # what the caller may read, never the readable ones among the k best of all.
         has_dense, has_sparse = self._vectors is not None, self._postings is not None
-        notes: list[Note] = []
         if mode == "hybrid" and not has_sparse and not has_dense:
             raise ValueError(f"{run_dir} has neither vectors (written with embed: null) nor BM25 "
                              "weights (sparse: null): nothing to rank by")
@@ -243,7 +310,7 @@ class Index:
             sparse = self._sparse(terms, rows)
             candidates = np.flatnonzero(sparse > 0)  # a chunk with none of the terms is no hit
             if len(candidates) == 0:
-                why = self._why_bm25_matches_nothing(question, terms, bool(where))
+                why = self._why_bm25_matches_nothing(question, terms, bool(where), readable is not None)
                 if mode == "sparse":
                     return SearchResult((), (*notes, Note(why.kind, "no hits: " + why.text)), "sparse")
                 notes.append(Note(DENSE_ONLY, f"ranked by dense vectors alone, since BM25 matches "
@@ -259,7 +326,7 @@ class Index:
         picked = self._rows.take(pa.array(chosen, pa.int64())).to_pylist()
         hits = [_hit(float(scores[i]), row) for i, row in zip(best, picked)]
         if expand:
-            hits = self._documents.get().expanded(hits, chosen, expand)
+            hits = self._documents.get().expanded(hits, chosen, expand, readable)
         return SearchResult(tuple(hits), tuple(notes), mode)
 
     def _dense(self, question: str, vector: np.ndarray | None, rows: np.ndarray | None) -> np.ndarray:
@@ -288,8 +355,11 @@ class Index:
         df = {} if at is None else {t: int(counts[i]) for t, i in zip(terms, at) if ids[i] == t}
         return query_weights(terms, df, int(self._manifest["bm25"]["chunks"]))
 
-    def _why_bm25_matches_nothing(self, question: str, terms: Sequence[int], filtered: bool) -> Note:
-        """Why no chunk ranked holds a term of ``question`` (its term ids ``terms``)."""
+    def _why_bm25_matches_nothing(self, question: str, terms: Sequence[int], filtered: bool,
+                                  restricted: bool = False) -> Note:
+        """Why no chunk ranked holds a term of ``question`` (its term ids ``terms``).
+        ``restricted``: only what the caller may read was ranked, and the note never says
+        whether the chunks they may not read hold the terms."""
         options = self._bm25
         if not terms:
             words = list(dict.fromkeys(analyze(question, dataclasses.replace(options, stop_words=None,
@@ -300,6 +370,10 @@ class Index:
             return Note(NO_QUERY_TERMS, "the question has no searchable term: BM25 reads words of "
                                         "two or more letters or digits, and it has none")
         analyzed = _quoted(list(dict.fromkeys(analyze(question, options))))
+        if restricted:
+            among = "the chunks you may read" + (" that meet --where" if filtered else "")
+            return Note(TERMS_NOT_FOUND, f"none of the question's terms after analysis ({analyzed}) "
+                                         f"occurs in {among}")
         if filtered and self._postings.holds_any(terms):
             return Note(TERMS_NOT_FOUND, f"none of the question's terms after analysis ({analyzed}) "
                                          "occurs in the chunks that meet --where")
@@ -324,6 +398,32 @@ class _Once(Generic[T]):
                     self._made = (self._make(),)
                 made = self._made
         return made[0]
+
+
+class _Readers:
+    """Who may read each chunk: the ``principals`` column as an index from each principal to
+    the chunks naming it (positions ascending), so a caller's chunks are a slice per principal
+    they hold, not a scan of every chunk's list."""
+
+    def __init__(self, column: pa.ChunkedArray) -> None:
+        lists = column.combine_chunks()
+        self._size = len(lists)
+        lengths = pc.fill_null(pc.list_value_length(lists), 0).to_numpy(zero_copy_only=False)
+        encoded = pc.dictionary_encode(pc.list_flatten(lists))
+        self._names = {name: i for i, name in enumerate(encoded.dictionary.to_pylist())}
+        codes = encoded.indices.to_numpy(zero_copy_only=False)
+        order = np.argsort(codes, kind="stable")
+        self._chunks = _read_only(np.repeat(np.arange(self._size), lengths)[order])
+        self._from = _read_only(np.searchsorted(codes[order], np.arange(len(self._names) + 1)))
+
+    def holding(self, principals: Sequence[str]) -> np.ndarray:
+        """For each chunk, whether it names one of ``principals``."""
+        keep = np.zeros(self._size, bool)
+        for name in principals:
+            at = self._names.get(name)
+            if at is not None:
+                keep[self._chunks[self._from[at]:self._from[at + 1]]] = True
+        return keep
 
 
 class _Postings:
@@ -471,19 +571,25 @@ class _Documents:
         ids = [] if self._texts is None else self._texts.column("doc_id").to_pylist()
         self._text_row = {doc_id: row for row, doc_id in enumerate(ids)}  # a later copy wins
 
-    def _siblings(self, row: int) -> dict[int, tuple[int, int, int]]:
+    def _siblings(self, row: int, readable: np.ndarray | None = None) -> dict[int, tuple[int, int, int]]:
         doc = self._doc[row]
         members = self._by_doc[self._from[doc]:self._from[doc + 1]]
+        if readable is not None:
+            # A document's chunks share its principals; kept apart anyway, so that expansion
+            # can never reach a chunk the caller may not read, whatever the shards hold.
+            members = members[readable[members]]
         index, start, end, tokens = (span[members].tolist() for span in self._spans)
         return {i: (s, e, t) for i, s, e, t in zip(index, start, end, tokens)}
 
-    def expanded(self, hits: list[Hit], rows: np.ndarray, budget: int) -> list[Hit]:
+    def expanded(self, hits: list[Hit], rows: np.ndarray, budget: int,
+                 readable: np.ndarray | None = None) -> list[Hit]:
         """Each hit (the chunk at ``rows[i]``) grown by its document's neighbouring chunks (the
         nearer first, before and after in turn) while the tokens of all stay within ``budget``;
-        the span is cut from ``documents.text``, so its offsets are exact."""
+        the span is cut from ``documents.text``, so its offsets are exact. ``readable``: only
+        those chunks may be taken (access control)."""
         out = []
         for hit, row in zip(hits, rows):
-            siblings = self._siblings(int(row))
+            siblings = self._siblings(int(row), readable)
             index = next(i for i, (s, e, _) in siblings.items() if (s, e) == (hit.start, hit.end))
             lo = hi = index
             start, end, used = hit.start, hit.end, siblings[index][2]

@@ -30,6 +30,7 @@ class RunSummary:
     carry_note: str | None = None  # why the previous run lent no rows, when it lent none
     credential_lines: list[str] = field(default_factory=list)  # documents holding credentials
     ocr_lines: list[str] = field(default_factory=list)  # pages read by OCR or from its cache
+    access_lines: list[str] = field(default_factory=list)  # access control: what it decided
 
 
 def format_summary(summary: RunSummary) -> str:
@@ -57,6 +58,7 @@ def format_summary(summary: RunSummary) -> str:
         *_carry_lines(summary),
         *(f"  ocr        {line}" for line in summary.ocr_lines),
         *(f"  secrets    {line}" for line in summary.credential_lines),
+        *(f"  access     {line}" for line in summary.access_lines),
         *summary.context_lines,
         *(f"  bm25       {line}" for line in summary.bm25_lines),
         f"  shards     {len(summary.files['chunks'])} chunk, {len(summary.files['documents'])} "
@@ -71,7 +73,8 @@ def format_summary(summary: RunSummary) -> str:
         lines.append("             check the input; if the corpus really shrank, rerun with "
                      "--allow-shrink to publish anyway")
     if summary.published and summary.model:  # a run held back is not what a query reads
-        lines.append(f'  next       chunkline query {summary.output} "how long should the arm warm up before calibration?"')
+        caller = " --as PRINCIPAL" if summary.access_lines else ""
+        lines.append(f'  next       chunkline query {summary.output}{caller} "how long should the arm warm up before calibration?"')
     return "\n".join(lines)
 
 
@@ -113,6 +116,19 @@ def credential_lines(credentials: dict[str, Any] | None, counts: dict[str, int])
         lines.append(f"WARNING: {rejected / counts['documents']:.0%} of the documents read were "
                      f"rejected for credentials; `--set secrets.mode=redact` indexes them with "
                      f"each credential masked")
+    return lines
+
+
+def access_lines(access: dict[str, Any] | None) -> list[str]:
+    """What access control decided (the manifest's ``access``): nothing for an unprotected run."""
+    if not access:
+        return []
+    lines = ["protected: each row names who may read it; queries name their caller (--as)"]
+    if access.get("documents_without_principals"):
+        lines.append(f"{access['documents_without_principals']:,} documents name no principal: "
+                     "readable by nobody (deny by default; access.default names a fallback)")
+    if access.get("documents_rejected"):
+        lines.append(f"{access['documents_rejected']:,} documents rejected for a malformed principal")
     return lines
 
 

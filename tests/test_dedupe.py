@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import tempfile
@@ -164,13 +165,13 @@ def test_generator_plants_what_it_says() -> None:
 
 
 def run_dedupe(documents: list[Document], near: MinHashOptions | None, *, exact: bool = True,
-               beam_args: tuple[str, ...] = ()):
+               beam_args: tuple[str, ...] = (), access: bool = False):
     """Statuses (sorted rows), kept doc_ids (sorted) and the dedupe counters of one run. The rows
     come back through files, so the same code reads a run with worker processes."""
     with tempfile.TemporaryDirectory() as tmp:
         target = Path(tmp)
         pipeline = beam.Pipeline(runner=FnApiRunner(), options=PipelineOptions(list(beam_args)))
-        out = pipeline | beam.Create(documents) | Dedupe(exact=exact, near=near)
+        out = pipeline | beam.Create(documents) | Dedupe(exact=exact, near=near, access=access)
         (out.statuses
          | "StatusRow" >> beam.Map(lambda s: json.dumps([s.doc_id, s.status, s.duplicate_of]))
          | "WriteStatuses" >> WriteToText(str(target / "statuses"), shard_name_template=""))
@@ -270,6 +271,25 @@ def test_chain_collapses_to_one_survivor() -> None:
     ]
     assert kept == ["a.md", "z.md"]
     assert counters["exact_duplicates"] == 1 and counters["near_duplicates"] == 2
+
+
+def test_documents_of_two_access_sets_are_never_duplicates_of_each_other() -> None:
+    # The chain again, A and B readable by eng, C and its exact copy by sales, and an exact copy
+    # of A readable by ops: duplicates merge within one set only (transforms/dedupe.py).
+    docs, _ = chain_documents()
+    eng, sales = ("eng",), ("sales",)
+    a, b, c = (dataclasses.replace(d, principals=p) for d, p in zip(docs, (eng, eng, sales)))
+    copy = Document("c-copy.md", "/chain/c-copy.md", c.text.replace(" ", "  "), principals=sales)
+    a_ops = Document("a-ops.md", "/chain/a-ops.md", a.text, principals=("ops",))
+    rows, kept, counters = run_dedupe([c, b, a, copy, a_ops], NEAR, access=True)
+    assert rows == [
+        ("a-ops.md", KEPT, None),  # A's exact text, another set
+        ("a.md", KEPT, None),
+        ("b.md", DUPLICATE, "a.md"),  # near, one set
+        ("c-copy.md", KEPT, None),  # C is B's near twin, but B's set is not C's
+        ("c.md", DUPLICATE, "c-copy.md"),  # exact, one set
+    ]
+    assert counters["exact_duplicates"] == 1 and counters["near_duplicates"] == 1
 
 
 def test_longest_survives_with_that_rule() -> None:

@@ -107,6 +107,16 @@ def _read_strs(stream) -> tuple[str, ...]:
     return tuple(_read_str(stream) for _ in range(stream.read_var_int64()))
 
 
+def _write_optional_strs(out, values: tuple[str, ...] | None) -> None:
+    out.write_byte(values is not None)
+    if values is not None:
+        _write_strs(out, values)
+
+
+def _read_optional_strs(stream) -> tuple[str, ...] | None:
+    return _read_strs(stream) if stream.read_byte() else None
+
+
 def encode_chunk(out, r: ChunkRecord) -> None:
     _write_str(out, r.doc_id)
     for number in (r.chunk_index, r.start, r.end, r.tokens):
@@ -122,6 +132,7 @@ def encode_chunk(out, r: ChunkRecord) -> None:
     _write_ints(out, r.sparse_indices)
     _write_vector(out, r.sparse_values)
     _write_vector(out, r.embedding)
+    _write_optional_strs(out, r.principals)
 
 
 def decode_chunk(stream) -> ChunkRecord:
@@ -134,13 +145,15 @@ def decode_chunk(stream) -> ChunkRecord:
     page_start, page_end = _read_optional_int(stream), _read_optional_int(stream)
     sparse_indices = _read_ints(stream)
     sparse_values = _read_vector(stream)
+    embedding = _read_vector(stream)
     return ChunkRecord(
         doc_id=doc_id, chunk_id=chunk_id(doc_id, start, end) if explicit_id is None else explicit_id,
         chunk_index=chunk_index, start=start, end=end,
-        headings=headings, text=text, tokens=tokens, embedding=_read_vector(stream), prefix=prefix,
+        headings=headings, text=text, tokens=tokens, embedding=embedding, prefix=prefix,
         context=context, context_status=context_status, table_header=table_header,
         content_key=content_key, metadata=metadata, page_start=page_start, page_end=page_end,
-        sparse_indices=sparse_indices, sparse_values=sparse_values, carry_key=carry_key)
+        sparse_indices=sparse_indices, sparse_values=sparse_values, carry_key=carry_key,
+        principals=_read_optional_strs(stream))
 
 
 def encode_document(out, d: Document) -> None:
@@ -161,6 +174,7 @@ def encode_document(out, d: Document) -> None:
         out.write_var_int64(page)
         out.write_var_int64(level)
         _write_str(out, title)
+    _write_optional_strs(out, d.principals)
 
 
 def decode_document(stream) -> Document:
@@ -174,7 +188,8 @@ def decode_document(stream) -> Document:
                     for _ in range(stream.read_var_int64()))
     return Document(doc_id, uri, text, metadata, position=position, encoding=encoding,
                     format=format_, file_size=file_size, file_modified=file_modified,
-                    page_starts=page_starts, outline=outline, input_digest=digest)
+                    page_starts=page_starts, outline=outline, input_digest=digest,
+                    principals=_read_optional_strs(stream))
 
 
 def encode_document_chunks(out, e: DocumentChunks) -> None:
@@ -197,6 +212,7 @@ def encode_status(out, s: DocumentStatus) -> None:
     out.write_byte(s.page_starts is not None)
     if s.page_starts is not None:
         _write_ints(out, s.page_starts)
+    _write_optional_strs(out, s.principals)
 
 
 def decode_status(stream) -> DocumentStatus:
@@ -205,7 +221,7 @@ def decode_status(stream) -> DocumentStatus:
     duplicate_of = _read_optional_str(stream)
     page_starts = _read_ints(stream) if stream.read_byte() else None
     return DocumentStatus(doc_id, uri, text, digest, status, duplicate_of, encoding, format_,
-                          metadata, page_starts, read_digest)
+                          metadata, page_starts, read_digest, _read_optional_strs(stream))
 
 
 def encode_rejected(out, r: Rejected) -> None:

@@ -13,6 +13,12 @@ A node is ``chunkline.minhash.survivor_key(...)``: a sortable tuple ending with 
 "the smallest node of a component" is the survivor under the configured rule, whatever order
 the runner groups in.
 
+With access control on (``chunkline.access``) documents that different principals may read
+never merge: exact duplicates group by (access digest, doc_hash), a node starts with its
+document's access digest, every band key is prefixed with it (so an LSH bucket holds one access
+set) and a candidate pair of two sets is never verified. A public page and its restricted twin
+each stay in their own cluster: merging them would drop one, and with it who may read it.
+
 Only small records cross these shuffles: each document is parked in a part file
 (``transforms/spill.py``) and summarized (ids, place, where it is parked, hashes, length,
 MinHash signature) where it arrives, and every decision is taken on the summaries. The
@@ -34,6 +40,7 @@ from apache_beam.pvalue import PCollection
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
+from chunkline.access import access_digest
 from chunkline.minhash import (
     Components,
     MinHasher,
@@ -92,6 +99,7 @@ class _Summary(NamedTuple):
     occurrence: Occurrence
     carry_key: str = ""  # transforms/carry.py: its rows may come from the previous run
     input_digest: str = ""  # chunkline.records.input_digest: what the reader made of its input
+    access: str = ""  # chunkline.access.access_digest of its principals; "": access control off
 
     @property
     def ref(self) -> tuple[str, int, bytes]:
@@ -104,7 +112,14 @@ def _summarize(doc: Document, occurrence: Occurrence,
                hash_of: Callable[[str], str] = doc_hash) -> _Summary:
     return _Summary(doc.doc_id, doc.uri, doc.position, _text_digest(doc.text), hash_of(doc.text),
                     occurrence, carry_keys(doc) if carry_keys is not None else "",
-                    doc.input_digest)
+                    doc.input_digest,
+                    access_digest(doc.principals) if doc.principals is not None else "")
+
+
+def _exact_key(summary: _Summary) -> str:
+    """What exact duplicates share: the normalized text's hash, within one access set (the
+    access digest has a fixed length, so the two parts never run into each other)."""
+    return summary.access + summary.digest
 
 
 class _Decision(NamedTuple):
@@ -253,8 +268,9 @@ class _ParkAndSummarize(beam.DoFn):
 
     def __init__(self, near: MinHashOptions | None, directory: str,
                  carry_keys: Callable[[Document], str] | None = None,
-                 memo: MemoSource | None = None) -> None:
+                 memo: MemoSource | None = None, access: bool = False) -> None:
         self._near = near
+        self._access = access
         self._directory = directory
         self._carry_keys = carry_keys
         # A signature depends on the shingles, the permutations and their seed, not on the
@@ -306,6 +322,10 @@ class _ParkAndSummarize(beam.DoFn):
             return
         for doc, summary, data in zip(batch, summaries, self._signatures(batch), strict=True):
             node = survivor_key(doc.doc_id, len(doc.text), self._near.survivor)
+            if self._access:
+                # First in the node: a component never spans two access sets (the survivor
+                # rule still orders within one, where every node starts alike).
+                node = (summary.access, *node)
             yield beam.pvalue.TaggedOutput(
                 "signed", (doc.doc_id, _SignedRecord(summary.occurrence, node, data)))
 
@@ -340,10 +360,12 @@ _FLUSH_BANDS = 1 << 18  # band keys a bundle holds before it sends them on
 
 class _ShareBands(beam.DoFn):
     """``(node, signature)`` -> ``(share, [(band key, node), ...])``: every band key of a
-    bundle's documents, by share of the key space."""
+    bundle's documents, by share of the key space. With ``access`` a node starts with its
+    access digest, and each band key is prefixed with it: only one access set meets in a bucket."""
 
-    def __init__(self, bands: int, rows: int) -> None:
+    def __init__(self, bands: int, rows: int, access: bool = False) -> None:
         self._bands, self._rows = bands, rows
+        self._access = access
 
     def start_bundle(self) -> None:
         self._pending: dict[int, list[tuple[bytes, tuple]]] = {}
@@ -351,10 +373,11 @@ class _ShareBands(beam.DoFn):
 
     def process(self, signed: tuple[tuple, bytes]) -> Iterable[tuple[int, list]]:
         node, data = signed
+        prefix = node[0].encode() if self._access else b""
         for key in band_keys(_signature(data), self._bands, self._rows):
             # The band's first value is a uniform 32-bit hash: it picks the share.
             share = int.from_bytes(key[2:6], "little") % BAND_SHARES
-            self._pending.setdefault(share, []).append((key, node))
+            self._pending.setdefault(share, []).append((prefix + key, node))
             self._held += 1
         if self._held >= _FLUSH_BANDS:
             yield from self._flush()
@@ -413,8 +436,9 @@ class _Verify(beam.DoFn):
     """Node b, its signature, and the (a, signature of a) of each candidate pair -> the edge
     (a, b) of each pair whose estimated Jaccard reaches the threshold."""
 
-    def __init__(self, threshold: float) -> None:
+    def __init__(self, threshold: float, access: bool = False) -> None:
         self._threshold = threshold
+        self._access = access
         self._verified = Metrics.counter("dedupe", "verified_pairs")
 
     def process(self, joined: tuple[tuple, dict]) -> Iterable[tuple[tuple, tuple]]:
@@ -425,6 +449,8 @@ class _Verify(beam.DoFn):
         (data,) = groups["signature"]
         signature = _signature(data)
         for other, other_data in halves:
+            if self._access and other[0] != node[0]:
+                continue  # two access sets: never one cluster (their buckets never meet anyway)
             if estimate_jaccard(_signature(other_data), signature) >= self._threshold:
                 self._verified.inc()
                 yield other, node
@@ -468,9 +494,10 @@ class NearDuplicates(beam.PTransform):
     ``dedupe/near_buckets_shared``.
     """
 
-    def __init__(self, options: MinHashOptions) -> None:
+    def __init__(self, options: MinHashOptions, access: bool = False) -> None:
         super().__init__()
         self._options = options
+        self._access = access  # each node starts with its access digest
 
     def expand(self, signed):
         options = self._options
@@ -478,7 +505,7 @@ class NearDuplicates(beam.PTransform):
 
         pairs = (
             signed
-            | "BandKeys" >> beam.ParDo(_ShareBands(bands, rows))
+            | "BandKeys" >> beam.ParDo(_ShareBands(bands, rows, self._access))
             | "GroupByBand" >> beam.GroupByKey()
             | "CandidatePairs" >> beam.ParDo(_PairsOfBucket(options.max_bucket_pairs))
         )
@@ -490,7 +517,7 @@ class NearDuplicates(beam.PTransform):
         edges = (
             {"signature": signed, "half": halves}
             | "JoinSecond" >> beam.CoGroupByKey()
-            | "Verify" >> beam.ParDo(_Verify(options.threshold))
+            | "Verify" >> beam.ParDo(_Verify(options.threshold, self._access))
         )
         return (
             edges
@@ -558,13 +585,18 @@ class Dedupe(beam.PTransform):
     ``roots``: the input roots of the read (``chunkline.readers.input_root`` of each pattern):
     an id conflict's rejected row names its file relative to them, as every other id does
     (a uri under none is named whole).
+
+    ``access``: the documents carry principals (``transforms/access.py``); no two documents
+    of different principals are ever duplicates of each other (the module docstring).
     """
 
     def __init__(self, exact: bool = True, near: MinHashOptions | None = None,
                  spill_dir: str | None = None, roots: Sequence[str] = (),
                  carry_keys: Callable[[Document], str] | None = None,
-                 carry_index: PCollection | None = None, memo: MemoSource | None = None) -> None:
+                 carry_index: PCollection | None = None, memo: MemoSource | None = None,
+                 access: bool = False) -> None:
         super().__init__()
+        self.access = access
         self.memo = memo
         self.carry_keys = carry_keys
         self.carry_index = carry_index
@@ -579,7 +611,7 @@ class Dedupe(beam.PTransform):
             documents
             | "Batch" >> beam.BatchElements(min_batch_size=_SIGNATURE_BATCH,
                                             max_batch_size=_SIGNATURE_BATCH)
-            | "Summarize" >> beam.ParDo(_ParkAndSummarize(self.near, parked, self.carry_keys, self.memo)).with_output_types(
+            | "Summarize" >> beam.ParDo(_ParkAndSummarize(self.near, parked, self.carry_keys, self.memo, self.access)).with_output_types(
                 tuple[str, Any]).with_outputs("signed", main="summaries")
         )
         unique = (
@@ -590,7 +622,7 @@ class Dedupe(beam.PTransform):
         if self.exact:
             picked = (
                 unique.summaries
-                | "KeyByHash" >> beam.Map(lambda s: (s.digest, s)).with_output_types(tuple[str, Any])
+                | "KeyByHash" >> beam.Map(lambda s: (_exact_key(s), s)).with_output_types(tuple[str, Any])
                 | "GroupByHash" >> beam.GroupByKey()
                 | "PickSurvivor" >> beam.ParDo(_PickSurvivor()).with_outputs("decisions", main="kept")
             )
@@ -608,7 +640,7 @@ class Dedupe(beam.PTransform):
                 | "JoinSignatures" >> JoinByKey()
                 | "SignedSurvivors" >> beam.ParDo(_SignedSurvivors())
             )
-            links = signed | "NearDuplicates" >> NearDuplicates(self.near)
+            links = signed | "NearDuplicates" >> NearDuplicates(self.near, self.access)
             decisions = (
                 {
                     # An exact duplicate follows its exact survivor.

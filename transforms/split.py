@@ -116,6 +116,7 @@ class _SplitDocument(beam.DoFn):
                 metadata=metadata,
                 page_start=page_start,
                 page_end=page_end,
+                principals=doc.principals,  # who may read the document may read each chunk
             ))
         yield DocumentChunks(doc, tuple(records))
         self.documents.inc()
@@ -136,7 +137,8 @@ class SplitDocuments(beam.PTransform):
     No chunk is longer than ``max_chars`` characters (None: the splitter's default bound).
     Every record carries its document's metadata as JSON text (only the ``chunk_metadata``
     keys when given) and, for a paged document (PDF), the pages it spans; a PDF's outline gives
-    the heading paths."""
+    the heading paths. With access control on, every record carries its document's
+    ``principals``."""
 
     def __init__(self, tokenizer_spec: str, max_tokens: int, overlap: int = 0,
                  markdown: bool = True, prefix_tokenizer_spec: str | None = None,

@@ -7,10 +7,11 @@ tokens); text is read for the few documents shown.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -363,9 +364,52 @@ def samples(documents: pa.Table, doc_paths: list[str], chunk_paths: list[str]) -
     return out
 
 
+def audience_of(manifest: dict[str, Any]) -> tuple[str, ...] | None:
+    """The principals the report of a protected run is written for (``report.audience``);
+    None: everything is shown."""
+    if not manifest.get("access"):
+        return None
+    audience = ((manifest.get("config") or {}).get("report") or {}).get("audience")
+    return None if audience is None else tuple(audience)
+
+
+def readable_documents(doc_paths: list[str], audience: Sequence[str], public: str) -> set[str]:
+    """The doc ids of the kept and duplicate documents ``audience`` may read (their principals
+    meet it, or hold the public one); a rejected document (no principals) is none of them."""
+    table = _read(doc_paths, ["doc_id", "principals"])
+    if table is None:
+        return set()
+    held = set(audience) | {public}
+    return {doc_id for doc_id, principals in zip(table.column("doc_id").to_pylist(),
+                                                  table.column("principals").to_pylist())
+            if principals and held.intersection(principals)}
+
+
+def for_audience(data: ReportData, allowed: set[str], audience: Sequence[str],
+                 documents: pa.Table, doc_paths: list[str], chunk_paths: list[str]) -> ReportData:
+    """``data`` as ``audience`` may see it: samples and duplicate clusters of documents it may
+    read only (a cluster whose survivor it may not read is left out, and so is every member it
+    may not read), rejection examples and boilerplate lines left out (a rejected document has
+    no principals; a boilerplate line stands for many documents); every count as it was."""
+    shown = documents.filter(pc.is_in(documents.column("doc_id"), pa.array(sorted(allowed), pa.string())))
+    clusters = [dataclasses.replace(c, members=tuple(m for m in c.members if m.doc_id in allowed))
+                for c in data.clusters if c.survivor in allowed]
+    reasons = [dataclasses.replace(r, examples=()) for r in data.reasons]
+    boilerplate = data.manifest.get("boilerplate")
+    manifest = ({**data.manifest, "boilerplate": {**boilerplate, "top_removed": []}}
+                if boilerplate else data.manifest)
+    note = (f"written for {', '.join(audience) or 'no principal'}: sample texts and duplicate "
+            "clusters show only documents they may read; rejection examples and boilerplate "
+            "lines are left out; counts are of every document")
+    return dataclasses.replace(data, manifest=manifest, reasons=reasons, clusters=clusters,
+                               samples=samples(shown, doc_paths, chunk_paths),
+                               warnings=[*data.warnings, note])
+
+
 def gather(run_dir: str) -> ReportData:
     """Everything the report shows about the run in ``run_dir`` (a run directory, with its
-    manifest)."""
+    manifest); for a protected run with ``report.audience``, only what that audience may read
+    (:func:`for_audience`)."""
     manifest = load_manifest(run_dir)
     counts = manifest["counts"]
     doc_paths = table_files(run_dir, manifest, "documents")
@@ -400,5 +444,11 @@ def gather(run_dir: str) -> ReportData:
             else "near-duplicate detection was off: every duplicate is an exact copy")
     budget = (manifest.get("split") or {}).get("max_tokens")
     hist = histogram(tokens.column("tokens") if tokens is not None else pa.array([], pa.int32()), budget)
+    audience = audience_of(manifest)
+    if audience is not None:
+        allowed = readable_documents(doc_paths, audience, manifest["access"].get("public") or "public")
+        data = ReportData(manifest["run_id"], manifest, counts, formats, reason_list, kinds, resolved,
+                          cluster_count, note, hist, [], warnings)
+        return for_audience(data, allowed, audience, documents, doc_paths, chunk_paths)
     return ReportData(manifest["run_id"], manifest, counts, formats, reason_list, kinds, resolved,
                       cluster_count, note, hist, samples(documents, doc_paths, chunk_paths), warnings)

@@ -41,6 +41,7 @@ from pipeline.sync.rows import (
     VALUES_FORMAT,
     file_facts_absent,
     format_neutral_digests,
+    has_principals,
     row_digests,
     set_digest,
 )
@@ -127,6 +128,14 @@ class Store(Protocol):
 
 def holds_terms(store: Store) -> bool:
     return callable(getattr(store, "write_terms", None))
+
+
+def _access(run: pa.Table) -> dict[str, bool]:
+    """What ``Store.open`` is told of a run written with access control: its rows carry
+    ``principals``, which the store holds as a filterable, indexed field (and, in PostgreSQL,
+    behind row-level security). Nothing for any other run: a store, and a store written by
+    hand for the tests, is opened as before."""
+    return {"principals": True} if has_principals(run) else {}
 
 
 @dataclass(frozen=True)
@@ -316,7 +325,7 @@ def _legacy_signature(store: Store, state: SyncState, run: pa.Table, signature: 
         if found:
             return found
     try:
-        if not store.open(run.schema.field("vector").type.list_size, sparse, create=False):
+        if not store.open(run.schema.field("vector").type.list_size, sparse, create=False, **_access(run)):
             return ""
     except ValueError:  # another width: another signature
         return ""
@@ -349,7 +358,7 @@ def check(store: Store, run: pa.Table, sparse: bool, terms: pa.Table | None = No
             if placed.target != placed.current:
                 aside = (f"readers of the alias {store.base!r} get generation {placed.current!r}, "
                          f"not this run's {placed.target!r}: a sync switches them",)
-    if not store.open(run.schema.field("vector").type.list_size, sparse, create=False):
+    if not store.open(run.schema.field("vector").type.list_size, sparse, create=False, **_access(run)):
         return nothing
     state = store.state()
     found = verify(store, run, state.row_format if state else ROW_FORMAT, terms)
@@ -435,7 +444,7 @@ def _sync_locked(store: Store, run_id: str, run: pa.Table, batch_size: int, spar
                  signature: str | None = None) -> Report:
     say = progress or (lambda line: None)
     dim = run.schema.field("vector").type.list_size
-    store.open(dim, sparse)
+    store.open(dim, sparse, **_access(run))
     before = store.state()
     # The rows' signature: the run's, else (a sync that is not generation-aware) what it was.
     signature = signature or (before.signature if before else "")

@@ -25,6 +25,15 @@ follows the pointer with :func:`open_current` (or the same two steps with lanced
 ``<table>_alias``'s one ``generation`` value and open that table; ``<table>`` when there is no
 ``<table>_alias``). A table once opened stays on the version it opened, so a reader's query never
 mixes generations; it sees the next generation when it opens the alias again.
+
+Access control (a run written with ``access:``, ``chunkline.access``): the table holds
+``principals`` (``list<string>``) with a ``LABEL_LIST`` scalar index (LanceDB docs, "Scalar
+indexes": for list columns, used by ``array_has_any`` / ``array_has_all`` filters). LanceDB has
+no row-level security: whoever can open the directory reads every row, so a reader's query must
+carry :func:`principals_where` as a *prefilter* (``where(..., prefilter=True)``, the default for
+vector search in recent LanceDB: the filter is applied before the nearest neighbours are
+taken, so k rows come back whenever k readable rows exist; a postfilter would return the
+readable ones among the k nearest of all), as :func:`search_as` does.
 """
 
 from __future__ import annotations
@@ -37,12 +46,12 @@ from typing import Iterator, Sequence
 
 import lancedb
 import pyarrow as pa
-from lancedb.index import FTS
+from lancedb.index import FTS, LabelList
 
 from pipeline.lease import LeaseHeld, OutputLease
 from pipeline.sync.core import StoreBusy, SyncState
 from pipeline.sync.generations import is_generation
-from pipeline.sync.rows import DIGEST, canonical_metadata, schema
+from pipeline.sync.rows import DIGEST, PRINCIPALS, canonical_metadata, schema
 
 # IVF-PQ trains k-means over the vectors (256 centroids per sub-vector for PQ, ~sqrt(rows)
 # partitions for IVF); on fewer rows its centroids are poor and a flat scan (a few ms for ten
@@ -54,6 +63,31 @@ _STATE_SCHEMA = pa.schema([pa.field("run_id", pa.string()), pa.field("syncing", 
 # A holder on another machine cannot be seen to die: its lock is stale once unrenewed this long.
 LOCK_TIMEOUT_S = 600.0
 _ALIAS_SCHEMA = pa.schema([pa.field("generation", pa.string(), nullable=False)])
+
+
+def principals_where(principals: Sequence[str], public: str = "public") -> str:
+    """The SQL filter every reader's query of a protected table must carry: the rows whose
+    ``principals`` hold one of the caller's, or the public one. Each name is checked (no quote,
+    comma or control character reaches the SQL) and quoted as a string literal."""
+    from chunkline.access import principal_set
+
+    held = principal_set([*principals, public], "principals")
+    return f"array_has_any({PRINCIPALS}, make_array({', '.join(_literal(p) for p in held)}))"
+
+
+def search_as(table: lancedb.table.Table, vector: Sequence[float], k: int,
+              principals: Sequence[str], public: str = "public") -> list[tuple[str, float]]:
+    """The ``k`` rows of ``table`` (``open_current(...)``) nearest ``vector`` by cosine distance
+    among those a caller holding ``principals`` may read, as ``(chunk_id, distance)``: the
+    documented reader query, prefiltered."""
+    found = (table.search(list(map(float, vector)), vector_column_name="vector")
+             .distance_type("cosine").where(principals_where(principals, public), prefilter=True)
+             .select(["chunk_id"]).limit(k).to_list())
+    return [(row["chunk_id"], row["_distance"]) for row in found]
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
 
 
 def current_generation(db: lancedb.DBConnection, name: str = "chunks") -> str:
@@ -91,6 +125,7 @@ class LanceStore:
         self.db = None
         self.table = None
         self.dim = 0
+        self.principals = False  # rows carry who may read them (``open``)
         found = Path(path)
         for place in (found, *found.parents):
             if place.exists():
@@ -173,8 +208,9 @@ class LanceStore:
             if name in names:
                 self.db.drop_table(name)
 
-    def open(self, dim: int, sparse: bool, create: bool = True) -> bool:
+    def open(self, dim: int, sparse: bool, create: bool = True, principals: bool = False) -> bool:
         self.dim = dim
+        self.principals = principals
         if not create and not Path(self.path).is_dir():
             return False
         self._connect()
@@ -182,7 +218,13 @@ class LanceStore:
             self.table = self.db.open_table(self.name)
             found = self.table.schema
             vector = found.field("vector").type if "vector" in found.names else None
-            if found.names != schema(dim).names or getattr(vector, "list_size", None) != dim:
+            if found.names == schema(dim, principals=not principals).names:
+                had = "with" if not principals else "without"
+                raise ValueError(f"lancedb table {self.name!r} at {self.path} was synced from a run "
+                                 f"{had} access control (principals), this run is not: sync into "
+                                 "another table (?table=NAME)")
+            if found.names != schema(dim, principals=principals).names or \
+                    getattr(vector, "list_size", None) != dim:
                 what = (f"{vector.list_size}-d vectors" if getattr(vector, "list_size", None)
                         else "other columns (not a table chunkline wrote)")
                 raise ValueError(f"lancedb table {self.name!r} at {self.path} holds {what}; this "
@@ -190,7 +232,7 @@ class LanceStore:
             return True
         if not create:
             return False
-        self.table = self.db.create_table(self.name, schema=schema(dim))
+        self.table = self.db.create_table(self.name, schema=schema(dim, principals=principals))
         return True
 
     def state(self) -> SyncState | None:
@@ -216,7 +258,8 @@ class LanceStore:
         self.table.delete(f"chunk_id IN ({_quoted(chunk_ids)})")
 
     def read_all(self) -> pa.Table:
-        held = self.table.to_arrow().select(schema(self.dim).names).cast(schema(self.dim))
+        target = schema(self.dim, principals=self.principals)
+        held = self.table.to_arrow().select(target.names).cast(target)
         # Lance keeps the text as written; canonical again, as the other stores' JSON is, so a
         # row written by an older chunkline (``1.0``) compares by value.
         position = held.schema.get_field_index("metadata")
@@ -229,6 +272,8 @@ class LanceStore:
         rows = self.table.count_rows()
         if ("search_text",) not in indexed:
             self.table.create_index("search_text", config=FTS())
+        if self.principals and (PRINCIPALS,) not in indexed:
+            self.table.create_index(PRINCIPALS, config=LabelList())
         if ("vector",) not in indexed:
             if rows >= VECTOR_INDEX_MIN_ROWS:
                 self.table.create_index(metric="cosine", vector_column_name="vector",

@@ -42,6 +42,45 @@ both, nor none. The views are made ``WITH (security_invoker = true)`` (PostgreSQ
 policies, of the user querying the view, not of the view's owner), so row-level security on the
 generation tables applies to readers of the alias. The current generation is read from the
 catalog (the table the view ``<table>`` depends on, ``pg_depend``), so every machine sees it.
+
+Access control (a run written with ``access:``, ``chunkline.access``): the table gets
+``principals text[]`` with a GIN index (``array_ops``: the ``&&`` overlap operator is one of its
+indexable operators, PostgreSQL docs, "GIN Indexes: Built-in Operator Classes"), and row-level
+security, switched on when the table is opened, before any row is written (PostgreSQL docs,
+"Row Security Policies" and "CREATE POLICY"):
+
+- ``ENABLE ROW LEVEL SECURITY`` and ``FORCE ROW LEVEL SECURITY``: the policies apply to the
+  table's owner too (an owner otherwise bypasses them); superusers and roles with
+  ``BYPASSRLS`` always bypass them, so readers must be neither;
+- policy ``chunkline_read`` (``FOR SELECT`` to every role): a row is visible when its
+  principals overlap the transaction's setting ``chunkline.principals``
+  (``principals && string_to_array(current_setting('chunkline.principals', true), ',')``);
+  unset, the setting is NULL and no row is visible: deny by default;
+- policy ``chunkline_sync`` (every command, to the role that syncs, ``CURRENT_USER`` when the
+  table is opened): the sync reads, writes and verifies every row. ``COPY FROM`` is refused on
+  a table whose policies apply to the writer, so a protected batch is copied into a temporary
+  table (dropped at commit) and inserted from it, in the batch's one transaction.
+
+A reader connects as a role of its own that is not the table's owner (nor a member of it), with
+``SELECT`` on the tables, and names its caller's principals, the public one included, for each
+transaction with ``SET LOCAL`` (``set_config(..., true)``, which takes a parameter):
+:func:`search_as` does it. Creating the role, once::
+
+    CREATE ROLE chunkline_reader LOGIN PASSWORD '...';   -- NOSUPERUSER NOBYPASSRLS by default
+    GRANT USAGE ON SCHEMA public TO chunkline_reader;
+    GRANT SELECT ON chunks, chunks_terms, chunks_sync TO chunkline_reader;
+    -- generation tables a later sync creates, readable through the views as they appear:
+    ALTER DEFAULT PRIVILEGES FOR ROLE <the syncing role> IN SCHEMA public
+        GRANT SELECT ON TABLES TO chunkline_reader;
+
+pgvector's HNSW index filters after the scan: a query whose policy (or ``WHERE``) drops most
+rows would return fewer than k. :func:`search_as` sets ``hnsw.iterative_scan = strict_order``
+(pgvector 0.8 and later, README "Iterative Index Scans": the scan goes on until k rows pass the
+filter, in exact distance order), bounded by ``hnsw.max_scan_tuples`` (20,000 by default); an
+older pgvector, or a caller who may read a tiny fraction of a large table, should use an exact
+scan instead (``SET LOCAL enable_indexscan = off``). Where the planner expects the caller to
+read few rows it picks the GIN index on ``principals`` and sorts those rows by exact distance
+itself; both plans return k rows whenever k readable rows exist (the tests force the HNSW one).
 """
 
 from __future__ import annotations
@@ -64,7 +103,7 @@ from chunkline.sparse import TERM_SPACE
 from pipeline.redact import redacted
 from pipeline.sync.core import StoreBusy, StoreError, SyncState
 from pipeline.sync.generations import is_generation
-from pipeline.sync.rows import DIGEST, canonical_metadata, schema, vector_matrix
+from pipeline.sync.rows import DIGEST, PRINCIPALS, canonical_metadata, schema, vector_matrix
 
 _SCALARS = ("chunk_id", "doc_id", "chunk_index", "start", "end", "headings", "text", "search_text",
             "tokens", "metadata", "page_start", "page_end", "content_key")
@@ -107,6 +146,37 @@ def parse_sparse(data: bytes) -> tuple[np.ndarray, np.ndarray]:
     return indices, np.frombuffer(data, ">f4", nnz, 12 + 4 * nnz).astype(np.float32)
 
 
+# What a reader sets for its transaction: its caller's principals, comma-separated.
+PRINCIPALS_SETTING = "chunkline.principals"
+_READ_POLICY = "chunkline_read"
+_SYNC_POLICY = "chunkline_sync"
+
+
+def principals_setting(principals: Sequence[str], public: str = "public") -> str:
+    """The value of ``chunkline.principals`` for a caller holding ``principals``: each checked
+    (no comma can split one in two), the public principal added, sorted, comma-separated."""
+    from chunkline.access import principal_set
+
+    return ",".join(principal_set([*principals, public], "principals"))
+
+
+def search_as(conn: psycopg.Connection, table: str, vector: Sequence[float], k: int,
+              principals: Sequence[str], public: str = "public") -> list[tuple[str, float]]:
+    """The ``k`` rows of ``table`` (the alias view, or a generation) nearest ``vector`` by
+    cosine distance among those a caller holding ``principals`` may read, as ``(chunk_id,
+    distance)``: the documented reader query. ``conn`` is the reader role's connection (not the
+    owner's, not a superuser's); the principals are set for this transaction only (``SET
+    LOCAL``), and the HNSW scan iterates in strict order until ``k`` readable rows are found."""
+    literal = "[" + ",".join(repr(float(v)) for v in vector) + "]"
+    with conn.transaction():
+        conn.execute("SELECT set_config(%s, %s, true)",
+                     (PRINCIPALS_SETTING, principals_setting(principals, public)))
+        conn.execute("SET LOCAL hnsw.iterative_scan = strict_order")
+        return conn.execute(sql.SQL("SELECT chunk_id, embedding <=> %s::vector AS distance FROM {} "
+                                    "ORDER BY distance LIMIT %s").format(sql.Identifier(table)),
+                            (literal, k)).fetchall()
+
+
 class PgvectorStore:
     def __init__(self, uri: str, table: str = "chunks") -> None:
         try:
@@ -117,6 +187,7 @@ class PgvectorStore:
         self.where = f"PostgreSQL table {table!r} ({redacted(uri)})"
         self.use(table)
         self.dim = 0
+        self.principals = False  # rows carry who may read them (``open``)
         schema_name = self.conn.execute("SELECT current_schema()").fetchone()[0]
         # Advisory lock keys are 64-bit integers shared by every application of the database:
         # derived from a name only chunkline uses, so no other lock collides by accident.
@@ -265,9 +336,10 @@ class PgvectorStore:
         return self.conn.execute("SELECT to_regclass(%s) IS NOT NULL",
                                  (sql.Identifier(table).as_string(self.conn),)).fetchone()[0]
 
-    def open(self, dim: int, sparse: bool, create: bool = True) -> bool:
+    def open(self, dim: int, sparse: bool, create: bool = True, principals: bool = False) -> bool:
         q = sql.SQL
         self.dim = dim
+        self.principals = principals
         if not create:
             if not self._exists(self.name):
                 return False
@@ -290,6 +362,8 @@ class PgvectorStore:
         if have is None or have[0] != f"vector({dim})":
             raise ValueError(f"table {self.name!r} has embedding {have[0] if have else 'missing'}, "
                              f"this run vector({dim}): sync into another table (?table=NAME)")
+        if create and principals:
+            self._protect()
         if create:
             self.conn.execute(q("CREATE TABLE IF NOT EXISTS {} (id int PRIMARY KEY CHECK (id = 1), "
                                 "run_id text, syncing text, chunks int8 NOT NULL, digest text NOT NULL, "
@@ -306,6 +380,26 @@ class PgvectorStore:
                 self.conn.execute(q("CREATE TABLE IF NOT EXISTS {} (term_id int4 PRIMARY KEY, "
                                     "df int8 NOT NULL)").format(self.terms_table))
         return True
+
+    def _protect(self) -> None:
+        """The principals column and row-level security (the module docstring), in one
+        transaction, before any row of a protected run is written: a reader never sees the
+        table holding rows without its policies."""
+        q = sql.SQL
+        with self.conn.transaction():
+            self.conn.execute(q("ALTER TABLE {} ADD COLUMN IF NOT EXISTS principals text[]")
+                              .format(self.table))
+            self.conn.execute(q("ALTER TABLE {} ENABLE ROW LEVEL SECURITY").format(self.table))
+            self.conn.execute(q("ALTER TABLE {} FORCE ROW LEVEL SECURITY").format(self.table))
+            for policy in (_READ_POLICY, _SYNC_POLICY):
+                self.conn.execute(q("DROP POLICY IF EXISTS {} ON {}").format(
+                    sql.Identifier(policy), self.table))
+            self.conn.execute(q(
+                "CREATE POLICY {} ON {} FOR SELECT USING (principals && "
+                "string_to_array(current_setting({}, true), ','))").format(
+                    sql.Identifier(_READ_POLICY), self.table, sql.Literal(PRINCIPALS_SETTING)))
+            self.conn.execute(q("CREATE POLICY {} ON {} TO CURRENT_USER USING (true) WITH CHECK (true)")
+                              .format(sql.Identifier(_SYNC_POLICY), self.table))
 
     def terms(self) -> tuple[dict[int, int], int | None]:
         if not self._exists(self.name + "_terms"):
@@ -374,17 +468,30 @@ class PgvectorStore:
         indices = rows.column("sparse_indices").to_pylist()
         values = rows.column("sparse_values").to_pylist()
         digests = rows.column(DIGEST).to_pylist()
+        readers = [rows.column(PRINCIPALS).to_pylist()] if self.principals else []
         names = sql.SQL(", ").join(sql.Identifier(n) for n in (
-            *_SCALARS, "embedding", "sparse", DIGEST))
+            *_SCALARS, "embedding", "sparse", *([PRINCIPALS] if self.principals else []), DIGEST))
+        types = [*_TYPES[:-1], *(["text[]"] if self.principals else []), _TYPES[-1]]
+        # COPY FROM is refused on a table whose row-level security applies to the writer
+        # (PostgreSQL docs, "COPY"): a protected table's batch is copied into a temporary table
+        # (no policies; dropped at commit) and inserted from there, in the same transaction.
+        target = sql.Identifier("chunkline_batch") if self.principals else self.table
         with self.conn.transaction(), self.conn.cursor() as cur:
             cur.execute(sql.SQL("DELETE FROM {} WHERE chunk_id = ANY(%s)").format(self.table), (ids,))
+            if self.principals:
+                cur.execute(sql.SQL("CREATE TEMPORARY TABLE {} (LIKE {}) ON COMMIT DROP")
+                            .format(target, self.table))
             with cur.copy(sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)")
-                          .format(self.table, names)) as copy:
-                copy.set_types(_TYPES)
+                          .format(target, names)) as copy:
+                copy.set_types(types)
                 for i in range(len(ids)):
                     copy.write_row([*(column[i] for column in columns), vectors[i],
                                     SparseValue((np.asarray(indices[i], np.int32),
-                                                 np.asarray(values[i], np.float32))), digests[i]])
+                                                 np.asarray(values[i], np.float32))),
+                                    *(column[i] for column in readers), digests[i]])
+            if self.principals:
+                cur.execute(sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {}").format(
+                    self.table, names, names, target))
 
     def delete(self, chunk_ids: Sequence[str]) -> None:
         with self.conn.transaction():
@@ -392,14 +499,19 @@ class PgvectorStore:
                               .format(self.table), (list(chunk_ids),))
 
     def read_all(self) -> pa.Table:
+        # A table synced before access control was on has no principals column (``--check``
+        # opens it as it is): its rows are read with none, and differ from the run's.
+        held = "principals" if any(name == PRINCIPALS for name, _ in self._columns(self.name)) \
+            else "NULL::text[]"
         with self.conn.cursor(binary=True) as cur:
             cur.execute(sql.SQL(
                 'SELECT chunk_id, doc_id, chunk_index, "start", "end", headings, text, search_text, '
                 "tokens, metadata::text, page_start, page_end, content_key, embedding, sparse, "
-                "row_digest FROM {}").format(self.table))
+                "row_digest{} FROM {}").format(sql.SQL(", " + held if self.principals else ""),
+                                               self.table))
             fetched = cur.fetchall()
-        columns = list(zip(*fetched)) if fetched else [[] for _ in range(16)]
-        target = schema(self.dim)
+        columns = list(zip(*fetched)) if fetched else [[] for _ in range(17)]
+        target = schema(self.dim, principals=self.principals)
         data = {name: list(columns[i]) for i, name in enumerate(_SCALARS)}
         data["metadata"] = [canonical_metadata(m) for m in data["metadata"]]
         matrix = np.stack(columns[13]) if fetched else np.zeros((0, self.dim), np.float32)
@@ -407,6 +519,8 @@ class PgvectorStore:
         data["sparse_indices"] = [s[0] for s in columns[14]]
         data["sparse_values"] = [s[1] for s in columns[14]]
         data[DIGEST] = list(columns[15])
+        if self.principals:
+            data[PRINCIPALS] = list(columns[16])
         return pa.table([pa.array(data[f.name], f.type) if f.name != "vector" else data["vector"]
                          for f in target], schema=target)
 
@@ -415,6 +529,10 @@ class PgvectorStore:
         self.conn.execute(sql.SQL(
             "CREATE INDEX IF NOT EXISTS {} ON {} USING hnsw (embedding vector_cosine_ops)")
             .format(sql.Identifier(self._index(self.name)), self.table))
+        if self.principals:
+            # The readers' policy tests ``principals && ...``: GIN's array_ops index it.
+            self.conn.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} USING gin (principals)")
+                              .format(sql.Identifier(self.name + "_principals"), self.table))
         self.conn.execute(sql.SQL("ANALYZE {}").format(self.table))
         return []
 

@@ -30,6 +30,17 @@ collection's name), deleted, and the alias ``<name>`` created: between that dele
 (two calls, once in a store's life) a reader of a server finds no collection. Every later switch
 is one ``update_collection_aliases`` call deleting the alias and creating it again, applied
 atomically (Qdrant docs: "all operations in one request are applied atomically").
+
+Access control (a run written with ``access:``, ``chunkline.access``): each point's payload
+holds ``principals`` (a list of strings), with a keyword payload index on a server (Qdrant docs,
+"Indexing: payload index": a filtered search uses it, and the HNSW graph is built with the
+filter's cardinality in mind; local mode has no indexes and filters while it scans every point).
+Qdrant has no row-level security: every reader's query must carry the filter
+:func:`principals_filter` builds (``FieldCondition(key="principals", match=MatchAny(any=[...]))``,
+a point matching when its list holds any of the caller's principals, the public one included),
+as :func:`search_as` does. Qdrant applies a query's filter during the search, so k points come
+back whenever k readable points exist. Give untrusted clients no direct access to the collection
+(an API key or a JWT with collection access is all or nothing for its payloads).
 """
 
 from __future__ import annotations
@@ -48,12 +59,33 @@ from qdrant_client import QdrantClient, models
 
 from pipeline.sync.core import StoreBusy, StoreError, SyncState
 from pipeline.sync.generations import is_generation
-from pipeline.sync.rows import DIGEST, canonical_metadata, schema, vector_matrix
+from pipeline.sync.rows import DIGEST, PRINCIPALS, canonical_metadata, schema, vector_matrix
 
 CHUNK_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "chunkline:chunk_id")
 _PAYLOAD = ("chunk_id", "doc_id", "chunk_index", "start", "end", "headings", "text", "search_text",
             "tokens", "metadata", "page_start", "page_end", "content_key", DIGEST)
 _PAGE = 5000  # points a scroll call returns: local mode sorts the collection once a call
+
+
+def principals_filter(principals: Sequence[str], public: str = "public") -> models.Filter:
+    """The filter every reader's query of a protected collection must carry: the points whose
+    ``principals`` hold one of the caller's, or the public one. The names are checked first (a
+    malformed one is an AccessError, never a filter that matches by accident)."""
+    from chunkline.access import principal_set
+
+    held = principal_set([*principals, public], "principals")
+    return models.Filter(must=[models.FieldCondition(key=PRINCIPALS, match=models.MatchAny(any=list(held)))])
+
+
+def search_as(client: QdrantClient, collection: str, vector: Sequence[float], k: int,
+              principals: Sequence[str], public: str = "public") -> list[tuple[str, float]]:
+    """The ``k`` points of ``collection`` (the alias) nearest ``vector`` by the dense vector
+    among those a caller holding ``principals`` may read, as ``(chunk_id, score)``: the
+    documented reader query."""
+    found = client.query_points(collection, query=list(map(float, vector)), using="dense",
+                                query_filter=principals_filter(principals, public), limit=k,
+                                with_payload=["chunk_id"])
+    return [(point.payload["chunk_id"], point.score) for point in found.points]
 
 
 def point_id(chunk_id: str) -> str:
@@ -78,6 +110,7 @@ class QdrantStore:
         self.use(collection)
         self.where = f"Qdrant collection {collection!r} at {path if path is not None else url}"
         self.dim = 0
+        self.principals = False  # points carry who may read them (``open``)
 
     def use(self, generation: str) -> None:
         self.name, self.state_name = generation, generation + "_sync"
@@ -172,9 +205,10 @@ class QdrantStore:
             return str(exc)
         return None
 
-    def open(self, dim: int, sparse: bool, create: bool = True) -> bool:
+    def open(self, dim: int, sparse: bool, create: bool = True, principals: bool = False) -> bool:
         m = models
         self.dim = dim
+        self.principals = principals
         if not create and self.local and not os.path.isdir(self.path):
             return False
         self._connect()
@@ -221,9 +255,13 @@ class QdrantStore:
         return [(_shown_id(p.payload.get("chunk_id"), p.id), p.payload.get(DIGEST) or "")
                 for p in self._scroll(["chunk_id", DIGEST], False)]
 
+    def _payload_names(self) -> tuple[str, ...]:
+        return _PAYLOAD + ((PRINCIPALS,) if self.principals else ())
+
     def upsert(self, rows: pa.Table) -> None:
         m = models
-        payload = {name: rows.column(name).to_pylist() for name in _PAYLOAD}
+        names = self._payload_names()
+        payload = {name: rows.column(name).to_pylist() for name in names}
         payload["metadata"] = [json.loads(text) for text in payload["metadata"]]
         vectors = vector_matrix(rows).tolist()
         indices = rows.column("sparse_indices").to_pylist()
@@ -231,7 +269,7 @@ class QdrantStore:
         points = [m.PointStruct(id=point_id(payload["chunk_id"][i]),
                                 vector={"dense": vectors[i],
                                         "bm25": m.SparseVector(indices=indices[i], values=values[i])},
-                                payload={name: payload[name][i] for name in _PAYLOAD})
+                                payload={name: payload[name][i] for name in names})
                   for i in range(len(rows))]
         self.client.upsert(self.name, points, wait=True)
 
@@ -240,9 +278,9 @@ class QdrantStore:
         self.client.delete(self.name, models.PointIdsList(points=ids), wait=True)
 
     def read_all(self) -> pa.Table:
-        target = schema(self.dim)
+        target = schema(self.dim, principals=self.principals)
         points = list(self._scroll(True, True))
-        data = {name: [p.payload.get(name) for p in points] for name in _PAYLOAD}
+        data = {name: [p.payload.get(name) for p in points] for name in self._payload_names()}
         data["metadata"] = [canonical_metadata(json.dumps(v)) for v in data["metadata"]]
         matrix = np.array([p.vector["dense"] for p in points], np.float32).reshape(-1, self.dim)
         sparse = [p.vector.get("bm25") for p in points]
@@ -277,7 +315,7 @@ class QdrantStore:
         if self.local:
             return [*notes, "qdrant local mode: no HNSW index, every search scans all points (exact)"]
         m = models
-        for field in ("doc_id", "chunk_id"):
+        for field in ("doc_id", "chunk_id", *((PRINCIPALS,) if self.principals else ())):
             self.client.create_payload_index(self.name, field, m.PayloadSchemaType.KEYWORD, wait=True)
         return notes
 

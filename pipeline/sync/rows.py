@@ -18,6 +18,11 @@ for verification, so a row's digest is computed one way, from values, whatever t
   query (``chunkline.sparse``), so an unchanged chunk's row stays as it was when the corpus
   changes around it.
 
+- ``principals``: who may read the row (``chunkline.access``), only for a run written with
+  access control (its manifest's ``access``): every store then holds it as a filterable,
+  indexed field, and its readers filter by it before ranking (each store's module says how).
+  A run without access control has no such column, and its rows' digests are as before.
+
 The digest (BLAKE2b, RFC 7693, 16 bytes) covers every synced column of a row with a type tag
 and a length before each value, so no two different rows encode to the same bytes.
 
@@ -58,13 +63,15 @@ SCALARS: tuple[str, ...] = ("chunk_id", "doc_id", "chunk_index", "start", "end",
                             "search_text", "tokens", "metadata", "page_start", "page_end",
                             "content_key")
 DIGEST = "row_digest"
+PRINCIPALS = "principals"  # who may read a row: only in the rows of a run with access control
 _READ = ["chunk_id", "doc_id", "chunk_index", "start", "end", "headings", "text", "search_text",
          "tokens", "metadata", "page_start", "page_end", "content_key", "sparse_indices",
-         "sparse_values", "embedding", "embedding_scale"]
+         "sparse_values", "embedding", "embedding_scale", PRINCIPALS]
 
 
-def schema(dim: int, with_digest: bool = True) -> pa.Schema:
-    """The canonical row: what a store writes and reads back (``row_digest`` last)."""
+def schema(dim: int, with_digest: bool = True, principals: bool = False) -> pa.Schema:
+    """The canonical row: what a store writes and reads back (``row_digest`` last); with
+    ``principals`` (a run written with access control) the ``principals`` column before it."""
     fields = [
         pa.field("chunk_id", pa.string(), nullable=False),
         pa.field("doc_id", pa.string(), nullable=False),
@@ -83,6 +90,8 @@ def schema(dim: int, with_digest: bool = True) -> pa.Schema:
         pa.field("sparse_indices", pa.list_(pa.int32()), nullable=False),
         pa.field("sparse_values", pa.list_(pa.float32()), nullable=False),
     ]
+    if principals:
+        fields.append(pa.field(PRINCIPALS, pa.list_(pa.string()), nullable=False))
     if with_digest:
         fields.append(pa.field(DIGEST, pa.string(), nullable=False))
     return pa.schema(fields)
@@ -100,6 +109,11 @@ def vector_matrix(table: pa.Table, column: str = "vector") -> np.ndarray:
     dim = vectors.type.list_size
     flat = pc.list_flatten(vectors).to_numpy(zero_copy_only=False)
     return flat.reshape(len(table), dim)
+
+
+def has_principals(rows: pa.Table) -> bool:
+    """Whether ``rows`` (``load_rows``, or a store's ``read_all``) carry who may read them."""
+    return PRINCIPALS in rows.column_names
 
 
 def stores_idf_free_weights(manifest: dict) -> bool:
@@ -140,6 +154,10 @@ def load_rows(run_dir: str, manifest: dict) -> pa.Table:
                          "chunkline wrote them): run it again to sync it")
     if "embedding" not in table.column_names:
         raise ValueError(f"{run_dir}: chunk shards without an embedding column: nothing to sync")
+    protected = bool(manifest.get("access"))
+    if protected and PRINCIPALS not in table.column_names:
+        raise ValueError(f"{run_dir} was written with access control but its chunk shards have no "
+                         "principals column: damaged, or not this run's")
     stored = vector_matrix(table, "embedding")
     scales = (table.column("embedding_scale").to_numpy(zero_copy_only=False)
               if "embedding_scale" in table.column_names else None)
@@ -163,8 +181,10 @@ def load_rows(run_dir: str, manifest: dict) -> pa.Table:
         "vector": pa.FixedSizeListArray.from_arrays(pa.array(matrix.reshape(-1), pa.float32()), dim),
         "sparse_indices": table.column("sparse_indices") if "sparse_indices" in table.column_names else empty_ints,
         "sparse_values": table.column("sparse_values") if "sparse_values" in table.column_names else empty_floats,
+        PRINCIPALS: table.column(PRINCIPALS) if protected else None,
     }
-    rows = pa.table([columns[f.name] for f in schema(dim, False)], schema=schema(dim, False))
+    target = schema(dim, False, protected)
+    rows = pa.table([columns[f.name] for f in target], schema=target)
     rows = rows.sort_by("chunk_id")
     return rows.append_column(DIGEST, pa.array(row_digests(rows), pa.string()))
 
@@ -192,11 +212,13 @@ def _blob(data: bytes) -> bytes:
 def row_digests(table: pa.Table) -> list[str]:
     """The digest of each row of ``table`` (``schema(dim)`` columns, ``row_digest`` ignored):
     hex BLAKE2b-128 over the scalars in ``SCALARS`` order, the float32 vector's bytes
-    (little-endian), the sparse term ids (int32) and weights (float32)."""
+    (little-endian), the sparse term ids (int32) and weights (float32), and, where the rows
+    carry them, their principals (so a change of who may read a row rewrites it everywhere)."""
     n = len(table)
     if n == 0:
         return []
-    scalars = [table.column(name).to_pylist() for name in SCALARS]
+    names = SCALARS + ((PRINCIPALS,) if PRINCIPALS in table.column_names else ())
+    scalars = [table.column(name).to_pylist() for name in names]
     vectors = np.ascontiguousarray(vector_matrix(table).astype("<f4", copy=False)).tobytes()
     width = len(vectors) // n
     index_list = table.column("sparse_indices").combine_chunks()

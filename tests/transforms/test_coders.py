@@ -29,16 +29,17 @@ INTS = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 FLOAT32 = st.floats(width=32)  # what a model writes: exactly float32 (NaN, inf, -0.0 included)
 VECTORS = st.none() | st.tuples() | st.lists(FLOAT32, max_size=20).map(tuple) | st.lists(
     st.floats(), max_size=20).map(tuple)  # float64 values (written in code) must survive too
+PRINCIPALS = st.none() | st.lists(TEXT, max_size=3).map(tuple)  # None: access control off
 
 CHUNKS = st.builds(
     ChunkRecord, doc_id=TEXT, chunk_id=TEXT, chunk_index=INTS, start=INTS, end=INTS,
     headings=st.lists(TEXT, max_size=4).map(tuple), text=TEXT, tokens=INTS, embedding=VECTORS,
     prefix=TEXT, context=TEXT, context_status=TEXT, table_header=TEXT, content_key=TEXT,
-    carry_key=TEXT)
+    carry_key=TEXT, principals=PRINCIPALS)
 DOCUMENTS = st.builds(
     Document, doc_id=TEXT, uri=TEXT, text=TEXT,
     metadata=st.lists(st.tuples(TEXT, TEXT), max_size=3).map(tuple), position=INTS, encoding=TEXT,
-    input_digest=TEXT)
+    input_digest=TEXT, principals=PRINCIPALS)
 
 
 def same_fields(a, b) -> bool:
@@ -79,7 +80,8 @@ def test_document_chunks_coder_is_the_identity(element) -> None:
 
 @settings(max_examples=100, deadline=None)
 @given(st.builds(DocumentStatus, doc_id=TEXT, uri=TEXT, text=TEXT, doc_hash=TEXT, status=TEXT,
-                 duplicate_of=st.none() | TEXT, encoding=TEXT, input_digest=TEXT),
+                 duplicate_of=st.none() | TEXT, encoding=TEXT, input_digest=TEXT,
+                 principals=PRINCIPALS),
        st.builds(Rejected, uri=TEXT, doc_id=TEXT, reason=TEXT), DOCUMENTS)
 def test_status_rejected_and_document_coders_are_the_identity(status, rejected, document) -> None:
     assert same_fields(DocumentStatusCoder().decode(DocumentStatusCoder().encode(status)), status)
