@@ -110,6 +110,22 @@ def check_question(question: Any, k: Any, mode: Any, expand: Any) -> None:
         raise ValueError(f"expand must be an integer >= 0, got {expand!r}")
 
 
+_MODELS: dict[Any, Any] = {}
+_MODELS_LOCK = threading.Lock()
+
+
+def _loaded_model(options: Any) -> Any:
+    """The model ``options`` name, loaded once per process: every index of one model opened in
+    a process (a notebook or a test asking ``chunkline query`` many questions, one run after
+    another) shares it, as the workers share theirs (transforms/model_cache.py)."""
+    from chunkline.embedder import load_model
+
+    with _MODELS_LOCK:
+        if options not in _MODELS:
+            _MODELS[options] = load_model(options)
+        return _MODELS[options]
+
+
 class Index:
     """One run of an index, loaded for searching: ``Index.open(output)``, then
     :meth:`search` as often as wanted. ``len(index)`` is its number of chunks.
@@ -202,11 +218,10 @@ class Index:
             return embed_texts(model, [question], self._embed)[0]
 
     def _read_model(self) -> tuple[Any, float]:
-        from chunkline.embedder import load_model
         from transforms.model_cache import local_model_dir
 
         started = time.perf_counter()
-        model = load_model(dataclasses.replace(self._embed, model=local_model_dir(self._embed.model)))
+        model = _loaded_model(dataclasses.replace(self._embed, model=local_model_dir(self._embed.model)))
         return model, time.perf_counter() - started
 
     # --- searching --------------------------------------------------------------------------

@@ -231,14 +231,18 @@ def test_chunkline_query_as_a_caller_in_sparse_mode(protected, reference, caller
     check_hits(reference, hits, question, "sparse", k, caller, expand)
 
 
-@pytest.mark.parametrize("mode", ["dense", "hybrid"])
-@pytest.mark.parametrize("caller", [("eng",), ("hr", "sales"), ("nobody",)])
-def test_chunkline_query_as_a_caller_in_the_model_modes(protected, reference, mode, caller) -> None:
-    question = QUESTIONS[0]
-    code, found, err = cli(protected.output.as_posix(), question, "--json", "--mode", mode, "-k", "6",
-                           "--expand", "120", "--as", ",".join(caller))
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(caller=CALLERS.filter(bool), question=st.sampled_from(QUESTIONS),
+       mode=st.sampled_from(["dense", "hybrid"]), k=st.integers(1, 12), expand=st.sampled_from([0, 120]))
+def test_chunkline_query_as_a_caller_in_the_model_modes(protected, reference, caller, question, mode,
+                                                        k, expand) -> None:
+    # Each call opens the index as a fresh `chunkline query` does; the model loads once per
+    # process (pipeline.search._loaded_model).
+    code, found, err = cli(protected.output.as_posix(), question, "--json", "--mode", mode, "-k",
+                           str(k), "--expand", str(expand), "--as", ",".join(caller))
     assert code == 0, err
-    check_hits(reference, [SimpleNamespace(**hit) for hit in found["hits"]], question, mode, 6, caller, 120)
+    check_hits(reference, [SimpleNamespace(**hit) for hit in found["hits"]], question, mode, k,
+               caller, expand)
 
 
 def test_a_protected_index_refuses_a_question_without_a_caller(protected, index) -> None:
