@@ -94,8 +94,11 @@ class _ScanDocument(beam.DoFn):
         self.found = Metrics.counter(NAMESPACE, "found")
 
     def setup(self) -> None:
-        scanner(self.options)  # detect-secrets' plugins, once per worker process
         self.memo.setup()
+        if self.memo.memo is None:
+            scanner(self.options)  # detect-secrets' plugins, once per worker process
+        # With a memo the plugins load on the first text the previous run did not scan: a
+        # rerun that recalls every scan never imports detect-secrets.
 
     def finish_bundle(self) -> None:
         self.memo.flush()
