@@ -595,3 +595,70 @@ def test_a_mapping_that_cannot_be_read_stops_the_run_in_one_line(tmp_path) -> No
         assert code == 2 and why in err.getvalue() and "access.mapping" in err.getvalue(), err.getvalue()
         assert "Traceback" not in err.getvalue()
     assert not (tmp_path / "index" / "LATEST").exists()
+
+
+def test_revoking_a_group_takes_its_chunks_out_of_every_store_after_sync(protected, pg_server,
+                                                                         tmp_path) -> None:
+    """The revocation rerun, synced over the stores the first run went into: the group that
+    lost the document no longer gets its chunks from LanceDB, Qdrant or PostgreSQL (read as a
+    plain role), the group that kept it still does, and nothing was embedded again."""
+    import psycopg
+    from qdrant_client import QdrantClient
+
+    from pipeline.sync import lance, pgvector, qdrant
+
+    corpus, output = protected.corpus, tmp_path / "index"
+    shutil.copytree(protected.output, output)
+    dump = corpus / "records.jsonl"
+    original = dump.read_text()
+    records = [json.loads(line) for line in original.splitlines()]
+    (revoked,) = [r for r in records if r["id"] == REVOKED]
+    revoked["metadata"]["groups"] = ["eng"]
+    dump.write_text("".join(json.dumps(r) + "\n" for r in records))
+    try:
+        rerun = job(corpus, output)
+    finally:
+        dump.write_text(original)
+    assert rerun.published and load_manifest(rerun.run_dir)["counts"]["embedded"] == 0
+    rows = shards(Path(protected.run_dir), "chunks").to_pylist()
+    mine = [row for row in rows if row["doc_id"] == REVOKED]
+    # Each of the document's chunks is its own nearest neighbour where it may be read.
+    vectors = [np.asarray(row["embedding"], dtype=np.float32) for row in mine]
+    k = 3
+
+    lance_path, qdrant_path = tmp_path / "lance", tmp_path / "qdrant"
+    pg_uri = f"{pg_server}&table=revoke"
+    with psycopg.connect(pg_server, autocommit=True) as admin:
+        admin.execute("CREATE ROLE revoke_reader LOGIN")
+        admin.execute("GRANT USAGE ON SCHEMA public TO revoke_reader")
+
+    def found(caller: list[str]) -> dict[str, set[str]]:
+        """The revoked document's chunk ids each store gives ``caller`` among the k nearest to
+        each of its chunks."""
+        table = lance.open_current(str(lance_path))
+        ids = {"lancedb": {c for v in vectors for c, _ in lance.search_as(table, v, k, caller)}}
+        client = QdrantClient(path=str(qdrant_path))
+        try:
+            ids["qdrant"] = {c for v in vectors
+                             for c, _ in qdrant.search_as(client, "chunks", v, k, caller)}
+        finally:
+            client.close()
+        with psycopg.connect(as_role(pg_server, "revoke_reader"), autocommit=True) as reader:
+            ids["postgresql"] = {c for v in vectors
+                                 for c, _ in pgvector.search_as(reader, "revoke", v, k, caller)}
+        mine_ids = {row["chunk_id"] for row in mine}
+        return {store: ids_found & mine_ids for store, ids_found in ids.items()}
+
+    def sync_all(run_dir: str) -> None:
+        synced_rows(str(lance_path), run_dir)
+        synced_rows(f"qdrant://{qdrant_path}", run_dir)
+        synced_rows(pg_uri, run_dir)
+        with psycopg.connect(pg_server, autocommit=True) as admin:
+            admin.execute("GRANT SELECT ON revoke, revoke_terms, revoke_sync TO revoke_reader")
+
+    every = {row["chunk_id"] for row in mine}
+    sync_all(protected.run_dir)
+    assert found(["sales"]) == {"lancedb": every, "qdrant": every, "postgresql": every}
+    sync_all(rerun.run_dir)
+    assert found(["sales"]) == {"lancedb": set(), "qdrant": set(), "postgresql": set()}
+    assert found(["eng"]) == {"lancedb": every, "qdrant": every, "postgresql": every}
