@@ -22,7 +22,6 @@ larger than :data:`MAX_LOAD_BYTES` on disk is not loaded at all.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
 import uuid
@@ -31,6 +30,8 @@ from typing import Iterable, Mapping
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from chunkline.records import framed_digest_bytes
 
 log = logging.getLogger("chunkline.memo")
 
@@ -75,12 +76,7 @@ class MemoSource:
 def memo_key(kind: str, settings: str, text: str, *more: str) -> bytes:
     """The key of ``kind``'s result for ``text`` (and ``more``: a file name, metadata) under
     ``settings``; every part framed by its length, so no two inputs share a key."""
-    digest = hashlib.blake2b(digest_size=16)
-    for part in (kind, settings, text, *more):
-        data = part.encode("utf-8", "surrogatepass")
-        digest.update(len(data).to_bytes(8, "little"))
-        digest.update(data)
-    return digest.digest()
+    return framed_digest_bytes((kind, settings, text, *more))
 
 
 def read_segments(paths: Iterable[str], open_file) -> dict[bytes, bytes]:
@@ -145,8 +141,7 @@ class Memo:
 
     def put(self, key: bytes, value: bytes) -> None:
         self.used[key] = value
-        if isinstance(self.known, dict):
-            self.known[key] = value  # another stage of this process may ask for it
+        self.known[key] = value  # another stage of this process may ask for it
 
     def take_used(self) -> dict[bytes, bytes]:
         used, self.used = self.used, {}

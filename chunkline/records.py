@@ -207,12 +207,17 @@ def doc_hash(text: str) -> str:
 def framed_digest(parts: Iterable[str]) -> str:
     """blake2b (128 bits) of ``parts``, each preceded by its length: ("ab", "c") and
     ("a", "bc") differ."""
+    return framed_digest_bytes(parts).hex()
+
+
+def framed_digest_bytes(parts: Iterable[str]) -> bytes:
+    """:func:`framed_digest` as its 16 bytes."""
     digest = hashlib.blake2b(digest_size=16)
     for part in parts:
         data = part.encode("utf-8", "surrogatepass")
         digest.update(len(data).to_bytes(8, "little"))
         digest.update(data)
-    return digest.hexdigest()
+    return digest.digest()
 
 
 def input_digest(doc: Document) -> str:

@@ -5,6 +5,7 @@ previous run's shards may lend their vectors."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -139,7 +140,7 @@ def carry_signature(config: Config, tokenizer_spec: str, max_tokens: int, embedd
     """Digest of everything after deduplication that shapes a document's rows: the split,
     context and embed sections, the BM25 analysis (k1 and b are applied as shards are written),
     the chunk metadata and vector storage, the derived budget, the code and libraries."""
-    from chunkline.carry import code_fingerprint, library_versions, processing_signature
+    from chunkline.carry import library_versions, processing_signature
 
     sections = to_dict(config)
     sparse = None if config.sparse is None else {
@@ -149,7 +150,7 @@ def carry_signature(config: Config, tokenizer_spec: str, max_tokens: int, embedd
         "embed": sections.get("embed"), "sparse": sparse,
         "chunk_metadata": config.output.chunk_metadata, "vector_dtype": config.output.vector_dtype,
         "tokenizer": tokenizer_spec, "max_tokens": max_tokens, "embedding_signature": embedding,
-        "dim": dim, "code": code_fingerprint([_ROOT / "chunkline", _ROOT / "transforms"]),
+        "dim": dim, "code": source_fingerprint(),
         "libraries": library_versions(),
         # On, the rows have a principals column (a run without one lends none); each document's
         # principals, whatever source or mapping gave them, are in its carry key.
@@ -158,10 +159,20 @@ def carry_signature(config: Config, tokenizer_spec: str, max_tokens: int, embedd
     return hashlib.blake2b(processing_signature(settings).encode(), digest_size=16).hexdigest()
 
 
+@functools.lru_cache(maxsize=1)
+def source_fingerprint() -> str:
+    """The digest of the library's and the stages' code, read once per process: both the carry
+    signature and the memo's settings name it."""
+    from chunkline.carry import code_fingerprint
+
+    return code_fingerprint([_ROOT / "chunkline", _ROOT / "transforms"])
+
+
 def memo_settings() -> str:
-    """What decides a memoized result besides its text and stage settings: the library's code
-    and the versions of the libraries it computes with."""
-    from chunkline.carry import code_fingerprint, library_versions
+    """What decides a memoized result besides its text and stage settings: the code (the
+    library computes each result, the stages encode it) and the versions of the libraries it
+    computes with."""
+    from chunkline.carry import library_versions
 
     versions = library_versions()
     for name in ("detect-secrets", "numpy"):
@@ -169,8 +180,7 @@ def memo_settings() -> str:
             versions[name] = distributions.version(name)
         except distributions.PackageNotFoundError:
             continue
-    return json.dumps({"code": code_fingerprint([_ROOT / "chunkline"]), "libraries": versions},
-                      sort_keys=True)
+    return json.dumps({"code": source_fingerprint(), "libraries": versions}, sort_keys=True)
 
 
 def memo_source(config: Config, run_dir: str) -> MemoSource | None:

@@ -21,7 +21,7 @@ def test_keys_differ_whenever_any_framed_part_differs(a, b, c, d) -> None:
         assert memo_key("k", "s", a, b) != memo_key("k", "s", c, d)
     assert memo_key("k", "s", a) != memo_key("other", "s", a)
     assert memo_key("k", "s", a) != memo_key("k", "s2", a)
-    assert memo_key("k", "s", a + b) == memo_key("k", "s", a + b)
+    assert len(memo_key("k", "s", a)) == 16
 
 
 @given(st.dictionaries(st.binary(min_size=16, max_size=16), st.binary(max_size=64), max_size=30))

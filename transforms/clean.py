@@ -30,7 +30,7 @@ from chunkline.boilerplate import (
 )
 from chunkline.clean import CleanOptions, clean_marked, line_indexes, without_lines_marked
 from chunkline.memo import CLEAN, DOC_HASH, LINE_KEYS, STRIP, MemoSource
-from chunkline.records import Document, Rejected, doc_hash
+from chunkline.records import Document, Rejected
 from transforms.memo import MemoUse, recalled_doc_hash
 from transforms.spill import ReadSpilled, RemoveParts, SpillRecords, default_spill_dir
 
@@ -117,6 +117,22 @@ class CleanDocuments(beam.PTransform):
         )
         return CleanOutputs(cleaned.documents, cleaned[REJECTED])
 
+def _recalled_drop(value: bytes | None, lines: int) -> tuple[list[bool], dict[str, str]] | None:
+    """A recorded strip decision (``{"drop": line indexes, "found": {key: line}}``) as the
+    drop flags of a text of ``lines`` lines and what was found; None when there is none or it
+    is damaged (the text is then cut afresh)."""
+    if value is None:
+        return None
+    try:
+        recalled = json.loads(value)
+        drop = [False] * lines
+        for index in recalled["drop"]:
+            drop[index] = True
+        return drop, dict(recalled["found"])
+    except (ValueError, KeyError, IndexError, TypeError):
+        return None
+
+
 class _Strip(beam.DoFn):
     """A document without its frequent lines. Its candidate keys, when this process or the
     previous run computed them (:class:`_KeysOfText`), say whether it holds any: most documents
@@ -168,25 +184,14 @@ class _Strip(beam.DoFn):
         # Which lines go is a function of the text and the frequent keys it holds: recalled as
         # line indexes, and the text cut here as the function would cut it.
         key = memo.key(doc.text, held.tobytes().hex())
-        value = memo.get(key)
-        if value is not None:
-            try:
-                recalled = json.loads(value)
-                drop_at, found = recalled["drop"], recalled["found"]
-                lines = doc.text.split("\n")
-                drop = [False] * len(lines)
-                for index in drop_at:
-                    drop[index] = True
-                if not any(drop):
-                    return doc.text, tuple(doc.page_starts), {}
-                text, page_starts = without_lines_marked(
-                    lines, drop, line_indexes(doc.text, doc.page_starts))
-                return text, page_starts, found
-            except (ValueError, KeyError, IndexError, TypeError):
-                pass  # a damaged entry: cut afresh
-        lines, drop, found = boilerplate_lines(doc.text, frequent, self._options)
-        memo.put(key, json.dumps({"drop": [i for i, gone in enumerate(drop) if gone], "found": found},
-                                 ensure_ascii=False).encode("utf-8"))
+        lines = doc.text.split("\n")
+        recalled = _recalled_drop(memo.get(key), len(lines))
+        if recalled is None:
+            lines, drop, found = boilerplate_lines(doc.text, frequent, self._options)
+            memo.put(key, json.dumps({"drop": [i for i, gone in enumerate(drop) if gone],
+                                      "found": found}, ensure_ascii=False).encode("utf-8"))
+        else:
+            drop, found = recalled
         if not any(drop):
             return doc.text, tuple(doc.page_starts), {}
         text, page_starts = without_lines_marked(lines, drop, line_indexes(doc.text, doc.page_starts))
@@ -244,14 +249,12 @@ class _KeysOfText(beam.DoFn):
 
     def process(self, doc: Document) -> Iterable[tuple[str, bytes]]:
         memo = self._memo.memo
-        if memo is None:
-            yield doc_hash(doc.text), key_array(line_keys(doc.text, self._options))
-            return
-        key = memo.key(doc.text)
-        keys = memo.get(key, width=8)
+        key = memo.key(doc.text) if memo is not None else None
+        keys = memo.get(key, width=8) if memo is not None else None
         if keys is None:
             keys = key_array(line_keys(doc.text, self._options))
-            memo.put(key, keys)
+            if memo is not None:
+                memo.put(key, keys)
         yield recalled_doc_hash(self._hashes.memo, doc.text), keys
 
 

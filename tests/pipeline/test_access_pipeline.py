@@ -348,10 +348,11 @@ def test_an_index_without_access_control_reads_as_before(tmp_path) -> None:
     assert [h.doc_id for h in result.hits] == ["a.md"] and result.notes[0].kind == "unprotected"
 
 
-def test_revoking_a_group_takes_its_chunks_out_with_nothing_embedded_again(protected, tmp_path) -> None:
-    # The same corpus, edited in place (a document's id and source are part of its carry key),
-    # indexed into a copy of the output: the fixture's own output stays as it was.
-    corpus, output = protected.corpus, tmp_path / "index"
+def rerun_without_sales(protected, output: Path):
+    """The protected corpus with ``sales`` taken from :data:`REVOKED`'s groups, rerun into a
+    copy of the fixture's output (the corpus is edited in place, since a document's id and
+    source are part of its carry key, and put back; the fixture's own output stays as it was)."""
+    corpus = protected.corpus
     shutil.copytree(protected.output, output)
     dump = corpus / "records.jsonl"
     original = dump.read_text()
@@ -360,11 +361,15 @@ def test_revoking_a_group_takes_its_chunks_out_with_nothing_embedded_again(prote
     assert first["metadata"]["groups"] == ["eng", "sales"]
     first["metadata"]["groups"] = ["eng"]
     dump.write_text("".join(json.dumps(r) + "\n" for r in records))
-    before = Index.open(protected.run_dir)
     try:
-        summary = job(corpus, output)
+        return job(corpus, output)
     finally:
         dump.write_text(original)
+
+
+def test_revoking_a_group_takes_its_chunks_out_with_nothing_embedded_again(protected, tmp_path) -> None:
+    before = Index.open(protected.run_dir)
+    summary = rerun_without_sales(protected, tmp_path / "index")
     assert summary.published, summary.problems
     counts = load_manifest(summary.run_dir)["counts"]
     assert counts["embedded"] == 0 and counts["reused"] > 0, counts
@@ -607,18 +612,7 @@ def test_revoking_a_group_takes_its_chunks_out_of_every_store_after_sync(protect
 
     from pipeline.sync import lance, pgvector, qdrant
 
-    corpus, output = protected.corpus, tmp_path / "index"
-    shutil.copytree(protected.output, output)
-    dump = corpus / "records.jsonl"
-    original = dump.read_text()
-    records = [json.loads(line) for line in original.splitlines()]
-    (revoked,) = [r for r in records if r["id"] == REVOKED]
-    revoked["metadata"]["groups"] = ["eng"]
-    dump.write_text("".join(json.dumps(r) + "\n" for r in records))
-    try:
-        rerun = job(corpus, output)
-    finally:
-        dump.write_text(original)
+    rerun = rerun_without_sales(protected, tmp_path / "index")
     assert rerun.published and load_manifest(rerun.run_dir)["counts"]["embedded"] == 0
     rows = shards(Path(protected.run_dir), "chunks").to_pylist()
     mine = [row for row in rows if row["doc_id"] == REVOKED]
