@@ -22,6 +22,8 @@ larger than :data:`MAX_LOAD_BYTES` on disk is not loaded at all.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import logging
 import threading
 import uuid
@@ -75,8 +77,18 @@ class MemoSource:
 
 def memo_key(kind: str, settings: str, text: str, *more: str) -> bytes:
     """The key of ``kind``'s result for ``text`` (and ``more``: a file name, metadata) under
-    ``settings``; every part framed by its length, so no two inputs share a key."""
-    return framed_digest_bytes((kind, settings, text, *more))
+    ``settings``; every part framed by its length, so no two inputs share a key. The text enters
+    as its own digest (:func:`text_digest`), so the several kinds a stage recalls for one text
+    hash its bytes once."""
+    return framed_digest_bytes((kind, settings, text_digest(text).hex(), *more))
+
+
+@functools.lru_cache(maxsize=64)
+def text_digest(text: str) -> bytes:
+    """blake2b (128 bits) of the text's UTF-8. Cached per process on the string: the stages fused
+    with the reader (clean, credentials, boilerplate keys) ask for the same text object, and
+    Python keeps a string's hash on it, so a hit costs a pointer comparison."""
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
 def read_segments(paths: Iterable[str], open_file) -> dict[bytes, bytes]:

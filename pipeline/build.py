@@ -159,14 +159,18 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
 
     weigh, weights = {}, None
     if stages.sparse is not None:
-        from transforms.sparse import BM25Weights, SparseCounts, WriteStats, WriteTerms
+        from transforms.sparse import BM25Weights, SparseCounts, WriteStats, WriteTerms, lengths_only
 
         sparse = ((chunks, carried.stats) if carried is not None else chunks) | "Sparse" >> SparseCounts(stages.sparse)
         chunks = sparse.chunks
         # Weights need the whole run's statistics: applied as each shard is written, so the
         # chunks wait in their part files rather than in memory.
         weights = BM25Weights(stages.sparse, plan.bm25_reference)
-        weigh = {"finish": weights, "finish_input": sparse.stats}
+        # The stored weights need the corpus's chunk count and summed length, never its document
+        # frequencies: a side input without them is a few bytes, where the whole term table is a
+        # dict the worker's side-input cache walks object by object to size (Beam's statecache).
+        weigh = {"finish": weights,
+                 "finish_input": sparse.stats | "Lengths" >> beam.Map(lengths_only)}
         sparse.stats | "WriteBm25Stats" >> beam.ParDo(
             WriteStats(plan.run_dir, stages.sparse, plan.bm25_reference))
         # From the statistics in one piece: a term is never an element of its own.

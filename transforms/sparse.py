@@ -88,6 +88,11 @@ def _with_counts(chunk: ChunkRecord, options: SparseOptions) -> ChunkRecord:
     return dataclasses.replace(chunk, sparse_indices=ids, sparse_values=tuple(map(float, counts)))
 
 
+def lengths_only(stats: CorpusStats) -> CorpusStats:
+    """The statistics without document frequencies: all a document's stored weights depend on."""
+    return CorpusStats(stats.documents, stats.total_length, {})
+
+
 class BM25Weights:
     """``(chunk with term counts, CorpusStats)`` -> the chunk with its stored BM25 weights; a
     plain callable, so that the shard writer can weigh each chunk as its shard is written
