@@ -17,7 +17,10 @@ one output (the demo config, `--allow-shrink`, everything else default):
 Per corpus: a full run; a rerun with nothing changed; a rerun with 1 % of the documents changed;
 one with 10 % changed (each a fresh seeded sample, cumulative on the same corpus and output; a
 changed document gets one new sentence after its first blank line); and the floor, the same
-command on a one-document corpus (full run and unchanged rerun). `readmes` is the long
+command on a one-document corpus (full run and unchanged rerun). Each row is the median of
+`--repeat` (default 3) runs from the same state (the corpus and output copied aside and put back
+before each), every run's pipeline time listed: on a virtual machine two identical runs differ by
+up to a third. `readmes` is the long
 descriptions of the venv's installed distributions (plus README files in site-packages), about
 `--mb` (default 1.5) MB, embedded with the real model; `scale` is bench/scale_bench.py's corpus
 at each `--mb` (default 20 80), with `embed=null`. Pipeline time is the manifest's
@@ -97,6 +100,7 @@ class Measured:
     peak_rss_mb: float
     run_dir_mb: float
     counts: dict = field(default_factory=dict)
+    each: list = field(default_factory=list)  # every repetition's pipeline s (--repeat)
 
     @property
     def outside_s(self) -> float:
@@ -234,23 +238,62 @@ def run_process(corpus: Path, output: Path, overrides: list[str]) -> Measured:
         run_dir_mb=directory_bytes(output / run_id) / 1e6, counts=manifest.get("counts", {}))
 
 
-def nightly_corpus(corpus: Path, work: Path, overrides: list[str], seed: int) -> list[tuple[str, Measured]]:
-    """Full run, three reruns into the same output, and the one-document floor."""
+def median_of(runs: list[Measured]) -> Measured:
+    """The run of median pipeline time, every run's pipeline time kept beside it."""
+    ordered = sorted(runs, key=lambda m: m.pipeline_s)
+    chosen = ordered[(len(ordered) - 1) // 2]
+    chosen.each = [m.pipeline_s for m in runs]
+    return chosen
+
+
+def repeated(corpus: Path, output: Path, overrides: list[str], repeat: int,
+             change: tuple[float, int, str] | None = None, fresh: bool = False) -> Measured:
+    """The same run ``repeat`` times from the same starting state: the corpus and output as
+    they were (copied aside and put back), ``change`` (fraction, seed, label) applied anew
+    each time, ``fresh``: into an empty output. The last run's state is kept."""
+    snapshot = output.parent / (output.name + ".before")
+    if repeat > 1 and not fresh:
+        shutil.rmtree(snapshot, ignore_errors=True)
+        snapshot.mkdir()
+        subprocess.run(["cp", "-a", str(corpus), str(snapshot / "corpus")], check=True)
+        if output.exists():
+            subprocess.run(["cp", "-a", str(output), str(snapshot / "out")], check=True)
+    runs = []
+    for attempt in range(repeat):
+        if attempt and fresh:
+            shutil.rmtree(output)
+        elif attempt:
+            for target, source in ((corpus, snapshot / "corpus"), (output, snapshot / "out")):
+                shutil.rmtree(target, ignore_errors=True)
+                if source.exists():
+                    subprocess.run(["cp", "-a", str(source), str(target)], check=True)
+        if change is not None:
+            changed = change_documents(corpus, *change)
+            if attempt == 0:
+                print(f"  changed {changed} documents", flush=True)
+        runs.append(run_process(corpus, output, overrides))
+    shutil.rmtree(snapshot, ignore_errors=True)
+    return median_of(runs)
+
+
+def nightly_corpus(corpus: Path, work: Path, overrides: list[str], seed: int,
+                   repeat: int = 1) -> list[tuple[str, Measured]]:
+    """Full run, three reruns into the same output, and the one-document floor; each row the
+    median of ``repeat`` runs from the same starting state."""
     output = work / "out"
-    rows = [("full", run_process(corpus, output, overrides))]
-    rows.append(("no change", run_process(corpus, output, overrides)))
+    rows = [("full", repeated(corpus, output, overrides, repeat, fresh=True))]
+    rows.append(("no change", repeated(corpus, output, overrides, repeat)))
     for label, fraction, offset in (("1 %", 0.01, 1), ("10 %", 0.10, 2)):
-        changed = change_documents(corpus, fraction, seed + offset, label.replace(" ", ""))
-        print(f"  changed {changed} documents", flush=True)
-        rows.append((label, run_process(corpus, output, overrides)))
+        rows.append((label, repeated(corpus, output, overrides, repeat,
+                                     change=(fraction, seed + offset, label.replace(" ", "")))))
         print(f"  {label}: {rows[-1][1].pipeline_s:.1f} s", flush=True)
     floor = work / "floor_corpus"
     floor.mkdir()
     # The first document as the reruns left it: the floor is the same command on one document.
     first = corpus_files(corpus)[0]
     shutil.copy2(first, floor / first.name)
-    rows.append(("floor full", run_process(floor, work / "floor_out", overrides)))
-    rows.append(("floor rerun", run_process(floor, work / "floor_out", overrides)))
+    rows.append(("floor full", repeated(floor, work / "floor_out", overrides, repeat, fresh=True)))
+    rows.append(("floor rerun", repeated(floor, work / "floor_out", overrides, repeat)))
     return rows
 
 
@@ -266,12 +309,13 @@ def ratio(numerator: float, denominator: float) -> str:
 def nightly_report(title: str, command: str, rows: list[tuple[str, Measured]]) -> str:
     lines = [f"### {title}", "", f"`{command}`", "",
              "| run | pipeline s | wall s | outside pipeline s | CPU s | peak RSS MB | run dir MB "
-             "| documents carried | chunks embedded |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| documents carried | chunks embedded | pipeline s of each repetition |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for name, m in rows:
         lines.append(f"| {name} | {m.pipeline_s:.2f} | {m.wall_s:.2f} | {m.outside_s:.2f} | "
                      f"{m.cpu_s:.1f} | {m.peak_rss_mb:.0f} | {m.run_dir_mb:.2f} | "
-                     f"{count(m.counts, 'documents_carried')} | {count(m.counts, 'embedded')} |")
+                     f"{count(m.counts, 'documents_carried')} | {count(m.counts, 'embedded')} | "
+                     + " ".join(f"{each:.2f}" for each in m.each) + " |")
     lines += ["", "| run | " + " | ".join(COUNT_KEYS) + " |",
               "|---|" + "---:|" * len(COUNT_KEYS)]
     for name, m in rows:
@@ -324,7 +368,7 @@ def nightly(args: argparse.Namespace) -> None:
                 docs, size = write_readmes(corpus, megabytes)
             print(f"{args.corpus} {megabytes:g} MB: {docs} documents, {size / 1e6:.2f} MB in {corpus}",
                   flush=True)
-            rows = nightly_corpus(corpus, work, overrides, args.seed)
+            rows = nightly_corpus(corpus, work, overrides, args.seed, args.repeat)
             embedding = "embed=null" if overrides else "embedding on (configs/local.yaml's model)"
             title = (f"Nightly rerun, {args.corpus} corpus {megabytes:g} MB: {docs} documents, "
                      f"{size / 1e6:.2f} MB; {embedding}; {os.cpu_count()} CPUs; {git_describe()}")
@@ -355,6 +399,8 @@ def main() -> None:
     parser.add_argument("--work-dir", type=Path, default=None,
                         help="--nightly: make the temporary directory here (default: the system's)")
     parser.add_argument("--keep", action="store_true", help="--nightly: keep the corpora and outputs")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="--nightly: each row is the median of this many runs from the same state")
     args = parser.parse_args()
     if args.nightly:
         nightly(args)

@@ -51,6 +51,7 @@ from transforms.counters import (
     CARRY_REJECTED,
 )
 from transforms.reuse import stored_dtype
+from transforms.write import SHARD_DIGEST_KEY, file_digest
 
 log = logging.getLogger("chunkline.carry")
 
@@ -85,6 +86,7 @@ class CarryKeys:
 
 _CHECKED_COLUMNS = ("doc_id", "chunk_index", "search_text", "context", "table_header", "text",
                     "context_status")
+_INTACT_COLUMNS = ("doc_id", "chunk_index", "context_status")
 
 
 def _prefix_problems(chunks: pa.Table) -> np.ndarray:
@@ -137,16 +139,27 @@ def verify_pair(chunk_path: str, side_path: str, dim: int | None, normalize: boo
     its sidecar row, one carry key, each search text derivable from its text, context and
     header, term ids and counts alike in length, no failed contextual header, and each vector
     finite, of this run's length and of unit length when normalized. Checked a column at a
-    time. Reading fails (raises) for a file that cannot be read or whose halves do not line
-    up."""
+    time; the search texts only of a shard whose bytes are not those its sidecar recorded.
+    Reading fails (raises) for a file that cannot be read or whose halves do not line up."""
+    with FileSystems.open(side_path) as handle:
+        # Page checksums (written with every sidecar): its term counts become stored weights.
+        side_file = pq.ParquetFile(handle, page_checksum_verification=True)
+        footer = side_file.metadata.metadata or {}
+        sides = side_file.read()
     with FileSystems.open(chunk_path) as handle:
+        # A shard with the digest its sidecar recorded when both were written is the file that
+        # run wrote and checked: its text need not be decoded to show that its search texts
+        # still end with their texts. Any other (an older run, a rewritten or damaged file) is
+        # checked row by row.
+        recorded = footer.get(SHARD_DIGEST_KEY)
+        intact = recorded is not None and file_digest(handle) == recorded.decode("ascii", "replace")
+        handle.seek(0)
         names = pq.read_schema(handle).names
         handle.seek(0)
-        wanted = list(_CHECKED_COLUMNS) + [name for name in ("embedding", "embedding_scale")
-                                          if dim is not None and name in names]
+        checked = _INTACT_COLUMNS if intact else _CHECKED_COLUMNS
+        wanted = list(checked) + [name for name in ("embedding", "embedding_scale")
+                                  if dim is not None and name in names]
         chunks = pq.read_table(handle, columns=wanted)
-    with FileSystems.open(side_path) as handle:
-        sides = pq.read_table(handle)
     if chunks.num_rows != sides.num_rows:
         raise ValueError(f"the chunk shard has {chunks.num_rows} rows and its sidecar {sides.num_rows}")
     doc_ids = chunks.column("doc_id").to_pylist()
@@ -154,7 +167,7 @@ def verify_pair(chunk_path: str, side_path: str, dim: int | None, normalize: boo
     if doc_ids != sides.column("doc_id").to_pylist() \
             or not np.array_equal(indexes, sides.column("chunk_index").to_numpy()):
         raise ValueError("the chunk shard's rows are not its sidecar's, in the same order")
-    bad_prefix = _prefix_problems(chunks)
+    bad_prefix = np.zeros(chunks.num_rows, dtype=bool) if intact else _prefix_problems(chunks)
     uneven_terms = pc.not_equal(pc.list_value_length(sides.column("term_ids")),
                                 pc.list_value_length(sides.column("term_counts"))).to_numpy(
                                     zero_copy_only=False)

@@ -3,8 +3,10 @@ where they are needed, as Beam's own file sinks stage their output (``WriteToFil
 bundle to temporary files and moves them at the end).
 
 A part is a file of length-prefixed records (Beam's nested encoding: a varint, then the bytes)
-encoded with their registered coder (``transforms/coders.py``), under a spill folder through
-Beam's filesystems (local or ``gs://``). Only the parts' paths cross a grouping, so a runner that
+encoded with their registered coder (``transforms/coders.py``), LZ4-framed as a whole, under a
+spill folder through Beam's filesystems (local or ``gs://``). LZ4 because a part is written once
+and read once: text shrinks about threefold at several hundred MB/s, and fewer bytes to write
+is what parking costs (on a virtual machine's disk, writing fresh pages runs near 100 MB/s). Only the parts' paths cross a grouping, so a runner that
 holds a grouping in memory (the in-process FnApiRunner keeps a stage's whole input and output)
 holds paths instead of every document or chunk, and a record is addressed by ``(part, index)``.
 A retried bundle writes its parts under new names; only the paths a committed bundle emitted are
@@ -22,6 +24,7 @@ import uuid
 from typing import Any, Iterable, Iterator
 
 import apache_beam as beam
+import pyarrow as pa
 from apache_beam.coders import Coder, registry
 from apache_beam.coders.coder_impl import create_InputStream, create_OutputStream
 from apache_beam.io.filesystems import FileSystems
@@ -35,6 +38,7 @@ SPILL_DIR = "_spill"
 # A part is written once it holds this much: a bundle's memory stays bounded.
 PART_BYTES = 8 << 20
 PART_SUFFIX = ".part"
+_CODEC = pa.Codec("lz4")
 
 
 def spill_dir(directory: str, name: str) -> str:
@@ -90,8 +94,10 @@ class PartWriter:
 
     def flush(self) -> None:
         if self.count:
+            data = self.out.get()
             with FileSystems.create(self.path) as handle:
-                handle.write(self.out.get())
+                handle.write(len(data).to_bytes(8, "little"))
+                handle.write(_CODEC.compress(data, asbytes=True))
             self.written.append(self.path)
         self._begin()
 
@@ -103,7 +109,9 @@ class PartWriter:
 def read_part(path: str) -> Iterator[bytes]:
     """The encoded records of one part, in the order they were added."""
     with FileSystems.open(path) as handle:
-        stream = create_InputStream(handle.read())
+        data = handle.read()
+    size = int.from_bytes(data[:8], "little")
+    stream = create_InputStream(_CODEC.decompress(data[8:], decompressed_size=size, asbytes=True))
     while stream.size() > 0:
         yield stream.read_all(True)
 

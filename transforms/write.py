@@ -63,6 +63,55 @@ def shard_path(directory: str, table: str, index: int, shards: int) -> str:
     return FileSystems.join(directory, f"{table}-{index:05d}-of-{shards:05d}.parquet")
 
 
+# The sidecar's footer names the digest of its shard's bytes as written, so a later run that
+# finds the shard with that digest knows it intact without decoding its text
+# (transforms/carry.py, verify_pair).
+SHARD_DIGEST_KEY = b"chunkline.shard_blake2b"
+
+
+def file_digest(handle, block: int = 8 << 20) -> str:
+    """blake2b (128 bits, hex) of everything ``handle`` reads from where it stands."""
+    digest = hashlib.blake2b(digest_size=16)
+    while data := handle.read(block):
+        digest.update(data)
+    return digest.hexdigest()
+
+
+class _DigestingFile:
+    """A writable file that hashes what passes through it to ``target`` (Arrow calls ``write``,
+    ``tell``, ``flush`` and ``closed`` on a Python file it writes Parquet to)."""
+
+    def __init__(self, target) -> None:
+        self.target, self.digest, self.written = target, hashlib.blake2b(digest_size=16), 0
+
+    def write(self, data) -> int:
+        self.digest.update(data)
+        self.written += len(data)
+        return self.target.write(data)
+
+    def tell(self) -> int:
+        return self.written
+
+    def flush(self) -> None:
+        self.target.flush()
+
+    def close(self) -> None:
+        pass  # the target's owner closes it
+
+    @property
+    def closed(self) -> bool:
+        return False
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return False
+
+    def hexdigest(self) -> str:
+        return self.digest.hexdigest()
+
+
 class _WriteParts(beam.DoFn):
     """Records -> ``(shard, part path)``: each record appended to its shard's part
     (``transforms/spill.py``), parts written when full, when the bundle's buffers hold
@@ -169,22 +218,27 @@ class _WriteShard(beam.DoFn):
             rows = self._merged(encoded, together, carried, side)
             yield from self._write_tables(index, path, side_path, *rows)
             return
-        with contextlib.ExitStack() as files:
-            writer = files.enter_context(pq.ParquetWriter(
-                files.enter_context(FileSystems.create(path)), self.schema, compression="zstd"))
-            side_writer = None if side_path is None else files.enter_context(pq.ParquetWriter(
-                files.enter_context(FileSystems.create(side_path)), self.sidecar.schema,
-                compression="zstd"))
-            for group in _row_groups(encoded):
-                records = [self.coder.decode(data) for data in group]
-                if side_writer is not None:
-                    # Before ``finish``: the sidecar keeps what the finished row no longer holds.
-                    side_writer.write_table(pa.Table.from_pylist(
-                        [self.sidecar.to_row(record, together[self.shard_key(record)])
-                         for record in records], schema=self.sidecar.schema))
-                writer.write_table(pa.Table.from_pylist(
-                    [self.to_row(self._finished(record, side), self.schema) for record in records],
-                    schema=self.schema))
+        with contextlib.ExitStack() as side_files:
+            side_writer = None if side_path is None else side_files.enter_context(pq.ParquetWriter(
+                side_files.enter_context(FileSystems.create(side_path)), self.sidecar.schema,
+                compression="zstd", write_page_checksum=True))
+            # The shard is closed first: its digest goes into the sidecar's footer.
+            with FileSystems.create(path) as handle:
+                digesting = _DigestingFile(handle)
+                with pq.ParquetWriter(digesting, self.schema, compression="zstd") as writer:
+                    for group in _row_groups(encoded):
+                        records = [self.coder.decode(data) for data in group]
+                        if side_writer is not None:
+                            # Before ``finish``: the sidecar keeps what the finished row no
+                            # longer holds.
+                            side_writer.write_table(pa.Table.from_pylist(
+                                [self.sidecar.to_row(record, together[self.shard_key(record)])
+                                 for record in records], schema=self.sidecar.schema))
+                        writer.write_table(pa.Table.from_pylist(
+                            [self.to_row(self._finished(record, side), self.schema)
+                             for record in records], schema=self.schema))
+            if side_writer is not None:
+                side_writer.add_key_value_metadata({SHARD_DIGEST_KEY: digesting.hexdigest()})
         tally(WRITTEN.format(table=self.table), len(encoded))
         yield (self.table, path, len(encoded))
         if side_path is not None:
@@ -237,12 +291,16 @@ class _WriteShard(beam.DoFn):
         # Row groups by the table's own size: the same rows give the same file.
         rows = max(1, min(ROW_GROUP, ROW_GROUP_BYTES * table.num_rows // max(1, table.nbytes)))
         with FileSystems.create(path) as handle:
-            pq.write_table(table, handle, row_group_size=rows, compression="zstd")
+            digesting = _DigestingFile(handle)
+            pq.write_table(table, digesting, row_group_size=rows, compression="zstd")
         tally(WRITTEN.format(table=self.table), table.num_rows)
         yield (self.table, path, table.num_rows)
         if side_path is not None:
-            with FileSystems.create(side_path) as handle:
-                pq.write_table(sides, handle, row_group_size=rows, compression="zstd")
+            with FileSystems.create(side_path) as handle, \
+                    pq.ParquetWriter(handle, sides.schema, compression="zstd",
+                                     write_page_checksum=True) as side_writer:
+                side_writer.write_table(sides, row_group_size=rows)
+                side_writer.add_key_value_metadata({SHARD_DIGEST_KEY: digesting.hexdigest()})
             yield (self.sidecar.table, side_path, sides.num_rows)
 
 

@@ -184,6 +184,53 @@ def test_damaged_previous_rows_are_computed_again(carried, tmp_path) -> None:
     assert_tables_equal(again.run_dir, rebuild.run_dir)
 
 
+def test_a_shard_with_its_recorded_digest_is_not_decoded_to_be_trusted(carried, tmp_path,
+                                                                         monkeypatch) -> None:
+    import hashlib
+
+    from transforms import carry
+    from transforms.write import SHARD_DIGEST_KEY
+
+    _, corpus, first, second, rebuild = carried
+    # Every sidecar, written or hard-linked from the run before, names its shard's bytes.
+    for run_dir in (first.run_dir, second.run_dir):
+        for side in sorted(Path(run_dir).glob("carry-*.parquet")):
+            shard = side.with_name(side.name.replace("carry", "chunks"))
+            recorded = pq.read_metadata(side).metadata[SHARD_DIGEST_KEY].decode()
+            assert recorded == hashlib.blake2b(shard.read_bytes(), digest_size=16).hexdigest()
+    copy = tmp_path / "index"
+    run_dir = copy / Path(second.run_dir).name
+    shutil.copytree(second.run_dir, run_dir)
+    (copy / "LATEST").write_text(run_dir.name + "\n", encoding="utf-8")
+    shards = sorted(run_dir.glob("chunks-*.parquet"))
+    pair = (str(shards[0]), str(shards[0]).replace("chunks-", "carry-"))
+    decoded = []
+    checked = carry._prefix_problems
+    monkeypatch.setattr(carry, "_prefix_problems", lambda chunks: decoded.append(1) or checked(chunks))
+    intact = carry.verify_pair(*pair, None, True)
+    assert decoded == [] and intact and all(problem is None for _, _, problem in intact)
+    # The same rows in other bytes (another codec): checked row by row, and still carried.
+    pq.write_table(pq.read_table(shards[0]), shards[0], compression="snappy")
+    assert carry.verify_pair(*pair, None, True) == intact and decoded == [1]
+    monkeypatch.undo()
+    again = job(corpus, copy)
+    assert again.counts["carry_rejected"] == 0
+    assert again.counts["documents_carried"] == again.counts["kept"]
+    assert_tables_equal(again.run_dir, rebuild.run_dir)
+    # A flipped byte in a sidecar's data pages fails its page checksum: its documents are
+    # computed again, never weighed from damaged term counts.
+    side = Path(again.run_dir) / "carry-00000-of-00004.parquet"
+    data = bytearray(side.read_bytes())
+    data[len(data) // 3] ^= 0xFF
+    side.unlink()  # a hard link to the earlier run's sidecar: damage this name only
+    side.write_bytes(bytes(data))
+    lost = len(set(pq.read_table(Path(again.run_dir) / "chunks-00000-of-00004.parquet")
+                   .column("doc_id").to_pylist()))
+    third = job(corpus, copy)
+    assert third.counts["carry_rejected"] == lost
+    assert_tables_equal(third.run_dir, rebuild.run_dir)
+
+
 def test_other_processing_carries_nothing(carried, tmp_path) -> None:
     base, corpus, _, _, _ = carried
     changed = job(corpus, base / "index", "split.max_tokens=64")
