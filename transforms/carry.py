@@ -480,8 +480,11 @@ class CarriedRows:
                 return None
         return chunk_path, side_path, chunks.num_rows
 
-    def __call__(self, parts: Sequence[CarriedPart], *side) -> tuple[pa.Table, pa.Table]:
-        chunk_tables, side_tables = [], []
+    def __call__(self, parts: Sequence[CarriedPart], *side) -> tuple[pa.Table, pa.Table, np.ndarray]:
+        """``(chunk rows, sidecar rows, carried)``: every row of the parts' previous pairs and,
+        per row, whether its document is carried; the writer takes the carried ones in the
+        same step that sorts them in, so the shard is copied once, not filtered first."""
+        chunk_tables, side_tables, masks = [], [], []
         for part in sorted(parts):
             chunk_path, side_path = self.source.pairs[part.pair]
             wanted = pa.array(part.doc_ids, pa.string())
@@ -495,16 +498,17 @@ class CarriedRows:
             except (KeyError, ValueError, pa.ArrowInvalid) as exc:
                 raise RuntimeError(f"carry: {chunk_path} does not hold this run's columns "
                                    f"({exc}): the previous run changed during this one") from None
-            chunks = chunks.filter(pc.is_in(chunks.column("doc_id"), value_set=wanted))
-            sides = sides.filter(pc.is_in(sides.column("doc_id"), value_set=wanted))
             if not (chunks.column("doc_id").equals(sides.column("doc_id"))
                     and chunks.column("chunk_index").equals(sides.column("chunk_index"))):
                 raise RuntimeError(f"carry: {chunk_path} no longer lines up with its sidecar: the "
                                    f"previous run changed during this one")
+            masks.append(pc.is_in(chunks.column("doc_id"), value_set=wanted).to_numpy(
+                zero_copy_only=False))
             chunk_tables.append(chunks)
             side_tables.append(sides)
         chunks = pa.concat_tables(chunk_tables) if chunk_tables else self.schema.empty_table()
         sides = pa.concat_tables(side_tables) if side_tables else self.side_schema.empty_table()
+        carried = np.concatenate(masks) if masks else np.zeros(0, dtype=bool)
         status = chunks.column("context_status")
         chunks = chunks.set_column(
             chunks.schema.get_field_index("context_status"), self.schema.field("context_status"),
@@ -517,7 +521,7 @@ class CarriedRows:
             chunks = chunks.set_column(
                 chunks.schema.get_field_index("sparse_indices"), self.schema.field("sparse_indices"),
                 sides.column("term_ids"))
-        return chunks, sides
+        return chunks, sides, carried
 
 
 def _with_carry_keys(element: DocumentChunks, keys: CarryKeys) -> DocumentChunks:

@@ -22,6 +22,7 @@ from collections import Counter
 from typing import Any, Callable, Iterable, NamedTuple, Optional
 
 import apache_beam as beam
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -175,7 +176,7 @@ class _WriteShard(beam.DoFn):
                  sort_key: Callable[[Any], Any], to_row: Callable[[Any, pa.Schema], dict],
                  coder: Coder, finish: Callable[..., Any] | None,
                  sidecar: Sidecar | None = None, shard_key: Callable[[Any], str] | None = None,
-                 carried_rows: Callable[..., tuple[pa.Table, pa.Table | None]] | None = None,
+                 carried_rows: Callable[..., tuple[pa.Table, pa.Table | None, np.ndarray]] | None = None,
                  sort_columns: tuple[str, ...] = ()) -> None:
         self.carried_rows, self.sort_columns = carried_rows, sort_columns
         self.sidecar = sidecar
@@ -279,9 +280,13 @@ class _WriteShard(beam.DoFn):
             tables.append(pa.Table.from_pylist(
                 [self.to_row(self._finished(record, side), self.schema) for record in records],
                 schema=self.schema))
-        carried_table, carried_side = self.carried_rows(carried, *side)
+        carried_table, carried_side, taken = self.carried_rows(carried, *side)
+        # Concatenation is zero-copy; the one copy is the take, in order, of the rows kept.
         table = pa.concat_tables([*tables, carried_table])
+        keep = np.concatenate([np.ones(table.num_rows - carried_table.num_rows, dtype=bool), taken])
         order = pc.sort_indices(table, sort_keys=[(name, "ascending") for name in self.sort_columns])
+        order = order.to_numpy()
+        order = pa.array(order[keep[order]])
         sides = (pa.concat_tables([*side_tables, carried_side]).take(order)
                  if self.sidecar is not None else None)
         return table.take(order), sides
@@ -315,8 +320,8 @@ class WriteParquetShards(beam.PTransform):
     made: the records wait in their part files, not in memory). ``sidecar``: a second table
     beside each shard (:class:`Sidecar`), its files among the outputs under its own name.
     ``carried``: ``(shard, part)`` elements of rows made by an earlier run, grouped with the
-    shard's records and turned into Arrow tables (rows and sidecar rows, final form) by
-    ``carried_rows(parts, value)``; a shard with any is sorted as one table by
+    shard's records and turned into Arrow tables (rows and sidecar rows, final form, with a
+    mask of the rows carried) by ``carried_rows(parts, value)``; a shard with any is sorted as one table by
     ``sort_columns`` (which must order as ``sort_key`` does) and written whole."""
 
     def __init__(self, directory: str, table: str, schema: pa.Schema, shards: int,
@@ -327,7 +332,7 @@ class WriteParquetShards(beam.PTransform):
                  finish_input: PCollection | None = None,
                  sidecar: Sidecar | None = None,
                  carried: PCollection | None = None,
-                 carried_rows: Callable[..., tuple[pa.Table, pa.Table | None]] | None = None,
+                 carried_rows: Callable[..., tuple[pa.Table, pa.Table | None, np.ndarray]] | None = None,
                  sort_columns: tuple[str, ...] = ()) -> None:
         super().__init__()
         if (carried is None) != (carried_rows is None) or (carried is not None and not sort_columns):
