@@ -108,7 +108,7 @@ def _keep_arrow_pages() -> None:
     """Arrow's buffers from jemalloc, where this pyarrow has it. Its default pool here is
     mimalloc, which returns freed pages to the system at once; the shard writer's reads, takes
     and writes then fault fresh pages for every shard, which on a virtual machine costs several
-    times the copying (bench/RESULTS.md: a shard merge 0.25 s with jemalloc, 0.8-1.1 s mostly)."""
+    times the copying (``bench/arrow_pool_bench.py``: merging a run's shards)."""
     try:
         pa.set_memory_pool(pa.jemalloc_memory_pool())
     except NotImplementedError:  # a build without jemalloc keeps its default
