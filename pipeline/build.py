@@ -77,7 +77,7 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
         rejected_parts.append(scanned.rejected)
     if stages.boilerplate is not None:
         stripped = documents | "Boilerplate" >> RemoveBoilerplate(
-            stages.boilerplate, spill_dir(plan.run_dir, "boilerplate"), plan.memo)
+            stages.boilerplate, spill_dir(plan.run_dir, "boilerplate"), plan.memo, plan.join_shares)
         documents = stripped.documents
         rejected_parts.append(stripped.rejected)
         stripped.removed | "WriteBoilerplateLines" >> beam.ParDo(WriteRemovedLines(plan.run_dir))
@@ -97,9 +97,10 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
                                              roots=(input_root(config.input.pattern),),
                                              carry_keys=CarryKeys(carry) if carry is not None else None,
                                              carry_index=carry_index, memo=plan.memo,
-                                             access=plan.access is not None)
+                                             access=plan.access is not None, shares=plan.join_shares)
     # Carried rows never travel one per chunk: their shard writer reads them as Arrow tables.
-    carried = (deduped.carried | "Carried" >> CarriedShards(carry, config.output.chunk_shards, shard_of)
+    carried = (deduped.carried | "Carried" >> CarriedShards(carry, config.output.chunk_shards, shard_of,
+                                                            plan.join_shares)
                if deduped.carried is not None else None)
     # One element per document, its chunks with it, until they are flattened once before reuse
     # and embed: the stages between need a chunk's whole document and never re-join it by id.
@@ -151,7 +152,7 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
 
     rejected = (
         (deduped.statuses, (*rejected_parts, deduped.rejected) | "AllRejected" >> beam.Flatten())
-        | "UniqueIds" >> UniqueRejectedIds()
+        | "UniqueIds" >> UniqueRejectedIds(plan.join_shares)
     )
     # Two inputs, not a Flatten: the kept and duplicate statuses carry their text, and each
     # goes to part files where it is made.

@@ -60,6 +60,9 @@ class Plan:
     # Who may read each document (chunkline/access.py), the mapping file read here, once; None
     # with access control off.
     access: AccessPolicy | None = None
+    # Key-space shares of the per-document groupings (transforms/shares.py), from the size of
+    # the run this one follows.
+    join_shares: int = 1024
 
 
 class PreflightError(ValueError):
@@ -504,7 +507,26 @@ def plan(config: Config, run_id: str) -> Plan:
     return Plan(run_dir, tokenizer_spec, max_tokens, stored_dim,
                 signature, previous, tuple(files), tuple(skipped), normalize, stages,
                 reference, reference_note, carry, carry_note, memo_source(config, run_dir),
-                access_policy(config))
+                access_policy(config), join_shares(config))
+
+
+# Documents per share of a per-document grouping: a share's keys are grouped in one worker's
+# memory (thousands of small summaries), and a bundle sends a list per share it saw.
+DOCUMENTS_PER_SHARE = 256
+
+
+def join_shares(config: Config) -> int:
+    """Shares for the per-document groupings: the published run's document count over
+    :data:`DOCUMENTS_PER_SHARE`, within 16..65,536; 1,024 without one. The output does not
+    depend on it, only how many lists carry the keys."""
+    try:
+        run_dir = latest_run(config.output.path)
+        documents = load_manifest(run_dir)["counts"]["documents"] if run_dir else None
+    except (ManifestError, OSError, KeyError):
+        documents = None
+    if documents is None:
+        return 1024
+    return max(16, min(65536, documents // DOCUMENTS_PER_SHARE))
 
 
 def access_policy(config: Config) -> AccessPolicy | None:

@@ -51,6 +51,7 @@ from transforms.counters import (
     CARRY_REJECTED,
 )
 from transforms.reuse import stored_dtype
+from transforms.shares import GroupInShares
 from transforms.write import SHARD_DIGEST_KEY, file_digest
 
 log = logging.getLogger("chunkline.carry")
@@ -394,13 +395,14 @@ class CarriedShards(beam.PTransform):
     """``PCollection[(pair, doc_id)]`` -> :class:`CarriedOutputs`; the shard writer reads the
     rows with :class:`CarriedRows`."""
 
-    def __init__(self, source: CarrySource, shards: int, shard_of: Callable[[str, int], int]) -> None:
+    def __init__(self, source: CarrySource, shards: int, shard_of: Callable[[str, int], int],
+                 shares: int = 1024) -> None:
         super().__init__()
-        self.source, self.shards, self.shard_of = source, shards, shard_of
+        self.source, self.shards, self.shard_of, self.shares = source, shards, shard_of, shares
 
     def expand(self, carried: PCollection) -> CarriedOutputs:
         parted = (carried
-                  | "GroupByPair" >> beam.GroupByKey()
+                  | "GroupByPair" >> GroupInShares(self.shares)
                   | "Parts" >> beam.ParDo(_CarryFromPair(self.source, self.shards, self.shard_of))
                   .with_outputs("stats", main="parts"))
         return CarriedOutputs(parted.parts, parted.stats)

@@ -33,6 +33,7 @@ from chunkline.memo import CLEAN, DOC_HASH, LINE_KEYS, STRIP, MemoSource
 from chunkline.records import Document, Rejected
 from transforms.memo import MemoUse, recalled_doc_hash
 from transforms.spill import ReadSpilled, RemoveParts, SpillRecords, default_spill_dir
+from transforms.shares import GroupInShares
 
 REJECTED = "rejected"
 REMOVED = "removed"
@@ -376,11 +377,13 @@ class RemoveBoilerplate(beam.PTransform):
     """
 
     def __init__(self, options: BoilerplateOptions | None = None,
-                 spill_dir: str | None = None, memo: MemoSource | None = None) -> None:
+                 spill_dir: str | None = None, memo: MemoSource | None = None,
+                 shares: int = 1024) -> None:
         super().__init__()
         self._options = options if options is not None else BoilerplateOptions()
         self._spill_dir = spill_dir
         self._memo = memo
+        self._shares = shares  # of the grouping by text (transforms/shares.py)
 
     def expand(self, documents: PCollection[Document]) -> BoilerplateOutputs:
         options = self._options
@@ -389,8 +392,9 @@ class RemoveBoilerplate(beam.PTransform):
         key_sets = (
             documents
             | "KeysByText" >> beam.ParDo(_KeysOfText(options, self._memo))
-            | "OnePerText" >> beam.CombinePerKey(min)  # equal hashes: (nearly always) equal sets
-            | "KeySets" >> beam.Values()
+            | "ByText" >> GroupInShares(self._shares)
+            # Equal hashes: (nearly always) equal sets; the smallest, whatever the order.
+            | "OnePerText" >> beam.Map(lambda keyed: min(keyed[1]))
         )
         n_documents = key_sets | "CountTexts" >> beam.combiners.Count.Globally()
         floor = n_documents | "Floor" >> beam.Map(frequency_floor, options)

@@ -61,7 +61,8 @@ from chunkline.records import (
     doc_hash,
 )
 from chunkline.memo import DOC_HASH, SIGNATURE, MemoSource
-from transforms.coders import JoinByKey  # and the record coders these shuffles use
+from transforms import coders  # noqa: F401 - registers the record coders these shuffles use
+from transforms.shares import GroupInShares, JoinInShares
 from transforms.memo import MemoUse, recalled_doc_hash
 from transforms.spill import PartWriter, RemoveParts, coder_of, default_spill_dir, read_part
 
@@ -219,15 +220,20 @@ class UniqueRejectedIds(beam.PTransform):
     renamed where their doc_id is another row's (see :class:`_RenameTakenIds`). Only ids cross
     the shuffle, never a document's text."""
 
+    def __init__(self, shares: int = 1024) -> None:
+        super().__init__()
+        self.shares = shares
+
     def expand(self, inputs):
         statuses, rejected = inputs
         return (
             {
-                "taken": statuses | "TakenIds" >> beam.Map(lambda s: (s.doc_id, None)),
+                "taken": statuses | "TakenIds" >> beam.Map(lambda s: (s.doc_id, None)).with_output_types(
+                    tuple[str, None]),
                 "rejected": rejected | "KeyRejected" >> beam.Map(lambda r: (r.doc_id, r)).with_output_types(
                     tuple[str, Rejected]),
             }
-            | "JoinIds" >> JoinByKey()
+            | "JoinIds" >> JoinInShares(self.shares)
             | "Rename" >> beam.ParDo(_RenameTakenIds())
         )
 
@@ -494,10 +500,11 @@ class NearDuplicates(beam.PTransform):
     ``dedupe/near_buckets_shared``.
     """
 
-    def __init__(self, options: MinHashOptions, access: bool = False) -> None:
+    def __init__(self, options: MinHashOptions, access: bool = False, shares: int = 1024) -> None:
         super().__init__()
         self._options = options
         self._access = access  # each node starts with its access digest
+        self._shares = shares
 
     def expand(self, signed):
         options = self._options
@@ -511,12 +518,12 @@ class NearDuplicates(beam.PTransform):
         )
         halves = (
             {"signature": signed, "partner": pairs}
-            | "JoinFirst" >> beam.CoGroupByKey()
+            | "JoinFirst" >> JoinInShares(self._shares)
             | "HalfPairs" >> beam.ParDo(_HalfPairs())
         )
         edges = (
             {"signature": signed, "half": halves}
-            | "JoinSecond" >> beam.CoGroupByKey()
+            | "JoinSecond" >> JoinInShares(self._shares)
             | "Verify" >> beam.ParDo(_Verify(options.threshold, self._access))
         )
         return (
@@ -594,8 +601,9 @@ class Dedupe(beam.PTransform):
                  spill_dir: str | None = None, roots: Sequence[str] = (),
                  carry_keys: Callable[[Document], str] | None = None,
                  carry_index: PCollection | None = None, memo: MemoSource | None = None,
-                 access: bool = False) -> None:
+                 access: bool = False, shares: int = 1024) -> None:
         super().__init__()
+        self.shares = shares  # of every grouping by document (transforms/shares.py)
         self.access = access
         self.memo = memo
         self.carry_keys = carry_keys
@@ -616,14 +624,14 @@ class Dedupe(beam.PTransform):
         )
         unique = (
             summarized.summaries
-            | "GroupById" >> beam.GroupByKey()
+            | "GroupById" >> GroupInShares(self.shares)
             | "OnePerId" >> beam.ParDo(_OneDocumentPerId(self.roots)).with_outputs("rejected", main="summaries")
         )
         if self.exact:
             picked = (
                 unique.summaries
                 | "KeyByHash" >> beam.Map(lambda s: (_exact_key(s), s)).with_output_types(tuple[str, Any])
-                | "GroupByHash" >> beam.GroupByKey()
+                | "GroupByHash" >> GroupInShares(self.shares)
                 | "PickSurvivor" >> beam.ParDo(_PickSurvivor()).with_outputs("decisions", main="kept")
             )
             kept, decisions = picked.kept, picked.decisions
@@ -637,10 +645,10 @@ class Dedupe(beam.PTransform):
                         tuple[str, Any]),
                     "signed": summarized.signed,
                 }
-                | "JoinSignatures" >> JoinByKey()
+                | "JoinSignatures" >> JoinInShares(self.shares)
                 | "SignedSurvivors" >> beam.ParDo(_SignedSurvivors())
             )
-            links = signed | "NearDuplicates" >> NearDuplicates(self.near, self.access)
+            links = signed | "NearDuplicates" >> NearDuplicates(self.near, self.access, self.shares)
             decisions = (
                 {
                     # An exact duplicate follows its exact survivor.
@@ -648,7 +656,7 @@ class Dedupe(beam.PTransform):
                         lambda d: (d.duplicate_of or d.doc_id, d)).with_output_types(tuple[str, Any]),
                     "survivor": links,
                 }
-                | "JoinSurvivors" >> JoinByKey()
+                | "JoinSurvivors" >> JoinInShares(self.shares)
                 | "ApplySurvivors" >> beam.ParDo(_ApplySurvivors())
             )
         carried = None
@@ -660,14 +668,14 @@ class Dedupe(beam.PTransform):
                     lambda d: (d.doc_id, d)).with_output_types(tuple[str, Any]),
                  "previous": self.carry_index.entries,
                  "documents": self.carry_index.documents}
-                | "JoinCarryIndex" >> JoinByKey()
+                | "JoinCarryIndex" >> JoinInShares(self.shares)
                 | "Carry" >> beam.ParDo(CarryDecisions()).with_outputs("carried", main="decisions")
             )
             decisions, carried = marked.decisions, marked.carried
         released = (
             decisions
             | "KeyByPart" >> beam.Map(lambda d: (d.occurrence[0], d)).with_output_types(tuple[str, Any])
-            | "GroupByPart" >> beam.GroupByKey()
+            | "GroupByPart" >> GroupInShares(self.shares)
             | "Release" >> beam.ParDo(_ReleasePart())
             .with_output_types(Document, statuses=DocumentStatus)
             .with_outputs("statuses", main="kept")

@@ -1,0 +1,130 @@
+"""Groupings by key that send a list per key-space share, not an element per key.
+
+A grouping of one small element per document (dedupe's joins by doc_id, the carry index,
+the ids of the rejected) pays the runner's cost per element twice, where it is sent and where it
+is received, and on the in-process runner that cost, not the work, is most of a rerun that
+carries everything (bench/RESULTS.md, "A nightly rerun"). Here each bundle holds its elements by
+``share_of(key) % shares`` and sends one list per share it saw; the receiving side groups a
+share's lists by key and hands on exactly what ``beam.GroupByKey`` (or
+``transforms.coders.JoinByKey``) would: one ``(key, values)`` per key, in the same fused stage,
+so no element per key crosses a shuffle. The band keys of near-duplicate detection are batched
+the same way (``transforms/dedupe.py``, ``_ShareBands``).
+
+``shares`` only trades the number of lists for their size; the output does not depend on it.
+A share's keys are grouped in memory where it is received: choose shares so that a share holds
+thousands of keys, not millions (``pipeline.plan.join_shares``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Iterable
+
+import apache_beam as beam
+from apache_beam.coders import Coder
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.typehints import trivial_inference
+from apache_beam.utils.windowed_value import WindowedValue
+
+# Elements a bundle holds before it sends what it has: its memory stays bounded.
+HELD_ELEMENTS = 8192
+
+
+def share_of(key: Any, shares: int) -> int:
+    """Stable across processes (``repr`` of a str, int or tuple of them, never ``hash()``)."""
+    data = repr(key).encode("utf-8", "surrogatepass")
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big") % shares
+
+
+class _ToShares(beam.DoFn):
+    """``(key, value)`` -> ``(share, [(key, tag, encoded value), ...])``, a list per share per
+    bundle (or per :data:`HELD_ELEMENTS`)."""
+
+    def __init__(self, tag: int, coder: Coder, shares: int) -> None:
+        self.tag, self.coder, self.shares = tag, coder, shares
+
+    def start_bundle(self) -> None:
+        self.held: dict[int, list] = {}
+        self.count = 0
+
+    def process(self, element: tuple[Any, Any]) -> Iterable[tuple[int, list]]:
+        key, value = element
+        self.held.setdefault(share_of(key, self.shares), []).append(
+            (key, self.tag, self.coder.encode(value)))
+        self.count += 1
+        if self.count >= HELD_ELEMENTS:
+            yield from self._sent()
+
+    def finish_bundle(self) -> Iterable[WindowedValue]:
+        for element in self._sent():
+            yield WindowedValue(element, 0, [GlobalWindow()])
+
+    def _sent(self) -> list[tuple[int, list]]:
+        sent = sorted(self.held.items())
+        self.held, self.count = {}, 0
+        return sent
+
+
+class _FromShares(beam.DoFn):
+    """``(share, lists)`` -> ``(key, {tag: [values]})`` per key (``tags`` given) or
+    ``(key, [values])`` (one unnamed input), values decoded with their input's coder, keys in
+    the order they first arrived."""
+
+    def __init__(self, tags: tuple[str, ...] | None, coders: tuple[Coder, ...]) -> None:
+        self.tags, self.coders = tags, coders
+
+    def process(self, share: tuple[int, Iterable[list]]) -> Iterable[tuple[Any, Any]]:
+        grouped: dict[Any, list] = {}
+        for batch in share[1]:
+            for key, tag, data in batch:
+                values = grouped.get(key)
+                if values is None:
+                    values = grouped[key] = [[] for _ in self.coders]
+                values[tag].append(self.coders[tag].decode(data))
+        for key, values in grouped.items():
+            if self.tags is None:
+                yield key, values[0]
+            else:
+                yield key, dict(zip(self.tags, values))
+
+
+def _value_coder(pcoll: beam.PCollection) -> tuple[Any, Coder]:
+    key_type, value_type = trivial_inference.key_value_types(pcoll.element_type)
+    return key_type, beam.coders.registry.get_coder(value_type)
+
+
+class GroupInShares(beam.PTransform):
+    """``PCollection[tuple[K, V]]`` -> ``PCollection[tuple[K, list[V]]]``, as ``GroupByKey``; V
+    crosses encoded with the coder of the input's declared value type."""
+
+    def __init__(self, shares: int) -> None:
+        super().__init__()
+        self.shares = shares
+
+    def expand(self, pcoll: beam.PCollection) -> beam.PCollection:
+        _, coder = _value_coder(pcoll)
+        return (pcoll
+                | "ToShares" >> beam.ParDo(_ToShares(0, coder, self.shares))
+                .with_output_types(tuple[int, list])
+                | "GroupByShare" >> beam.GroupByKey()
+                | "FromShares" >> beam.ParDo(_FromShares(None, (coder,))))
+
+
+class JoinInShares(beam.PTransform):
+    """``{tag: PCollection[tuple[K, V_tag]]}`` -> ``PCollection[tuple[K, dict[tag, list[V_tag]]]]``,
+    as ``transforms.coders.JoinByKey``."""
+
+    def __init__(self, shares: int) -> None:
+        super().__init__()
+        self.shares = shares
+
+    def expand(self, pcolls: dict[str, beam.PCollection]) -> beam.PCollection:
+        tags = tuple(sorted(pcolls))
+        coders = tuple(_value_coder(pcolls[tag])[1] for tag in tags)
+        parts = [pcolls[tag] | f"ToShares[{tag}]" >> beam.ParDo(_ToShares(index, coders[index], self.shares))
+                 .with_output_types(tuple[int, list])
+                 for index, tag in enumerate(tags)]
+        return (parts
+                | "Flatten" >> beam.Flatten().with_output_types(tuple[int, list])
+                | "GroupByShare" >> beam.GroupByKey()
+                | "FromShares" >> beam.ParDo(_FromShares(tags, coders)))
