@@ -14,7 +14,7 @@ import logging
 import os
 import stat
 import threading
-from typing import BinaryIO, Iterable, Iterator, NamedTuple, Sequence, Union
+from typing import Any, BinaryIO, Iterable, Iterator, NamedTuple, Sequence, Union
 
 import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
@@ -51,6 +51,7 @@ from transforms.spill import coder_of
 from transforms.progress import PIECES_MATCHED, PIECES_READ, progress_counter, tally
 from transforms.counters import READ_DOCUMENTS, READ_REJECTED, READ_SLICES
 from transforms.match import MatchPattern, is_local
+from transforms.shares import GroupInShares, share_of
 
 log = logging.getLogger("chunkline.read")
 
@@ -332,14 +333,28 @@ def _open_local(path: str) -> tuple[BinaryIO, float, int]:
     return handle, found.st_mtime, found.st_size
 
 
+def _spread_key(found: ReadableFile | Rejected | tuple[ReadableFile, ParquetSlice | LineSlice],
+                shares: int) -> tuple[int, Any]:
+    """``(share, piece)``: a file by its path, a slice of one by its path and place, so one big
+    file's slices go to many shares (and workers)."""
+    if isinstance(found, Rejected):
+        name = found.uri
+    elif isinstance(found, tuple):
+        name = f"{found[0].metadata.path}#{found[1]!r}"
+    else:
+        name = found.metadata.path
+    return share_of(name, shares), found
+
+
 class _ReadPattern(beam.PTransform):
     """One pattern: match, read, decode; document ids relative to the pattern's own root."""
 
     def __init__(
         self, pattern: str, options: ReadOptions, follow_symlinks: bool, exclude: tuple[str, ...],
-        ocr_cache: str | None = None, trusted: MemoSource | None = None,
+        ocr_cache: str | None = None, trusted: MemoSource | None = None, shares: int = 1024,
     ) -> None:
         super().__init__()
+        self._shares = shares
         self._trusted = trusted
         self._pattern = pattern
         self._options = options
@@ -353,7 +368,11 @@ class _ReadPattern(beam.PTransform):
             | "Match" >> MatchPattern(self._pattern, self._follow, self._exclude)
             | "SliceRecordFiles" >> beam.ParDo(_SliceRecordFiles(self._options))
             # Matching runs on one worker; without a shuffle every file would be read there too.
-            | "Spread" >> beam.Reshuffle()
+            # Spread by a share of each piece's name, a list per share (transforms/shares.py):
+            # not an element per file through a shuffle.
+            | "ByShare" >> beam.Map(_spread_key, self._shares).with_output_types(tuple[int, Any])
+            | "Spread" >> GroupInShares(self._shares)
+            | "Unspread" >> beam.FlatMap(lambda shared: shared[1]).with_output_types(Any)
             | "Decode" >> beam.ParDo(_DecodeFile(input_root(self._pattern), self._options,
                                                  self._ocr_cache, self._trusted))
             .with_input_types(Union[ReadableFile, Rejected,
@@ -394,8 +413,10 @@ class ReadDocuments(beam.PTransform):
         exclude: Sequence[str] = (),
         ocr_cache: str | None = None,
         trusted: MemoSource | None = None,
+        shares: int = 1024,
     ) -> None:
         super().__init__()
+        self._shares = shares
         self._trusted = trusted
         self._ocr_cache = ocr_cache
         self._patterns = (patterns,) if isinstance(patterns, str) else tuple(patterns)
@@ -411,7 +432,8 @@ class ReadDocuments(beam.PTransform):
         # One branch per pattern, because each pattern has its own root for relative ids.
         branches = [
             begin | f"Pattern{index}" >> _ReadPattern(pattern, self._options, self._follow,
-                                                      self._exclude, self._ocr_cache, self._trusted)
+                                                      self._exclude, self._ocr_cache, self._trusted,
+                                                      self._shares)
             for index, pattern in enumerate(self._patterns)
         ]
         documents = (
