@@ -211,13 +211,24 @@ def framed_digest(parts: Iterable[str]) -> str:
 
 
 def framed_digest_bytes(parts: Iterable[str]) -> bytes:
-    """:func:`framed_digest` as its 16 bytes."""
-    digest = hashlib.blake2b(digest_size=16)
+    """:func:`framed_digest` as its 16 bytes. The framed parts are joined and hashed in one
+    call: the same bytes as updating part by part, without a call per length and per part."""
+    framed = []
+    size = 0
     for part in parts:
         data = part.encode("utf-8", "surrogatepass")
-        digest.update(len(data).to_bytes(8, "little"))
-        digest.update(data)
-    return digest.digest()
+        framed.append(len(data).to_bytes(8, "little"))
+        framed.append(data)
+        size += len(data)
+    if size > _JOINED_BYTES:  # a big text is hashed where it lies, not copied once more
+        digest = hashlib.blake2b(digest_size=16)
+        for data in framed:
+            digest.update(data)
+        return digest.digest()
+    return hashlib.blake2b(b"".join(framed), digest_size=16).digest()
+
+
+_JOINED_BYTES = 1 << 20
 
 
 def input_digest(doc: Document) -> str:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from hypothesis import given
+import pytest
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chunkline.records import Document, input_digest
@@ -38,3 +39,20 @@ def test_metadata_moves_it_and_parts_do_not_run_together(doc, key, value) -> Non
     a = dataclasses.replace(doc, doc_id="ab", uri="", format="", text="c")
     b = dataclasses.replace(doc, doc_id="a", uri="", format="", text="bc")
     assert input_digest(a) != input_digest(b)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.text(max_size=40), max_size=6), st.integers(min_value=0, max_value=64))
+def test_framed_digest_is_each_part_after_its_length(parts, joined_bytes) -> None:
+    import hashlib
+
+    from chunkline import records
+
+    digest = hashlib.blake2b(digest_size=16)
+    for part in parts:
+        data = part.encode("utf-8", "surrogatepass")
+        digest.update(len(data).to_bytes(8, "little"))
+        digest.update(data)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(records, "_JOINED_BYTES", joined_bytes)  # both paths: joined and streamed
+        assert records.framed_digest_bytes(parts) == digest.digest()

@@ -17,13 +17,12 @@ thousands of keys, not millions (``pipeline.plan.join_shares``).
 
 from __future__ import annotations
 
-import hashlib
+import pickle
+import zlib
 from typing import Any, Iterable
 
 import apache_beam as beam
-from apache_beam.coders import Coder
 from apache_beam.transforms.window import GlobalWindow
-from apache_beam.typehints import trivial_inference
 from apache_beam.utils.windowed_value import WindowedValue
 
 # Elements a bundle holds before it sends what it has: its memory stays bounded.
@@ -31,26 +30,27 @@ HELD_ELEMENTS = 8192
 
 
 def share_of(key: Any, shares: int) -> int:
-    """Stable across processes (``repr`` of a str, int or tuple of them, never ``hash()``)."""
-    data = repr(key).encode("utf-8", "surrogatepass")
-    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big") % shares
+    """Stable across processes (CRC-32 of the ``repr`` of a str, int or tuple of them, never
+    ``hash()``, which Python salts per process): a share needs spread, not secrecy."""
+    return zlib.crc32(repr(key).encode("utf-8", "surrogatepass")) % shares
 
 
 class _ToShares(beam.DoFn):
-    """``(key, value)`` -> ``(share, [(key, tag, encoded value), ...])``, a list per share per
-    bundle (or per :data:`HELD_ELEMENTS`)."""
+    """``(key, value)`` -> ``(share, pickled [(key, tag, value), ...])``, a list per share per
+    bundle (or per :data:`HELD_ELEMENTS`), pickled whole: one call per list, not a coder call
+    per element (a value's class is importable wherever the stage runs; the share, the only
+    key the shuffle compares, is an int)."""
 
-    def __init__(self, tag: int, coder: Coder, shares: int) -> None:
-        self.tag, self.coder, self.shares = tag, coder, shares
+    def __init__(self, tag: int, shares: int) -> None:
+        self.tag, self.shares = tag, shares
 
     def start_bundle(self) -> None:
         self.held: dict[int, list] = {}
         self.count = 0
 
-    def process(self, element: tuple[Any, Any]) -> Iterable[tuple[int, list]]:
+    def process(self, element: tuple[Any, Any]) -> Iterable[tuple[int, bytes]]:
         key, value = element
-        self.held.setdefault(share_of(key, self.shares), []).append(
-            (key, self.tag, self.coder.encode(value)))
+        self.held.setdefault(share_of(key, self.shares), []).append((key, self.tag, value))
         self.count += 1
         if self.count >= HELD_ELEMENTS:
             yield from self._sent()
@@ -59,28 +59,29 @@ class _ToShares(beam.DoFn):
         for element in self._sent():
             yield WindowedValue(element, 0, [GlobalWindow()])
 
-    def _sent(self) -> list[tuple[int, list]]:
-        sent = sorted(self.held.items())
+    def _sent(self) -> list[tuple[int, bytes]]:
+        sent = [(share, pickle.dumps(held, protocol=pickle.HIGHEST_PROTOCOL))
+                for share, held in sorted(self.held.items())]
         self.held, self.count = {}, 0
         return sent
 
 
 class _FromShares(beam.DoFn):
-    """``(share, lists)`` -> ``(key, {tag: [values]})`` per key (``tags`` given) or
-    ``(key, [values])`` (one unnamed input), values decoded with their input's coder, keys in
-    the order they first arrived."""
+    """``(share, pickled lists)`` -> ``(key, {tag: [values]})`` per key (``tags`` given) or
+    ``(key, [values])`` (one unnamed input), keys in the order they first arrived."""
 
-    def __init__(self, tags: tuple[str, ...] | None, coders: tuple[Coder, ...]) -> None:
-        self.tags, self.coders = tags, coders
+    def __init__(self, tags: tuple[str, ...] | None) -> None:
+        self.tags = tags
+        self.inputs = len(tags) if tags is not None else 1
 
-    def process(self, share: tuple[int, Iterable[list]]) -> Iterable[tuple[Any, Any]]:
+    def process(self, share: tuple[int, Iterable[bytes]]) -> Iterable[tuple[Any, Any]]:
         grouped: dict[Any, list] = {}
-        for batch in share[1]:
-            for key, tag, data in batch:
+        for data in share[1]:
+            for key, tag, value in pickle.loads(data):
                 values = grouped.get(key)
                 if values is None:
-                    values = grouped[key] = [[] for _ in self.coders]
-                values[tag].append(self.coders[tag].decode(data))
+                    values = grouped[key] = [[] for _ in range(self.inputs)]
+                values[tag].append(value)
         for key, values in grouped.items():
             if self.tags is None:
                 yield key, values[0]
@@ -88,26 +89,18 @@ class _FromShares(beam.DoFn):
                 yield key, dict(zip(self.tags, values))
 
 
-def _value_coder(pcoll: beam.PCollection) -> tuple[Any, Coder]:
-    key_type, value_type = trivial_inference.key_value_types(pcoll.element_type)
-    return key_type, beam.coders.registry.get_coder(value_type)
-
-
 class GroupInShares(beam.PTransform):
-    """``PCollection[tuple[K, V]]`` -> ``PCollection[tuple[K, list[V]]]``, as ``GroupByKey``; V
-    crosses encoded with the coder of the input's declared value type."""
+    """``PCollection[tuple[K, V]]`` -> ``PCollection[tuple[K, list[V]]]``, as ``GroupByKey``."""
 
     def __init__(self, shares: int) -> None:
         super().__init__()
         self.shares = shares
 
     def expand(self, pcoll: beam.PCollection) -> beam.PCollection:
-        _, coder = _value_coder(pcoll)
         return (pcoll
-                | "ToShares" >> beam.ParDo(_ToShares(0, coder, self.shares))
-                .with_output_types(tuple[int, list])
+                | "ToShares" >> beam.ParDo(_ToShares(0, self.shares)).with_output_types(tuple[int, bytes])
                 | "GroupByShare" >> beam.GroupByKey()
-                | "FromShares" >> beam.ParDo(_FromShares(None, (coder,))))
+                | "FromShares" >> beam.ParDo(_FromShares(None)))
 
 
 class JoinInShares(beam.PTransform):
@@ -120,11 +113,10 @@ class JoinInShares(beam.PTransform):
 
     def expand(self, pcolls: dict[str, beam.PCollection]) -> beam.PCollection:
         tags = tuple(sorted(pcolls))
-        coders = tuple(_value_coder(pcolls[tag])[1] for tag in tags)
-        parts = [pcolls[tag] | f"ToShares[{tag}]" >> beam.ParDo(_ToShares(index, coders[index], self.shares))
-                 .with_output_types(tuple[int, list])
+        parts = [pcolls[tag] | f"ToShares[{tag}]" >> beam.ParDo(_ToShares(index, self.shares))
+                 .with_output_types(tuple[int, bytes])
                  for index, tag in enumerate(tags)]
         return (parts
-                | "Flatten" >> beam.Flatten().with_output_types(tuple[int, list])
+                | "Flatten" >> beam.Flatten().with_output_types(tuple[int, bytes])
                 | "GroupByShare" >> beam.GroupByKey()
-                | "FromShares" >> beam.ParDo(_FromShares(tags, coders)))
+                | "FromShares" >> beam.ParDo(_FromShares(tags)))
