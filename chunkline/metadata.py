@@ -49,6 +49,7 @@ index the form that PostgreSQL ``jsonb``, Qdrant and LanceDB return unchanged (a
 from __future__ import annotations
 
 import datetime
+import functools
 import decimal
 import json
 import math
@@ -328,10 +329,12 @@ def merged(*layers: MetadataPairs) -> MetadataPairs:
     return tuple(sorted(combined.items()))
 
 
+@functools.lru_cache(maxsize=4096)
 def file_facts(uri: str, size: int | None, modified: float | None) -> MetadataPairs:
     """``source_uri``, and ``file_size`` / ``file_modified`` where known (None: not known; 0.0
     is the epoch, ``1970-01-01T00:00:00Z``): what every file contributes to its documents'
-    metadata."""
+    metadata. Cached (a pure function): the reader, the carry key and the documents table each
+    ask for a document's facts, and a dump's records share their file's."""
     items: list[tuple[str, Any]] = [(SOURCE_URI, uri)]
     if size is not None:
         items.append((FILE_SIZE, int(size)))
