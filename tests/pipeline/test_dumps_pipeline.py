@@ -13,6 +13,7 @@ import pytest
 
 from pipeline.config import load_config
 from pipeline.run import run
+from transforms.progress import PIECES_READ, PROGRESS_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -29,10 +30,39 @@ def table(run_dir: str, name: str) -> pa.Table:
     return pa.concat_tables([pq.read_table(p) for p in sorted(Path(run_dir).glob(f"{name}-*.parquet"))])
 
 
-def test_a_sliced_dump_read_by_two_workers_equals_one_worker_reading_it_whole(tmp_path) -> None:
+def pieces_read_per_process(directory: Path) -> dict[str, int]:
+    """What each worker process tallied for the live display (transforms/progress.py)."""
+    found = {}
+    for path in directory.glob("*.json"):
+        read = json.loads(path.read_text(encoding="utf-8")).get(PIECES_READ, 0)
+        if read:
+            found[path.stem] = read
+    return found
+
+
+@pytest.mark.parametrize("dump", ["export.parquet", "tickets.jsonl"])
+def test_one_big_dump_is_read_by_both_workers(tmp_path, monkeypatch, dump) -> None:
     corpus = tmp_path / "corpus"
+    write_dumps(corpus, 1_200)
+    for other in corpus.iterdir():
+        if other.name != dump:
+            other.unlink()
+    tallies = tmp_path / "tallies"
+    tallies.mkdir()
+    monkeypatch.setenv(PROGRESS_ENV, str(tallies))  # the worker processes inherit it
+    spread = job(corpus, tmp_path / "spread", "input.parquet.metadata_columns=[team]",
+                 "dedupe.near=null", "input.parquet.slice_bytes=20000",
+                 "input.jsonl.slice_bytes=20000",
+                 beam_args=("--direct_num_workers=2", "--direct_running_mode=multi_processing"))
+    assert spread.published
+    read = pieces_read_per_process(tallies)
+    # Two worker processes, each having read some of the one file's pieces.
+    assert len(read) >= 2 and all(count > 0 for count in read.values()), read
+    assert sum(read.values()) > 2
+
+
+def write_dumps(corpus: Path, rows: int) -> list[str]:
     corpus.mkdir()
-    rows = 1_200
     texts = [" ".join(WORDS[(i * k + k) % len(WORDS)] for k in range(1, 30)) + f" ticket {i}."
              for i in range(rows)]
     pq.write_table(pa.table({"id": [f"T-{i:05d}" for i in range(rows)], "text": texts,
@@ -44,6 +74,13 @@ def test_a_sliced_dump_read_by_two_workers_equals_one_worker_reading_it_whole(tm
                                      "metadata": {"team": "dock"}}) + "\n")
             if i % 250 == 0:
                 handle.write("{broken\n")  # a rejected line, numbered as in the file
+    return texts
+
+
+def test_a_sliced_dump_read_by_two_workers_equals_one_worker_reading_it_whole(tmp_path) -> None:
+    corpus = tmp_path / "corpus"
+    rows = 1_200
+    write_dumps(corpus, rows)
     common = ("input.parquet.metadata_columns=[team]", "dedupe.near=null")
     whole = job(corpus, tmp_path / "whole", *common)
     spread = job(corpus, tmp_path / "spread", *common, "input.parquet.slice_bytes=20000",
