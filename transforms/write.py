@@ -15,7 +15,6 @@ once every shard is written.
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import hashlib
 import os
@@ -191,40 +190,6 @@ class _WriteShard(beam.DoFn):
         self.coder = coder
         self.finish = finish
 
-    def start_bundle(self) -> None:
-        # A merged shard is written by a thread while the next one is merged: Arrow encodes and
-        # compresses without the GIL, so a second core writes what the first has merged.
-        self._writer: concurrent.futures.ThreadPoolExecutor | None = None
-        self._writing: concurrent.futures.Future | None = None
-        self._written: list[tuple[str, str, int]] = []
-
-    def finish_bundle(self) -> Iterable[WindowedValue]:
-        self._wait_for_writer()
-        if self._writer is not None:
-            self._writer.shutdown(wait=True)
-            self._writer = None
-        written, self._written = self._written, []
-        for output in written:
-            yield WindowedValue(output, 0, [GlobalWindow()])
-
-    def teardown(self) -> None:
-        if getattr(self, "_writer", None) is not None:  # a bundle that failed midway
-            self._writer.shutdown(wait=True)
-
-    def _wait_for_writer(self) -> None:
-        if self._writing is not None:
-            writing, self._writing = self._writing, None
-            self._written.extend(writing.result())  # a failed write fails the bundle here
-
-    def _write_behind(self, *shard) -> None:
-        """Writes a merged shard on the writer thread, after the one before it is written: at
-        most one shard waits while the next is merged."""
-        self._wait_for_writer()
-        if self._writer is None:
-            self._writer = concurrent.futures.ThreadPoolExecutor(
-                max_workers=1, thread_name_prefix="chunkline-shard-writer")
-        self._writing = self._writer.submit(lambda: list(self._write_tables(*shard)))
-
     def process(self, keyed, *side):  # unannotated: Beam would type-check the side inputs
         index, values = keyed
         parts = [value for value in values if isinstance(value, str)]
@@ -251,7 +216,8 @@ class _WriteShard(beam.DoFn):
                 yield from self._copy_pair(path, side_path, *unchanged)
                 return
         if carried:
-            self._write_behind(index, path, side_path, *self._merged(encoded, together, carried, side))
+            rows = self._merged(encoded, together, carried, side)
+            yield from self._write_tables(index, path, side_path, *rows)
             return
         with contextlib.ExitStack() as side_files:
             side_writer = None if side_path is None else side_files.enter_context(pq.ParquetWriter(

@@ -29,6 +29,17 @@ def job(corpus: Path, output: Path, *overrides: str):
                                     "output.chunk_shards=2", "output.carry=false", *overrides]))
 
 
+def assert_same_vector(run_dir: str, fresh: np.ndarray, original: np.ndarray) -> None:
+    """Exact in float32; in bfloat16 a vector depends on what else shares its batch (padding
+    and accumulation order), and a rerun embeds other batches: cosine >= 0.9995."""
+    manifest = json.loads((Path(run_dir) / "manifest.json").read_text())
+    if json.loads(manifest["embedding_signature"])["dtype"] == "float32":
+        np.testing.assert_allclose(fresh, original, atol=2e-5)
+    else:
+        cosine = float(fresh @ original / (np.linalg.norm(fresh) * np.linalg.norm(original)))
+        assert cosine >= 0.9995, cosine
+
+
 def vectors_by_key(run_dir: str) -> dict[str, np.ndarray]:
     rows = [r for f in sorted(Path(run_dir).glob("chunks-*.parquet")) for r in pq.read_table(f).to_pylist()]
     return {r["content_key"]: np.asarray(r["embedding"], dtype=np.float32) for r in rows}
@@ -82,7 +93,7 @@ def test_nan_vectors_are_re_embedded_not_copied(first, tmp_path) -> None:
     fresh, original = vectors_by_key(second.run_dir), vectors_by_key(summary.run_dir)
     assert all(np.isfinite(v).all() for v in fresh.values())
     for key, vector in fresh.items():
-        np.testing.assert_allclose(vector, original[key], atol=2e-5)
+        assert_same_vector(second.run_dir, vector, original[key])
     manifest = json.loads((Path(second.run_dir) / "manifest.json").read_text())
     assert manifest["counts"]["reuse_rejected"] == damaged_rows
 
@@ -102,7 +113,7 @@ def test_damaged_vectors_are_not_carried(first, tmp_path) -> None:
     fresh, original = vectors_by_key(second.run_dir), vectors_by_key(summary.run_dir)
     assert all(np.isfinite(v).all() for v in fresh.values())
     for key, vector in fresh.items():
-        np.testing.assert_allclose(vector, original[key], atol=2e-5)
+        assert_same_vector(second.run_dir, vector, original[key])
 
 
 def test_vectors_off_the_unit_sphere_are_re_embedded(first, tmp_path) -> None:
