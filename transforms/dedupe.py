@@ -30,7 +30,6 @@ does (the in-process FnApiRunner keeps it in memory) holds summaries, not the co
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 import apache_beam as beam
@@ -60,7 +59,7 @@ from chunkline.records import (
     Rejected,
     doc_hash,
 )
-from chunkline.memo import DOC_HASH, SIGNATURE, MemoSource
+from chunkline.memo import DOC_HASH, SIGNATURE, MemoSource, text_digest
 from transforms import coders  # noqa: F401 - registers the record coders these shuffles use
 from transforms.shares import GroupInShares, JoinInShares
 from transforms.memo import MemoUse, recalled_doc_hash
@@ -81,11 +80,6 @@ class DedupeOutputs(NamedTuple):
     carried: PCollection | None = None
 
 
-def _text_digest(text: str) -> bytes:
-    """Tells two records under one id apart (and orders them when their place ties)."""
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
-
-
 Occurrence = tuple[str, int]  # (part path, index): where one record read is parked
 
 
@@ -95,7 +89,7 @@ class _Summary(NamedTuple):
     doc_id: str
     uri: str
     position: int
-    text_digest: bytes
+    text_digest: bytes  # chunkline.memo.text_digest: tells two records under one id apart
     digest: str  # chunkline.records.doc_hash: equal for exact duplicates
     occurrence: Occurrence
     carry_key: str = ""  # transforms/carry.py: its rows may come from the previous run
@@ -111,7 +105,7 @@ class _Summary(NamedTuple):
 def _summarize(doc: Document, occurrence: Occurrence,
                carry_keys: Callable[[Document], str] | None = None,
                hash_of: Callable[[str], str] = doc_hash) -> _Summary:
-    return _Summary(doc.doc_id, doc.uri, doc.position, _text_digest(doc.text), hash_of(doc.text),
+    return _Summary(doc.doc_id, doc.uri, doc.position, text_digest(doc.text), hash_of(doc.text),
                     occurrence, carry_keys(doc) if carry_keys is not None else "",
                     doc.input_digest,
                     access_digest(doc.principals) if doc.principals is not None else "")
