@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from chunkline.sparse import SparseOptions, document_weights
 from transforms.carry import stored_weights
+from transforms.write import in_order
 
 counts_lists = st.lists(st.lists(st.integers(1, 40), max_size=12), max_size=20)
 
@@ -31,3 +32,33 @@ def test_chunked_columns_are_weighed_as_one() -> None:
     weights = stored_weights(column, 2.0, options).to_pylist()
     assert [len(w) for w in weights] == [2, 0, 1]
     assert weights[2] == [np.float32(document_weights((0,), (3,), 2.0, options)[0]).item()]
+
+
+tables_and_orders = st.integers(0, 60).flatmap(lambda rows: st.tuples(
+    st.just(rows), st.lists(st.integers(1, 20), max_size=4),
+    st.lists(st.integers(0, max(0, rows - 1)), max_size=rows, unique=True) if rows else st.just([]),
+    st.booleans()))
+
+
+@given(tables_and_orders)
+def test_rows_in_order_equal_a_take(case) -> None:
+    """A merged shard's rows, sliced by runs, are exactly the take's, across chunk boundaries and
+    whether the order is sorted (a few runs) or shuffled (many)."""
+    rows, cuts, order, keep_sorted = case
+    table = pa.table({"doc_id": [f"d{i:03d}" for i in range(rows)], "n": list(range(rows)),
+                      "terms": [[i] * (i % 3) for i in range(rows)]})
+    pieces, start = [], 0
+    for cut in cuts:  # a table of several chunks, as the concatenation of new and carried rows
+        pieces.append(table.slice(start, cut))
+        start += cut
+    table = pa.concat_tables([*pieces, table.slice(start)])
+    order = np.asarray(sorted(order) if keep_sorted else order, dtype=np.int64)
+    assert in_order(table, order).equals(table.take(pa.array(order, pa.int64())))
+
+
+def test_a_run_of_rows_is_not_copied() -> None:
+    table = pa.table({"text": [f"text {i}" for i in range(10_000)]})
+    merged = in_order(table, np.concatenate([np.arange(0, 4_000), np.arange(4_100, 10_000)]))
+    assert merged.num_rows == 9_900
+    source = table.column("text").chunk(0).buffers()[2].address
+    assert merged.column("text").chunk(0).buffers()[2].address == source
