@@ -15,9 +15,13 @@ computed, so each run's memo covers exactly the texts of that run: it is dropped
 
 A lost, damaged or mismatched segment costs time, never a wrong result: a key is only ever
 equal for the same function, settings, code and text, and a segment that cannot be read is
-skipped (its texts are computed again). Memory: one entry per distinct text per kind, held by
-each worker process (about 1 KB per document with near-duplicate detection on); a previous memo
-larger than :data:`MAX_LOAD_BYTES` on disk is not loaded at all.
+skipped (its texts are computed again). Memory: the previous run's entries, one per distinct
+text per kind, held by each worker process (about 1 KB per document with near-duplicate
+detection on; a previous memo larger than :data:`MAX_LOAD_BYTES` on disk is not loaded at all).
+This run's own results are written out as they accumulate (:data:`SEGMENT_ENTRIES`), and only
+the kinds another stage asks for again are kept in memory beside the previous run's, within
+:data:`SHARED_BYTES`: a first run over a dump of millions of records does not hold an entry per
+record.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import logging
 import threading
 import uuid
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -53,6 +57,17 @@ STRIP = "strip"  # value: JSON {"drop": line indexes, "found": {key: line shown}
 READ = "read"  # value: what a file made (documents and rejections, Beam-encoded), under its
                # path, size and time: only with input.trust_file_metadata
 KINDS = (CREDENTIALS, LINE_KEYS, SIGNATURE, CLEAN, DOC_HASH, STRIP, READ)
+# Kinds that a later stage of the same process asks for again (the strip reads a text's line
+# keys; dedupe its hash): this run's results of these are kept beside the previous run's, up to
+# SHARED_BYTES per kind and process. Past it, the later stage computes them again, the same
+# result at the cost of the work; below it, the read stage's memory grows with every record.
+SHARED_KINDS = (LINE_KEYS, DOC_HASH)
+SHARED_BYTES = 24 << 20
+# A dict entry's own cost beside its value: the key's bytes object, the value's header, the slot.
+ENTRY_BYTES = 130
+# A bundle's results go to a segment of their own once they are this many, not only when the
+# bundle ends: the in-process runner reads a whole input as one bundle.
+SEGMENT_ENTRIES = 65_536
 
 
 def memo_schema() -> pa.Schema:
@@ -122,18 +137,29 @@ def segment_name(kind: str) -> str:
     return f"{kind}-{uuid.uuid4().hex}.parquet"
 
 
+class Known(dict):
+    """The previous run's results of one kind, shared by every DoFn of a process, and this run's
+    own within ``room`` more bytes (:data:`SHARED_KINDS`; none for the other kinds)."""
+
+    def __init__(self, entries: Mapping[bytes, bytes] = (), room: int = 0) -> None:
+        super().__init__(entries)
+        self.room = room
+
+
 @dataclass
 class Memo:
     """One worker's view of a memo kind: the previous run's results (``known``, shared by every
     DoFn of the process that asks for the same segments) and what this bundle used (``used``,
-    written as a segment when the bundle ends)."""
+    written as a segment when the bundle ends, or handed to ``spill`` once it holds
+    :data:`SEGMENT_ENTRIES`)."""
 
     kind: str
     settings: str
-    known: dict[bytes, bytes]
+    known: Known
     used: dict[bytes, bytes] = field(default_factory=dict)
     hits: int = 0
     misses: int = 0
+    spill: Callable[[dict[bytes, bytes]], None] | None = None
 
     def key(self, text: str, *more: str) -> bytes:
         return memo_key(self.kind, self.settings, text, *more)
@@ -148,28 +174,39 @@ class Memo:
                 self.misses += 1
                 return None
             self.used[key] = value
+            self._spill_when_full()
         self.hits += 1
         return value
 
     def put(self, key: bytes, value: bytes) -> None:
         self.used[key] = value
-        self.known[key] = value  # another stage of this process may ask for it
+        known = self.known
+        if getattr(known, "room", 0) > 0 and key not in known:
+            known[key] = value  # another stage of this process may ask for it
+            known.room -= len(value) + ENTRY_BYTES
+        self._spill_when_full()
+
+    def _spill_when_full(self) -> None:
+        if self.spill is not None and len(self.used) >= SEGMENT_ENTRIES:
+            self.spill(self.take_used())
 
     def take_used(self) -> dict[bytes, bytes]:
         used, self.used = self.used, {}
         return used
 
 
-_LOADED: dict[tuple[str, tuple[str, ...]], dict[bytes, bytes]] = {}
+_LOADED: dict[tuple[str, tuple[str, ...]], Known] = {}
 _LOADING = threading.Lock()
 
 
-def load_known(kind: str, settings: str, paths: tuple[str, ...], open_file) -> dict[bytes, bytes]:
+def load_known(kind: str, settings: str, paths: tuple[str, ...], open_file) -> Known:
     """The previous run's ``kind`` results, read once per process: every DoFn and thread that
-    asks for the same segments shares one dict, to which this run's own results are added as
-    they are computed (a key names its text, settings and code, so old and new never clash)."""
+    asks for the same segments shares one dict, to which this run's own results of the
+    :data:`SHARED_KINDS` are added as they are computed, within :data:`SHARED_BYTES` (a key
+    names its text, settings and code, so old and new never clash)."""
     cache_key = (kind + "\0" + settings, paths)
     with _LOADING:
         if cache_key not in _LOADED:
-            _LOADED[cache_key] = read_segments(paths, open_file)
+            _LOADED[cache_key] = Known(read_segments(paths, open_file),
+                                       SHARED_BYTES if kind in SHARED_KINDS else 0)
         return _LOADED[cache_key]

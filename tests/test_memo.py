@@ -9,7 +9,20 @@ import pyarrow.parquet as pq
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chunkline.memo import Memo, memo_key, read_segments, segment_table
+from chunkline.memo import (
+    CLEAN,
+    ENTRY_BYTES,
+    LINE_KEYS,
+    SEGMENT_ENTRIES,
+    SHARED_BYTES,
+    SIGNATURE,
+    Known,
+    Memo,
+    load_known,
+    memo_key,
+    read_segments,
+    segment_table,
+)
 
 texts = st.text(max_size=40)
 
@@ -56,3 +69,27 @@ def test_a_value_of_the_wrong_width_is_a_miss() -> None:
     memo.put(b"j" * 16, b"1234")
     assert memo.get(b"j" * 16, width=4) == b"1234" and memo.hits == 1
     assert memo.take_used() == {b"j" * 16: b"1234"} and memo.used == {}
+
+
+def test_this_runs_results_are_shared_within_the_room_of_their_kind() -> None:
+    """A later stage finds this run's line keys in the process, until the kind's room is spent;
+    a kind no later stage asks for keeps none, whatever the number of records."""
+    shared = Memo(LINE_KEYS, "s", Known(room=3 * (8 + ENTRY_BYTES)))
+    for n in range(10):
+        shared.put(bytes([n]) * 16, b"k" * 8)
+    assert sorted(shared.known) == [bytes([n]) * 16 for n in range(3)]
+    assert len(shared.used) == 10
+    alone = Memo(CLEAN, "s", load_known(CLEAN, "alone", (), lambda p: open(p, "rb")))
+    alone.put(b"c" * 16, b"")
+    assert alone.known == {} and alone.used == {b"c" * 16: b""}
+    assert load_known(LINE_KEYS, "fresh", (), lambda p: open(p, "rb")).room == SHARED_BYTES
+
+
+def test_a_bundles_results_are_written_as_they_accumulate() -> None:
+    segments: list[dict[bytes, bytes]] = []
+    memo = Memo(SIGNATURE, "s", Known({b"old" + bytes(13): b"1234"}), spill=segments.append)
+    for n in range(SEGMENT_ENTRIES + 5):
+        memo.put(n.to_bytes(16, "big"), b"abcd")
+    assert [len(segment) for segment in segments] == [SEGMENT_ENTRIES] and len(memo.used) == 5
+    assert memo.get(b"old" + bytes(13), width=4) == b"1234"  # a recalled result is used too
+    assert set(memo.take_used()) == {n.to_bytes(16, "big") for n in range(SEGMENT_ENTRIES, SEGMENT_ENTRIES + 5)} | {b"old" + bytes(13)}

@@ -34,7 +34,7 @@ class MemoUse:
         if self.source is None:
             return
         known = load_known(self.kind, self.settings, self.source.segments(self.kind), FileSystems.open)
-        self.memo = Memo(self.kind, self.settings, known)
+        self.memo = Memo(self.kind, self.settings, known, spill=self._write)
 
     def flush(self) -> None:
         memo = self.memo
@@ -43,7 +43,11 @@ class MemoUse:
         self.recalled.inc(memo.hits)
         self.computed.inc(memo.misses)
         memo.hits = memo.misses = 0
-        used = memo.take_used()
+        self._write(memo.take_used())
+
+    def _write(self, used: dict[bytes, bytes]) -> None:
+        """One segment. A retried bundle may leave its first attempt's segment beside the
+        retry's: the same keys with the same values, harmless to the next run."""
         if not used:
             return
         path = FileSystems.join(self.source.write_dir, segment_name(self.kind))
