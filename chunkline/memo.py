@@ -62,12 +62,12 @@ KINDS = (CREDENTIALS, LINE_KEYS, SIGNATURE, CLEAN, DOC_HASH, STRIP, READ)
 # SHARED_BYTES per kind and process. Past it, the later stage computes them again, the same
 # result at the cost of the work; below it, the read stage's memory grows with every record.
 SHARED_KINDS = (LINE_KEYS, DOC_HASH)
-SHARED_BYTES = 24 << 20
+SHARED_BYTES = 16 << 20
 # A dict entry's own cost beside its value: the key's bytes object, the value's header, the slot.
 ENTRY_BYTES = 130
 # A bundle's results go to a segment of their own once they are this many, not only when the
 # bundle ends: the in-process runner reads a whole input as one bundle.
-SEGMENT_ENTRIES = 65_536
+SEGMENT_ENTRIES = 16_384
 
 
 def memo_schema() -> pa.Schema:

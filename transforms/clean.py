@@ -217,6 +217,9 @@ class _Strip(beam.DoFn):
 
 # Frequent-key counting is spread over this many combine keys (each a share of the key space).
 KEY_BUCKETS = 16
+# Fewest shares the key sets are parked in (more for a corpus whose previous run was bigger):
+# each is grouped by text in one worker's memory.
+KEY_SET_SHARES = 16
 _FLUSH_KEYS = 1 << 20  # keys a bundle holds before it sends them on
 
 
@@ -388,11 +391,13 @@ class RemoveBoilerplate(beam.PTransform):
     def expand(self, documents: PCollection[Document]) -> BoilerplateOutputs:
         options = self._options
         parked = self._spill_dir or default_spill_dir(documents.pipeline, "boilerplate")
-        # One set of keys per distinct text: exact copies count once.
+        # One set of keys per distinct text: exact copies count once. The sets wait in part
+        # files, a few large shares of them: there is one per record of a dump of any size.
         key_sets = (
             documents
             | "KeysByText" >> beam.ParDo(_KeysOfText(options, self._memo))
-            | "ByText" >> GroupInShares(self._shares)
+            | "ByText" >> GroupInShares(max(KEY_SET_SHARES, self._shares // 64),
+                                        park=parked.rstrip("/") + "-keys")
             # Equal hashes: (nearly always) equal sets; the smallest, whatever the order.
             | "OnePerText" >> beam.Map(lambda keyed: min(keyed[1]))
         )

@@ -94,10 +94,12 @@ class _DecodeFile(beam.DoFn):
         self._memo.flush()
 
     def _recalled_or_read(self, found: ReadableFile, uri: str,
-                          part: ParquetSlice | LineSlice | None) -> list[Document | Rejected]:
+                          part: ParquetSlice | LineSlice | None) -> Iterable[Document | Rejected]:
+        """The file's (or piece's) records as they are read: a piece of a dump is never held
+        whole (a list of its documents would be the piece several times over)."""
         memo = self._memo.memo
         if memo is None:
-            return list(self._read_and_decode(found, uri, part))
+            return self._read_and_decode(found, uri, part)
         facts = (uri, str(found.metadata.size_in_bytes),
                  repr(found.metadata.last_updated_in_seconds), repr(part))
         key = memo.key(*facts)
@@ -107,11 +109,24 @@ class _DecodeFile(beam.DoFn):
                 return _records_from(value, *self._coders)
             except Exception:  # noqa: BLE001 - a damaged entry: the file is read again
                 pass
-        records = list(self._read_and_decode(found, uri, part))
-        # An IO failure is not what the file holds: it is read again next time.
-        if not any(isinstance(r, Rejected) and r.reason.startswith(_UNREADABLE) for r in records):
-            memo.put(key, _records_value(records, *self._coders))
-        return records
+        return self._remembered(self._read_and_decode(found, uri, part), memo, key)
+
+    def _remembered(self, records: Iterable[Document | Rejected], memo, key: bytes
+                    ) -> Iterator[Document | Rejected]:
+        """``records`` passed on as they come, and kept encoded for the memo while they fit in
+        :data:`READ_MEMO_BYTES`: a bigger piece is read again next time, never held."""
+        value: bytearray | None = bytearray()
+        for record in records:
+            if value is not None:
+                if isinstance(record, Rejected) and record.reason.startswith(_UNREADABLE):
+                    value = None  # an IO failure is not what the file holds
+                else:
+                    value += _record_value(record, *self._coders)
+                    if len(value) > READ_MEMO_BYTES:
+                        value = None
+            yield record
+        if value is not None:
+            memo.put(key, bytes(value))
 
     def process(self, found: ReadableFile | Rejected | tuple[ReadableFile, ParquetSlice | LineSlice]
                 ) -> Iterable[Document | TaggedOutput]:
@@ -178,16 +193,16 @@ class _DecodeFile(beam.DoFn):
 
 
 _UNREADABLE = "could not read file"
+# What a file (or a piece of a dump) made is remembered (input.trust_file_metadata) only up to
+# this many encoded bytes: the records stream through, and a bigger piece would be held whole.
+READ_MEMO_BYTES = 16 << 20
 
 
-def _records_value(records: Sequence[Document | Rejected], documents, rejections) -> bytes:
-    """What one file made, as a memo value: each record tagged and length-prefixed."""
-    out = bytearray()
-    for record in records:
-        tag, coder = (b"D", documents) if isinstance(record, Document) else (b"R", rejections)
-        data = coder.encode(record)
-        out += tag + len(data).to_bytes(4, "little") + data
-    return bytes(out)
+def _record_value(record: Document | Rejected, documents, rejections) -> bytes:
+    """One record of what a file made, as a memo value holds it: tagged and length-prefixed."""
+    tag, coder = (b"D", documents) if isinstance(record, Document) else (b"R", rejections)
+    data = coder.encode(record)
+    return tag + len(data).to_bytes(4, "little") + data
 
 
 def _records_from(value: bytes, documents, rejections) -> list[Document | Rejected]:

@@ -13,6 +13,12 @@ the same way (``transforms/dedupe.py``, ``_ShareBands``).
 ``shares`` only trades the number of lists for their size; the output does not depend on it.
 A share's keys are grouped in memory where it is received: choose shares so that a share holds
 thousands of keys, not millions (``pipeline.plan.join_shares``).
+
+A grouping with an element per record of an input of any size (boilerplate's key sets, one per
+text of a dump of millions of records) parks its lists instead (``park``): each share's list is
+written to a part file (``transforms/spill.py``) and only ``(share, path)`` crosses the
+grouping, since the in-process runner holds a grouping's whole input in memory while the stage
+that makes it runs; the parts are deleted once every share is read.
 """
 
 from __future__ import annotations
@@ -25,8 +31,12 @@ import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
+from transforms.spill import RemoveParts, part_path, read_packed, write_packed
+
 # Elements a bundle holds before it sends what it has: its memory stays bounded.
 HELD_ELEMENTS = 8192
+# ... and before it parks them: fewer, larger part files.
+PARKED_ELEMENTS = 65_536
 
 
 def share_of(key: Any, shares: int) -> int:
@@ -66,18 +76,44 @@ class _ToShares(beam.DoFn):
         return sent
 
 
+class _ToParkedShares(_ToShares):
+    """As :class:`_ToShares`, each share's pickled list written to a part under ``directory``:
+    ``(share, part path)``."""
+
+    def __init__(self, tag: int, shares: int, directory: str) -> None:
+        super().__init__(tag, shares)
+        self.directory = directory
+
+    def process(self, element: tuple[Any, Any]) -> Iterable[tuple[int, str]]:
+        key, value = element
+        self.held.setdefault(share_of(key, self.shares), []).append((key, self.tag, value))
+        self.count += 1
+        if self.count >= PARKED_ELEMENTS:
+            yield from self._sent()
+
+    def _sent(self) -> list[tuple[int, str]]:
+        sent = []
+        for share, data in super()._sent():
+            path = part_path(self.directory)
+            write_packed(path, data)
+            sent.append((share, path))
+        return sent
+
+
 class _FromShares(beam.DoFn):
     """``(share, pickled lists)`` -> ``(key, {tag: [values]})`` per key (``tags`` given) or
-    ``(key, [values])`` (one unnamed input), keys in the order they first arrived."""
+    ``(key, [values])`` (one unnamed input), keys in the order they first arrived; ``parked``:
+    the lists are in the part files named instead."""
 
-    def __init__(self, tags: tuple[str, ...] | None) -> None:
+    def __init__(self, tags: tuple[str, ...] | None, parked: bool = False) -> None:
         self.tags = tags
         self.inputs = len(tags) if tags is not None else 1
+        self.parked = parked
 
-    def process(self, share: tuple[int, Iterable[bytes]]) -> Iterable[tuple[Any, Any]]:
+    def process(self, share: tuple[int, Iterable[bytes | str]]) -> Iterable[tuple[Any, Any]]:
         grouped: dict[Any, list] = {}
         for data in share[1]:
-            for key, tag, value in pickle.loads(data):
+            for key, tag, value in pickle.loads(read_packed(data) if self.parked else data):
                 values = grouped.get(key)
                 if values is None:
                     values = grouped[key] = [[] for _ in range(self.inputs)]
@@ -90,17 +126,30 @@ class _FromShares(beam.DoFn):
 
 
 class GroupInShares(beam.PTransform):
-    """``PCollection[tuple[K, V]]`` -> ``PCollection[tuple[K, list[V]]]``, as ``GroupByKey``."""
+    """``PCollection[tuple[K, V]]`` -> ``PCollection[tuple[K, list[V]]]``, as ``GroupByKey``;
+    ``park``: a folder where the lists wait in part files (deleted once every share is read)."""
 
-    def __init__(self, shares: int) -> None:
+    def __init__(self, shares: int, park: str | None = None) -> None:
         super().__init__()
         self.shares = shares
+        self.park = park
 
     def expand(self, pcoll: beam.PCollection) -> beam.PCollection:
-        return (pcoll
-                | "ToShares" >> beam.ParDo(_ToShares(0, self.shares)).with_output_types(tuple[int, bytes])
-                | "GroupByShare" >> beam.GroupByKey()
-                | "FromShares" >> beam.ParDo(_FromShares(None)))
+        if self.park is None:
+            return (pcoll
+                    | "ToShares" >> beam.ParDo(_ToShares(0, self.shares)).with_output_types(tuple[int, bytes])
+                    | "GroupByShare" >> beam.GroupByKey()
+                    | "FromShares" >> beam.ParDo(_FromShares(None)))
+        grouped = (pcoll
+                   | "ToShares" >> beam.ParDo(_ToParkedShares(0, self.shares, self.park))
+                   .with_output_types(tuple[int, str])
+                   | "GroupByShare" >> beam.GroupByKey()
+                   | "FromShares" >> beam.ParDo(_FromShares(None, parked=True)))
+        # Once every share is read: a part is never deleted while a retry could need it.
+        (grouped
+         | "CountGrouped" >> beam.combiners.Count.Globally()
+         | "RemoveParts" >> beam.ParDo(RemoveParts(self.park)))
+        return grouped
 
 
 class JoinInShares(beam.PTransform):

@@ -94,10 +94,7 @@ class PartWriter:
 
     def flush(self) -> None:
         if self.count:
-            data = self.out.get()
-            with FileSystems.create(self.path) as handle:
-                handle.write(len(data).to_bytes(8, "little"))
-                handle.write(_CODEC.compress(data, asbytes=True))
+            write_packed(self.path, self.out.get())
             self.written.append(self.path)
         self._begin()
 
@@ -106,12 +103,30 @@ class PartWriter:
         return written
 
 
-def read_part(path: str) -> Iterator[bytes]:
-    """The encoded records of one part, in the order they were added."""
+def write_packed(path: str, data: bytes) -> None:
+    """``data`` as a part file: its length (8 bytes, little-endian), then its LZ4 frame."""
+    with FileSystems.create(path) as handle:
+        handle.write(len(data).to_bytes(8, "little"))
+        handle.write(_CODEC.compress(data, asbytes=True))
+
+
+def read_packed(path: str) -> bytes:
+    """The bytes :func:`write_packed` wrote to ``path``."""
     with FileSystems.open(path) as handle:
         data = handle.read()
     size = int.from_bytes(data[:8], "little")
-    stream = create_InputStream(_CODEC.decompress(data[8:], decompressed_size=size, asbytes=True))
+    return _CODEC.decompress(data[8:], decompressed_size=size, asbytes=True)
+
+
+def part_path(directory: str) -> str:
+    """A new part's name under ``directory``: unique, so a retried bundle never overwrites one
+    that a committed bundle emitted."""
+    return FileSystems.join(directory, f"{uuid.uuid4().hex}{PART_SUFFIX}")
+
+
+def read_part(path: str) -> Iterator[bytes]:
+    """The encoded records of one part, in the order they were added."""
+    stream = create_InputStream(read_packed(path))
     while stream.size() > 0:
         yield stream.read_all(True)
 

@@ -290,3 +290,25 @@ def test_trusted_file_metadata_skips_reading_unchanged_files(tmp_path) -> None:
     fourth = job(corpus, tmp_path / "index")
     texts = dict(zip(*table(fourth.run_dir, "documents").select(["doc_id", "text"]).to_pydict().values()))
     assert "Manual 444" in texts["doc004.md"]
+
+
+def test_a_file_too_big_to_remember_is_read_again_not_held(tmp_path, monkeypatch) -> None:
+    """Records stream through the reader; what a file made is remembered only while it fits
+    ``READ_MEMO_BYTES``: a bigger one (a dump's piece) is read again by a trusted rerun, with
+    the same tables."""
+    import transforms.read
+
+    corpus = tmp_path / "corpus"
+    write_corpus(corpus, count=6)
+    lines = [json.dumps({"id": f"t{n}", "text": f"Ticket {n}: the pump on line {n} stalls again."})
+             for n in range(40)]
+    (corpus / "tickets.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    monkeypatch.setattr(transforms.read, "READ_MEMO_BYTES", 2_000)  # the dump's 40 records, not a page
+    trust = "input.trust_file_metadata=true"
+    first = job(corpus, tmp_path / "index", trust)
+    second = job(corpus, tmp_path / "index", trust)
+    read = memo_counts(second.run_dir)["read"]
+    others = len(list(corpus.iterdir())) - 1
+    assert (read["recalled"], read["computed"]) == (others, 1)
+    assert_tables_equal(first.run_dir, second.run_dir)
+    assert table(second.run_dir, "documents").num_rows == others + 40

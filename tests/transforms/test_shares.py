@@ -3,6 +3,8 @@ CoGroupByKey give, whatever the number of shares and however the elements fall i
 
 from __future__ import annotations
 
+import os
+
 import apache_beam as beam
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
@@ -22,13 +24,16 @@ def _sorted_groups(grouped):
 
 
 @settings(max_examples=12, deadline=None)
-@given(pairs, st.integers(min_value=1, max_value=40), st.integers(min_value=1, max_value=7))
-def test_group_in_shares_is_group_by_key(elements, share_count, held) -> None:
+@given(pairs, st.integers(min_value=1, max_value=40), st.integers(min_value=1, max_value=7),
+       st.booleans())
+def test_group_in_shares_is_group_by_key(tmp_path_factory, elements, share_count, held, parked) -> None:
+    park = str(tmp_path_factory.mktemp("park") / "keys") if parked else None
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(shares, "HELD_ELEMENTS", held)  # lists sent mid-bundle too
+        patch.setattr(shares, "PARKED_ELEMENTS", held)  # parts written mid-bundle too
         with fnapi_pipeline() as pipeline:
             source = pipeline | beam.Create(elements).with_output_types(tuple[object, int])
-            ours = (source | "Ours" >> GroupInShares(share_count)
+            ours = (source | "Ours" >> GroupInShares(share_count, park=park)
                     | "SortOurs" >> beam.combiners.ToList() | "A" >> beam.Map(_sorted_groups))
             beams = (source | "Beams" >> beam.GroupByKey()
                      | "SortBeams" >> beam.combiners.ToList() | "B" >> beam.Map(_sorted_groups))
@@ -38,6 +43,8 @@ def test_group_in_shares_is_group_by_key(elements, share_count, held) -> None:
             wanted = [sorted((key, sorted(values)) for key, values in expected.items())]
             assert_that(ours, equal_to(wanted), label="ours")
             assert_that(beams, equal_to(wanted), label="beams")
+    if park is not None:  # every part read, then removed with its folder
+        assert not os.path.exists(park)
 
 
 @settings(max_examples=10, deadline=None)
