@@ -20,6 +20,7 @@ from chunkline.boilerplate import (
 )
 from chunkline.records import Document, Rejected
 from tests.beam_helpers import fnapi_pipeline
+import transforms.shares
 from transforms.clean import EMPTY_AFTER_BOILERPLATE, TOP_REMOVED, RemoveBoilerplate
 from transforms.split import SplitDocuments
 
@@ -157,7 +158,11 @@ def check_chunks_against(documents: dict[str, str]):
     return check
 
 
-def test_boilerplate_corpus() -> None:
+@pytest.mark.parametrize("inline", [65_536, 0], ids=["sets-in-the-grouping", "sets-parked"])
+def test_boilerplate_corpus(inline, monkeypatch) -> None:
+    # Parked: every key set waits in part files (a dump's millions do, past the first 65,536).
+    monkeypatch.setattr(transforms.shares, "INLINE_ELEMENTS", inline)
+    monkeypatch.setattr(transforms.shares, "PARKED_ELEMENTS", 2)
     with fnapi_pipeline() as p:
         out = p | beam.Create(CORPUS) | RemoveBoilerplate(OPTIONS)
         assert_that(out.documents | beam.Map(lambda d: (d.doc_id, d.text)),

@@ -15,17 +15,18 @@ A share's keys are grouped in memory where it is received: choose shares so that
 thousands of keys, not millions (``pipeline.plan.join_shares``).
 
 A grouping with an element per record of an input of any size (boilerplate's key sets, one per
-text of a dump of millions of records) parks its lists instead (``park``): each share's list is
-written to a part file (``transforms/spill.py``) and only ``(share, path)`` crosses the
-grouping, since the in-process runner holds a grouping's whole input in memory while the stage
-that makes it runs; the parts are deleted once every share is read.
+text of a dump of millions of records) parks its lists instead (``park``): past the first
+:data:`INLINE_ELEMENTS` of a bundle, each share's list is written to a part file
+(``transforms/spill.py``) and only ``(share, path)`` crosses the grouping, since the in-process
+runner holds a grouping's whole input in memory while the stage that makes it runs; the parts
+are deleted once every share is read.
 """
 
 from __future__ import annotations
 
 import pickle
 import zlib
-from typing import Any, Iterable
+from typing import Any, Iterable, Union
 
 import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindow
@@ -37,6 +38,9 @@ from transforms.spill import RemoveParts, part_path, read_packed, write_packed
 HELD_ELEMENTS = 8192
 # ... and before it parks them: fewer, larger part files.
 PARKED_ELEMENTS = 65_536
+# A parking bundle sends this many elements in the grouping itself first: a corpus of thousands
+# of documents writes no part, and a dump of millions holds no more than these in memory.
+INLINE_ELEMENTS = 65_536
 
 
 def share_of(key: Any, shares: int) -> int:
@@ -77,43 +81,52 @@ class _ToShares(beam.DoFn):
 
 
 class _ToParkedShares(_ToShares):
-    """As :class:`_ToShares`, each share's pickled list written to a part under ``directory``:
-    ``(share, part path)``."""
+    """As :class:`_ToShares` for a bundle's first :data:`INLINE_ELEMENTS`; after them, each
+    share's pickled list written to a part under ``directory``: ``(share, part path)``."""
 
     def __init__(self, tag: int, shares: int, directory: str) -> None:
         super().__init__(tag, shares)
         self.directory = directory
 
-    def process(self, element: tuple[Any, Any]) -> Iterable[tuple[int, str]]:
+    def start_bundle(self) -> None:
+        super().start_bundle()
+        self.sent_inline = 0
+
+    def process(self, element: tuple[Any, Any]) -> Iterable[tuple[int, bytes | str]]:
         key, value = element
         self.held.setdefault(share_of(key, self.shares), []).append((key, self.tag, value))
         self.count += 1
-        if self.count >= PARKED_ELEMENTS:
+        if self.count >= (HELD_ELEMENTS if self.sent_inline < INLINE_ELEMENTS else PARKED_ELEMENTS):
             yield from self._sent()
 
-    def _sent(self) -> list[tuple[int, str]]:
-        sent = []
-        for share, data in super()._sent():
+    def _sent(self) -> list[tuple[int, bytes | str]]:
+        count = self.count
+        sent = super()._sent()
+        if self.sent_inline + count <= INLINE_ELEMENTS:
+            self.sent_inline += count
+            return sent
+        self.sent_inline = INLINE_ELEMENTS
+        parked: list[tuple[int, bytes | str]] = []
+        for share, data in sent:
             path = part_path(self.directory)
             write_packed(path, data)
-            sent.append((share, path))
-        return sent
+            parked.append((share, path))
+        return parked
 
 
 class _FromShares(beam.DoFn):
     """``(share, pickled lists)`` -> ``(key, {tag: [values]})`` per key (``tags`` given) or
-    ``(key, [values])`` (one unnamed input), keys in the order they first arrived; ``parked``:
-    the lists are in the part files named instead."""
+    ``(key, [values])`` (one unnamed input), keys in the order they first arrived. A list may
+    instead be the path of the part it was parked in (a ``str``)."""
 
-    def __init__(self, tags: tuple[str, ...] | None, parked: bool = False) -> None:
+    def __init__(self, tags: tuple[str, ...] | None) -> None:
         self.tags = tags
         self.inputs = len(tags) if tags is not None else 1
-        self.parked = parked
 
     def process(self, share: tuple[int, Iterable[bytes | str]]) -> Iterable[tuple[Any, Any]]:
         grouped: dict[Any, list] = {}
         for data in share[1]:
-            for key, tag, value in pickle.loads(read_packed(data) if self.parked else data):
+            for key, tag, value in pickle.loads(read_packed(data) if isinstance(data, str) else data):
                 values = grouped.get(key)
                 if values is None:
                     values = grouped[key] = [[] for _ in range(self.inputs)]
@@ -142,9 +155,9 @@ class GroupInShares(beam.PTransform):
                     | "FromShares" >> beam.ParDo(_FromShares(None)))
         grouped = (pcoll
                    | "ToShares" >> beam.ParDo(_ToParkedShares(0, self.shares, self.park))
-                   .with_output_types(tuple[int, str])
+                   .with_output_types(tuple[int, Union[bytes, str]])
                    | "GroupByShare" >> beam.GroupByKey()
-                   | "FromShares" >> beam.ParDo(_FromShares(None, parked=True)))
+                   | "FromShares" >> beam.ParDo(_FromShares(None)))
         # Once every share is read: a part is never deleted while a retry could need it.
         (grouped
          | "CountGrouped" >> beam.combiners.Count.Globally()

@@ -23,14 +23,16 @@ def _sorted_groups(grouped):
     return sorted(((repr(key), sorted(values)) for key, values in grouped))
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=16, deadline=None)
 @given(pairs, st.integers(min_value=1, max_value=40), st.integers(min_value=1, max_value=7),
-       st.booleans())
-def test_group_in_shares_is_group_by_key(tmp_path_factory, elements, share_count, held, parked) -> None:
+       st.booleans(), st.integers(min_value=0, max_value=12))
+def test_group_in_shares_is_group_by_key(tmp_path_factory, elements, share_count, held, parked,
+                                         inline) -> None:
     park = str(tmp_path_factory.mktemp("park") / "keys") if parked else None
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(shares, "HELD_ELEMENTS", held)  # lists sent mid-bundle too
         patch.setattr(shares, "PARKED_ELEMENTS", held)  # parts written mid-bundle too
+        patch.setattr(shares, "INLINE_ELEMENTS", inline)  # some lists inline, the rest parked
         with fnapi_pipeline() as pipeline:
             source = pipeline | beam.Create(elements).with_output_types(tuple[object, int])
             ours = (source | "Ours" >> GroupInShares(share_count, park=park)
