@@ -391,8 +391,9 @@ class RemoveBoilerplate(beam.PTransform):
     def expand(self, documents: PCollection[Document]) -> BoilerplateOutputs:
         options = self._options
         parked = self._spill_dir or default_spill_dir(documents.pipeline, "boilerplate")
-        # One set of keys per distinct text: exact copies count once. The sets wait in part
-        # files, a few large shares of them: there is one per record of a dump of any size.
+        # One set of keys per distinct text: exact copies count once. There is a set per record
+        # of a dump of any size: past a bundle's first 65,536 they wait in part files, in a few
+        # large shares.
         key_sets = (
             documents
             | "KeysByText" >> beam.ParDo(_KeysOfText(options, self._memo))
