@@ -69,11 +69,12 @@ def write_jsonl(path: Path, megabytes: float) -> int:
     return count
 
 
-def write_parquet(path: Path, megabytes: float) -> int:
-    """Row groups of 10,000 rows, as an export tool writes them (pyarrow's writer, zstd)."""
+def write_parquet(path: Path, megabytes: float, compression: str = "zstd") -> int:
+    """Row groups of 10,000 rows, as an export tool writes them (pyarrow's writer, zstd unless
+    told: ``none`` makes a file whose size on disk is about its text's)."""
     target, written, count, batch = int(megabytes * 1e6), 0, 0, []
     schema = pa.schema([("id", pa.string()), ("text", pa.string()), ("team", pa.string())])
-    with pq.ParquetWriter(path, schema, compression="zstd") as writer:
+    with pq.ParquetWriter(path, schema, compression=compression) as writer:
         for record in records():
             batch.append(record)
             written += len(record["text"]) + 40
@@ -120,6 +121,8 @@ def main() -> int:
     parser.add_argument("--mb", type=float, nargs="+", default=[25, 100])
     parser.add_argument("--formats", nargs="+", choices=["jsonl", "parquet"], default=["jsonl", "parquet"])
     parser.add_argument("--repo", type=Path, default=ROOT, help="Checkout whose pipeline runs.")
+    parser.add_argument("--parquet-compression", default="zstd", choices=["zstd", "snappy", "none"],
+                        help="How the Parquet dump is compressed (none: its size on disk is its text's).")
     parser.add_argument("--out", type=Path, help="Append the table here.")
     args = parser.parse_args()
     rows = []
@@ -129,14 +132,17 @@ def main() -> int:
                 corpus = Path(tmp) / f"{fmt}-{megabytes:g}"
                 corpus.mkdir()
                 dump = corpus / f"export.{fmt}"
-                count = (write_jsonl if fmt == "jsonl" else write_parquet)(dump, megabytes)
+                count = (write_jsonl(dump, megabytes) if fmt == "jsonl"
+                         else write_parquet(dump, megabytes, args.parquet_compression))
                 size = dump.stat().st_size / 1e6
                 result = run_once(args.repo.resolve(), corpus, Path(tmp) / f"out-{fmt}-{megabytes:g}", fmt)
                 rows.append((fmt, size, count, result))
                 print(f"{fmt} {size:.0f} MB: {result['wall_s']:.1f} s, peak {result['peak_mb']:.0f} MB, "
                       f"read {result['read_peak_mb']:.0f} MB", flush=True)
+    compression = (f" --parquet-compression {args.parquet_compression}"
+                   if args.parquet_compression != "zstd" else "")
     lines = [f"`python bench/dump_bench.py --mb {' '.join(f'{m:g}' for m in args.mb)} "
-             f"--formats {' '.join(args.formats)}` (pipeline of {args.repo.resolve().name})", "",
+             f"--formats {' '.join(args.formats)}{compression}` (pipeline of {args.repo.resolve().name})", "",
              "| file | MB | records | kept | Read stage peak RSS MB | process peak RSS MB | stage at the peak | wall s | CPU s | MB/s |",
              "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|"]
     for fmt, size, count, r in rows:
