@@ -189,7 +189,8 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
         **merge,
     )
     statuses | "WriteDocuments" >> WriteParquetShards(
-        plan.run_dir, "documents", document_schema(principals=plan.access is not None), 1,
+        plan.run_dir, "documents", document_schema(principals=plan.access is not None),
+        config.output.document_shards,
         record_type=DocumentStatus,
         shard_key=lambda r: r.doc_id, sort_key=lambda r: (r.doc_id, r.uri, r.status),
     )

@@ -118,6 +118,10 @@ class OutputConfig(_Section):
     path: str = Field("out", min_length=1, pattern=r"\S",
                       description="Directory (local or gs://) that receives <run_id>/.")
     chunk_shards: int = Field(4, ge=1, le=10_000, description="Number of chunk Parquet files.")
+    document_shards: int = Field(
+        1, ge=1, le=10_000, description="Number of documents Parquet files. Each is sorted in "
+        "one worker's memory and holds about the corpus's text over this number: raise it for "
+        "a corpus or a record dump of many GB.")
     vector_dtype: Literal["float32", "float16", "int8"] = Field(
         "float32", description="How vectors are stored: float32, float16, or int8 with a scale "
         "per vector (embedding_scale). Part of the embedding signature: changing it re-embeds.")

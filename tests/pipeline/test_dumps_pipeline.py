@@ -83,10 +83,18 @@ def test_a_sliced_dump_read_by_two_workers_equals_one_worker_reading_it_whole(tm
     write_dumps(corpus, rows)
     common = ("input.parquet.metadata_columns=[team]", "dedupe.near=null")
     whole = job(corpus, tmp_path / "whole", *common)
+    # The documents table in three shards too: a dump's documents are not one worker's sort.
     spread = job(corpus, tmp_path / "spread", *common, "input.parquet.slice_bytes=20000",
-                 "input.jsonl.slice_bytes=20000",
+                 "input.jsonl.slice_bytes=20000", "output.document_shards=3",
                  beam_args=("--direct_num_workers=2", "--direct_running_mode=multi_processing"))
     assert whole.published and spread.published and whole.counts["kept"] == 2 * rows
     assert whole.counts["rejected"] == 5
-    for name in ("chunks", "documents", "rejected", "terms"):
+    for name in ("chunks", "rejected", "terms"):
         assert table(whole.run_dir, name).equals(table(spread.run_dir, name)), name
+    shards = sorted(Path(spread.run_dir).glob("documents-*.parquet"))
+    assert [shard.name for shard in shards] == [f"documents-0000{i}-of-00003.parquet" for i in range(3)]
+    ids = [pq.read_table(shard, columns=["doc_id"]).column("doc_id").to_pylist() for shard in shards]
+    assert all(each == sorted(each) and each for each in ids)  # each shard sorted, none empty
+    assert sum(map(len, ids)) == len(set().union(*map(set, ids)))  # a document in one shard
+    order = [("doc_id", "ascending"), ("uri", "ascending"), ("status", "ascending")]
+    assert table(whole.run_dir, "documents").equals(table(spread.run_dir, "documents").sort_by(order))
