@@ -181,7 +181,7 @@ class Memo:
     def put(self, key: bytes, value: bytes) -> None:
         self.used[key] = value
         known = self.known
-        if getattr(known, "room", 0) > 0 and key not in known:
+        if known.room > 0 and key not in known:
             known[key] = value  # another stage of this process may ask for it
             known.room -= len(value) + ENTRY_BYTES
         self._spill_when_full()

@@ -64,7 +64,7 @@ def test_a_damaged_or_truncated_segment_is_skipped_not_misread(tmp_path) -> None
 
 
 def test_a_value_of_the_wrong_width_is_a_miss() -> None:
-    memo = Memo("signature", "s", {b"k" * 16: b"123"})
+    memo = Memo("signature", "s", Known({b"k" * 16: b"123"}))
     assert memo.get(b"k" * 16, width=4) is None and memo.misses == 1
     memo.put(b"j" * 16, b"1234")
     assert memo.get(b"j" * 16, width=4) == b"1234" and memo.hits == 1

@@ -66,8 +66,11 @@ class _ToShares(beam.DoFn):
         key, value = element
         self.held.setdefault(share_of(key, self.shares), []).append((key, self.tag, value))
         self.count += 1
-        if self.count >= HELD_ELEMENTS:
+        if self.count >= self._held_at_most():
             yield from self._sent()
+
+    def _held_at_most(self) -> int:
+        return HELD_ELEMENTS
 
     def finish_bundle(self) -> Iterable[WindowedValue]:
         for element in self._sent():
@@ -92,12 +95,8 @@ class _ToParkedShares(_ToShares):
         super().start_bundle()
         self.sent_inline = 0
 
-    def process(self, element: tuple[Any, Any]) -> Iterable[tuple[int, bytes | str]]:
-        key, value = element
-        self.held.setdefault(share_of(key, self.shares), []).append((key, self.tag, value))
-        self.count += 1
-        if self.count >= (HELD_ELEMENTS if self.sent_inline < INLINE_ELEMENTS else PARKED_ELEMENTS):
-            yield from self._sent()
+    def _held_at_most(self) -> int:
+        return HELD_ELEMENTS if self.sent_inline < INLINE_ELEMENTS else PARKED_ELEMENTS
 
     def _sent(self) -> list[tuple[int, bytes | str]]:
         count = self.count
@@ -148,20 +147,17 @@ class GroupInShares(beam.PTransform):
         self.park = park
 
     def expand(self, pcoll: beam.PCollection) -> beam.PCollection:
-        if self.park is None:
-            return (pcoll
-                    | "ToShares" >> beam.ParDo(_ToShares(0, self.shares)).with_output_types(tuple[int, bytes])
-                    | "GroupByShare" >> beam.GroupByKey()
-                    | "FromShares" >> beam.ParDo(_FromShares(None)))
+        to_shares, sent = ((_ToShares(0, self.shares), tuple[int, bytes]) if self.park is None else
+                           (_ToParkedShares(0, self.shares, self.park), tuple[int, Union[bytes, str]]))
         grouped = (pcoll
-                   | "ToShares" >> beam.ParDo(_ToParkedShares(0, self.shares, self.park))
-                   .with_output_types(tuple[int, Union[bytes, str]])
+                   | "ToShares" >> beam.ParDo(to_shares).with_output_types(sent)
                    | "GroupByShare" >> beam.GroupByKey()
                    | "FromShares" >> beam.ParDo(_FromShares(None)))
-        # Once every share is read: a part is never deleted while a retry could need it.
-        (grouped
-         | "CountGrouped" >> beam.combiners.Count.Globally()
-         | "RemoveParts" >> beam.ParDo(RemoveParts(self.park)))
+        if self.park is not None:
+            # Once every share is read: a part is never deleted while a retry could need it.
+            (grouped
+             | "CountGrouped" >> beam.combiners.Count.Globally()
+             | "RemoveParts" >> beam.ParDo(RemoveParts(self.park)))
         return grouped
 
 

@@ -76,7 +76,7 @@ class PartWriter:
         self._begin()
 
     def _begin(self) -> None:
-        self.path = FileSystems.join(self.directory, f"{self.prefix}{uuid.uuid4().hex}{PART_SUFFIX}")
+        self.path = part_path(self.directory, self.prefix)
         self.out = create_OutputStream()
         self.count = 0
 
@@ -118,10 +118,10 @@ def read_packed(path: str) -> bytes:
     return _CODEC.decompress(data[8:], decompressed_size=size, asbytes=True)
 
 
-def part_path(directory: str) -> str:
+def part_path(directory: str, prefix: str = "") -> str:
     """A new part's name under ``directory``: unique, so a retried bundle never overwrites one
     that a committed bundle emitted."""
-    return FileSystems.join(directory, f"{uuid.uuid4().hex}{PART_SUFFIX}")
+    return FileSystems.join(directory, f"{prefix}{uuid.uuid4().hex}{PART_SUFFIX}")
 
 
 def read_part(path: str) -> Iterator[bytes]:
