@@ -22,7 +22,9 @@ from chunkline.memo import (
     memo_key,
     read_segments,
     segment_table,
+    text_digest,
 )
+from chunkline.records import framed_digest_bytes
 
 texts = st.text(max_size=40)
 
@@ -35,6 +37,15 @@ def test_keys_differ_whenever_any_framed_part_differs(a, b, c, d) -> None:
     assert memo_key("k", "s", a) != memo_key("other", "s", a)
     assert memo_key("k", "s", a) != memo_key("k", "s2", a)
     assert len(memo_key("k", "s", a)) == 16
+
+
+@given(texts, texts, texts, st.lists(texts, max_size=3))
+def test_a_key_is_the_framed_digest_of_its_parts(kind, settings, text, more) -> None:
+    # The kind and settings are hashed once and the state copied per key: the same digest as
+    # hashing every framed part at once, so a run still finds the previous run's keys.
+    expected = framed_digest_bytes((kind, settings, text_digest(text).hex(), *more))
+    assert memo_key(kind, settings, text, *more) == expected
+    assert memo_key(kind, settings, text, *more) == expected  # the cached state is not spent
 
 
 @given(st.dictionaries(st.binary(min_size=16, max_size=16), st.binary(max_size=64), max_size=30))

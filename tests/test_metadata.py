@@ -279,6 +279,27 @@ def test_values_json_cannot_hold_are_rejected_by_name(value, reason) -> None:
     assert str(caught.value) == reason
 
 
+@given(st.text(min_size=1, max_size=30), st.one_of(st.none(), st.integers(0, 2**62)),
+       st.one_of(st.none(), st.floats(0, 4e9)))
+def test_file_facts_are_the_metadata_pairs_of_the_facts(uri, size, modified) -> None:
+    # Each fact's pair is cached on its own: together they must be what metadata_pairs makes.
+    try:
+        expected = metadata_pairs([("source_uri", uri)])
+    except MetadataError:
+        with pytest.raises(MetadataError):
+            file_facts(uri, size, modified)
+        return
+    items = [("source_uri", uri)]
+    if size is not None:
+        items.append(("file_size", size))
+    if modified is not None:
+        stamp = datetime.datetime.fromtimestamp(modified, tz=datetime.timezone.utc)
+        items.append(("file_modified", stamp.isoformat(timespec="seconds").replace("+00:00", "Z")))
+    expected = metadata_pairs(items)
+    assert file_facts(uri, size, modified) == expected
+    assert file_facts(uri, size, modified) == expected
+
+
 def test_later_layers_win_and_keys_filter() -> None:
     facts = file_facts("gs://b/a.md", 12, 0.0 + 86_400)
     assert dict(facts) == {"file_modified": '"1970-01-02T00:00:00Z"', "file_size": "12",
