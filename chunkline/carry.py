@@ -82,12 +82,12 @@ def carry_key(signature: str, doc: Document, chunk_metadata: Sequence[str] | Non
     unless ``chunk_metadata`` names them) is left out: touching a file carries its rows. Its
     principals (access control on) are in: a document whose readers changed (its metadata, a
     mapping edit) has its rows made again, its vectors reused by content key."""
-    parts = (signature, doc.doc_id, doc.uri, doc.format, doc.text,
+    parts = (doc.doc_id, doc.uri, doc.format, doc.text,
              metadata_json(doc.chunk_metadata(chunk_metadata), chunk_metadata),
              json.dumps(doc.page_starts), json.dumps(doc.outline))
     if doc.principals is not None:  # off: the keys of runs before access control
         parts += (json.dumps(doc.principals),)
-    return framed_digest(parts)
+    return framed_digest(parts, (signature,))
 
 
 def embedding_prefix(search_text: str, context: str, table_header: str, text: str) -> str | None:

@@ -95,22 +95,7 @@ def memo_key(kind: str, settings: str, text: str, *more: str) -> bytes:
     ``settings``; every part framed by its length, so no two inputs share a key. The text enters
     as its own digest (:func:`text_digest`), so the several kinds a stage recalls for one text
     hash its bytes once."""
-    digest = _keyed_by(kind, settings).copy()
-    digest.update(_framed((text_digest(text).hex(), *more)))
-    return digest.digest()
-
-
-@functools.lru_cache(maxsize=64)
-def _keyed_by(kind: str, settings: str):
-    """blake2b having taken ``kind`` and ``settings`` framed: a stage asks for thousands of keys
-    under one pair, and ``settings`` (the code's digest and the libraries' versions) is hashed
-    once, each key copying this state (the same digest as hashing the parts joined)."""
-    return hashlib.blake2b(_framed((kind, settings)), digest_size=16)
-
-
-def _framed(parts: Iterable[str]) -> bytes:
-    return b"".join(len(data).to_bytes(8, "little") + data
-                    for data in (part.encode("utf-8", "surrogatepass") for part in parts))
+    return framed_digest_bytes((text_digest(text).hex(), *more), (kind, settings))
 
 
 @functools.lru_cache(maxsize=64)

@@ -7,6 +7,7 @@ changes one returns a new record (``dataclasses.replace``).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from bisect import bisect_right
 import unicodedata
@@ -204,14 +205,16 @@ def doc_hash(text: str) -> str:
     return hashlib.sha256(normalize_for_hash(text).encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def framed_digest(parts: Iterable[str]) -> str:
-    """blake2b (128 bits) of ``parts``, each preceded by its length: ("ab", "c") and
-    ("a", "bc") differ."""
-    return framed_digest_bytes(parts).hex()
+def framed_digest(parts: Iterable[str], fixed: tuple[str, ...] = ()) -> str:
+    """blake2b (128 bits) of ``fixed`` then ``parts``, each preceded by its length: ("ab", "c")
+    and ("a", "bc") differ."""
+    return framed_digest_bytes(parts, fixed).hex()
 
 
-def framed_digest_bytes(parts: Iterable[str]) -> bytes:
-    """:func:`framed_digest` as its 16 bytes. The framed parts are joined and hashed in one
+def framed_digest_bytes(parts: Iterable[str], fixed: tuple[str, ...] = ()) -> bytes:
+    """:func:`framed_digest` as its 16 bytes. ``fixed``: leading parts that thousands of calls
+    share (a stage's settings, a run's processing signature, kilobytes of JSON): hashed once
+    per process, each call copying that state. The framed parts are joined and hashed in one
     call: the same bytes as updating part by part, without a call per length and per part."""
     framed = []
     size = 0
@@ -220,12 +223,22 @@ def framed_digest_bytes(parts: Iterable[str]) -> bytes:
         framed.append(len(data).to_bytes(8, "little"))
         framed.append(data)
         size += len(data)
+    digest = _hashed(fixed).copy()
     if size > _JOINED_BYTES:  # a big text is hashed where it lies, not copied once more
-        digest = hashlib.blake2b(digest_size=16)
         for data in framed:
             digest.update(data)
-        return digest.digest()
-    return hashlib.blake2b(b"".join(framed), digest_size=16).digest()
+    else:
+        digest.update(b"".join(framed))
+    return digest.digest()
+
+
+@functools.lru_cache(maxsize=64)
+def _hashed(fixed: tuple[str, ...]):
+    digest = hashlib.blake2b(digest_size=16)
+    for part in fixed:
+        data = part.encode("utf-8", "surrogatepass")
+        digest.update(len(data).to_bytes(8, "little") + data)
+    return digest
 
 
 _JOINED_BYTES = 1 << 20

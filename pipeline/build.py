@@ -193,6 +193,9 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
         config.output.document_shards,
         record_type=DocumentStatus,
         shard_key=lambda r: r.doc_id, sort_key=lambda r: (r.doc_id, r.uri, r.status),
+        # A shard whose rows are the previous run's (a rerun where nothing in it changed) is
+        # linked, not encoded and compressed again.
+        previous=(carry.signature, carry.documents) if carry is not None else None,
     )
     rejected | "WriteRejected" >> WriteParquetShards(
         plan.run_dir, "rejected", rejected_schema(), 1, record_type=Rejected,

@@ -56,3 +56,8 @@ def test_framed_digest_is_each_part_after_its_length(parts, joined_bytes) -> Non
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(records, "_JOINED_BYTES", joined_bytes)  # both paths: joined and streamed
         assert records.framed_digest_bytes(parts) == digest.digest()
+        # Leading parts given as ``fixed`` (their state hashed once and copied): the same digest
+        # wherever the split falls, and the cached state is never spent.
+        for cut in range(len(parts) + 1):
+            for _ in range(2):
+                assert records.framed_digest_bytes(parts[cut:], tuple(parts[:cut])) == digest.digest()

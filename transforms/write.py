@@ -19,7 +19,7 @@ import contextlib
 import hashlib
 import os
 from collections import Counter
-from typing import Any, Callable, Iterable, NamedTuple, Optional
+from typing import Any, Callable, Iterable, NamedTuple, Optional, Sequence
 
 import apache_beam as beam
 import numpy as np
@@ -71,6 +71,55 @@ def shard_path(directory: str, table: str, index: int, shards: int) -> str:
 # finds the shard with that digest knows it intact without decoding its text
 # (transforms/carry.py, verify_pair).
 SHARD_DIGEST_KEY = b"chunkline.shard_blake2b"
+
+
+# A shard written with ``previous`` names, in its footer, the digest of its sorted records as
+# encoded, of its schema and of what else made it: a later run whose records digest alike finds
+# its shard already written, and links it instead of encoding and compressing it again.
+ROWS_DIGEST_KEY = b"chunkline.rows_blake2b"
+
+
+def rows_digest(made_under: str, schema: pa.Schema, encoded: Iterable[bytes]) -> str:
+    """blake2b (128 bits, hex) of ``made_under`` (what besides the records decides the rows: the
+    run's processing signature, with the code's fingerprint), the schema, the Arrow version that
+    encodes them, and each encoded record after its length, in the shard's order."""
+    digest = hashlib.blake2b(digest_size=16)
+    for part in (made_under, schema.to_string(), pa.__version__):
+        data = part.encode("utf-8", "surrogatepass")
+        digest.update(len(data).to_bytes(8, "little") + data)
+    for data in encoded:
+        digest.update(len(data).to_bytes(8, "little"))
+        digest.update(data)
+    return digest.hexdigest()
+
+
+def intact_with_digest(path: str, digest: str) -> bool:
+    """Whether the shard at ``path`` names ``digest`` in its footer and reads whole, every page
+    matching its checksum (such shards are written with them): a damaged or truncated file is
+    written again, never linked."""
+    try:
+        with FileSystems.open(path) as handle:
+            found = pq.ParquetFile(handle, page_checksum_verification=True)
+            if (found.metadata.metadata or {}).get(ROWS_DIGEST_KEY) != digest.encode():
+                return False
+            for group in range(found.num_row_groups):
+                found.read_row_group(group)
+        return True
+    except Exception:  # noqa: BLE001 - arrow raises whatever a damaged file makes it raise
+        return False
+
+
+def link_or_copy(source: str, target: str) -> None:
+    """``source``'s bytes under ``target`` without passing through the worker: on a local disk
+    a hard link (a shard is never written in place, and a run removed by gc leaves the other
+    name whole); on gs:// a copy is the service's own rewrite."""
+    if is_local(source) and is_local(target):
+        try:
+            os.link(source, target)
+            return
+        except OSError:
+            pass  # another filesystem, or links refused: copied
+    FileSystems.copy([source], [target])
 
 
 def file_digest(handle, block: int = 8 << 20) -> str:
@@ -196,8 +245,10 @@ class _WriteShard(beam.DoFn):
                  coder: Coder, finish: Callable[..., Any] | None,
                  sidecar: Sidecar | None = None, shard_key: Callable[[Any], str] | None = None,
                  carried_rows: Callable[..., tuple[pa.Table, pa.Table | None, np.ndarray]] | None = None,
-                 sort_columns: tuple[str, ...] = ()) -> None:
+                 sort_columns: tuple[str, ...] = (),
+                 previous: tuple[str, tuple[str, ...]] | None = None) -> None:
         self.carried_rows, self.sort_columns = carried_rows, sort_columns
+        self.previous = previous
         self.sidecar = sidecar
         self.shard_key = shard_key
         self.to_row = to_row
@@ -238,6 +289,17 @@ class _WriteShard(beam.DoFn):
             rows = self._merged(encoded, together, carried, side)
             yield from self._write_tables(index, path, side_path, *rows)
             return
+        digest = None
+        if self.previous is not None:
+            made_under, previous_shards = self.previous
+            digest = rows_digest(made_under, self.schema, encoded)
+            name = path.rsplit("/", 1)[-1]
+            same = next((shard for shard in previous_shards if shard.rsplit("/", 1)[-1] == name), None)
+            if same is not None and intact_with_digest(same, digest):
+                link_or_copy(same, path)
+                tally(WRITTEN.format(table=self.table), len(encoded))
+                yield (self.table, path, len(encoded))
+                return
         with contextlib.ExitStack() as side_files:
             side_writer = None if side_path is None else side_files.enter_context(pq.ParquetWriter(
                 side_files.enter_context(FileSystems.create(side_path)), self.sidecar.schema,
@@ -245,7 +307,10 @@ class _WriteShard(beam.DoFn):
             # The shard is closed first: its digest goes into the sidecar's footer.
             with FileSystems.create(path) as handle:
                 digesting = _DigestingFile(handle)
-                with pq.ParquetWriter(digesting, self.schema, compression="zstd") as writer:
+                with pq.ParquetWriter(digesting, self.schema, compression="zstd",
+                                      write_page_checksum=digest is not None) as writer:
+                    if digest is not None:
+                        writer.add_key_value_metadata({ROWS_DIGEST_KEY: digest})
                     for group in _row_groups(encoded):
                         records = [self.coder.decode(data) for data in group]
                         if side_writer is not None:
@@ -266,18 +331,10 @@ class _WriteShard(beam.DoFn):
 
     def _copy_pair(self, path: str, side_path: str, chunk_from: str, side_from: str,
                    rows: int) -> Iterable[tuple[str, str, int]]:
-        """The previous run's shard and sidecar, copied whole: their rows are this shard's. On a
-        local disk a hard link (no byte written; a shard is never written in place, and a run
-        removed by gc leaves the other name whole); on gs:// a copy is the service's own rewrite,
-        no byte through the worker."""
-        for source, target in ((chunk_from, path), (side_from, side_path)):
-            if is_local(source) and is_local(target):
-                try:
-                    os.link(source, target)
-                    continue
-                except OSError:
-                    pass  # another filesystem, or links refused: copied
-            FileSystems.copy([source], [target])
+        """The previous run's shard and sidecar, linked whole (:func:`link_or_copy`): their rows
+        are this shard's."""
+        link_or_copy(chunk_from, path)
+        link_or_copy(side_from, side_path)
         tally(WRITTEN.format(table=self.table), rows)
         yield (self.table, path, rows)
         yield (self.sidecar.table, side_path, rows)
@@ -340,7 +397,11 @@ class WriteParquetShards(beam.PTransform):
     ``carried``: ``(shard, part)`` elements of rows made by an earlier run, grouped with the
     shard's records and turned into Arrow tables (rows and sidecar rows, final form, with a
     mask of the rows carried) by ``carried_rows(parts, value)``; a shard with any is sorted as one table by
-    ``sort_columns`` (which must order as ``sort_key`` does) and written whole."""
+    ``sort_columns`` (which must order as ``sort_key`` does) and written whole.
+    ``previous``: ``(made_under, the previous run's shards of this table)``, for rows made from
+    the records alone: each shard names :func:`rows_digest` in its footer and is written with
+    page checksums, and a shard whose digest the previous run's same-named shard names, that
+    file reading whole, is linked (:func:`link_or_copy`) instead of written."""
 
     def __init__(self, directory: str, table: str, schema: pa.Schema, shards: int,
                  shard_key: Callable[[Any], str], sort_key: Callable[[Any], Any],
@@ -351,8 +412,13 @@ class WriteParquetShards(beam.PTransform):
                  sidecar: Sidecar | None = None,
                  carried: PCollection | None = None,
                  carried_rows: Callable[..., tuple[pa.Table, pa.Table | None, np.ndarray]] | None = None,
-                 sort_columns: tuple[str, ...] = ()) -> None:
+                 sort_columns: tuple[str, ...] = (),
+                 previous: tuple[str, Sequence[str]] | None = None) -> None:
         super().__init__()
+        if previous is not None and (finish is not None or sidecar is not None or carried is not None):
+            raise ValueError("WriteParquetShards links a previous shard only for rows made from "
+                             "the records alone (no finish, sidecar or carried rows)")
+        self.previous = (previous[0], tuple(previous[1])) if previous is not None else None
         if (carried is None) != (carried_rows is None) or (carried is not None and not sort_columns):
             raise ValueError("WriteParquetShards takes carried, carried_rows and sort_columns together")
         self.carried, self.carried_rows, self.sort_columns = carried, carried_rows, sort_columns
@@ -396,7 +462,8 @@ class WriteParquetShards(beam.PTransform):
             | "WriteShard" >> beam.ParDo(
                 _WriteShard(self.directory, self.table, self.shards, self.schema,
                             self.sort_key, self.to_row, coder, self.finish, self.sidecar,
-                            self.shard_key, self.carried_rows, self.sort_columns),
+                            self.shard_key, self.carried_rows, self.sort_columns,
+                            self.previous),
                 *side)
         )
         # After every shard is written: a part is never deleted while a retry could need it.

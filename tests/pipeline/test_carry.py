@@ -129,6 +129,9 @@ def test_a_second_unchanged_rerun_carries_every_document(carried) -> None:
     # Every shard's rows are the last run's, as they were: the files are copied, not rewritten.
     for shard in sorted(Path(second.run_dir).glob("c*-*.parquet")):
         assert (Path(third.run_dir) / shard.name).read_bytes() == shard.read_bytes(), shard.name
+    # So is the documents table's: its rows are the last run's, the file linked, not encoded.
+    for shard in sorted(Path(second.run_dir).glob("documents-*.parquet")):
+        assert (Path(third.run_dir) / shard.name).samefile(shard), shard.name
     memo = memo_counts(third.run_dir)
     assert memo.pop("read") == {"recalled": 0, "computed": 0}  # files are read: not trusted
     assert all(kind["computed"] == 0 for kind in memo.values()), memo
