@@ -57,6 +57,10 @@ STRIP = "strip"  # value: JSON {"drop": line indexes, "found": {key: line shown}
 READ = "read"  # value: what a file made (documents and rejections, Beam-encoded), under its
                # path, size and time: only with input.trust_file_metadata
 KINDS = (CREDENTIALS, LINE_KEYS, SIGNATURE, CLEAN, DOC_HASH, STRIP, READ)
+# Kinds whose values are text (JSON, encoded documents): their segments are zstd-compressed. The
+# others hold digests, hash keys and signatures, random bytes no codec shrinks: written plain,
+# a run spends no time compressing what it rewrites every night.
+COMPRESSED_KINDS = (CREDENTIALS, STRIP, READ)
 # Kinds that a later stage of the same process asks for again (the strip reads a text's line
 # keys; dedupe its hash): this run's results of these are kept beside the previous run's, up to
 # SHARED_BYTES per kind and process. Past it, the later stage computes them again, the same
@@ -131,6 +135,15 @@ def segment_table(entries: Mapping[bytes, bytes]) -> pa.Table:
     return pa.table({"key": pa.array(keys, pa.binary(16)),
                      "value": pa.array([entries[key] for key in keys], pa.binary())},
                     schema=memo_schema())
+
+
+def write_segment(entries: Mapping[bytes, bytes], kind: str, handle) -> None:
+    """``entries`` as a segment of ``kind`` to the open file ``handle``: page checksums (a flipped
+    bit is a skipped segment, never a wrong result), no dictionary or statistics (every key
+    differs, and no reader filters on them), compressed only for :data:`COMPRESSED_KINDS`."""
+    pq.write_table(segment_table(entries), handle,
+                   compression="zstd" if kind in COMPRESSED_KINDS else "none",
+                   use_dictionary=False, write_statistics=False, write_page_checksum=True)
 
 
 def segment_name(kind: str) -> str:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import logging
 
-import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from chunkline.memo import Memo, MemoSource, load_known, segment_name, segment_table
+from chunkline.memo import Memo, MemoSource, load_known, segment_name, write_segment
 from chunkline.records import doc_hash
 
 log = logging.getLogger("chunkline.memo")
@@ -53,8 +52,7 @@ class MemoUse:
         path = FileSystems.join(self.source.write_dir, segment_name(self.kind))
         try:
             with FileSystems.create(path) as handle:
-                pq.write_table(segment_table(used), handle, compression="zstd",
-                               write_page_checksum=True)
+                write_segment(used, self.kind, handle)
         except Exception as exc:  # noqa: BLE001 - a memo that cannot be kept costs the next run time
             log.warning("memo: could not write %s (%s: %s); the next run computes these again",
                         path, type(exc).__name__, exc)
