@@ -26,6 +26,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import pyarrow as pa
 
+from chunkline.memo import text_digest
 from chunkline.metadata import metadata_json
 from chunkline.records import ChunkRecord, Document, framed_digest
 
@@ -82,7 +83,9 @@ def carry_key(signature: str, doc: Document, chunk_metadata: Sequence[str] | Non
     unless ``chunk_metadata`` names them) is left out: touching a file carries its rows. Its
     principals (access control on) are in: a document whose readers changed (its metadata, a
     mapping edit) has its rows made again, its vectors reused by content key."""
-    parts = (doc.doc_id, doc.uri, doc.format, doc.text,
+    # The text as its digest (the one dedupe took a moment before, cached on the string): a
+    # kept document's text is not hashed once more for its key.
+    parts = (doc.doc_id, doc.uri, doc.format, text_digest(doc.text).hex(),
              metadata_json(doc.chunk_metadata(chunk_metadata), chunk_metadata),
              json.dumps(doc.page_starts), json.dumps(doc.outline))
     if doc.principals is not None:  # off: the keys of runs before access control

@@ -93,19 +93,34 @@ def rows_digest(made_under: str, schema: pa.Schema, encoded: Iterable[bytes]) ->
     return digest.hexdigest()
 
 
+# ... and the length and digest of every byte before its footer, as written: a later run checks
+# a shard it would link by hashing those bytes, not by decoding every page.
+DATA_DIGEST_KEY = b"chunkline.data_blake2b"
+
+
 def intact_with_digest(path: str, digest: str) -> bool:
-    """Whether the shard at ``path`` names ``digest`` in its footer and reads whole, every page
-    matching its checksum (such shards are written with them): a damaged or truncated file is
-    written again, never linked."""
+    """Whether the shard at ``path`` names ``digest`` in its footer and its bytes before the
+    footer are those it was written with (their length and digest, named beside it): a damaged
+    or truncated file is written again, never linked."""
     try:
         with FileSystems.open(path) as handle:
-            found = pq.ParquetFile(handle, page_checksum_verification=True)
-            if (found.metadata.metadata or {}).get(ROWS_DIGEST_KEY) != digest.encode():
+            footer = pq.read_metadata(handle).metadata or {}
+            if footer.get(ROWS_DIGEST_KEY) != digest.encode():
                 return False
-            for group in range(found.num_row_groups):
-                found.read_row_group(group)
-        return True
-    except Exception:  # noqa: BLE001 - arrow raises whatever a damaged file makes it raise
+            length, _, data_digest = footer.get(DATA_DIGEST_KEY, b"").decode("ascii").partition(":")
+            handle.seek(0)
+            data, left = hashlib.blake2b(digest_size=16), int(length)
+            while left:
+                block = handle.read(min(8 << 20, left))
+                if not block:
+                    return False
+                data.update(block)
+                left -= len(block)
+            # The footer follows at once: its length, then the magic, end the file.
+            tail = handle.read()
+        return (data.hexdigest() == data_digest and len(tail) >= 8 and tail[-4:] == b"PAR1"
+                and int.from_bytes(tail[-8:-4], "little") == len(tail) - 8)
+    except Exception:  # noqa: BLE001 - a damaged footer raises whatever arrow raises
         return False
 
 
@@ -322,6 +337,9 @@ class _WriteShard(beam.DoFn):
                         writer.write_table(pa.Table.from_pylist(
                             [self.to_row(self._finished(record, side), self.schema)
                              for record in records], schema=self.schema))
+                    if digest is not None:  # every row group is written: the footer comes next
+                        writer.add_key_value_metadata(
+                            {DATA_DIGEST_KEY: f"{digesting.written}:{digesting.hexdigest()}"})
             if side_writer is not None:
                 side_writer.add_key_value_metadata({SHARD_DIGEST_KEY: digesting.hexdigest()})
         tally(WRITTEN.format(table=self.table), len(encoded))
@@ -399,9 +417,10 @@ class WriteParquetShards(beam.PTransform):
     mask of the rows carried) by ``carried_rows(parts, value)``; a shard with any is sorted as one table by
     ``sort_columns`` (which must order as ``sort_key`` does) and written whole.
     ``previous``: ``(made_under, the previous run's shards of this table)``, for rows made from
-    the records alone: each shard names :func:`rows_digest` in its footer and is written with
-    page checksums, and a shard whose digest the previous run's same-named shard names, that
-    file reading whole, is linked (:func:`link_or_copy`) instead of written."""
+    the records alone: each shard names :func:`rows_digest` and the digest of its bytes before
+    the footer in its footer (and is written with page checksums), and a shard whose digest the
+    previous run's same-named shard names, that file's bytes as written, is linked
+    (:func:`link_or_copy`) instead of written."""
 
     def __init__(self, directory: str, table: str, schema: pa.Schema, shards: int,
                  shard_key: Callable[[Any], str], sort_key: Callable[[Any], Any],

@@ -82,12 +82,17 @@ def test_other_processing_writes_every_shard(first, tmp_path) -> None:
         assert inode(shard(tmp_path / "second", index)) != inode(shard(first, index))
 
 
-@pytest.mark.parametrize("damage", ["flip a byte of a page", "truncate", "drop the footer key"])
+@pytest.mark.parametrize("damage", ["flip a byte of a page", "flip the last data byte", "truncate",
+                                    "drop the footer key"])
 def test_a_damaged_previous_shard_is_written_again_not_linked(first, tmp_path, damage) -> None:
     path = shard(first, 0)
     data = bytearray(path.read_bytes())
     if damage == "flip a byte of a page":
         data[len(data) // 3] ^= 0xFF  # inside the text column's pages, not the footer
+    elif damage == "flip the last data byte":
+        # The byte just before the footer: covered by the data digest, past every page checksum.
+        footer = int.from_bytes(data[-8:-4], "little")
+        data[len(data) - 8 - footer - 1] ^= 0x01
     elif damage == "truncate":
         data = data[: len(data) // 2]
     else:
