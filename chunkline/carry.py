@@ -26,9 +26,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import pyarrow as pa
 
-from chunkline.memo import text_digest
 from chunkline.metadata import metadata_json
-from chunkline.records import ChunkRecord, Document, framed_digest
+from chunkline.records import ChunkRecord, Document, framed_digest, text_digest
 
 CARRY_TABLE = "carry"  # the sidecar's file names: carry-SSSSS-of-NNNNN.parquet
 # Bumped when what a carry key covers changes: every document is computed once again.

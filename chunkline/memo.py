@@ -26,7 +26,6 @@ record.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import logging
 import threading
@@ -37,7 +36,7 @@ from typing import Callable, Iterable, Mapping
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from chunkline.records import framed_digest_bytes
+from chunkline.records import framed_digest_bytes, text_digest
 
 log = logging.getLogger("chunkline.memo")
 
@@ -100,14 +99,6 @@ def memo_key(kind: str, settings: str, text: str, *more: str) -> bytes:
     as its own digest (:func:`text_digest`), so the several kinds a stage recalls for one text
     hash its bytes once."""
     return framed_digest_bytes((text_digest(text).hex(), *more), (kind, settings))
-
-
-@functools.lru_cache(maxsize=64)
-def text_digest(text: str) -> bytes:
-    """blake2b (128 bits) of the text's UTF-8. Cached per process on the string: the stages fused
-    with the reader (clean, credentials, boilerplate keys) ask for the same text object, and
-    Python keeps a string's hash on it, so a hit costs a pointer comparison."""
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
 def read_segments(paths: Iterable[str], open_file) -> dict[bytes, bytes]:

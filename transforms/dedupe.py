@@ -58,8 +58,9 @@ from chunkline.records import (
     DocumentStatus,
     Rejected,
     doc_hash,
+    text_digest,
 )
-from chunkline.memo import DOC_HASH, SIGNATURE, MemoSource, text_digest
+from chunkline.memo import DOC_HASH, SIGNATURE, MemoSource
 from transforms import coders  # noqa: F401 - registers the record coders these shuffles use
 from transforms.shares import GroupInShares, JoinInShares
 from transforms.memo import MemoUse, recalled_doc_hash
