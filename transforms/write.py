@@ -110,6 +110,8 @@ def intact_with_digest(path: str, digest: str) -> bool:
             length, _, data_digest = footer.get(DATA_DIGEST_KEY, b"").decode("ascii").partition(":")
             handle.seek(0)
             data, left = hashlib.blake2b(digest_size=16), int(length)
+            if left < 0:
+                return False
             while left:
                 block = handle.read(min(8 << 20, left))
                 if not block:
@@ -129,12 +131,23 @@ def link_or_copy(source: str, target: str) -> None:
     a hard link (a shard is never written in place, and a run removed by gc leaves the other
     name whole); on gs:// a copy is the service's own rewrite."""
     if is_local(source) and is_local(target):
+        unlinked(target)
         try:
             os.link(source, target)
             return
         except OSError:
             pass  # another filesystem, or links refused: copied
     FileSystems.copy([source], [target])
+
+
+def unlinked(path: str) -> str:
+    """``path``, with whatever a failed earlier attempt of this bundle left there removed when it
+    is local: that may be a hard link to the previous run's file, which writing into would
+    truncate and overwrite (the previous run's shard, still published)."""
+    if is_local(path):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+    return path
 
 
 def file_digest(handle, block: int = 8 << 20) -> str:
@@ -317,10 +330,10 @@ class _WriteShard(beam.DoFn):
                 return
         with contextlib.ExitStack() as side_files:
             side_writer = None if side_path is None else side_files.enter_context(pq.ParquetWriter(
-                side_files.enter_context(FileSystems.create(side_path)), self.sidecar.schema,
+                side_files.enter_context(FileSystems.create(unlinked(side_path))), self.sidecar.schema,
                 compression="zstd", write_page_checksum=True))
             # The shard is closed first: its digest goes into the sidecar's footer.
-            with FileSystems.create(path) as handle:
+            with FileSystems.create(unlinked(path)) as handle:
                 digesting = _DigestingFile(handle)
                 with pq.ParquetWriter(digesting, self.schema, compression="zstd",
                                       write_page_checksum=digest is not None) as writer:
@@ -388,13 +401,13 @@ class _WriteShard(beam.DoFn):
                       sides: pa.Table | None) -> Iterable[tuple[str, str, int]]:
         # Row groups by the table's own size: the same rows give the same file.
         rows = max(1, min(ROW_GROUP, ROW_GROUP_BYTES * table.num_rows // max(1, table.nbytes)))
-        with FileSystems.create(path) as handle:
+        with FileSystems.create(unlinked(path)) as handle:
             digesting = _DigestingFile(handle)
             pq.write_table(table, digesting, row_group_size=rows, compression="zstd")
         tally(WRITTEN.format(table=self.table), table.num_rows)
         yield (self.table, path, table.num_rows)
         if side_path is not None:
-            with FileSystems.create(side_path) as handle, \
+            with FileSystems.create(unlinked(side_path)) as handle, \
                     pq.ParquetWriter(handle, sides.schema, compression="zstd",
                                      write_page_checksum=True) as side_writer:
                 side_writer.write_table(sides, row_group_size=rows)

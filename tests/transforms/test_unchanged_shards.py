@@ -107,3 +107,17 @@ def test_a_damaged_previous_shard_is_written_again_not_linked(first, tmp_path, d
         pq.read_table(shard(tmp_path / "fresh", 0)))
     for index in range(1, SHARDS):
         assert inode(shard(tmp_path / "second", index)) == inode(shard(first, index))
+
+
+def test_a_retried_bundle_never_writes_into_the_previous_runs_file(first, tmp_path) -> None:
+    # A first attempt linked the shards, then failed: the retry finds the links in place.
+    second = tmp_path / "second"
+    second.mkdir()
+    before = {index: shard(first, index).read_bytes() for index in range(SHARDS)}
+    for index in range(SHARDS):
+        os.link(shard(first, index), shard(second, index))
+    write(second, statuses(edited=7), previous_run=first)  # some shards written, the rest linked
+    write(tmp_path / "fresh", statuses(edited=7), previous_run=None)
+    for index in range(SHARDS):
+        assert shard(first, index).read_bytes() == before[index]  # the previous run's, untouched
+        assert pq.read_table(shard(second, index)).equals(pq.read_table(shard(tmp_path / "fresh", index)))
