@@ -24,7 +24,9 @@ up to a third. `readmes` is the long
 descriptions of the venv's installed distributions (plus README files in site-packages), about
 `--mb` (default 1.5) MB, embedded with the real model; `scale` is bench/scale_bench.py's corpus
 at each `--mb` (default 20 80), with `embed=null`. Pipeline time is the manifest's
-`wall_seconds`; wall, CPU (user + system) and peak RSS are the process's (wait4).
+`wall_seconds`; wall, CPU (user + system) and peak RSS are the process's (wait4); run dir MB is
+the run folder's size, written MB the part of it the run wrote (less the shards it hard-linked
+from the run before).
 """
 
 from __future__ import annotations
@@ -99,6 +101,7 @@ class Measured:
     cpu_s: float
     peak_rss_mb: float
     run_dir_mb: float
+    written_mb: float = 0.0
     counts: dict = field(default_factory=dict)
     each: list = field(default_factory=list)  # every repetition's pipeline s (--repeat)
 
@@ -210,6 +213,14 @@ def directory_bytes(directory: Path) -> int:
                if path.is_file() and not path.is_symlink())
 
 
+def written_bytes(directory: Path) -> int:
+    """What the run wrote: its files less those it hard-linked from the run before (a shard
+    whose rows did not change), which share their bytes with that run's."""
+    return sum(stat.st_size for stat in (path.stat() for path in directory.rglob("*")
+                                         if path.is_file() and not path.is_symlink())
+               if stat.st_nlink == 1)
+
+
 def run_process(corpus: Path, output: Path, overrides: list[str]) -> Measured:
     """One fresh `chunkline run` process (bench/scale_bench.py's run_once, with CPU time, the
     manifest's pipeline time and the run directory's size)."""
@@ -235,7 +246,8 @@ def run_process(corpus: Path, output: Path, overrides: list[str]) -> Measured:
     return Measured(
         pipeline_s=float(manifest["wall_seconds"]), wall_s=wall,
         cpu_s=usage.ru_utime + usage.ru_stime, peak_rss_mb=usage.ru_maxrss / 1024,
-        run_dir_mb=directory_bytes(output / run_id) / 1e6, counts=manifest.get("counts", {}))
+        run_dir_mb=directory_bytes(output / run_id) / 1e6,
+        written_mb=written_bytes(output / run_id) / 1e6, counts=manifest.get("counts", {}))
 
 
 def median_of(runs: list[Measured]) -> Measured:
@@ -309,11 +321,11 @@ def ratio(numerator: float, denominator: float) -> str:
 def nightly_report(title: str, command: str, rows: list[tuple[str, Measured]]) -> str:
     lines = [f"### {title}", "", f"`{command}`", "",
              "| run | pipeline s | wall s | outside pipeline s | CPU s | peak RSS MB | run dir MB "
-             "| documents carried | chunks embedded | pipeline s of each repetition |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "| written MB | documents carried | chunks embedded | pipeline s of each repetition |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for name, m in rows:
         lines.append(f"| {name} | {m.pipeline_s:.2f} | {m.wall_s:.2f} | {m.outside_s:.2f} | "
-                     f"{m.cpu_s:.1f} | {m.peak_rss_mb:.0f} | {m.run_dir_mb:.2f} | "
+                     f"{m.cpu_s:.1f} | {m.peak_rss_mb:.0f} | {m.run_dir_mb:.2f} | {m.written_mb:.2f} | "
                      f"{count(m.counts, 'documents_carried')} | {count(m.counts, 'embedded')} | "
                      + " ".join(f"{each:.2f}" for each in m.each) + " |")
     lines += ["", "| run | " + " | ".join(COUNT_KEYS) + " |",
