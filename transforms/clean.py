@@ -175,7 +175,8 @@ class _Strip(beam.DoFn):
         frequent_keys = self._frequent_array(frequent)
         if not len(frequent_keys):
             return held[:0]
-        # Both sorted: a binary search per held key (np.isin sorts the two together per call).
+        # The frequent keys sorted once: a binary search per held key (np.isin sorts both
+        # arrays together on every call).
         at = np.searchsorted(frequent_keys, held)
         np.minimum(at, len(frequent_keys) - 1, out=at)
         return held[frequent_keys[at] == held]
