@@ -32,6 +32,7 @@ from transforms.reuse import (
     ReuseForDocuments,
     ReusePreviousEmbeddings,
 )
+from transforms.coders import statuses_table
 from transforms.carry import CarriedRows, CarriedShards, CarryIndex, CarryKeys, SetCarryKeys
 from transforms.spill import spill_dir
 from transforms.split import FlattenChunks, SplitDocuments
@@ -196,6 +197,8 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
         # A shard whose rows are the previous run's (a rerun where nothing in it changed) is
         # linked, not encoded and compressed again.
         previous=(carry.signature, carry.documents) if carry is not None else None,
+        # The text, most of the table, goes to Arrow as the UTF-8 its records hold.
+        to_table=statuses_table,
     )
     rejected | "WriteRejected" >> WriteParquetShards(
         plan.run_dir, "rejected", rejected_schema(), 1, record_type=Rejected,

@@ -18,10 +18,11 @@ with every value encoded by its own PCollection's coder.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 import apache_beam as beam
 import numpy as np
+import pyarrow as pa
 from apache_beam.coders import Coder
 from apache_beam.coders.coder_impl import create_InputStream, create_OutputStream
 from apache_beam.typehints import trivial_inference
@@ -222,6 +223,54 @@ def decode_status(stream) -> DocumentStatus:
     page_starts = _read_ints(stream) if stream.read_byte() else None
     return DocumentStatus(doc_id, uri, text, digest, status, duplicate_of, encoding, format_,
                           metadata, page_starts, read_digest, _read_optional_strs(stream))
+
+
+# The documents table's string columns, in the order encode_status writes them.
+_STATUS_STRINGS = ("doc_id", "uri", "text", "doc_hash", "status", "encoding", "format", "metadata",
+                   "input_digest")
+
+
+def statuses_table(encoded: Sequence[bytes], schema: pa.Schema) -> pa.Table | None:
+    """Encoded :class:`DocumentStatus` records as rows of ``schema`` (the documents table: what
+    ``as_row`` of each decoded record gives), each string column made from the UTF-8 the coder
+    wrote: the text column, most of a documents shard, is one join of the records' bytes, not a
+    Python string per document converted again. None where a column cannot be made so (a string
+    that is not UTF-8, a lone surrogate the coder passed through; over 2 GiB in one column): the
+    caller converts record by record, as before."""
+    strings: dict[str, list[bytes]] = {name: [] for name in _STATUS_STRINGS}
+    duplicate_of: list[str | None] = []
+    page_starts: list[list[int] | None] = []
+    principals: list[list[str] | None] = []
+    for data in encoded:
+        stream = create_InputStream(data)
+        for name in _STATUS_STRINGS:
+            strings[name].append(stream.read_all(True))
+        duplicate_of.append(_read_str(stream) if stream.read_byte() else None)
+        page_starts.append(list(_read_ints(stream)) if stream.read_byte() else None)
+        principals.append(list(_read_strs(stream)) if stream.read_byte() else None)
+    columns = {name: _utf8_column(values) for name, values in strings.items()}
+    if any(column is None for column in columns.values()):
+        return None
+    columns["duplicate_of"] = pa.array(duplicate_of, pa.string())
+    columns["page_starts"] = pa.array(page_starts, pa.list_(pa.int64()))
+    columns["principals"] = pa.array(principals, pa.list_(pa.string()))
+    return pa.Table.from_arrays([columns[name] for name in schema.names], schema=schema)
+
+
+def _utf8_column(values: list[bytes]) -> pa.Array | None:
+    """``values`` as a string array over one buffer (their join), or None when they are not all
+    UTF-8 or together outgrow 32-bit offsets."""
+    offsets = np.zeros(len(values) + 1, dtype=np.int64)
+    np.cumsum([len(value) for value in values], out=offsets[1:])
+    if offsets[-1] >= 2**31:
+        return None
+    column = pa.StringArray.from_buffers(len(values), pa.py_buffer(offsets.astype(np.int32)),
+                                         pa.py_buffer(b"".join(values)))
+    try:
+        column.validate(full=True)
+    except pa.ArrowInvalid:
+        return None
+    return column
 
 
 def encode_rejected(out, r: Rejected) -> None:

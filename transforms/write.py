@@ -274,9 +274,11 @@ class _WriteShard(beam.DoFn):
                  sidecar: Sidecar | None = None, shard_key: Callable[[Any], str] | None = None,
                  carried_rows: Callable[..., tuple[pa.Table, pa.Table | None, np.ndarray]] | None = None,
                  sort_columns: tuple[str, ...] = (),
-                 previous: tuple[str, tuple[str, ...]] | None = None) -> None:
+                 previous: tuple[str, tuple[str, ...]] | None = None,
+                 to_table: Callable[[list[bytes], pa.Schema], pa.Table | None] | None = None) -> None:
         self.carried_rows, self.sort_columns = carried_rows, sort_columns
         self.previous = previous
+        self.to_table = to_table
         self.sidecar = sidecar
         self.shard_key = shard_key
         self.to_row = to_row
@@ -340,6 +342,11 @@ class _WriteShard(beam.DoFn):
                     if digest is not None:
                         writer.add_key_value_metadata({ROWS_DIGEST_KEY: digest})
                     for group in _row_groups(encoded):
+                        table = (self.to_table(group, self.schema)
+                                 if self.to_table is not None and side_writer is None else None)
+                        if table is not None:
+                            writer.write_table(table)
+                            continue
                         records = [self.coder.decode(data) for data in group]
                         if side_writer is not None:
                             # Before ``finish``: the sidecar keeps what the finished row no
@@ -433,7 +440,9 @@ class WriteParquetShards(beam.PTransform):
     the records alone: each shard names :func:`rows_digest` and the digest of its bytes before
     the footer in its footer (and is written with page checksums), and a shard whose digest the
     previous run's same-named shard names, that file's bytes as written, is linked
-    (:func:`link_or_copy`) instead of written."""
+    (:func:`link_or_copy`) instead of written. ``to_table(encoded records, schema)``: the rows
+    of a row group made from the encoded records directly (None: decoded and converted one by
+    one, as without it)."""
 
     def __init__(self, directory: str, table: str, schema: pa.Schema, shards: int,
                  shard_key: Callable[[Any], str], sort_key: Callable[[Any], Any],
@@ -445,11 +454,14 @@ class WriteParquetShards(beam.PTransform):
                  carried: PCollection | None = None,
                  carried_rows: Callable[..., tuple[pa.Table, pa.Table | None, np.ndarray]] | None = None,
                  sort_columns: tuple[str, ...] = (),
-                 previous: tuple[str, Sequence[str]] | None = None) -> None:
+                 previous: tuple[str, Sequence[str]] | None = None,
+                 to_table: Callable[[list[bytes], pa.Schema], pa.Table | None] | None = None) -> None:
         super().__init__()
-        if previous is not None and (finish is not None or sidecar is not None or carried is not None):
-            raise ValueError("WriteParquetShards links a previous shard only for rows made from "
-                             "the records alone (no finish, sidecar or carried rows)")
+        if (previous is not None or to_table is not None) and (
+                finish is not None or sidecar is not None or carried is not None):
+            raise ValueError("WriteParquetShards takes previous and to_table only for rows made "
+                             "from the records alone (no finish, sidecar or carried rows)")
+        self.to_table = to_table
         self.previous = (previous[0], tuple(previous[1])) if previous is not None else None
         if (carried is None) != (carried_rows is None) or (carried is not None and not sort_columns):
             raise ValueError("WriteParquetShards takes carried, carried_rows and sort_columns together")
@@ -495,7 +507,7 @@ class WriteParquetShards(beam.PTransform):
                 _WriteShard(self.directory, self.table, self.shards, self.schema,
                             self.sort_key, self.to_row, coder, self.finish, self.sidecar,
                             self.shard_key, self.carried_rows, self.sort_columns,
-                            self.previous),
+                            self.previous, self.to_table),
                 *side)
         )
         # After every shard is written: a part is never deleted while a retry could need it.

@@ -13,6 +13,7 @@ import pytest
 
 from chunkline.records import DocumentStatus, document_schema
 from tests.beam_helpers import fnapi_pipeline
+from transforms.coders import statuses_table
 from transforms.write import ROWS_DIGEST_KEY, WriteParquetShards
 
 SHARDS = 3
@@ -34,7 +35,8 @@ def write(directory: Path, records: list[DocumentStatus], previous_run: Path | N
         (p | beam.Create(list(reversed(records)))
            | WriteParquetShards(str(directory), "documents", document_schema(), SHARDS,
                                 record_type=DocumentStatus, shard_key=lambda r: r.doc_id,
-                                sort_key=lambda r: (r.doc_id, r.uri, r.status), previous=previous))
+                                sort_key=lambda r: (r.doc_id, r.uri, r.status), previous=previous,
+                                to_table=statuses_table))
 
 
 def shard(directory: Path, index: int) -> Path:
