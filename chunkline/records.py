@@ -223,13 +223,19 @@ def framed_digest_bytes(parts: Iterable[str], fixed: tuple[str, ...] = ()) -> by
         framed.append(len(data).to_bytes(8, "little"))
         framed.append(data)
         size += len(data)
-    digest = _hashed(fixed).copy()
+    digest = framed_state(fixed)
     if size > _JOINED_BYTES:  # a big text is hashed where it lies, not copied once more
         for data in framed:
             digest.update(data)
     else:
         digest.update(b"".join(framed))
     return digest.digest()
+
+
+def framed_state(fixed: tuple[str, ...]):
+    """A blake2b (128 bits) hasher that has taken ``fixed``, each part after its length, for the
+    caller to go on with: its own copy of a state hashed once per process."""
+    return _hashed(fixed).copy()
 
 
 @functools.lru_cache(maxsize=64)

@@ -205,10 +205,14 @@ def decode_document_chunks(stream) -> DocumentChunks:
     return DocumentChunks(document, tuple(decode_chunk(stream) for _ in range(stream.read_var_int64())))
 
 
+# A status's string fields, in the order they are encoded (statuses_table reads them so too).
+_STATUS_STRINGS = ("doc_id", "uri", "text", "doc_hash", "status", "encoding", "format", "metadata",
+                   "input_digest")
+
+
 def encode_status(out, s: DocumentStatus) -> None:
-    for text in (s.doc_id, s.uri, s.text, s.doc_hash, s.status, s.encoding, s.format, s.metadata,
-                 s.input_digest):
-        _write_str(out, text)
+    for name in _STATUS_STRINGS:
+        _write_str(out, getattr(s, name))
     _write_optional_str(out, s.duplicate_of)
     out.write_byte(s.page_starts is not None)
     if s.page_starts is not None:
@@ -217,17 +221,11 @@ def encode_status(out, s: DocumentStatus) -> None:
 
 
 def decode_status(stream) -> DocumentStatus:
-    doc_id, uri, text, digest, status, encoding, format_, metadata, read_digest = (
-        _read_str(stream) for _ in range(9))
+    strings = {name: _read_str(stream) for name in _STATUS_STRINGS}
     duplicate_of = _read_optional_str(stream)
     page_starts = _read_ints(stream) if stream.read_byte() else None
-    return DocumentStatus(doc_id, uri, text, digest, status, duplicate_of, encoding, format_,
-                          metadata, page_starts, read_digest, _read_optional_strs(stream))
-
-
-# The documents table's string columns, in the order encode_status writes them.
-_STATUS_STRINGS = ("doc_id", "uri", "text", "doc_hash", "status", "encoding", "format", "metadata",
-                   "input_digest")
+    return DocumentStatus(**strings, duplicate_of=duplicate_of, page_starts=page_starts,
+                          principals=_read_optional_strs(stream))
 
 
 def statuses_table(encoded: Sequence[bytes], schema: pa.Schema) -> pa.Table | None:
