@@ -52,7 +52,7 @@ class AssignPrincipals(beam.PTransform):
         super().__init__()
         self.policy = policy
 
-    def expand(self, documents: PCollection[Document]) -> AccessOutputs:
+    def expand(self, documents: PCollection[Document]):
         assigned = (documents
                     | "Principals" >> beam.ParDo(_AssignPrincipals(self.policy))
                     .with_output_types(Document, **{REJECTED: Rejected})

@@ -280,7 +280,7 @@ class CarryIndex(beam.PTransform):
         super().__init__()
         self.source = source
 
-    def expand(self, root) -> CarryIndexOutputs:
+    def expand(self, root):
         entries = (root
                    | "Pairs" >> beam.Create(list(range(len(self.source.pairs))))
                    | "Verify" >> beam.ParDo(_IndexPair(self.source)).with_output_types(
@@ -400,7 +400,7 @@ class CarriedShards(beam.PTransform):
         super().__init__()
         self.source, self.shards, self.shard_of, self.shares = source, shards, shard_of, shares
 
-    def expand(self, carried: PCollection) -> CarriedOutputs:
+    def expand(self, carried: PCollection):
         parted = (carried
                   | "GroupByPair" >> GroupInShares(self.shares)
                   | "Parts" >> beam.ParDo(_CarryFromPair(self.source, self.shards, self.shard_of))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import AbstractSet, Iterable, NamedTuple
+from typing import AbstractSet, Iterable, Literal, NamedTuple
 
 import apache_beam as beam
 import numpy as np
@@ -78,7 +78,7 @@ class _Clean(beam.DoFn):
     def finish_bundle(self) -> None:
         self._memo.flush()
 
-    def process(self, doc: Document) -> Iterable[Document | TaggedOutput]:
+    def process(self, doc: Document) -> Iterable[Document | TaggedOutput[Literal["rejected"], Rejected]]:
         memo, key = self._memo.memo, None
         if memo is not None:
             key = memo.key(doc.text, repr(doc.page_starts))
@@ -112,7 +112,7 @@ class CleanDocuments(beam.PTransform):
         self._options = options if options is not None else CleanOptions()
         self._memo = memo
 
-    def expand(self, documents: PCollection[Document]) -> CleanOutputs:
+    def expand(self, documents: PCollection[Document]):
         cleaned = documents | "CleanText" >> beam.ParDo(_Clean(self._options, self._memo)).with_outputs(
             REJECTED, main="documents"
         )
@@ -206,8 +206,9 @@ class _Strip(beam.DoFn):
         return text, page_starts, found
 
     def process(
-        self, doc: Document, frequent: AbstractSet[str]
-    ) -> Iterable[Document | TaggedOutput]:
+        self, doc: Document, frequent: frozenset[str]
+    ) -> Iterable[Document | TaggedOutput[Literal["removed"], tuple[str, str]]
+                  | TaggedOutput[Literal["rejected"], Rejected]]:
         text, page_starts, found = self._stripped(doc, frequent)
         if text == doc.text:
             yield doc
@@ -395,7 +396,7 @@ class RemoveBoilerplate(beam.PTransform):
         self._memo = memo
         self._shares = shares  # of the grouping by text (transforms/shares.py)
 
-    def expand(self, documents: PCollection[Document]) -> BoilerplateOutputs:
+    def expand(self, documents: PCollection[Document]):
         options = self._options
         parked = self._spill_dir or default_spill_dir(documents.pipeline, "boilerplate")
         # One set of keys per distinct text: exact copies count once. There is a set per record
@@ -427,6 +428,7 @@ class RemoveBoilerplate(beam.PTransform):
                 lambda kv, f: kv[1][0][kv[1][1] >= f].tolist(), AsSingleton(floor))
             | "Collect" >> beam.combiners.ToList()
             | "AsSet" >> beam.Map(lambda keys: as_set([key_text(key) for key in keys]))
+            .with_output_types(frozenset[str])
         )
         # The side input is known only once every document is counted: until then the
         # documents wait in part files, and only the parts' paths wait in memory.

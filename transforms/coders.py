@@ -374,7 +374,7 @@ class JoinByKey(beam.PTransform):
     the coder of its own PCollection's declared value type (a registered record coder where the
     value is a record), not pickled. Declare the inputs' types (``with_output_types``)."""
 
-    def expand(self, pcolls: dict[str, beam.PCollection]) -> beam.PCollection:
+    def expand(self, pcolls):
         tags = tuple(sorted(pcolls))
         if len(tags) > 255:
             raise ValueError("JoinByKey takes at most 255 inputs")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Iterable
+from typing import Iterable, Literal
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
@@ -124,7 +124,7 @@ class _ScanDocument(beam.DoFn):
                  "metadata": [[k, _as_json(fs)] for k, fs in in_metadata]}).encode("utf-8"))
         return findings, in_metadata
 
-    def process(self, doc: Document) -> Iterable[Document | TaggedOutput]:
+    def process(self, doc: Document) -> Iterable[Document | TaggedOutput[Literal["rejected"], Rejected]]:
         findings, in_metadata = self._findings(doc)
         if not findings and not in_metadata:
             yield doc
@@ -161,7 +161,7 @@ class ScanCredentials(beam.PTransform):
         self.options = options
         self.memo = memo
 
-    def expand(self, documents: PCollection[Document]) -> CleanOutputs:
+    def expand(self, documents: PCollection[Document]):
         scanned = documents | "Scan" >> beam.ParDo(_ScanDocument(self.options, self.memo)).with_outputs(
             REJECTED, main="documents")
         return CleanOutputs(scanned.documents, scanned[REJECTED])

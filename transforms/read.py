@@ -14,7 +14,7 @@ import logging
 import os
 import stat
 import threading
-from typing import Any, BinaryIO, Iterable, Iterator, NamedTuple, Sequence, Union
+from typing import Any, BinaryIO, Iterable, Iterator, Literal, NamedTuple, Sequence, Union
 
 import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
@@ -129,7 +129,7 @@ class _DecodeFile(beam.DoFn):
             memo.put(key, bytes(value))
 
     def process(self, found: ReadableFile | Rejected | tuple[ReadableFile, ParquetSlice | LineSlice]
-                ) -> Iterable[Document | TaggedOutput]:
+                ) -> Iterable[Document | TaggedOutput[Literal["rejected"], Rejected]]:
         part = None
         if isinstance(found, tuple):
             found, part = found
@@ -377,7 +377,7 @@ class _ReadPattern(beam.PTransform):
         self._exclude = exclude
         self._ocr_cache = ocr_cache
 
-    def expand(self, begin: PBegin) -> ReadOutputs:
+    def expand(self, begin: PBegin):
         decoded = (
             begin
             | "Match" >> MatchPattern(self._pattern, self._follow, self._exclude)
@@ -443,7 +443,7 @@ class ReadDocuments(beam.PTransform):
         self._options = options if options is not None else ReadOptions()
         self._follow = follow_symlinks
 
-    def expand(self, begin: PBegin) -> ReadOutputs:
+    def expand(self, begin: PBegin):
         # One branch per pattern, because each pattern has its own root for relative ids.
         branches = [
             begin | f"Pattern{index}" >> _ReadPattern(pattern, self._options, self._follow,

@@ -199,7 +199,7 @@ class ReusePreviousEmbeddings(beam.PTransform):
         self.previous_files = list(previous_files)
         self.dim, self.normalize = dim, normalize
 
-    def expand(self, chunks: PCollection[ChunkRecord]) -> ReuseOutputs:
+    def expand(self, chunks: PCollection[ChunkRecord]):
         previous = chunks.pipeline | "Previous" >> _PreviousVectors(
             self.previous_files, self.dim, self.normalize)
         keyed = chunks | "KeyByContent" >> beam.Map(lambda r: (r.content_key, r)).with_output_types(

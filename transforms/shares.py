@@ -169,7 +169,7 @@ class JoinInShares(beam.PTransform):
         super().__init__()
         self.shares = shares
 
-    def expand(self, pcolls: dict[str, beam.PCollection]) -> beam.PCollection:
+    def expand(self, pcolls):
         tags = tuple(sorted(pcolls))
         parts = [pcolls[tag] | f"ToShares[{tag}]" >> beam.ParDo(_ToShares(index, self.shares))
                  .with_output_types(tuple[int, bytes])

@@ -130,7 +130,7 @@ class SparseCounts(beam.PTransform):
         super().__init__()
         self.options = options if options is not None else SparseOptions()
 
-    def expand(self, chunks) -> SparseOutputs:
+    def expand(self, chunks):
         # (chunks, counted): chunks carried from the previous run hold their counts already.
         chunks, *already = chunks if isinstance(chunks, (tuple, list)) else (chunks,)
         counted = chunks | "CountTerms" >> beam.Map(_with_counts, self.options).with_output_types(ChunkRecord)
@@ -160,7 +160,7 @@ class SparseVectors(beam.PTransform):
         self.options = options if options is not None else SparseOptions()
         self.previous_reference = previous_reference
 
-    def expand(self, chunks: PCollection[ChunkRecord]) -> SparseOutputs:
+    def expand(self, chunks: PCollection[ChunkRecord]):
         counted = chunks | "Counts" >> SparseCounts(self.options)
         weighted = counted.chunks | "Weigh" >> beam.Map(
             BM25Weights(self.options, self.previous_reference),
