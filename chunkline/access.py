@@ -8,9 +8,12 @@ them, found in the first of these sources that names any (:func:`principals_of`)
    column, front matter: everything that lands in ``Document.metadata``), a string (one
    principal) or a list of strings;
 2. ``mapping``: a YAML (or JSON) file of path glob patterns, each with a principal or a list of
-   them, tried in file order against the document's id and its file's path relative to the
-   input root; the **first** pattern that matches decides (as a firewall's rules do: a
-   catch-all ``"**"`` written last never widens a specific rule written above it);
+   them, tried in file order against where the document comes from: its file's path relative
+   to the input root (an archive member: the archive's path, and the archive's path with the
+   member's, ``hr/x.zip//a.md``); the **first** pattern that matches decides (as a firewall's
+   rules do: a catch-all ``"**"`` written last never widens a specific rule written above it).
+   A record's own id never selects a rule: whoever writes ``"id": "wiki/public/x"`` into a
+   ticket dump under ``hr/`` would otherwise choose who reads it;
 3. ``default``: the principals of a document neither source names anything for. Empty (the
    default): such a document is readable by nobody. Deny by default.
 
@@ -40,6 +43,7 @@ from typing import Annotated, Any, Callable, Iterable, Sequence
 import yaml
 from annotated_types import MinLen
 
+from chunkline.containers import MEMBER_SEPARATOR
 from chunkline.options import check_fields, help_text
 from chunkline.readers.paths import relative_id
 from chunkline.records import Document
@@ -65,8 +69,9 @@ class AccessOptions:
         "(a JSONL field, a Parquet column, front matter). Checked first."))
     mapping: Annotated[str, MinLen(1)] | None = field(default=None, metadata=help_text(
         "A YAML or JSON file (a local path, relative to the working directory, or gs://) of "
-        "path glob patterns -> principals ('hr/**': [hr]), matched in file order against a "
-        "document's id and its path under the input root; the first match decides. Read once, "
+        "path glob patterns -> principals ('hr/**': [hr]), matched in file order against the "
+        "document's file path under the input root (an archive member: the archive's path and "
+        "archive//member), never a record's own id; the first match decides. Read once, "
         "before the job. Checked when the metadata key names nothing."))
     default: tuple[str, ...] = field(default=(), metadata=help_text(
         "The principals of a document no source names any for. Empty (the default): readable "
@@ -163,10 +168,24 @@ def metadata_principals(doc: Document, key: str) -> tuple[str, ...]:
     raise AccessError(f"{where}: principals must be a string or a list of strings, got {_kind(value)}")
 
 
+def source_paths(uri: str, root: str) -> tuple[str, ...]:
+    """Where a document comes from, as mapping patterns see it: its file's path under ``root``
+    and, for an archive member (``hr/x.zip//docs/a.md``), each enclosing archive's path
+    (``hr/x.zip``), so that a rule naming an archive covers what it holds.
+
+    >>> source_paths("/corpus/hr/x.zip//docs/a.md", "/corpus")
+    ('hr/x.zip', 'hr/x.zip//docs/a.md')
+    """
+    path = relative_id(uri, root) if root else uri
+    parts = path.split(MEMBER_SEPARATOR)
+    return tuple(MEMBER_SEPARATOR.join(parts[:depth]) for depth in range(1, len(parts) + 1))
+
+
 def mapping_principals(doc: Document, policy: AccessPolicy) -> tuple[str, ...]:
-    """The principals of the first mapping pattern matching the document's id or its file's
-    path under the input root; () when none matches."""
-    candidates = {doc.doc_id, relative_id(doc.uri, policy.root) if policy.root else doc.uri}
+    """The principals of the first mapping pattern matching where the document comes from
+    (:func:`source_paths` of its uri, never its id: a record's id is data its author wrote);
+    () when none matches."""
+    candidates = source_paths(doc.uri, policy.root)
     for (_, principals), pattern in zip(policy.rules, policy._compiled):
         if any(pattern.fullmatch(path) for path in candidates):
             return principals

@@ -76,12 +76,42 @@ def test_the_first_matching_pattern_decides_in_file_order() -> None:
     assert principals_of(doc("wiki/x.md", "/corpus/wiki/x.md"), at) == ("public",)
 
 
-def test_a_record_is_matched_by_its_id_or_its_file_path_under_the_root() -> None:
-    rules = (("tickets/*.jsonl", ("support",)), ("T-9*", ("audit",)))
+def test_a_record_gets_the_rule_of_its_file_never_of_its_id() -> None:
+    # The review's case: a ticket under hr/ whose own id names the public wiki.
+    rules = parse_mapping("'hr/**': [hr]\n'wiki/public/**': public\n", "acl.yaml")
     at = policy(metadata_key=None, rules=rules)
-    assert principals_of(doc("T-1", "/corpus/tickets/open.jsonl"), at) == ("support",)
-    assert principals_of(doc("T-90", "/elsewhere/x.jsonl"), at) == ("audit",)
-    assert principals_of(doc("T-1", "/elsewhere/x.jsonl"), at) == ()
+    assert principals_of(doc("wiki/public/leak-1", "/corpus/hr/tickets.jsonl"), at) == ("hr",)
+    assert principals_of(doc("T-1", "/corpus/tickets/open.jsonl"),
+                         policy(metadata_key=None, rules=(("T-*", ("audit",)),))) == ()
+
+
+def test_an_archive_member_is_matched_by_the_archive_and_by_its_own_path() -> None:
+    rules = parse_mapping("'exports/share.zip//private/**': [leads]\n'exports/*.zip': [staff]\n",
+                          "acl.yaml")
+    at = policy(metadata_key=None, rules=rules)
+    assert principals_of(doc("d", "/corpus/exports/share.zip//private/a.md"), at) == ("leads",)
+    assert principals_of(doc("d", "/corpus/exports/share.zip//docs/a.md"), at) == ("staff",)
+    # A member named like another directory stays under its archive's path.
+    assert principals_of(doc("d", "/corpus/hr/x.zip//wiki/public/a.md"),
+                         policy(metadata_key=None, rules=(("wiki/**", ("public",)),))) == ()
+
+
+SEGMENT = st.text(alphabet="abcHR-_.0123456789", min_size=1, max_size=6)
+PATHS = st.lists(SEGMENT, min_size=1, max_size=4).map("/".join)
+
+
+@settings(max_examples=300)
+@given(path=PATHS, member=st.none() | PATHS, first_id=st.text(max_size=30), other_id=st.text(max_size=30),
+       patterns=st.lists(st.sampled_from(["**", "a*/**", "**/*.jsonl", "hr/**", "*", "wiki/public/**",
+                                          "**/b*", "a/**/c", "*.zip//**", "[ab]*/**"]),
+                         min_size=1, max_size=4))
+def test_a_documents_id_never_changes_its_principals(path, member, first_id, other_id, patterns) -> None:
+    uri = f"/corpus/{path}" + (f".zip//{member}" if member else "")
+    rules = tuple((pattern, (f"p{i}",)) for i, pattern in enumerate(patterns))
+    at = policy(metadata_key=None, rules=rules, default=("fallback",))
+    assert principals_of(doc(first_id, uri), at) == principals_of(doc(other_id, uri), at)
+    # ... and an id that is itself a path some rule names changes nothing either.
+    assert principals_of(doc(path, uri), at) == principals_of(doc("wiki/public/x", uri), at)
 
 
 @pytest.mark.parametrize("pattern, path, hit", [

@@ -331,6 +331,25 @@ def test_a_default_principal_reads_documents_no_source_names(tmp_path) -> None:
     assert result.hits == () and result.notes[0].kind == "not_readable"
 
 
+def test_a_record_whose_id_names_another_rules_path_gets_its_files_rule(tmp_path) -> None:
+    """The review's case: inside hr/tickets.jsonl (rule hr/**), a record whose id is
+    wiki/public/leak-1 matched wiki/** and was returned to every caller."""
+    corpus = tmp_path / "corpus"
+    (corpus / "hr").mkdir(parents=True)
+    (corpus / "hr" / "tickets.jsonl").write_text(
+        json.dumps({"id": "wiki/public/leak-1", "text": "Salary review notes for the dock team."}) + "\n"
+        + json.dumps({"id": "T-2", "text": "Another ticket about the dock charger."}) + "\n")
+    mapping = tmp_path / "wiki-first.yaml"  # the public rule first: the id would win it
+    mapping.write_text("'wiki/public/**': public\n'hr/**': [hr]\n", encoding="utf-8")
+    summary = job(corpus, tmp_path / "index", "embed=null", f"access.mapping={mapping}")
+    rows = shards(Path(summary.run_dir), "chunks").to_pylist()
+    assert {row["doc_id"]: row["principals"] for row in rows} == {"wiki/public/leak-1": ["hr"], "T-2": ["hr"]}
+    index = Index.open(summary.run_dir)
+    assert index.search("salary review dock", 5, mode="sparse", principals=["public"]).hits == ()
+    assert {hit.doc_id for hit in index.search("salary review dock", 5, mode="sparse",
+                                               principals=["hr"]).hits} >= {"wiki/public/leak-1"}
+
+
 def test_an_index_without_access_control_reads_as_before(tmp_path) -> None:
     corpus = tmp_path / "corpus"
     corpus.mkdir()
