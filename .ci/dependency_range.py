@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""Run the fast tests at the ends of pyproject.toml's declared ranges, beside the lock.
+
+The venv holds the lock (requirements.lock). This script lays the versions under test over it
+in a throwaway folder put first on PYTHONPATH (``pip install --no-deps --target``), runs the
+tests, and throws the folder away, so one check costs a few wheels, not a second venv:
+
+- ``lowest``: each dependency of EDGES at the lower bound pyproject.toml declares;
+- ``newest``: every package the lock pins, at the newest version the ranges allow today
+  (``uv pip compile --upgrade``); a package whose newest is the lock's needs no check.
+
+When the tests fail with several packages laid over, each is tried alone, and the run ends
+with one line naming the package and version that broke them. Exit 0: the tests passed (or
+there was nothing to lay over), 1: a version broke them, 2: the check itself could not run.
+
+    python .ci/dependency_range.py lowest -- tests/pipeline/test_graph_configurations.py
+    python .ci/dependency_range.py newest -- -m "not slow"
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import tomllib
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+ROOT = Path(__file__).resolve().parents[1]
+LOCK = ROOT / "requirements.lock"
+# The dependencies whose releases changed, or may change, how the job graph is built and run:
+# their lower bounds are held to a test. (Beam 2.78 began reading string annotations as type
+# hints; pyarrow's and torch's ABIs move with numpy; sentence-transformers moved its loaders.)
+EDGES = ("apache-beam", "pyarrow", "torch", "sentence-transformers")
+# torch comes from a CPU wheel on local disk (see the Makefile); a newer torch from the index
+# is a multi-GB CUDA build, which this check does not install.
+HELD = {"torch"}
+PIN = re.compile(r"^([A-Za-z0-9_.\-]+)==([^\s;]+)", re.M)
+
+
+def locked() -> dict[str, str]:
+    """Package name (canonical) -> version, as requirements.lock pins it."""
+    return {canonicalize_name(name): version for name, version in PIN.findall(LOCK.read_text())}
+
+
+def declared() -> dict[str, Requirement]:
+    """pyproject.toml's requirements (the base list and every extra), by canonical name."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    lines = list(project["dependencies"])
+    for extra in project.get("optional-dependencies", {}).values():
+        lines += extra
+    return {canonicalize_name(r.name): r for r in map(Requirement, lines)}
+
+
+def lower_bound(requirement: Requirement) -> str | None:
+    """The version a ``>=`` (or ``==``) specifier names as the lowest allowed."""
+    for spec in requirement.specifier:
+        if spec.operator in (">=", "=="):
+            return spec.version
+    return None
+
+
+def lowest() -> dict[str, str]:
+    """The EDGES packages whose declared lower bound is not what the lock already tests."""
+    pins, requirements = locked(), declared()
+    wanted = {}
+    for name in EDGES:
+        requirement = requirements.get(canonicalize_name(name))
+        if requirement is None:
+            raise SystemExit(f"dependency range: {name} is not declared in pyproject.toml")
+        bound = lower_bound(requirement)
+        if bound is None:
+            raise SystemExit(f"dependency range: {name} declares no lower bound ({requirement})")
+        if pins.get(canonicalize_name(name)) != bound:
+            wanted[name] = bound
+    return wanted
+
+
+def newest() -> dict[str, str]:
+    """Every locked package whose newest version within the declared ranges is not the lock's."""
+    with tempfile.TemporaryDirectory() as folder:
+        fresh = Path(folder) / "newest.txt"
+        torch = Path(folder) / "torch.txt"
+        torch.write_text(f"torch=={locked()['torch']}\n")
+        command = [sys.executable, "-m", "uv", "pip", "compile", "pyproject.toml", "--extra", "dev",
+                   "--upgrade", "--quiet", "--python-version", "3.11", "--python-platform",
+                   "x86_64-manylinux_2_28", "--find-links", "/opt/wheels", "-c", str(torch),
+                   "-o", str(fresh)]
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+        if done.returncode != 0:
+            sys.stderr.write(done.stderr)
+            raise SystemExit(2)
+        now = {canonicalize_name(n): v for n, v in PIN.findall(fresh.read_text())}
+    pins = locked()
+    return {name: version for name, version in sorted(now.items())
+            if pins.get(name) != version and name not in HELD}
+
+
+def overlay(packages: dict[str, str], folder: Path) -> None:
+    """Install ``packages`` (exact versions, no dependencies) into ``folder``."""
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    command = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(folder),
+               *(f"{name}=={version}" for name, version in packages.items())]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.stderr.write(done.stderr[-4000:])
+        raise SystemExit(f"dependency range: could not install {', '.join(f'{n} {v}' for n, v in packages.items())}")
+
+
+def tests_pass(packages: dict[str, str], pytest_args: list[str], folder: Path) -> tuple[bool, str]:
+    """Run pytest with ``packages`` laid over the venv; (passed, the first failing test)."""
+    overlay(packages, folder)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(folder), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args],
+                          cwd=ROOT, env=env, capture_output=True, text=True)
+    output = done.stdout + done.stderr
+    print(output[-3000:] if done.returncode else output.strip().splitlines()[-1])
+    failed = re.search(r"^(?:FAILED|ERROR) (\S+)", output, re.M)
+    return done.returncode == 0, failed.group(1) if failed else f"pytest exited {done.returncode}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("end", choices=("lowest", "newest"))
+    parser.add_argument("pytest_args", nargs="*", help="after --: what pytest runs")
+    args = parser.parse_args()
+    packages = lowest() if args.end == "lowest" else newest()
+    if not packages:
+        print(f"dependency range ({args.end}): the lock already holds these versions; nothing to lay over")
+        return 0
+    shown = ", ".join(f"{name} {version}" for name, version in packages.items())
+    print(f"dependency range ({args.end}): testing {shown}", flush=True)
+    folder = ROOT / ".cache" / f"range-{args.end}"
+    try:
+        passed, first = tests_pass(packages, args.pytest_args, folder)
+        if passed:
+            print(f"dependency range ({args.end}): passed with {shown}")
+            return 0
+        culprits = [f"{name} {version}" for name, version in packages.items()
+                    if len(packages) == 1 or not tests_pass({name: version}, args.pytest_args, folder)[0]]
+        named = ", ".join(culprits) or f"{shown} together (none alone)"
+        print(f"dependency range ({args.end}): {named} breaks the tests ({first})")
+        return 1
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

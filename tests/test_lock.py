@@ -1,0 +1,62 @@
+"""The lock files are made from pyproject.toml: every requirement it declares is pinned, at a
+version its range admits, and the two locks agree wherever they pin the same package. A range
+edited without `make lock` fails here, not on a user's first install."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+ROOT = Path(__file__).resolve().parents[1]
+PIN = re.compile(r"^([A-Za-z0-9_.\-]+)==([^\s;]+)", re.M)
+
+
+def pins(name: str) -> dict[str, str]:
+    return {canonicalize_name(n): v for n, v in PIN.findall((ROOT / name).read_text())}
+
+
+def requirements(extra: str | None) -> list[Requirement]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    lines = project["dependencies"] if extra is None else project["optional-dependencies"][extra]
+    return [Requirement(line) for line in lines]
+
+
+@pytest.mark.parametrize(("lock", "extras"), [("requirements.lock", [None]),
+                                              ("requirements-dev.lock", [None, "dev"])])
+def test_every_declared_requirement_is_pinned_within_its_range(lock: str, extras: list) -> None:
+    pinned = pins(lock)
+    for extra in extras:
+        for requirement in requirements(extra):
+            name = canonicalize_name(requirement.name)
+            assert name in pinned, f"{requirement.name} is declared but not in {lock}: run `make lock`"
+            # A local version label (torch's +cpu) is the build, not the release.
+            release = Version(pinned[name]).public
+            assert requirement.specifier.contains(release, prereleases=True), \
+                f"{lock} pins {name}=={pinned[name]}, outside {requirement}: run `make lock`"
+
+
+def test_the_two_locks_agree() -> None:
+    runtime, dev = pins("requirements.lock"), pins("requirements-dev.lock")
+    assert {n: v for n, v in runtime.items() if dev.get(n) != v} == {}
+
+
+def test_torch_is_the_cpu_build() -> None:
+    """A CUDA torch in the lock would make every install pull several GB of GPU libraries."""
+    for lock in ("requirements.lock", "requirements-dev.lock"):
+        pinned = pins(lock)
+        assert pinned["torch"].endswith("+cpu")
+        assert not [n for n in pinned if n.startswith("nvidia-")]
+
+
+def test_the_installed_versions_are_the_locks() -> None:
+    """What `make setup` installed is what the lock says (no package resolved afresh)."""
+    from importlib import metadata
+
+    for name, version in pins("requirements-dev.lock").items():
+        assert Version(metadata.version(name)) == Version(version), name
