@@ -31,6 +31,7 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCK = ROOT / "requirements.lock"
@@ -77,7 +78,9 @@ def lowest() -> dict[str, str]:
         bound = lower_bound(requirement)
         if bound is None:
             raise SystemExit(f"dependency range: {name} declares no lower bound ({requirement})")
-        if pins.get(canonicalize_name(name)) != bound:
+        pinned = pins.get(canonicalize_name(name))
+        # 2.13 is 2.13.0, and torch's +cpu is the build of that release, not another release.
+        if pinned is None or Version(Version(pinned).public) != Version(bound):
             wanted[name] = bound
     return wanted
 

@@ -175,11 +175,24 @@ def _metric(result, namespace: str, name: str) -> int | None:
     return sum(values) if values else None
 
 
+def reports_metrics(result) -> bool:
+    """Whether the runner reported any metric at all. A Beam counter never incremented is not
+    reported, so a missing counter means zero only where others are reported; a runner that
+    reports none (or whose query fails) leaves every count unknown."""
+    try:
+        found = result.metrics().query()
+    except Exception:  # noqa: BLE001 - each runner fails its own way when it keeps no metrics
+        return False
+    return any(found.get(kind) for kind in ("counters", "distributions", "gauges"))
+
+
 def account(run_dir: str, result, embedding: bool = True, sparse: bool = False,
-            job_carries: bool = False) -> tuple[dict[str, int], dict[str, list[str]], list[str]]:
+            job_carries: bool = False
+            ) -> tuple[dict[str, int], dict[str, list[str]], list[str], list[str]]:
     """Counts from the files actually written (and the read stage's counters): documents in =
     kept + duplicate + rejected, checked; with ``job_carries`` (the graph had a carry index),
-    kept = carried + recomputed + new too."""
+    kept = carried + recomputed + new too. The fourth value names what could not be checked
+    (a runner that reports no metrics): the counts are then the files' alone, and say so."""
     tables = ("chunks", "documents", "rejected") + (("terms",) if sparse else ()) + (CARRY_TABLE,)
     files = {table: _files(run_dir, table) for table in tables}
     statuses = [s for path in files["documents"] for s in _read_column(path, "status")]
@@ -193,18 +206,23 @@ def account(run_dir: str, result, embedding: bool = True, sparse: bool = False,
         "chunks": len(tokens),
         "tokens": sum(tokens),
     }
-    problems = []
-    read_docs = _metric(result, *READ_DOCUMENTS)
-    read_rejected = _metric(result, *READ_REJECTED)
-    if read_docs is not None and read_rejected is not None:
-        counts["read"] = read_docs + read_rejected
+    problems: list[str] = []
+    unverified: list[str] = []
+    metrics = reports_metrics(result)
+    if metrics:
+        # Zero where a counter is missing: no document (or no rejection) was counted.
+        counts["read"] = (_metric(result, *READ_DOCUMENTS) or 0) + (_metric(result, *READ_REJECTED) or 0)
         if counts["read"] != counts["documents"]:
             problems.append(f"read {counts['read']} documents but accounted for {counts['documents']}")
+    else:
+        counts["read"] = counts["documents"]
+        unverified.append(f"the {type(result).__name__} reported no metrics: 'read' is the documents "
+                          "table's row count, not what the read stage counted")
     if counts["kept"] + counts["duplicate"] + counts["rejected"] != counts["documents"]:
         problems.append("documents table has rows with an unknown status")
     if rejected_rows != counts["rejected"]:
         problems.append(f"{rejected_rows} rejected rows but {counts['rejected']} rejected documents")
-    if read_docs is not None:
+    if metrics:
         for counter in CARRY_COUNTERS:
             counts[counter.name] = _metric(result, *counter) or 0
         if job_carries:
@@ -217,7 +235,7 @@ def account(run_dir: str, result, embedding: bool = True, sparse: bool = False,
     embedded = _metric(result, *CHUNKS_EMBEDDED)
     reused = _metric(result, *CHUNKS_REUSED)
     # A counter never incremented is not reported: zero, as long as the runner reports metrics.
-    if embedding and read_docs is not None:
+    if embedding and metrics:
         embedded, reused = embedded or 0, reused or 0
         counts["embedded"], counts["reused"] = embedded, reused
         counts["tokens_embedded"] = _metric(result, *TOKENS_EMBEDDED) or 0
@@ -230,7 +248,7 @@ def account(run_dir: str, result, embedding: bool = True, sparse: bool = False,
         side_rows = sum(pq.ParquetFile(FileSystems.open(p)).metadata.num_rows for p in files[CARRY_TABLE])
         if side_rows != counts["chunks"]:
             problems.append(f"{side_rows} carry sidecar rows but {counts['chunks']} chunks")
-    return counts, files, problems
+    return counts, files, problems, unverified
 
 
 def _write_text(path: str, text: str) -> None:
@@ -301,8 +319,8 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
             log.warning("could not remove %s/_spill: %s", job.run_dir, exc)
     if state is not None and str(state).upper().endswith(("FAILED", "CANCELLED")):
         raise RuntimeError(f"run {run_id} ended {state}; {config.output.path}/LATEST unchanged")
-    counts, files, problems = account(job.run_dir, result, config.embed is not None,
-                                      config.sparse is not None, job.carry is not None)
+    counts, files, problems, unverified = account(job.run_dir, result, config.embed is not None,
+                                                  config.sparse is not None, job.carry is not None)
     bm25 = None
     if config.sparse is not None:
         from transforms.sparse import STATS_FILE
@@ -379,6 +397,7 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
         "stage_seconds": stage_seconds(result),
         "reconciled": not problems,
         "problems": problems,
+        "unverified": unverified,
         "held_back": held_back,
         "files": {table: [p.rsplit("/", 1)[-1] for p in paths] for table, paths in files.items()},
     }
@@ -397,5 +416,6 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
                       job.previous_run, publishable, context["summary"] if context else [],
                       held_back, list(job.reuse_skipped), report, bm25_lines(bm25, job.bm25_note),
                       job.carry_note, credential_lines(credentials, counts),
-                      ocr_lines=ocr_lines(ocr), access_lines=access_lines(manifest["access"]))
+                      ocr_lines=ocr_lines(ocr), access_lines=access_lines(manifest["access"]),
+                      unverified=unverified)
 

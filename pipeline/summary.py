@@ -31,11 +31,14 @@ class RunSummary:
     credential_lines: list[str] = field(default_factory=list)  # documents holding credentials
     ocr_lines: list[str] = field(default_factory=list)  # pages read by OCR or from its cache
     access_lines: list[str] = field(default_factory=list)  # access control: what it decided
+    unverified: list[str] = field(default_factory=list)  # what the counts could not be checked against
 
 
 def format_summary(summary: RunSummary) -> str:
     c = summary.counts
-    check = "reconciled" if summary.reconciled else "NOT RECONCILED: " + "; ".join(summary.problems)
+    check = ("NOT RECONCILED: " + "; ".join(summary.problems) if not summary.reconciled
+             else "counts unverified: " + "; ".join(summary.unverified) if summary.unverified
+             else "reconciled")
     if summary.model:
         embedded = (f"{c['tokens']:,} tokens ({summary.model['name']}, "
                     f"{summary.model['dim']}-d, {summary.model['dtype']})")
@@ -52,7 +55,7 @@ def format_summary(summary: RunSummary) -> str:
         embedded = f"{c['tokens']:,} tokens (embedding off)"
     lines = [
         f"chunkline run {summary.run_id} on {summary.runner}: {summary.seconds:.1f} s",
-        f"  documents  read {c['documents']} = kept {c['kept']} + duplicate {c['duplicate']} "
+        f"  documents  read {c.get('read', c['documents'])} = kept {c['kept']} + duplicate {c['duplicate']} "
         f"+ rejected {c['rejected']}  ({check})",
         f"  chunks     {c['chunks']:,}, {embedded}",
         *_carry_lines(summary),
