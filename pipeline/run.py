@@ -367,7 +367,7 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
     manifest = {
         "run_id": run_id,
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "chunkline_version": getattr(chunkline, "__version__", "0.1.0"),
+        "chunkline_version": chunkline.__version__,
         "beam_version": beam.__version__,
         "runner": config.runner.name,
         # Store URIs and base URLs may carry passwords or tokens: the manifest travels with the
