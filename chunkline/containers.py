@@ -17,7 +17,14 @@ members, and the nesting depth. A refusal names the limit; what came out before 
 
 A member's document id is the archive's own id, :data:`MEMBER_SEPARATOR`, and the member's
 path: ``exports/share.zip//docs/arm.md``. A relative path never holds ``//`` (ids are normalized
-paths), so a member's id can never be taken for a real file's.
+paths), so a member's id can never be taken for a real file's; a member path holding ``//``
+itself is refused, so it is never taken for a nested archive's member either.
+
+An archive is read as an extracting tool would leave it on disk: a link member is refused, never
+followed (tar's link types, a zip member whose Unix mode says link); of several members under
+one name the last is read (tar and unzip overwrite: the last copy is what a user sees) and each
+earlier one is refused naming both entries; an archive with no member is refused, as is a
+compressed file holding no bytes, so every input file is accounted for.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import gzip
 import io
 import lzma
 import posixpath
+import stat
 import tarfile
 import zipfile
 from dataclasses import dataclass, field
@@ -184,13 +192,50 @@ def _unpack(codec: str, data: bytes, budget: _Budget) -> bytes:
 
 
 def member_problem(path: str) -> str | None:
-    """Why an archive member's path is refused: absolute, or climbing out of the archive."""
-    if path.startswith("/") or (len(path) > 1 and path[1] == ":"):
+    """Why an archive member's path is refused: absolute, climbing out of the archive (with
+    ``\\`` taken as a separator too, as extractors on Windows and unzip for DOS-made archives
+    take it), or holding ``//``, which in an id marks a member of a nested archive."""
+    slashed = path.replace("\\", "/")
+    if slashed.startswith("/") or (len(path) > 1 and path[1] == ":"):
         return f"member path {path!r} is absolute"
-    normal = posixpath.normpath(path)
+    normal = posixpath.normpath(slashed)
     if normal == ".." or normal.startswith("../"):
         return f"member path {path!r} climbs out of the archive"
+    if MEMBER_SEPARATOR in path:
+        return (f"member path {path!r} holds {MEMBER_SEPARATOR!r}, which in an id marks a member "
+                f"of a nested archive")
     return None
+
+
+def _replaced(entries: list[tuple[int, str]]) -> dict[int, int]:
+    """Entry number -> the later entry of the same name that replaces it, for ``(number,
+    name)`` entries: tar and unzip overwrite, so the last copy is the one a user has."""
+    last = {name: number for number, name in entries}
+    return {number: last[name] for number, name in entries if last[name] != number}
+
+
+def _replaced_reason(number: int, by: int) -> str:
+    return (f"repeated member name: entry {number} of the archive, replaced by entry {by} of the "
+            f"same name (as tar and unzip, the last copy is read)")
+
+
+SYMLINK = "symbolic link in archive: not followed"
+HARD_LINK = "hard link in archive: not followed"
+NOT_REGULAR = "not a regular file (device, fifo)"
+
+
+def _zip_type_problem(info: zipfile.ZipInfo) -> str | None:
+    """Why a zip member is no regular file, by the Unix mode in its external attributes
+    (Info-ZIP stores a link as a member whose bytes are the target path); None without a mode."""
+    kind = stat.S_IFMT(info.external_attr >> 16)
+    if kind == stat.S_IFLNK:
+        return SYMLINK
+    return None if kind in (0, stat.S_IFREG) else NOT_REGULAR
+
+
+def _no_members(count: int, entries: int) -> None:
+    if count == 0:
+        raise Refused("archive holds no members" + (" (only directories)" if entries else ""))
 
 
 def _skipped(name: str, is_wanted: Callable[[str], bool]) -> bool:
@@ -215,12 +260,18 @@ def _zip_members(data: bytes, budget: _Budget, options: ContainerOptions,
                  is_wanted: Callable[[str], bool]) -> Iterator[Inner]:
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
-        infos = [info for info in archive.infolist() if not info.is_dir()]
+        entries = list(enumerate(archive.infolist(), start=1))
     except Exception as exc:  # noqa: BLE001 - BadZipFile, a truncated central directory, ...
         raise Refused(f"not a readable zip archive ({type(exc).__name__}: {exc})") from None
+    infos = [(number, info) for number, info in entries if not info.is_dir()]
     _check_members(len(infos), options)
-    for info in infos:
+    _no_members(len(infos), len(entries))
+    replaced = _replaced([(number, info.filename) for number, info in infos])
+    for number, info in infos:
         problem = member_problem(info.filename)
+        if problem is None and number in replaced:
+            problem = _replaced_reason(number, replaced[number])
+        problem = problem or _zip_type_problem(info)
         if problem:
             yield Inner(info.filename, info.filename, None, problem)
         elif _skipped(info.filename, is_wanted):
@@ -235,18 +286,23 @@ def _tar_members(data: bytes, budget: _Budget, options: ContainerOptions,
                  is_wanted: Callable[[str], bool]) -> Iterator[Inner]:
     try:
         archive = tarfile.open(fileobj=io.BytesIO(data), mode="r:")
-        members = [m for m in archive.getmembers() if not m.isdir()]
+        entries = list(enumerate(archive.getmembers(), start=1))
     except Exception as exc:  # noqa: BLE001 - ReadError, a truncated header, ...
         raise Refused(f"not a readable tar archive ({type(exc).__name__}: {exc})") from None
+    members = [(number, member) for number, member in entries if not member.isdir()]
     _check_members(len(members), options)
-    for member in members:
+    _no_members(len(members), len(entries))
+    replaced = _replaced([(number, member.name) for number, member in members])
+    for number, member in members:
         problem = member_problem(member.name)
+        if problem is None and number in replaced:
+            problem = _replaced_reason(number, replaced[number])
         if problem:
             yield Inner(member.name, member.name, None, problem)
         elif member.issym() or member.islnk():
-            yield Inner(member.name, member.name, None, "link member: not followed")
+            yield Inner(member.name, member.name, None, SYMLINK if member.issym() else HARD_LINK)
         elif not member.isfile():
-            yield Inner(member.name, member.name, None, "not a regular file (device, fifo)")
+            yield Inner(member.name, member.name, None, NOT_REGULAR)
         elif _skipped(member.name, is_wanted):
             yield Inner(member.name, member.name, None)
         else:
@@ -284,7 +340,11 @@ def _walk(path: str, name: str, data: bytes, depth: int, budget: _Budget,
     try:
         codec = compression_of(name, data[:HEAD_BYTES])
         if codec is not None:
-            content = _unpack(codec, data, budget)
+            # A file of no bytes is no truncated stream (xz and bzip2 would call it one).
+            content = _unpack(codec, data, budget) if data else b""
+            if not content:
+                # Whatever the name inside says, there is nothing to read: not its type's fault.
+                raise Refused("empty compressed file (it unpacks to no bytes)")
             inside = inner_name(name)
             if is_container(inside, content[:HEAD_BYTES]):
                 yield from _walk(path, inside, content, depth + 1, budget, options, is_wanted)

@@ -5,12 +5,53 @@ side) to stderr, one line each, or into the JSON object with ``--json``. Exit 0 
 search ran, hits or none; 2 for a bad argument or a run that cannot be searched, and for a run
 written with access control searched without ``--as`` (the caller must be named: a protected
 index never answers an anonymous question, so a script that forgot ``--as`` fails loudly
-instead of printing only the public chunks)."""
+instead of printing only the public chunks).
+
+Every line printed shows what an id, heading or text holds, never what a terminal would act on:
+control characters are written ``\\xNN`` and the bidirectional overrides ``\\uNNNN`` (a
+newline in an id would forge a hit line, an ESC sequence rewrite one); ``--json`` keeps every
+value, written with ``\\u`` escapes for the same characters."""
 
 from __future__ import annotations
 
 import argparse
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from pipeline.query import Hit
+
+# What a terminal acts on rather than shows: C0 and C1 controls and DEL, the line and paragraph
+# separators, and the bidirectional embeddings, overrides and isolates that reorder the rest of
+# a line (Trojan Source, CVE-2021-42574).
+_UNSHOWN = (*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029, *range(0x202A, 0x202F),
+            *range(0x2066, 0x206A))
+_SHOWN = {code: f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" for code in _UNSHOWN}
+# json.dumps escapes C0 itself; the rest are written as \u escapes, which read back the same.
+_JSON_SHOWN = {code: f"\\u{code:04x}" for code in _UNSHOWN if code >= 0x20}
+
+
+def printable(text: str) -> str:
+    r"""``text`` with what a terminal would act on written as escapes.
+
+    >>> printable("a\nb\x1b[31mc\u202e")
+    'a\\x0ab\\x1b[31mc\\u202e'
+    """
+    return text.translate(_SHOWN)
+
+
+def hit_lines(rank: int, hit: Hit) -> list[str]:
+    """The lines one hit prints as, each free of control characters."""
+    path = " › ".join(printable(heading) for heading in hit.headings) or "(no heading)"
+    snippet = " ".join(hit.text.split())
+    snippet = printable(snippet if len(snippet) <= 240 else snippet[:239] + "…")
+    pages = ("" if hit.page_start is None else f"  p. {hit.page_start}" if hit.page_end == hit.page_start
+             else f"  pp. {hit.page_start}-{hit.page_end}")
+    lines = [f"{rank}. {hit.score:.3f}  {printable(hit.doc_id)} [{hit.start}:{hit.end}]{pages}  {path}",
+             f"   {snippet}"]
+    if hit.expanded_text is not None:
+        lines.append(f"   expanded [{hit.expanded_start}:{hit.expanded_end}]: "
+                     f"{len(hit.expanded_text):,} character{'' if len(hit.expanded_text) == 1 else 's'}")
+    return lines
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -69,19 +110,12 @@ def query_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 for rank, hit in enumerate(result.hits, 1)]
         notes = [dataclasses.asdict(note) for note in result.notes]
         print(json.dumps({"mode": args.mode, "ranking": result.ranking, "question": args.question,
-                          "notes": notes, "hits": rows}, ensure_ascii=False, indent=2), file=out)
+                          "notes": notes, "hits": rows}, ensure_ascii=False, indent=2).translate(_JSON_SHOWN),
+              file=out)
         return 0
     for note in result.notes:
-        print(f"chunkline query: {note.text}", file=err)
+        print(f"chunkline query: {printable(note.text)}", file=err)
     for rank, hit in enumerate(result.hits, 1):
-        path = " › ".join(hit.headings) or "(no heading)"
-        snippet = " ".join(hit.text.split())
-        snippet = snippet if len(snippet) <= 240 else snippet[:239] + "…"
-        pages = ("" if hit.page_start is None else f"  p. {hit.page_start}" if hit.page_end == hit.page_start
-                 else f"  pp. {hit.page_start}-{hit.page_end}")
-        print(f"{rank}. {hit.score:.3f}  {hit.doc_id} [{hit.start}:{hit.end}]{pages}  {path}", file=out)
-        print(f"   {snippet}", file=out)
-        if hit.expanded_text is not None:
-            print(f"   expanded [{hit.expanded_start}:{hit.expanded_end}]: "
-                  f"{len(hit.expanded_text):,} character{'' if len(hit.expanded_text) == 1 else 's'}", file=out)
+        for line in hit_lines(rank, hit):
+            print(line, file=out)
     return 0

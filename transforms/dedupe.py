@@ -50,7 +50,8 @@ from chunkline.minhash import (
     is_empty,
     survivor_key,
 )
-from chunkline.readers import JSONL_EXTENSIONS, extension, locator, relative_id
+from chunkline.readers import JSONL_EXTENSIONS, locator, relative_id
+from chunkline.readers.paths import record_extension
 from chunkline.records import (
     DUPLICATE,
     KEPT,
@@ -145,9 +146,9 @@ def _input_order(summary: _Summary) -> tuple[tuple[str, int, bytes], Occurrence]
 
 
 def _where(path: str, record: _Summary | Document) -> str:
-    """``file:line`` of a JSONL record, ``file#row<n>`` of a Parquet row, the file else;
-    ``path`` is the record's file as the reason names it."""
-    if extension(record.uri) in JSONL_EXTENSIONS:
+    """``file:line`` of a JSONL record (``dump.jsonl.gz:5`` for a compressed one), ``file#row<n>``
+    of a Parquet row, the file else; ``path`` is the record's file as the reason names it."""
+    if record_extension(record.uri) in JSONL_EXTENSIONS:
         return f"{path}:{record.position}"
     return locator(path, record.position)
 

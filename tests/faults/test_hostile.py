@@ -8,14 +8,19 @@ import json
 import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from chunkline.metadata import canonical_json
 from chunkline.readers import decode_text
 from pipeline.cli import main
+from pipeline.query import Hit
+from pipeline.query_command import hit_lines
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = str(ROOT / "configs" / "local.yaml")
@@ -213,3 +218,50 @@ def test_output_that_contains_the_input_is_refused(tmp_path) -> None:
     code, _, err = run_job(corpus, tmp_path / "data")
     assert code == 2 and "lies inside output.path" in err
     assert not (tmp_path / "data" / "LATEST").exists()
+
+
+# What a terminal acts on: C0, DEL, C1, the line and paragraph separators, the bidi overrides.
+UNSHOWN = frozenset([*map(chr, range(0x20)), *map(chr, range(0x7F, 0xA0)), "\u2028", "\u2029",
+                     *map(chr, range(0x202A, 0x202F)), *map(chr, range(0x2066, 0x206A))])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=30), st.lists(st.text(max_size=20), max_size=3), st.text(max_size=300),
+       st.one_of(st.none(), st.text(max_size=40)))
+def test_a_printed_hit_never_holds_what_a_terminal_acts_on(doc_id, headings, text, expanded) -> None:
+    hit = Hit(score=1.0, doc_id=doc_id, chunk_id=f"{doc_id}#0-1", headings=tuple(headings),
+              start=0, end=1, text=text, expanded_start=0, expanded_end=1, expanded_text=expanded)
+    lines = hit_lines(1, hit)
+    assert len(lines) == (2 if expanded is None else 3)
+    assert not any(char in UNSHOWN for line in lines for char in line)
+
+
+def test_query_prints_no_control_character_from_the_index(tmp_path) -> None:
+    """Issue 48: an archive member named with an ESC sequence was indexed and its id printed raw
+    by ``chunkline query`` (a forged or erased result line); a record's id and a heading may
+    still hold one, and are printed escaped. ``--json`` keeps the values, escaped."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    forged = "\x1b[2K\r1. 9.999  secrets.md [0:10]\u202e"
+    (corpus / "records.jsonl").write_text(json.dumps(
+        {"id": forged, "text": "The dock charges the robot overnight."}) + "\n")
+    (corpus / "esc.md").write_text("# \x1b[31mDock\x9b0m\n\nThe dock charges robots at night.\n")
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("evil\x1b[2K.md", "# Evil\n\nThe dock is unsafe.\n")
+    (corpus / "share.zip").write_bytes(buffer.getvalue())
+    # Cleaning off: it would drop the heading's controls, and a query must not rely on it.
+    code, _, err = run_job(corpus, tmp_path / "out", "--set", "clean=null")
+    assert code == 0, err
+    assert {r["doc_id"] for r in table(tmp_path / "out", "rejected")} == {"share.zip//evil\\x1b[2K.md"}
+    code, out, err = cli("query", str(tmp_path / "out"), "dock charges", "--mode", "sparse")
+    assert code == 0, err
+    assert not any(char in UNSHOWN for line in out.splitlines() for char in line)
+    assert "\\x1b[2K\\x0d1. 9.999  secrets.md [0:10]\\u202e [0:" in out
+    assert "\\x1b[31mDock\\x9b0m" in out
+    code, out, err = cli("query", str(tmp_path / "out"), "dock charges", "--mode", "sparse", "--json")
+    assert code == 0, err
+    assert not any(char in UNSHOWN - {"\n"} for char in out)
+    hits = json.loads(out)["hits"]
+    assert {hit["doc_id"] for hit in hits} == {forged, "esc.md"}
+    assert next(hit for hit in hits if hit["doc_id"] == "esc.md")["headings"] == ["\x1b[31mDock\x9b0m"]

@@ -8,6 +8,7 @@ The child is this module run as ``python -m tests.faults.test_inputs SPEC``.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -15,6 +16,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import zipfile
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -293,6 +295,33 @@ def test_symlink_loops_are_rejected(work: Path) -> None:
     assert documents(found) == {"ok.md": "fine", "a/x.md": "x text"}
     assert reasons(found) == {"a/up": f"symlink loop: -> {os.path.realpath(root)}",
                               "self.md": "symlink loop: -> self.md"}
+
+
+# --- Names a terminal would act on ----------------------------------------------------------
+
+
+def test_names_with_control_characters_are_rejected_under_a_shown_name(work: Path) -> None:
+    """Issue 48: a name holding a newline or an ESC sequence, printed, forges or rewrites a
+    line; a local file's, a walk rejection's and an archive member's are all refused alike."""
+    root = corpus(work, {"ok.md": "fine"})
+    (root / "new\nline.md").write_text("# Spoof\n\nforged\n", encoding="utf-8")
+    (root / "\x1b[31mred.md").write_text("# Red\n\nrecoloured\n", encoding="utf-8")
+    (root / "gone\x1b.md").symlink_to("moved.md")
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("evil\x1b[2K.md", "# Evil\n\nerased line\n")
+        archive.writestr("good.md", "kept")
+    (root / "share.zip").write_bytes(buffer.getvalue())
+    found = read([f"{root}/**"], work)
+    assert documents(found) == {"ok.md": "fine", "share.zip//good.md": "kept"}
+    assert reasons(found) == {
+        "new\\x0aline.md": "file name contains a control character (U+000A)",
+        "\\x1b[31mred.md": "file name contains a control character (U+001B)",
+        "gone\\x1b.md": "file name contains a control character (U+001B); dangling symlink: -> moved.md",
+        "share.zip//evil\\x1b[2K.md": "file name contains a control character (U+001B)"}
+    assert {uri for uri, _ in found["rejected"].values()} == {
+        f"{root}/new\\x0aline.md", f"{root}/\\x1b[31mred.md", f"{root}/gone\\x1b.md",
+        f"{root}/share.zip//evil\\x1b[2K.md"}
 
 
 # --- The run's own output ----------------------------------------------------------------------
