@@ -147,7 +147,7 @@ def _read_column(path: str, column: str) -> list[Any]:
 def _credentials(result, mode: str) -> dict[str, Any]:
     """What the credentials stage found: documents flagged, rejected and redacted, credentials
     found, and how many of each kind (never a value: the counters hold names and numbers)."""
-    from transforms.credentials import KIND_PREFIX, NAMESPACE
+    from transforms.credentials import KIND_PREFIX, NAMESPACE, outcomes
 
     found: dict[str, int] = {}
     try:
@@ -161,7 +161,8 @@ def _credentials(result, mode: str) -> dict[str, Any]:
                                             else counter.attempted)
     kinds = {name.removeprefix(KIND_PREFIX): n for name, n in sorted(found.items())
              if name.startswith(KIND_PREFIX) and n}
-    return {"mode": mode, "kinds": kinds, **{
+    # What became of each kind: in a rejected document, or masked in an indexed one.
+    return {"mode": mode, "kinds": kinds, **outcomes(found), **{
         name: found.get(name, 0) for name in ("documents_flagged", "documents_rejected",
                                               "documents_redacted", "found")}}
 

@@ -110,11 +110,17 @@ def credential_lines(credentials: dict[str, Any] | None, counts: dict[str, int])
     kinds = ", ".join(f"{kind} {n:,}" for kind, n in sorted(
         credentials["kinds"].items(), key=lambda item: (-item[1], item[0])))
     flagged, found = credentials["documents_flagged"], credentials["found"]
-    verb = ("redacted (secrets.mode: redact)" if credentials["mode"] == "redact"
-            else "rejected (secrets.mode: reject; the rejected table names kind and line)")
+    rejected = credentials.get("documents_rejected", 0)
+    masked = credentials.get("documents_redacted", 0)
+    if credentials["mode"] == "redact":
+        verb = "redacted (secrets.mode: redact)"
+    elif not masked:
+        verb = "rejected (secrets.mode: reject; the rejected table names kind and line)"
+    else:  # loose kinds are masked in reject mode too: never the reason a document is lost
+        verb = (f"{rejected:,} rejected (secrets.mode: reject, a confirmed kind; the rejected table "
+                f"names kind and line), {masked:,} indexed with each loose match masked")
     lines = [f"{flagged:,} document{'s' if flagged != 1 else ''} held {found:,} "
              f"credential{'s' if found != 1 else ''} ({kinds}): {verb}"]
-    rejected = credentials.get("documents_rejected", 0)
     if rejected and counts.get("documents") and rejected / counts["documents"] > LARGE_REJECTED_SHARE:
         lines.append(f"WARNING: {rejected / counts['documents']:.0%} of the documents read were "
                      f"rejected for credentials; `--set secrets.mode=redact` indexes them with "

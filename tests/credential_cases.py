@@ -119,3 +119,64 @@ def lookalikes(seed: int = 11) -> list[Case]:
     ]
     return [Case(f"lookalike-{i:02d}.md", f"# Note {i}\n\n{text}\n", "", "lookalike")
             for i, text in enumerate(texts)]
+
+
+def missed(seed: int = 13) -> list[Case]:
+    """Ten forms the review of issue #48 found indexed as they were: each a credential."""
+    rng = random.Random(seed)
+    fine_grained = f"github_pat_{_pick(rng, ALNUM, 22)}_{_pick(rng, ALNUM, 59)}"
+    basic = base64.b64encode(f"svc-export:{_pick(rng, ALNUM, 16)}".encode()).decode()
+    bearer = _pick(rng, ALNUM, 40)
+    sas = base64.b64encode(rng.randbytes(32)).decode().replace("+", "%2B").replace("/", "%2F") \
+        .replace("=", "%3D")
+    mysql = _pick(rng, ALNUM, 14)
+    dotnet = _pick(rng, ALNUM + "!#%", 16)
+    mailgun = "key-" + _pick(rng, HEX, 32)
+    aws_id = "AKIA" + _pick(rng, "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", 16)
+    docker = base64.b64encode(f"ci-bot:{_pick(rng, ALNUM, 20)}".encode()).decode()
+    redis = _pick(rng, ALNUM, 18)
+    sas_url = ("https://reports.blob.core.windows.net/exports/q3.csv?sv=2022-11-02&ss=b&srt=o&sp=r"
+               f"&se=2025-01-01T00:00:00Z&spr=https&sig={sas}")
+    return [
+        Case("fine-grained.md", f"The nightly sync authenticates with {fine_grained}; it expires in May.\n", fine_grained, "GitHub fine-grained token"),
+        Case("basic.md", f"```http\nGET /rest/api/2/search HTTP/1.1\nHost: jira.internal\nAuthorization: Basic {basic}\n```\n", basic, "Authorization: Basic"),
+        Case("bearer-log.txt", f"10:11:02 DEBUG request headers: Accept: application/json, Authorization: Bearer {bearer}\n", bearer, "Authorization: Bearer"),
+        Case("sas.md", f"Finance downloads the export from {sas_url} until January.\n", sas, "Azure SAS signature"),
+        Case("mysql.md", f"Restore with:\n\n    mysql -h db01 -u root -p{mysql} crm < dump.sql\n", mysql, "mysql -p password"),
+        Case("web-config.md", f'Web.config:\n\n```xml\n<configuration>\n  <appSettings>\n    <add key="DbPassword" value="{dotnet}" />\n  </appSettings>\n</configuration>\n```\n', dotnet, ".NET config password"),
+        Case("mailgun-env.md", f"```sh\nMAILGUN_DOMAIN=mg.example.org\nMAILGUN_KEY={mailgun}\n```\n", mailgun, "Mailgun key"),
+        Case("wrapped.py", f'client = boto3.client(\n    "s3",\n    aws_access_key_id=("{aws_id[:10]}"\n                       "{aws_id[10:]}"),\n)\n', aws_id, "AWS key id over two lines"),
+        Case("dockerconfigjson.md", "The pull secret's .dockerconfigjson:\n\n```json\n" + json.dumps({"auths": {"registry.internal:5000": {"auth": docker}}}, indent=2) + "\n```\n", docker, "docker registry auth"),
+        Case("redis.md", f"Sessions live in `redis://:{redis}@cache.internal:6379/0`.\n", redis, "Redis URI password"),
+    ]
+
+
+def spared() -> list[Case]:
+    """Code and prose that name credentials and hold none: each must index as it is."""
+    texts = [
+        ("python_rsa.py", '_PKCS1_MARKER = ("-----BEGIN RSA PRIVATE KEY-----", "-----END RSA PRIVATE KEY-----")\n'
+                          '_PKCS8_MARKER = ("-----BEGIN PRIVATE KEY-----", "-----END PRIVATE KEY-----")\n'),
+        ("gdch.py", '    "private_key": "-----BEGIN EC PRIVATE KEY-----\\n<key bytes>\\n-----END EC PRIVATE KEY-----\\n",\n'),
+        ("mtls.py", '# "-----BEGIN PRIVATE KEY-----...",\n# "-----BEGIN EC PRIVATE KEY-----...",\n'),
+        ("prompt.py", '    password = Prompt.ask(\n        "Please enter a password", password=True,\n    )\n'),
+        ("rsa_key.py", "    private_key = rsa.key.PrivateKey.load_pkcs1(\n        info.asOctets(), format=\"DER\"\n    )\n"),
+        ("keys.md", "The file starts with the line\n\n    -----BEGIN RSA PRIVATE KEY-----\n\nand ends with the matching END line.\n"),
+        ("abstracts.txt", "Familial adenomatous polyposis is caused by germline mutations of the\n"
+                          "APCadenomatous polyposis coli\ngene on chromosome 5q21.\n"),
+        ("snippet.md", "```python\npassword = getpass.getpass()\ntoken = os.environ.get(\"TOKEN\")\n"
+                       "secret = kwargs[\"secret\"]\n```\n"),
+        ("curl.md", "curl -H \"Authorization: Bearer $TOKEN\" https://api.example.org/v1/items\n"
+                    "curl -H 'Authorization: Basic <base64 user:pass>' https://api.example.org\n"),
+        ("mysql.md", "Connect with `mysql -u root -p` and type the password when asked; "
+                     "scripts use `mysql -u app -p$MYSQL_PWD`.\n"),
+        ("app.config", '<add key="PasswordMinLength" value="12345678" />\n'
+                       '<add key="DbPassword" value="%DB_PASSWORD%" />\n'),
+        ("wrap.py", 'message = ("The access key id starts with AKIA and "\n           "is 20 characters long.")\n'),
+        # Found in site-packages by bench/secrets_fp_bench.py:
+        ("font.py", '    b"EQQ/BCQvEjQCFQZWFSEWQv40AcxCDiUblhASIAQAAAAAAAAAAAAAAWAQ4AAQAAAAAAAAATACgAAQ"\n'),
+        ("appengine.py", "        client_id='837...ent.com',\n        client_secret='Qh...wwI',\n"),
+        ("pyodbc.py", '    connection_string = "DRIVER={SQL Server Native Client 10.0};SERVER=dagger;'
+                      'DATABASE=test;UID=user;PWD=password"\n'),
+        ("models.py", '              "projects/12345/global/networks/myVPC". Private services access must\n'),
+    ]
+    return [Case(name, text, "", "spared") for name, text in texts]

@@ -1,19 +1,21 @@
 """CREDENTIALS: each document scanned for credentials right after cleaning, before boilerplate
 counting, dedupe, context headers, splitting or any output (``chunkline.credentials``).
 
-``reject``: the document becomes a rejected row whose reason names each credential's kind and
-line, never its value. ``redact``: each credential in the text, and in the document's own
-metadata values, is replaced by a marker of its kind, page starts moved with the text, so every
-later stage, file, cache and request sees only the redacted text. ``allow``: the stage is not
-in the graph.
+``reject``: a document holding a credential of a confirmed kind (``chunkline.credentials.
+CONFIDENCE``) becomes a rejected row whose reason names each credential's kind and line, never
+its value; one holding only loose kinds is redacted as below. ``redact``: each credential in the
+text, and in the document's own metadata values, is replaced by a marker of its kind, page
+starts moved with the text, so every later stage, file, cache and request sees only the
+redacted text. ``allow``: the stage is not in the graph.
 
 Counters (namespace ``credentials``): documents flagged, rejected and redacted, credentials
-found, and one ``kind:<name>`` counter per kind found (the summary and manifest list them).
+found, one ``kind:<name>`` counter per kind found (the summary and manifest list them), and per
+kind what became of it: ``rejected:<name>`` (in a rejected document) or ``masked:<name>``
+(redacted in an indexed one); :func:`outcomes` reads them back.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from typing import Iterable, Literal
 
@@ -21,39 +23,26 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.pvalue import PCollection, TaggedOutput
 
-from chunkline.credentials import MARKER, REDACT, CredentialOptions, Finding, describe, redact, scanner
+from chunkline.credentials import CredentialOptions, Finding, rules_digest, scanner
 from chunkline.memo import CREDENTIALS, MemoSource
 from chunkline.records import Document, Rejected
+from chunkline.screening import decide, file_name, scan_document
 from transforms.clean import CleanOutputs
 from transforms.memo import MemoUse
 
 NAMESPACE = "credentials"
 KIND_PREFIX = "kind:"
+# What became of each credential found, by kind: in a rejected document, or masked in a kept one.
+REJECTED_PREFIX, MASKED_PREFIX = "rejected:", "masked:"
 REJECTED = "rejected"
 
 
-def _name(uri: str) -> str:
-    """The file name detect-secrets' keyword plugin reads assignments by (``.py``, ``.yaml``)."""
-    return uri.rstrip("/").rsplit("/", 1)[-1]
-
-
-def _scan_metadata(doc: Document, options: CredentialOptions) -> list[tuple[str, list[Finding]]]:
-    """Findings per metadata key; a value is scanned as its JSON text."""
-    found = []
-    for key, value in doc.metadata:
-        findings = scanner(options).scan(value, _name(doc.uri))
-        if findings:
-            found.append((key, findings))
-    return found
-
-
-def _redacted_metadata(doc: Document, in_metadata: list[tuple[str, list[Finding]]]
-                       ) -> tuple[tuple[str, str], ...]:
-    """The metadata with each credential redacted; a marker holds no quote or backslash, so a
-    value stays valid JSON."""
-    by_key = dict(in_metadata)
-    return tuple((key, _redacted_json(value, by_key[key]) if key in by_key else value)
-                 for key, value in doc.metadata)
+def outcomes(counters: dict[str, int]) -> dict[str, dict[str, int]]:
+    """``{"rejected": {kind: n}, "masked": {kind: n}}`` from the stage's counters by name (what
+    the manifest's ``credentials`` section can show beside ``kinds``)."""
+    return {label: {name.removeprefix(prefix): n for name, n in sorted(counters.items())
+                    if name.startswith(prefix) and n}
+            for label, prefix in (("rejected", REJECTED_PREFIX), ("masked", MASKED_PREFIX))}
 
 
 def _as_json(findings: list[Finding]) -> list[list]:
@@ -69,17 +58,6 @@ def _recorded(value: bytes) -> tuple[list[Finding], list[tuple[str, list[Finding
             [(key, [Finding(*row) for row in rows]) for key, rows in entry["metadata"]])
 
 
-def _redacted_json(value: str, findings: list[Finding]) -> str:
-    """A metadata value's JSON text with each credential's marker in its place; should a span
-    have cut through an escape sequence, the whole value becomes the first one's marker."""
-    redacted = redact(value, findings)[0]
-    try:
-        json.loads(redacted)
-    except ValueError:
-        return json.dumps(MARKER.format(kind=findings[0].kind))
-    return redacted
-
-
 class _ScanDocument(beam.DoFn):
     """One document scanned; a text (with its file name and metadata) the previous run scanned
     is not scanned again (``chunkline.memo`` keeps each finding's kind and place, never its
@@ -87,7 +65,8 @@ class _ScanDocument(beam.DoFn):
 
     def __init__(self, options: CredentialOptions, memo: MemoSource | None = None) -> None:
         self.options = options
-        self.memo = MemoUse(memo, CREDENTIALS, repr(options))
+        # The rules' digest too: findings recalled from a run with other rules would be theirs.
+        self.memo = MemoUse(memo, CREDENTIALS, f"{options!r} rules {rules_digest()}")
         self.flagged = Metrics.counter(NAMESPACE, "documents_flagged")
         self.rejected = Metrics.counter(NAMESPACE, "documents_rejected")
         self.redacted = Metrics.counter(NAMESPACE, "documents_redacted")
@@ -109,15 +88,14 @@ class _ScanDocument(beam.DoFn):
         scanned."""
         memo, key = self.memo.memo, None
         if memo is not None:
-            key = memo.key(doc.text, _name(doc.uri), repr(doc.metadata))
+            key = memo.key(doc.text, file_name(doc.uri), repr(doc.metadata))
             value = memo.get(key)
             if value is not None:
                 try:
                     return _recorded(value)
                 except (ValueError, KeyError, TypeError):
                     pass  # a damaged entry: scanned again
-        findings = scanner(self.options).scan(doc.text, _name(doc.uri))
-        in_metadata = _scan_metadata(doc, self.options) if doc.metadata else []
+        findings, in_metadata = scan_document(doc, self.options)
         if key is not None:
             memo.put(key, b"" if not findings and not in_metadata else json.dumps(
                 {"text": _as_json(findings),
@@ -125,27 +103,23 @@ class _ScanDocument(beam.DoFn):
         return findings, in_metadata
 
     def process(self, doc: Document) -> Iterable[Document | TaggedOutput[Literal["rejected"], Rejected]]:
-        findings, in_metadata = self._findings(doc)
-        if not findings and not in_metadata:
+        decision = decide(doc, *self._findings(doc), self.options)
+        if not decision.flagged:
             yield doc
             return
         self.flagged.inc()
-        every = findings + [f for _, fs in in_metadata for f in fs]
+        every = decision.findings + [f for _, fs in decision.in_metadata for f in fs]
         self.found.inc(len(every))
+        outcome = MASKED_PREFIX if decision.document is not None else REJECTED_PREFIX
         for finding in every:
             Metrics.counter(NAMESPACE, KIND_PREFIX + finding.kind).inc()
-        if self.options.mode == REDACT:
+            Metrics.counter(NAMESPACE, outcome + finding.kind).inc()
+        if decision.document is not None:  # redact mode, or only loose kinds: masked
             self.redacted.inc()
-            text, page_starts = redact(doc.text, findings, doc.page_starts)
-            yield dataclasses.replace(doc, text=text, page_starts=page_starts,
-                                      metadata=_redacted_metadata(doc, in_metadata)
-                                      if in_metadata else doc.metadata)
+            yield decision.document
             return
         self.rejected.inc()
-        where = [describe(findings)] if findings else []
-        where += [f"metadata {key!r}: {describe(fs)}" for key, fs in in_metadata]
-        yield TaggedOutput(REJECTED, Rejected(doc.uri, doc.doc_id,
-                                              f"holds credentials ({'; '.join(where)})"))
+        yield TaggedOutput(REJECTED, Rejected(doc.uri, doc.doc_id, decision.reason))
 
 
 class ScanCredentials(beam.PTransform):

@@ -1,8 +1,9 @@
 """Credentials through the whole job: in ``redact`` mode no byte of any generated credential
-reaches a file of the output (Parquet read back column by column, the manifest, the report, the
-context cache), a log record, the summary, or a request to the LLM (a local server speaking
-OpenAI's wire format records each); in ``reject`` mode each document holding one is a rejected
-row naming kind and line, and the counts reconcile."""
+(the ten forms of issue #48 included) reaches a file of the output (Parquet read back column by
+column, the manifest, the report, the context cache), a log record, the summary, or a request to
+the LLM (a local server speaking OpenAI's wire format records each); in ``reject`` mode each
+document holding a confirmed kind is a rejected row naming kind and line, one holding only loose
+kinds is indexed masked, the per-kind outcome counters say which, and the counts reconcile."""
 
 from __future__ import annotations
 
@@ -11,12 +12,17 @@ import json
 import logging
 from pathlib import Path
 
+import apache_beam as beam
 import pyarrow.parquet as pq
 import pytest
 
+from chunkline.credentials import CONFIDENCE, CONFIRMED, CredentialOptions
+from chunkline.records import Document
 from pipeline.cli import main
-from tests.credential_cases import credentials, lookalikes
+from tests.beam_helpers import fnapi_pipeline
+from tests.credential_cases import credentials, lookalikes, missed
 from tests.llm_server import LLMServer
+from transforms.credentials import KIND_PREFIX, NAMESPACE, ScanCredentials, outcomes
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "local.yaml"
@@ -29,9 +35,11 @@ def write_corpus(root: Path) -> list[str]:
     whose metadata (not its text) holds a token; returns every secret value."""
     root.mkdir()
     secrets = []
-    for case in credentials():
+    for case in [*credentials(), *missed()]:
         (root / case.name).write_text(case.text, encoding="utf-8")
         secrets.append(case.secret)
+        if case.secret not in case.text:  # an AWS key id cut in two: neither half may be left
+            secrets += [case.secret[:10], case.secret[10:]]
     for case in lookalikes():
         (root / case.name).write_text(case.text, encoding="utf-8")
     (root / "plain.md").write_text("# Calibration\n\nWarm the arm up for ten minutes first.\n",
@@ -92,14 +100,14 @@ def test_redact_mode_leaves_no_credential_anywhere(tmp_path, monkeypatch, caplog
     assert not leaked(secrets, "\n".join(record.getMessage() for record in caplog.records))
     run_dir = output / (output / "LATEST").read_text().strip()
     manifest = json.loads((run_dir / "manifest.json").read_text())
-    assert manifest["credentials"]["documents_redacted"] == len(credentials()) + 1
+    assert manifest["credentials"]["documents_redacted"] == len(credentials()) + len(missed()) + 1
     assert manifest["counts"]["kept"] + manifest["counts"]["duplicate"] == manifest["counts"]["documents"]
     documents = pq.read_table(sorted(run_dir.glob("documents-*.parquet"))).to_pylist()
     by_id = {row["doc_id"]: row for row in documents}
     assert "[REDACTED Private Key]" in by_id["rsa.md"]["text"]
     assert "[REDACTED GitHub Token]" in json.loads(by_id["ticket-1"]["metadata"])["notes"]
     assert "AKIAIOSFODNN7EXAMPLE" in by_id["lookalike-04.md"]["text"]  # a documented example
-    assert "secrets    21 documents held 21 credentials" in out
+    assert "secrets    31 documents held 31 credentials" in out
 
 
 def test_reject_mode_names_kind_and_line(tmp_path) -> None:
@@ -113,8 +121,12 @@ def test_reject_mode_names_kind_and_line(tmp_path) -> None:
     assert counts["documents"] == counts["kept"] + counts["duplicate"] + counts["rejected"]
     rejected = {row["doc_id"]: row["reason"]
                 for row in pq.read_table(run_dir / "rejected-00000-of-00001.parquet").to_pylist()}
-    holding = {c.name for c in credentials()} | {"ticket-1"}
-    assert holding <= set(rejected)
+    confirmed = {c.name for c in [*credentials(), *missed()] if confirmed_kind(c)} | {"ticket-1"}
+    assert set(rejected) == confirmed
+    loose = {c.name for c in [*credentials(), *missed()]} - confirmed
+    documents = pq.read_table(sorted(run_dir.glob("documents-*.parquet"))).to_pylist()
+    assert all("[REDACTED " in row["text"] for row in documents if row["doc_id"] in loose)
+    assert {row["doc_id"] for row in documents} >= loose
     assert rejected["rsa.md"] == "holds credentials (1 credential: Private Key (lines 5-19))"
     assert rejected["ticket-1"].startswith("holds credentials (metadata 'notes': 1 credential: GitHub Token")
     assert not any(name.startswith("lookalike") for name in rejected)
@@ -122,7 +134,34 @@ def test_reject_mode_names_kind_and_line(tmp_path) -> None:
         assert not leaked(secrets, text), name
     assert manifest["credentials"]["kinds"]["Private Key"] == 2
     assert "rejected (secrets.mode: reject" in out
-    # Half the documents rejected for credentials: the summary says so.
-    share = len(holding) / counts["documents"]
+    # Over a tenth of the documents rejected for credentials: the summary says so.
+    share = len(confirmed) / counts["documents"]
     assert f"WARNING: {share:.0%} of the documents read were rejected for credentials" in out
-    assert "held 21 credentials" in out
+    assert "held 31 credentials" in out
+
+
+def confirmed_kind(case) -> bool:
+    """Whether a generated case's credential is of a confirmed kind (its one finding's)."""
+    from chunkline.credentials import Scanner
+
+    [finding] = Scanner(CredentialOptions()).scan(case.text, case.name)
+    return CONFIDENCE[finding.kind] == CONFIRMED
+
+
+def test_each_kind_counts_what_became_of_it() -> None:
+    cases = [*credentials(), *missed()]
+    docs = [Document(doc_id=c.name, uri=c.name, text=c.text) for c in cases]
+    pipeline = fnapi_pipeline()
+    _ = pipeline | beam.Create(docs) | ScanCredentials(CredentialOptions())
+    result = pipeline.run()
+    result.wait_until_finish()
+    counters = {c.key.metric.name: c.committed for c in result.metrics().query(
+        beam.metrics.MetricsFilter().with_namespace(NAMESPACE))["counters"]}
+    by_outcome = outcomes(counters)
+    assert by_outcome["rejected"] and all(CONFIDENCE[k] == CONFIRMED for k in by_outcome["rejected"])
+    assert by_outcome["masked"] and all(CONFIDENCE[k] != CONFIRMED for k in by_outcome["masked"])
+    kinds = {name.removeprefix(KIND_PREFIX): n for name, n in counters.items() if name.startswith(KIND_PREFIX)}
+    for kind, n in kinds.items():  # each credential found is either rejected or masked
+        assert by_outcome["rejected"].get(kind, 0) + by_outcome["masked"].get(kind, 0) == n
+    assert counters["documents_rejected"] == sum(confirmed_kind(c) for c in cases)
+    assert counters["documents_redacted"] == len(cases) - counters["documents_rejected"]
