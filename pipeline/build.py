@@ -61,7 +61,8 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
         config.input.pattern, stages.read,
         follow_symlinks=config.input.follow_symlinks, exclude=(config.output.path,),
         ocr_cache=ocr_cache_dir(config) if stages.read.ocr.mode != "never" else None,
-        trusted=plan.memo if config.input.trust_file_metadata else None, shares=plan.join_shares)
+        trusted=plan.memo if config.input.trust_file_metadata else None, shares=plan.join_shares,
+        credentials=stages.credentials)
     documents, rejected_parts = read.documents, [read.rejected]
     # Clean, then drop corpus boilerplate, then dedupe: duplicates are judged on the text that
     # is chunked, and the documents table stores exactly the text chunk offsets refer to.

@@ -9,6 +9,7 @@ again at open (a path swapped for a FIFO after the walk must not hang the job); 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 import os
@@ -24,6 +25,8 @@ from apache_beam.metrics import Metrics
 from apache_beam.pvalue import PBegin, PCollection, TaggedOutput
 
 from chunkline.containers import HEAD_BYTES
+from chunkline.credentials import CredentialOptions
+from chunkline.screening import screen_document, screen_text, screening_key
 from chunkline.ocr import using_page_cache
 from chunkline.readers import (
     JSONL_EXTENSIONS,
@@ -73,19 +76,27 @@ class _DecodeFile(beam.DoFn):
     metadata (``input.trust_file_metadata``): a file listed with the size and modification time
     (local) or update time (gs://, which changes with every new generation of the object) the
     previous run read it with is not opened; what it made then (documents and rejections) is
-    recalled."""
+    recalled.
+
+    ``credentials``: the credential stage's options. The OCR cache and the memo are written
+    here, before that stage sees the text, so they keep only what it would let through
+    (``docs/ARCHITECTURE.md``, "Nothing persists that the credential stage has not seen")."""
 
     def __init__(self, root: str, options: ReadOptions, ocr_cache: str | None = None,
-                 trusted: MemoSource | None = None) -> None:
+                 trusted: MemoSource | None = None,
+                 credentials: CredentialOptions = CredentialOptions()) -> None:
         self._root = root
         self._options = options
         self._ocr_cache_dir = ocr_cache
+        self._credentials = credentials
         self._documents = progress_counter(*READ_DOCUMENTS)
         self._rejected = progress_counter(*READ_REJECTED)
-        self._memo = MemoUse(trusted, READ, repr(options))
+        # The credential options are part of every key: entries kept under other options (or,
+        # unscreened, by an earlier version) are never recalled.
+        self._memo = MemoUse(trusted, READ, repr(options) + "\0" + screening_key(credentials))
 
     def setup(self) -> None:
-        self._ocr_cache = (OcrPageCache(self._ocr_cache_dir)
+        self._ocr_cache = (OcrPageCache(self._ocr_cache_dir, self._credentials)
                            if self._ocr_cache_dir is not None else None)
         self._memo.setup()
         self._coders = (coder_of(Document), coder_of(Rejected))
@@ -118,10 +129,13 @@ class _DecodeFile(beam.DoFn):
         value: bytearray | None = bytearray()
         for record in records:
             if value is not None:
+                kept = record if isinstance(record, Rejected) else screen_document(record, self._credentials)
                 if isinstance(record, Rejected) and record.reason.startswith(_UNREADABLE):
                     value = None  # an IO failure is not what the file holds
+                elif kept is None:
+                    value = None  # a document the credential stage rejects is never kept
                 else:
-                    value += _record_value(record, *self._coders)
+                    value += _record_value(kept, *self._coders)
                     if len(value) > READ_MEMO_BYTES:
                         value = None
             yield record
@@ -219,17 +233,24 @@ def _records_from(value: bytes, documents, rejections) -> list[Document | Reject
 
 class OcrPageCache:
     """OCR results beside the index, one small JSON file per page under ``directory`` (named by
-    ``chunkline.ocr.page_key``: the page's pixels, the engine and the OCR code), through Beam's
-    filesystems. An entry that cannot be read or parsed is a miss: the page is read again and the
-    entry written anew. Counters ``read/ocr_pages_cached`` and ``read/ocr_pages_read``."""
+    ``chunkline.ocr.page_key``: the page's pixels, the engine and the OCR code, and by the
+    credential options), through Beam's filesystems. An entry that cannot be read or parsed is a
+    miss: the page is read again and the entry written anew. Counters ``read/ocr_pages_cached``
+    and ``read/ocr_pages_read``.
 
-    def __init__(self, directory: str) -> None:
+    A page is kept as the credential stage would let it through (:func:`screen_text`): its
+    credentials masked, or not kept at all where the stage would reject its document."""
+
+    def __init__(self, directory: str, credentials: CredentialOptions = CredentialOptions()) -> None:
         self.directory = directory
+        self.credentials = credentials
+        self._salt = screening_key(credentials).encode()
         self.hits = Metrics.counter(READ_DOCUMENTS.namespace, "ocr_pages_cached")
         self.misses = Metrics.counter(READ_DOCUMENTS.namespace, "ocr_pages_read")
 
     def _path(self, key: str) -> str:
-        return FileSystems.join(self.directory, key[:2], f"{key}.json")
+        named = hashlib.blake2b(key.encode() + b"\x00" + self._salt, digest_size=20).hexdigest()
+        return FileSystems.join(self.directory, named[:2], f"{named}.json")
 
     def get(self, key: str) -> tuple[str, float | None] | None:
         try:
@@ -245,7 +266,10 @@ class OcrPageCache:
 
     def put(self, key: str, text: str, confidence: float | None) -> None:
         self.misses.inc()
-        path = self._path(key)
+        screened = screen_text(text, self.credentials)
+        if screened is None:
+            return  # read by OCR again next time, and rejected again
+        text, path = screened, self._path(key)
         try:
             # Written whole to a name of its own, then renamed: a reader never sees half an
             # entry, and two workers reading one page write the same bytes.
@@ -367,10 +391,12 @@ class _ReadPattern(beam.PTransform):
     def __init__(
         self, pattern: str, options: ReadOptions, follow_symlinks: bool, exclude: tuple[str, ...],
         ocr_cache: str | None = None, trusted: MemoSource | None = None, shares: int = 1024,
+        credentials: CredentialOptions = CredentialOptions(),
     ) -> None:
         super().__init__()
         self._shares = shares
         self._trusted = trusted
+        self._credentials = credentials
         self._pattern = pattern
         self._options = options
         self._follow = follow_symlinks
@@ -389,7 +415,7 @@ class _ReadPattern(beam.PTransform):
             | "Spread" >> GroupInShares(self._shares)
             | "Unspread" >> beam.FlatMap(lambda shared: shared[1]).with_output_types(Any)
             | "Decode" >> beam.ParDo(_DecodeFile(input_root(self._pattern), self._options,
-                                                 self._ocr_cache, self._trusted))
+                                                 self._ocr_cache, self._trusted, self._credentials))
             .with_input_types(Union[ReadableFile, Rejected,
                                     tuple[ReadableFile, Union[ParquetSlice, LineSlice]]])
             .with_output_types(Document, rejected=Rejected)
@@ -414,7 +440,9 @@ class ReadDocuments(beam.PTransform):
     ``read/excluded``. ``ocr_cache``: a directory (local or gs://) keeping each OCR'd page's
     text by its pixels (:class:`OcrPageCache`), so an unchanged scan is read by OCR once.
     ``trusted``: a memo source: a file whose listed size and time are what the previous run
-    read is not opened, its records recalled (``input.trust_file_metadata``).
+    read is not opened, its records recalled (``input.trust_file_metadata``). ``credentials``:
+    the credential stage's options, which screen what the OCR cache and the memo keep (the
+    default: the stage's defaults, never nothing).
 
         outputs = p | "Read" >> ReadDocuments("gs://bucket/docs/**", ReadOptions())
         outputs.documents, outputs.rejected
@@ -429,10 +457,12 @@ class ReadDocuments(beam.PTransform):
         ocr_cache: str | None = None,
         trusted: MemoSource | None = None,
         shares: int = 1024,
+        credentials: CredentialOptions = CredentialOptions(),
     ) -> None:
         super().__init__()
         self._shares = shares
         self._trusted = trusted
+        self._credentials = credentials
         self._ocr_cache = ocr_cache
         self._patterns = (patterns,) if isinstance(patterns, str) else tuple(patterns)
         if not self._patterns or not all(isinstance(p, str) and p for p in self._patterns):
@@ -448,7 +478,7 @@ class ReadDocuments(beam.PTransform):
         branches = [
             begin | f"Pattern{index}" >> _ReadPattern(pattern, self._options, self._follow,
                                                       self._exclude, self._ocr_cache, self._trusted,
-                                                      self._shares)
+                                                      self._shares, self._credentials)
             for index, pattern in enumerate(self._patterns)
         ]
         documents = (
