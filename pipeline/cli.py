@@ -227,6 +227,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_sync_arguments(sync_parser)
     sync_parser.set_defaults(handler=sync_command)
 
+    from pipeline.sync.command import add_grant_arguments, grant_args
+
+    grant_parser = commands.add_parser(
+        "grant", help="set, revoke or list a PostgreSQL reader role's principals (the grants "
+        "table row-level security reads)")
+    add_grant_arguments(grant_parser)
+    grant_parser.set_defaults(handler=grant_args)
+
     from pipeline.report import add_arguments as add_report_arguments, report_command
 
     report_parser = commands.add_parser(

@@ -5,6 +5,11 @@ verification found a difference (named on stderr); 2 for a usage error (no such 
 not published without ``--unpublished``, an unknown URI, a store that cannot hold the run, a
 damaged index file); 69 when the store cannot be reached or a write failed (retry: the next sync
 resumes); 75 when another sync holds the store (retry later).
+
+``chunkline grant URI --role NAME --principals a,b`` (``--revoke``; no ``--role``: list) sets
+what a PostgreSQL reader role reads, its row of the grants table row-level security reads
+(``pipeline.sync.pgvector``). Exit status: 0 done; 2 a usage error (not PostgreSQL, no such
+role, a malformed principal, a role that may not write grants); 69 the store unreachable.
 """
 
 from __future__ import annotations
@@ -88,6 +93,9 @@ def run_args(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = s
     try:
         store = open_store(args.to)
         where = store_name(store, args.to)
+        if hasattr(store, "public") and isinstance(manifest.get("access"), dict):
+            # PostgreSQL writes the run's public principal into its read policy.
+            store.public = manifest["access"].get("public") or store.public
         if args.check:
             found = check(store, rows, sparse=bool(manifest.get("bm25")), terms=terms,
                           signature=signature, lookup=signature_lookup(run_dir))
@@ -290,6 +298,74 @@ def generation_lines(report: Report) -> list[str]:
     if report.dropped:
         lines.append(f"dropped generations: {', '.join(report.dropped)}")
     return lines
+
+
+def add_grant_arguments(parser: argparse.ArgumentParser) -> None:
+    """``chunkline grant``: a PostgreSQL reader role's principals (``pipeline.sync.pgvector``)."""
+    parser.add_argument("to", metavar="URI",
+                        help="the PostgreSQL store, as given to `chunkline sync --to` "
+                             "(postgresql://...; ?table=NAME, default chunks)")
+    parser.add_argument("--role", metavar="NAME",
+                        help="the reader role (a PostgreSQL role, neither superuser nor owner); "
+                             "without it, list the grants this connection may read")
+    action = parser.add_mutually_exclusive_group()
+    action.add_argument("--principals", metavar="P[,P...]",
+                        help="what ROLE may read from its next query on, in place of what it "
+                             "held (the public principal is every reader's)")
+    action.add_argument("--revoke", action="store_true", help="take ROLE's grant away")
+
+
+def grant_args(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    """Run ``chunkline grant`` from parsed ``add_grant_arguments`` options; its exit status."""
+    from pipeline import exits
+    from pipeline.redact import redacted
+    from pipeline.sync.uri import open_store, scheme_and_rest, split_table
+
+    if (args.role is None) != (args.principals is None and not args.revoke):
+        print("error: --role NAME goes with --principals P[,P...] or --revoke (alone, no option "
+              "lists the grants)", file=err)
+        return exits.USAGE
+    where, store = redacted(args.to), None
+    try:
+        bare, table = split_table(args.to)
+        if scheme_and_rest(bare)[0] not in ("postgresql", "postgres"):
+            raise ValueError("grants are PostgreSQL's (row-level security); LanceDB and Qdrant "
+                             "readers filter with principals_where / principals_filter")
+        store = open_store(args.to)
+        where = store_name(store, args.to)
+        if args.role is None:
+            held = store.grants()
+            for role, principals in held:
+                print(f"{role}\t{','.join(principals)}", file=out)
+            if not held:
+                print(f"no grant in {table}_grants that this role may read ({where})", file=err)
+        elif args.revoke:
+            done = store.revoke(args.role)
+            print(f"{'revoked' if done else 'held no grant:'} {args.role} in {where}", file=out)
+        else:
+            held, notes = store.grant(args.role, [p.strip() for p in args.principals.split(",")
+                                                  if p.strip()])
+            print(f"granted {args.role}: {','.join(held)} (and the public rows) in {where}",
+                  file=out)
+            for note in notes:
+                print(f"note: {note}", file=err)
+    except ValueError as exc:
+        print(f"error: {where}: {redacted(str(exc))}", file=err)
+        return exits.USAGE
+    except Exception as exc:  # noqa: BLE001 - narrowed by _store_failure, re-raised otherwise
+        if getattr(exc, "sqlstate", None) == "42501":  # insufficient_privilege
+            print(f"error: {where}: {redacted(_one_line(exc))}; grant as the role that syncs "
+                  "(the grants table's owner)", file=err)
+            return exits.USAGE
+        if not _store_failure(exc):
+            raise
+        print(f"error: {where}: {redacted(_one_line(exc))}", file=err)
+        return exits.STORE_UNAVAILABLE
+    finally:
+        if store is not None:
+            with contextlib.suppress(Exception):
+                store.close()
+    return exits.OK
 
 
 def main(argv: list[str] | None = None) -> int:

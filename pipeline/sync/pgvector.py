@@ -46,25 +46,54 @@ catalog (the table the view ``<table>`` depends on, ``pg_depend``), so every mac
 Access control (a run written with ``access:``, ``chunkline.access``): the table gets
 ``principals text[]`` with a GIN index (``array_ops``: the ``&&`` overlap operator is one of its
 indexable operators, PostgreSQL docs, "GIN Indexes: Built-in Operator Classes"), and row-level
-security, switched on when the table is opened, before any row is written (PostgreSQL docs,
-"Row Security Policies" and "CREATE POLICY"):
+security, switched on when the table is opened, before any row is written (PostgreSQL 16 docs,
+5.9 "Row Security Policies", and "CREATE POLICY"):
 
 - ``ENABLE ROW LEVEL SECURITY`` and ``FORCE ROW LEVEL SECURITY``: the policies apply to the
   table's owner too (an owner otherwise bypasses them); superusers and roles with
   ``BYPASSRLS`` always bypass them, so readers must be neither;
 - policy ``chunkline_read`` (``FOR SELECT`` to every role): a row is visible when its
-  principals overlap the transaction's setting ``chunkline.principals``
-  (``principals && string_to_array(current_setting('chunkline.principals', true), ',')``);
-  unset, the setting is NULL and no row is visible: deny by default;
+  principals overlap those the *reader's role* holds (below); holding none, no row is
+  visible: deny by default;
 - policy ``chunkline_sync`` (every command, to the role that syncs, ``CURRENT_USER`` when the
   table is opened): the sync reads, writes and verifies every row. ``COPY FROM`` is refused on
   a table whose policies apply to the writer, so a protected batch is copied into a temporary
   table (dropped at commit) and inserted from it, in the batch's one transaction.
 
+Where a reader's principals come from (``?principals_from=`` in the store's URI, read by every
+sync, which writes the policy again):
+
+- ``grants`` (the default): the table ``<table>_grants (role regrole PRIMARY KEY, principals
+  text[])`` beside the alias, one row a reader role, which the sync creates when it is missing
+  and never empties. The policy is ``principals && (ARRAY[public] || the principals of the row
+  whose role is current_user)``: the public principal is always held. Nothing a reader's
+  session sets enters it: not a setting (``set_config``), not ``search_path`` (a policy's
+  names are resolved to objects once, when it is created, "CREATE POLICY"), and ``SET ROLE``
+  reaches only roles the login is a member of, whose privileges it holds anyway. Keyed by
+  ``current_user``, not ``session_user``: row security checks the role whose privileges are in
+  force (a pooler that logs in once and ``SET ROLE``s per request works). The role is kept as
+  its OID (``regrole``, shown as its name): a role dropped and created again under the same
+  name inherits no grant. The grants table has row-level security of its own, one policy
+  ``FOR SELECT USING (role = current_user's OID)``, and ``SELECT`` granted to ``PUBLIC`` (the
+  read policy's subquery runs with the reader's privileges): a reader reads its own row only,
+  and writes none. Not forced: its owner, the syncing role, reads and writes every row; each
+  sync revokes every other privilege any other role holds on it (``TRUNCATE`` ignores
+  row-level security). ``chunkline grant URI --role NAME --principals a,b`` writes a row
+  (:meth:`PgvectorStore.grant`); :func:`search_granted` is the reader query, with no setting.
+- ``application``: *the application is trusted*. The policy reads the transaction's setting
+  ``chunkline.principals`` (``string_to_array(current_setting('chunkline.principals', true),
+  ',')``; unset: NULL, no row), which ANY role may set to anything: only for a table read
+  through a service that alone holds the reader role's password and names each caller's
+  principals, the public one included, for each transaction with ``SET LOCAL``
+  (``set_config(..., true)``): :func:`search_as` does it.
+
+The alias views are ``security_invoker`` (above), so ``current_user`` in the policy is the
+reader's and its grants apply through the views; on a server older than PostgreSQL 15 a view
+would read with its owner's rights, which the sync policy lets read every row, so the alias of a
+protected table is not moved there (``switch`` refuses).
+
 A reader connects as a role of its own that is not the table's owner (nor a member of it), with
-``SELECT`` on the tables, and names its caller's principals, the public one included, for each
-transaction with ``SET LOCAL`` (``set_config(..., true)``, which takes a parameter):
-:func:`search_as` does it. Creating the role, once::
+``SELECT`` on the tables. Creating the role, once::
 
     CREATE ROLE chunkline_reader LOGIN PASSWORD '...';   -- NOSUPERUSER NOBYPASSRLS by default
     GRANT USAGE ON SCHEMA public TO chunkline_reader;
@@ -72,6 +101,7 @@ transaction with ``SET LOCAL`` (``set_config(..., true)``, which takes a paramet
     -- generation tables a later sync creates, readable through the views as they appear:
     ALTER DEFAULT PRIVILEGES FOR ROLE <the syncing role> IN SCHEMA public
         GRANT SELECT ON TABLES TO chunkline_reader;
+    -- then, as the syncing role: chunkline grant postgresql://... --role chunkline_reader --principals eng
 
 pgvector's HNSW index filters after the scan: a query whose policy (or ``WHERE``) drops most
 rows would return fewer than k. :func:`search_as` sets ``hnsw.iterative_scan = strict_order``
@@ -90,6 +120,7 @@ import hashlib
 import json
 import struct
 from typing import Iterator, Sequence
+from urllib.parse import parse_qsl, urlencode
 
 import numpy as np
 import psycopg
@@ -146,10 +177,33 @@ def parse_sparse(data: bytes) -> tuple[np.ndarray, np.ndarray]:
     return indices, np.frombuffer(data, ">f4", nnz, 12 + 4 * nnz).astype(np.float32)
 
 
-# What a reader sets for its transaction: its caller's principals, comma-separated.
+# What a reader sets for its transaction, where the application is trusted: its caller's
+# principals, comma-separated.
 PRINCIPALS_SETTING = "chunkline.principals"
 _READ_POLICY = "chunkline_read"
 _SYNC_POLICY = "chunkline_sync"
+_OWN_GRANT_POLICY = "chunkline_own_grant"
+# ``?principals_from=``: where a reader's principals come from (the module docstring).
+PRINCIPALS_FROM = "principals_from"
+GRANTS = "grants"
+APPLICATION = "application"
+# The reader's role as an OID: a policy's subquery, resolved once, when the policy is created.
+_CURRENT_ROLE = "(SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user)"
+
+
+def principals_source(uri: str) -> tuple[str, str]:
+    """(``uri`` without ``principals_from=``, which libpq would refuse, and its value:
+    ``grants`` unless the URI says ``application``)."""
+    base, _, query = uri.partition("?")
+    params = parse_qsl(query, keep_blank_values=True)
+    given = [value for key, value in params if key == PRINCIPALS_FROM]
+    source = given[-1] if given else GRANTS
+    if source not in (GRANTS, APPLICATION):
+        raise ValueError(f"{PRINCIPALS_FROM}={source!r}: {GRANTS} (the default: each reader role's "
+                         f"row of the grants table) or {APPLICATION} (the application is trusted "
+                         f"to set {PRINCIPALS_SETTING})")
+    rest = urlencode([(k, v) for k, v in params if k != PRINCIPALS_FROM], safe="/")
+    return base + ("?" + rest if rest else ""), source
 
 
 def principals_setting(principals: Sequence[str], public: str = "public") -> str:
@@ -164,21 +218,39 @@ def search_as(conn: psycopg.Connection, table: str, vector: Sequence[float], k: 
               principals: Sequence[str], public: str = "public") -> list[tuple[str, float]]:
     """The ``k`` rows of ``table`` (the alias view, or a generation) nearest ``vector`` by
     cosine distance among those a caller holding ``principals`` may read, as ``(chunk_id,
-    distance)``: the documented reader query. ``conn`` is the reader role's connection (not the
-    owner's, not a superuser's); the principals are set for this transaction only (``SET
-    LOCAL``), and the HNSW scan iterates in strict order until ``k`` readable rows are found."""
-    literal = "[" + ",".join(repr(float(v)) for v in vector) + "]"
+    distance)``: the reader query of a table synced with ``principals_from=application`` (the
+    application is trusted). ``conn`` is the reader role's connection (not the owner's, not a
+    superuser's); the principals are set for this transaction only (``SET LOCAL``), and the
+    HNSW scan iterates in strict order until ``k`` readable rows are found. On a table in
+    ``grants`` mode the setting is ignored: the role's grants decide."""
     with conn.transaction():
         conn.execute("SELECT set_config(%s, %s, true)",
                      (PRINCIPALS_SETTING, principals_setting(principals, public)))
-        conn.execute("SET LOCAL hnsw.iterative_scan = strict_order")
-        return conn.execute(sql.SQL("SELECT chunk_id, embedding <=> %s::vector AS distance FROM {} "
-                                    "ORDER BY distance LIMIT %s").format(sql.Identifier(table)),
-                            (literal, k)).fetchall()
+        return _nearest(conn, table, vector, k)
+
+
+def search_granted(conn: psycopg.Connection, table: str, vector: Sequence[float],
+                   k: int) -> list[tuple[str, float]]:
+    """:func:`search_as` for a table in ``grants`` mode (the default): the ``k`` nearest rows
+    among those the connection's role may read by its row of ``<alias>_grants``, the public
+    ones included. Nothing is set: what a session sets changes nothing it reads."""
+    with conn.transaction():
+        return _nearest(conn, table, vector, k)
+
+
+def _nearest(conn: psycopg.Connection, table: str, vector: Sequence[float],
+             k: int) -> list[tuple[str, float]]:
+    # Inside the caller's transaction: SET LOCAL ends with it.
+    literal = "[" + ",".join(repr(float(v)) for v in vector) + "]"
+    conn.execute("SET LOCAL hnsw.iterative_scan = strict_order")
+    return conn.execute(sql.SQL("SELECT chunk_id, embedding <=> %s::vector AS distance FROM {} "
+                                "ORDER BY distance LIMIT %s").format(sql.Identifier(table)),
+                        (literal, k)).fetchall()
 
 
 class PgvectorStore:
     def __init__(self, uri: str, table: str = "chunks") -> None:
+        uri, self.principals_from = principals_source(uri)
         try:
             self.conn = psycopg.connect(uri, autocommit=True, application_name="chunkline sync")
         except psycopg.OperationalError as exc:
@@ -188,7 +260,10 @@ class PgvectorStore:
         self.use(table)
         self.dim = 0
         self.principals = False  # rows carry who may read them (``open``)
+        self.public = "public"  # the run's public principal (``access.public``), every reader's
         schema_name = self.conn.execute("SELECT current_schema()").fetchone()[0]
+        # Schema-qualified: the policies name it, and the sync's search_path decides nothing.
+        self.grants_table = sql.Identifier(*([schema_name] if schema_name else []), table + "_grants")
         # Advisory lock keys are 64-bit integers shared by every application of the database:
         # derived from a name only chunkline uses, so no other lock collides by accident.
         digest = hashlib.blake2b(f"chunkline sync {schema_name}.{table}".encode(), digest_size=8)
@@ -245,6 +320,10 @@ class PgvectorStore:
         # security_invoker: PostgreSQL 15 and later; an older server's views check the tables
         # with the view owner's privileges (and bypass row-level security for them).
         option = q(" WITH (security_invoker = true)") if version >= 150000 else q("")
+        if version < 150000 and self._protected(generation):
+            raise ValueError(f"{generation!r} is protected by row-level security, which a view "
+                             "reads past on PostgreSQL before 15 (no security_invoker): the alias "
+                             "was not moved; upgrade the server, or read the generation's table")
         try:
             with self.conn.transaction():
                 if previous == self.base and self._kind(self.base) in ("r", "p"):
@@ -381,25 +460,140 @@ class PgvectorStore:
                                     "df int8 NOT NULL)").format(self.terms_table))
         return True
 
+    def _protected(self, table: str) -> bool:
+        row = self.conn.execute("SELECT relrowsecurity FROM pg_class WHERE oid = to_regclass(%s)",
+                                (sql.Identifier(table).as_string(self.conn),)).fetchone()
+        return bool(row and row[0])
+
     def _protect(self) -> None:
         """The principals column and row-level security (the module docstring), in one
         transaction, before any row of a protected run is written: a reader never sees the
         table holding rows without its policies."""
         q = sql.SQL
         with self.conn.transaction():
+            # The table first, then the grants table: the order a reader's query locks them in
+            # (its policy's subquery is added to it after the table), so the two never deadlock.
             self.conn.execute(q("ALTER TABLE {} ADD COLUMN IF NOT EXISTS principals text[]")
                               .format(self.table))
+            self._grants_table()
             self.conn.execute(q("ALTER TABLE {} ENABLE ROW LEVEL SECURITY").format(self.table))
             self.conn.execute(q("ALTER TABLE {} FORCE ROW LEVEL SECURITY").format(self.table))
             for policy in (_READ_POLICY, _SYNC_POLICY):
                 self.conn.execute(q("DROP POLICY IF EXISTS {} ON {}").format(
                     sql.Identifier(policy), self.table))
-            self.conn.execute(q(
-                "CREATE POLICY {} ON {} FOR SELECT USING (principals && "
-                "string_to_array(current_setting({}, true), ','))").format(
-                    sql.Identifier(_READ_POLICY), self.table, sql.Literal(PRINCIPALS_SETTING)))
+            self.conn.execute(q("CREATE POLICY {} ON {} FOR SELECT USING (principals && {})").format(
+                sql.Identifier(_READ_POLICY), self.table, self._held()))
             self.conn.execute(q("CREATE POLICY {} ON {} TO CURRENT_USER USING (true) WITH CHECK (true)")
                               .format(sql.Identifier(_SYNC_POLICY), self.table))
+
+    def _held(self) -> sql.Composable:
+        """The principals the querying role holds, as the read policy's ``text[]`` expression."""
+        if self.principals_from == APPLICATION:
+            return sql.SQL("string_to_array(current_setting({}, true), ',')").format(
+                sql.Literal(PRINCIPALS_SETTING))
+        # An uncorrelated scalar subquery: run once a query (an InitPlan), and ``principals &&
+        # $1`` keeps the GIN index usable.
+        return sql.SQL("(ARRAY[{}]::text[] || coalesce((SELECT g.principals FROM {} g "
+                       "WHERE g.role = {}), '{{}}'::text[]))").format(
+            sql.Literal(self.public), self.grants_table, sql.SQL(_CURRENT_ROLE))
+
+    def _grants_table(self) -> None:
+        """``<alias>_grants``, made when missing; where this role owns it, its protections are
+        asserted again (the module docstring). Its rows are never touched here."""
+        q = sql.SQL
+        self.conn.execute(q("CREATE TABLE IF NOT EXISTS {} (role regrole PRIMARY KEY, "
+                            "principals text[] NOT NULL)").format(self.grants_table))
+        name = self.grants_table.as_string(self.conn)
+        columns = self.conn.execute(
+            "SELECT attname::text, format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid "
+            "= to_regclass(%s) AND attnum > 0 AND NOT attisdropped ORDER BY attnum", (name,)).fetchall()
+        if columns[:2] != [("role", "regrole"), ("principals", "text[]")]:
+            raise ValueError(f"{name} is not a grants table chunkline made (role regrole, "
+                             f"principals text[]): rename it, or sync into another table")
+        owner = self.conn.execute("SELECT pg_has_role(relowner, 'USAGE') FROM pg_class "
+                                  "WHERE oid = to_regclass(%s)", (name,)).fetchone()[0]
+        if not owner:
+            return  # its owner keeps it; a sync as another role only reads it through the policy
+        self.conn.execute(q("ALTER TABLE {} ENABLE ROW LEVEL SECURITY").format(self.grants_table))
+        self.conn.execute(q("DROP POLICY IF EXISTS {} ON {}").format(
+            sql.Identifier(_OWN_GRANT_POLICY), self.grants_table))
+        self.conn.execute(q("CREATE POLICY {} ON {} FOR SELECT USING (role = {})").format(
+            sql.Identifier(_OWN_GRANT_POLICY), self.grants_table, q(_CURRENT_ROLE)))
+        # Default privileges may have handed a reader more than SELECT; TRUNCATE, for one,
+        # ignores row-level security (PostgreSQL docs, "TRUNCATE").
+        others = self.conn.execute(
+            "SELECT DISTINCT a.grantee = 0, r.rolname::text FROM pg_class c CROSS JOIN "
+            "aclexplode(c.relacl) a LEFT JOIN pg_roles r ON r.oid = a.grantee WHERE c.oid = "
+            "to_regclass(%s) AND a.grantee <> c.relowner AND a.privilege_type <> 'SELECT'",
+            (name,)).fetchall()
+        for public, role in others:
+            self.conn.execute(q("REVOKE ALL ON {} FROM {}").format(
+                self.grants_table, q("PUBLIC") if public else sql.Identifier(role)))
+        self.conn.execute(q("GRANT SELECT ON {} TO PUBLIC").format(self.grants_table))
+
+    def grant(self, role: str, principals: Sequence[str]) -> tuple[list[str], list[str]]:
+        """Role ``role`` reads, from its next query on, the rows of ``principals`` and the public
+        ones, in place of what it held: its row of ``<alias>_grants`` (made when missing). Run
+        as the syncing role, the table's owner. (The principals granted, checked and sorted;
+        notes for the operator, where the grant will not do what it says.)"""
+        from chunkline.access import principal_set
+
+        held = list(principal_set(principals, "--principals"))
+        if not held:
+            raise ValueError("--principals: name at least one principal (--revoke takes a role's "
+                             "grants away)")
+        found = self.conn.execute("SELECT oid, rolsuper OR rolbypassrls FROM pg_roles "
+                                  "WHERE rolname = %s", (role,)).fetchone()
+        if found is None:
+            raise ValueError(f"no role {role!r} on this server: CREATE ROLE it first")
+        with self.conn.transaction():
+            self._grants_table()
+            self.conn.execute(sql.SQL(
+                "INSERT INTO {} (role, principals) VALUES (%s::oid, %s) ON CONFLICT (role) "
+                "DO UPDATE SET principals = EXCLUDED.principals").format(self.grants_table),
+                (found[0], held))
+        return held, self._grant_notes(role, bypasses=found[1])
+
+    def revoke(self, role: str) -> bool:
+        """Role ``role`` holds no grant from now on (the public rows only); whether it held one.
+        A dropped role's row is named by the OID the table shows for it."""
+        if not self._exists_grants():
+            return False
+        # regrole prints a name quoted where it must be, and a dropped role as its OID.
+        return self.conn.execute(sql.SQL("DELETE FROM {} WHERE role::text IN (%s, quote_ident(%s))")
+                                 .format(self.grants_table), (role, role)).rowcount > 0
+
+    def grants(self) -> list[tuple[str, list[str]]]:
+        """(role, principals) of every grant this role may read: all of them for the owner, its
+        own for a reader (the grants table's policy)."""
+        if not self._exists_grants():
+            return []
+        return self.conn.execute(sql.SQL("SELECT role::text, principals FROM {} ORDER BY 1")
+                                 .format(self.grants_table)).fetchall()
+
+    def _exists_grants(self) -> bool:
+        return self.conn.execute("SELECT to_regclass(%s) IS NOT NULL",
+                                 (self.grants_table.as_string(self.conn),)).fetchone()[0]
+
+    def _grant_notes(self, role: str, bypasses: bool) -> list[str]:
+        """Why a grant may not be what ``role`` reads: it bypasses row security, or the alias's
+        table reads principals from elsewhere (or is not there yet)."""
+        notes = [f"role {role!r} is a superuser or has BYPASSRLS: row-level security does not "
+                 "apply to it, it reads every row whatever it is granted"] if bypasses else []
+        current = self.current()
+        if current is None:
+            return [*notes, f"no table {self.base!r} yet: the grant applies to the rows a sync "
+                            "of a run written with access control writes"]
+        qual = self.conn.execute(
+            "SELECT qual FROM pg_policies WHERE schemaname = current_schema() AND tablename = %s "
+            "AND policyname = %s", (current, _READ_POLICY)).fetchone()
+        if qual is None:
+            notes.append(f"{current!r} has no chunkline read policy (its run was written without "
+                         "access control): grants change nothing there")
+        elif PRINCIPALS_SETTING in (qual[0] or ""):
+            notes.append(f"{current!r} was synced with {PRINCIPALS_FROM}={APPLICATION}: its readers "
+                         "name their own principals; grants apply once a sync without it")
+        return notes
 
     def terms(self) -> tuple[dict[int, int], int | None]:
         if not self._exists(self.name + "_terms"):
@@ -534,7 +728,21 @@ class PgvectorStore:
             self.conn.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} USING gin (principals)")
                               .format(sql.Identifier(self.name + "_principals"), self.table))
         self.conn.execute(sql.SQL("ANALYZE {}").format(self.table))
-        return []
+        return self._ungranted()
+
+    def _ungranted(self) -> list[str]:
+        """A note where readers of a protected table in grants mode can read only public rows:
+        no role holds a grant yet (as the grants table's owner sees it)."""
+        if not self.principals or self.principals_from != GRANTS:
+            return []
+        name = self.grants_table.as_string(self.conn)
+        held = self.conn.execute(sql.SQL(
+            "SELECT pg_has_role(c.relowner, 'USAGE'), EXISTS (SELECT FROM {}) FROM pg_class c "
+            "WHERE c.oid = to_regclass(%s)").format(self.grants_table), (name,)).fetchone()
+        if held is None or not held[0] or held[1]:
+            return []
+        return [f"no reader role holds a grant in {name}: readers read the public rows only "
+                f"(`chunkline grant URI --role NAME --principals P,...`)"]
 
     def close(self) -> None:
         self.conn.close()

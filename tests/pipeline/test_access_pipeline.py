@@ -499,7 +499,7 @@ def pg_reader(protected, pg_server):
     from pipeline.sync.pgvector import search_as
 
     uri = pg_server
-    synced_rows(f"{uri}&table=chunks", protected.run_dir)
+    synced_rows(f"{uri}&table=chunks&principals_from=application", protected.run_dir)
     with psycopg.connect(uri, autocommit=True) as admin:
         admin.execute("CREATE ROLE chunkline_reader LOGIN")
         admin.execute("GRANT USAGE ON SCHEMA public TO chunkline_reader")
@@ -594,7 +594,7 @@ def test_postgres_a_syncing_role_that_is_no_superuser_reads_its_rows_back(
     with psycopg.connect(pg_server, autocommit=True) as admin:
         admin.execute("CREATE ROLE chunkline_sync LOGIN")
         admin.execute("GRANT CREATE, USAGE ON SCHEMA public TO chunkline_sync")
-    report = synced_rows(f"{as_role(pg_server, 'chunkline_sync')}&table=owned", protected.run_dir)
+    report = synced_rows(f"{as_role(pg_server, 'chunkline_sync')}&table=owned&principals_from=application", protected.run_dir)
     assert report.verification.rows == len(reference.chunk_ids)
     with psycopg.connect(as_role(pg_server, "chunkline_sync"), autocommit=True) as owner:
         assert owner.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone() == (False,)
@@ -640,7 +640,7 @@ def test_revoking_a_group_takes_its_chunks_out_of_every_store_after_sync(protect
     k = 3
 
     lance_path, qdrant_path = tmp_path / "lance", tmp_path / "qdrant"
-    pg_uri = f"{pg_server}&table=revoke"
+    pg_uri = f"{pg_server}&table=revoke&principals_from=application"
     with psycopg.connect(pg_server, autocommit=True) as admin:
         admin.execute("CREATE ROLE revoke_reader LOGIN")
         admin.execute("GRANT USAGE ON SCHEMA public TO revoke_reader")
