@@ -29,6 +29,7 @@ from chunkline.html_markdown import html_to_text, main_content
 from chunkline.readers.formats import EMPTY
 from chunkline.readers.markdown import blocks, heading
 from chunkline.readers.office import Converted
+from chunkline.readers.text import decode_text
 
 _MBOX_FROM = re.compile(rb"^From [^\r\n]*\r?\n", re.M)
 _UNSAFE_NAME = re.compile(r"[\x00-\x1f/\\]")
@@ -77,21 +78,44 @@ def _metadata(message: EmailMessage) -> dict[str, Any]:
     return found
 
 
+class _Undecodable(Exception):
+    """The body part's bytes are no text in its declared charset nor in any other found with
+    confidence: the reason is the message."""
+
+
 def _body_text(message: EmailMessage) -> str:
+    """The message's body as text (``text/plain``, else ``text/html`` as its main content); ""
+    when it has none. Raises :class:`_Undecodable`."""
     part = message.get_body(preferencelist=("plain", "html"))
     if part is None:
         return ""
-    try:
-        content = part.get_content()
-    except Exception:  # noqa: BLE001 - an unknown charset (LookupError), bad base64, ...
-        payload = part.get_payload(decode=True) or b""
-        content = payload.decode("utf-8", "replace")
-    if not isinstance(content, str):
-        return ""
+    content = _part_text(part)
     if part.get_content_subtype() == "html":
         plain = html_to_text(content)
         return main_content(content, plain) or plain
     return content.replace("\r\n", "\n").strip("\n")
+
+
+def _part_text(part: EmailMessage) -> str:
+    """A text part's bytes (its transfer encoding undone) read in its declared charset, strictly.
+
+    The ``charset`` parameter names the part's encoding (RFC 2046, 4.1.2), US-ASCII where there
+    is none (RFC 2045, 5.2); but mailers declare ``utf-8`` over cp1252 bytes, and the email
+    package's ``get_content`` then swaps each bad byte for U+FFFD. Bytes that do not decode as
+    declared, or a charset Python does not know, are read as a file's bytes are
+    (:func:`chunkline.readers.text.decode_text`: a BOM, UTF-8, then detection used only when
+    confident), so a body is read right or refused, never indexed as replacement characters."""
+    payload = part.get_payload(decode=True) or b""
+    declared = part.get_content_charset()
+    try:
+        return payload.decode(declared or "us-ascii")
+    except (LookupError, UnicodeError):
+        pass  # not the declared charset: the bytes decide, as for a file
+    decoded = decode_text(payload, html=part.get_content_subtype() == "html")
+    if isinstance(decoded, str):
+        label = f"its declared charset {declared}" if declared else "US-ASCII (no charset declared)"
+        raise _Undecodable(f"message body does not decode as {label}: {decoded}")
+    return decoded[0]
 
 
 def _attachments(message: EmailMessage) -> Iterator[Attachment]:
@@ -125,8 +149,10 @@ def read_message(data: bytes) -> Message:
     try:
         message = email.message_from_bytes(data, policy=policy.default)
         metadata = _metadata(message)
-        body = _body_text(message)
         attachments = tuple(_attachments(message))
+        body = _body_text(message)
+    except _Undecodable as exc:
+        return Message(str(exc), attachments)
     except Exception as exc:  # noqa: BLE001 - the parser is lenient; its accessors are not
         return Message(f"not a readable e-mail message ({type(exc).__name__}: {exc})")
     if not metadata and not body.strip():

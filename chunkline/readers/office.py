@@ -10,11 +10,12 @@ decks (python-pptx) and Excel workbooks (openpyxl), each with its core propertie
   section at the end. A macro-enabled ``.docm`` is read for its text only: python-docx refuses
   its main part's content type, so the package is read with that one content type renamed (the
   VBA part is never opened; nothing here runs macros).
-- PPTX / PPTM: one section per slide, the slide's title its heading (``Slide N`` for an untitled
-  slide), its shapes in reading order (top to bottom, then left to right), body placeholders as
-  list items, tables as pipe tables, groups opened; the speaker notes under a ``Speaker notes``
-  sub-heading. The slide number is the page: ``page_starts[i]`` is where slide ``i + 1``'s
-  section starts, as a PDF's pages (``chunkline.pdf``).
+- PPTX / PPTM: one section per slide, the slide's title (its ``title`` or ``ctrTitle``
+  placeholder) its heading (``Slide N`` for an untitled slide), its shapes in reading order
+  (top to bottom, then left to right), body placeholders as list items, tables as pipe tables,
+  groups opened; the speaker notes under a ``Speaker notes`` sub-heading. The slide number is
+  the page: ``page_starts[i]`` is where slide ``i + 1``'s section starts, as a PDF's pages
+  (``chunkline.pdf``).
 - XLSX / XLSM: each worksheet a section named after it, its rows a pipe table
   (``chunkline.readers.tables``), cached values (``data_only``: what Excel last computed, never
   a formula; a formula no application has computed reads as empty), read in openpyxl's
@@ -358,7 +359,7 @@ def _pptx(data: bytes) -> Converted | str:
     sections: list[str] = []
     has_text = False
     for number, slide in enumerate(deck.slides, start=1):
-        title_shape = slide.shapes.title
+        title_shape = _title_placeholder(slide)
         title = one_line(title_shape.text_frame.text) if title_shape is not None and \
             title_shape.has_text_frame else ""
         body = list(_shape_blocks(slide.shapes, skip=title_shape.shape_id if title_shape is not None else None))
@@ -381,6 +382,21 @@ def _pptx(data: bytes) -> Converted | str:
     metadata = _core_metadata(deck.core_properties)
     metadata["slides"] = len(sections)
     return Converted("\n\n".join(sections), metadata, tuple(starts))
+
+
+def _title_placeholder(slide: Any) -> Any | None:
+    """The slide's title placeholder (type ``title`` or ``ctrTitle``), or None.
+
+    Not python-pptx's ``shapes.title``, which takes the first placeholder of index 0: a ``p:ph``
+    without attributes is type ``obj`` and index 0 (ECMA-376 part 1, 19.3.1.36; the types are
+    19.7.10 ST_PlaceholderType), which is how LibreOffice writes the body of a slide that has
+    no title, and taking it for the title would fold the body's bullets into one heading."""
+    from pptx.enum.shapes import PP_PLACEHOLDER
+
+    for shape in slide.placeholders:
+        if shape.placeholder_format.type in (PP_PLACEHOLDER.TITLE, PP_PLACEHOLDER.CENTER_TITLE):
+            return shape
+    return None
 
 
 def _reading_order(shape: Any) -> tuple[int, int]:

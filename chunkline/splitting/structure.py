@@ -110,7 +110,8 @@ def read_structure(
     text: str, *, include_headings: bool = True, include_tables: bool = True
 ) -> Structure:
     """Top-level headings (CommonMark) and pipe tables (GFM) of ``text`` (front matter aside),
-    from one parse; what is not asked for comes back empty and costs nothing.
+    from one parse (a text over :data:`TABLE_PARSE_WINDOW` characters that may hold a table: its
+    table rule run window by window); what is not asked for comes back empty and costs nothing.
 
     >>> found = read_structure("# A\\n\\n| a |\\n|---|\\n| 1 |\\n")
     >>> [h.title for h in found.headings], [(t.start, t.body, t.end) for t in found.tables]
@@ -128,6 +129,8 @@ def read_structure(
             tuple(_table(text, a, b) for a, b in _table_spans_markdown_it_py(text))
             if want_tables else (),
         )
+    if want_tables and len(text) > TABLE_PARSE_WINDOW:
+        return _windowed_structure(text, want_headings, TABLE_PARSE_WINDOW)
     root = parser.tree(text)
     found: list[Heading] = []
     spans: list[tuple[int, int]] = []
@@ -146,6 +149,73 @@ def read_structure(
         tuple(found) if want_headings else (),
         tuple(_table(text, start, end) for start, end in spans) if want_tables else (),
     )
+
+
+def _windowed_structure(text: str, want_headings: bool, window: int) -> Structure:
+    """:func:`read_structure` of a long text that may hold tables, with the table rule run on
+    windows of about ``window`` characters (:func:`_parse_windows`), never on the whole text.
+
+    The headings are the table-free parse's, as :func:`read_structure` would give: it reads
+    them from that parse wherever a table is found, and where none is the table rule changed
+    nothing."""
+    plain = _block_parser(False).tree(text)
+    blocks = list(_top_level_blocks(plain, text, None))
+    found = ([_heading(text, node, first, last) for node, first, last in blocks
+              if node.name in _HEADING_NODES] if want_headings else [])
+    starts = [first for _, first, _ in blocks]
+    del plain, blocks
+    spans: list[tuple[int, int]] = []
+    parser = _block_parser(True)
+    for lo, hi in _parse_windows(text, starts, window):
+        piece = text[lo:hi]
+        for _, first, last in _top_level_blocks(parser.tree(piece), piece, ("table",)):
+            start, end = _table_span(piece, first, last)
+            spans.append((lo + start, lo + end))
+    return Structure(tuple(found), tuple(_table(text, start, end) for start, end in spans))
+
+
+# Characters read with the table rule at once, at most (unless one block is longer):
+# markdown-it-pyrs builds the whole tree as Python objects, a node of about 1 KB for every table
+# row and cell, so a 100,000-row CSV read as one document made a 1 GB tree (issue #48).
+TABLE_PARSE_WINDOW = 1 << 16
+# What may begin a line that continues a block opened before a blank line (a list, indented
+# code): a window never starts on such a line.
+_MAY_CONTINUE = frozenset(" \t-+*>0123456789")
+
+
+def _parse_windows(text: str, starts: list[int], window: int) -> list[tuple[int, int]]:
+    """(lo, hi) windows tiling ``text``, each at most ``window`` characters unless one block is
+    longer. A window starts only where the table-free parse starts a top-level block (``starts``,
+    in order) on a line after a blank line, that line neither indented nor opening a list item
+    or block quote. Past a blank line and such a line only fenced code and HTML blocks go on,
+    and the table rule opens neither where the table-free parse does not (both interrupt a
+    paragraph as they end a table), so there no block of either parse is open: each window
+    parsed alone reads the tables the whole text's parse would."""
+    cuts = [at for at in starts[1:]
+            if 0 < at < len(text) and text[at] not in _MAY_CONTINUE and _after_blank_line(text, at)]
+    windows: list[tuple[int, int]] = []
+    lo = previous = 0
+    for cut in cuts + [len(text)]:
+        if cut - lo > window and previous > lo:
+            windows.append((lo, previous))
+            lo = previous
+        previous = cut
+    windows.append((lo, len(text)))
+    return windows
+
+
+def _after_blank_line(text: str, at: int) -> bool:
+    """Whether ``at`` starts a line and the line before it is blank (spaces and tabs only,
+    CommonMark's blank line)."""
+    if at >= 2 and text.startswith("\r\n", at - 2):
+        end = at - 2
+    elif text[at - 1] in "\r\n":
+        end = at - 1
+    else:
+        return False
+    while end > 0 and text[end - 1] in " \t":
+        end -= 1
+    return end == 0 or text[end - 1] in "\r\n"
 
 
 def headings(text: str) -> list[Heading]:
@@ -250,13 +320,15 @@ def _clean_title(raw: str) -> str:
     # CommonMark replaces NUL with U+FFFD; whitespace runs (line breaks of a setext title
     # included) collapse to one space.
     return " ".join(raw.replace("\x00", "\ufffd").split())
-def _top_level_blocks(root, text: str, names: tuple[str, ...]) -> Iterator[tuple[Any, int, int]]:
+def _top_level_blocks(root, text: str,
+                      names: tuple[str, ...] | None) -> Iterator[tuple[Any, int, int]]:
     """(node, first, last) for each top-level node of the markdown-it-pyrs tree ``root`` named
-    in ``names``, its source map turned from UTF-8 byte offsets into ``str`` indices."""
+    in ``names`` (None: every one), its source map turned from UTF-8 byte offsets into ``str``
+    indices."""
     encoded = text.encode("utf-8", "surrogatepass") if not text.isascii() else None
     byte_seen = char_seen = 0  # srcmap is in UTF-8 bytes: convert incrementally, in order
     for node in root.children:
-        if node.name not in names:
+        if names is not None and node.name not in names:
             continue
         first, last = node.srcmap
         if encoded is not None:

@@ -15,8 +15,8 @@ import pytest
 from pipeline.config import load_config
 from pipeline.run import run
 from tests.readers.helpers import (
-    docx_bytes, epub_bytes, manual_docx, message, notebook_bytes, pptx_bytes, quarterly_deck,
-    xlsx_bytes, zip_bytes,
+    LIBREOFFICE_BULLETS, docx_bytes, epub_bytes, manual_docx, message, notebook_bytes, pptx_bytes,
+    quarterly_deck, untitled_slide_deck, xlsx_bytes, zip_bytes,
 )
 from tests.readers.test_text_formats import RST
 
@@ -34,6 +34,7 @@ def indexed(tmp_path_factory):
     corpus.mkdir()
     (corpus / "arm.docx").write_bytes(docx_bytes(manual_docx))
     (corpus / "q.pptx").write_bytes(pptx_bytes(quarterly_deck))
+    (corpus / "setup.pptx").write_bytes(pptx_bytes(untitled_slide_deck))
     rows = [["station", "reading"]] + [[f"station {i}", i * 10] for i in range(120)]
     (corpus / "readings.xlsx").write_bytes(xlsx_bytes({"Readings": rows}))
     (corpus / "parts.csv").write_text("part,torque\nbase,40\nwrist,25\n")
@@ -54,14 +55,15 @@ def indexed(tmp_path_factory):
 def test_counts_reconcile_and_bad_files_are_rejected(indexed) -> None:
     assert indexed.published and indexed.reconciled
     counts = indexed.counts
-    assert counts["documents"] == counts["kept"] + counts["duplicate"] + counts["rejected"] == 11
+    assert counts["documents"] == counts["kept"] + counts["duplicate"] + counts["rejected"] == 12
     reasons = dict(zip(*table(indexed.run_dir, "rejected").select(["doc_id", "reason"]).to_pydict().values()))
     assert reasons == {
         "renamed.docx": "not a readable Word document (not a zip archive)",
         "notes.xlsx": "not an Office file: a zip archive without [Content_Types].xml"}
     documents = table(indexed.run_dir, "documents").to_pylist()
     formats = {row["doc_id"]: row["format"] for row in documents if row["status"] == "kept"}
-    assert formats == {"arm.docx": "docx", "q.pptx": "pptx", "readings.xlsx": "xlsx", "parts.csv": "csv",
+    assert formats == {"arm.docx": "docx", "q.pptx": "pptx", "setup.pptx": "pptx",
+                       "readings.xlsx": "xlsx", "parts.csv": "csv",
                        "dock.eml": "email", "dock.eml//plan.md": "markdown", "n.ipynb": "notebook",
                        "arm.epub": "epub", "guide.rst": "rst"}
     plan = next(row for row in documents if row["doc_id"] == "dock.eml//plan.md")
@@ -80,6 +82,14 @@ def test_slides_are_pages_and_headings(indexed) -> None:
     assert {c["page_start"] for c in chunks} == {1, 2, 3}
     for chunk in chunks:
         assert chunk["page_start"] == chunk["page_end"] and chunk["headings"][0] == titles[chunk["page_start"]]
+
+
+def test_an_untitled_slide_keeps_its_bullets_under_its_number(indexed) -> None:
+    chunks = [c for c in table(indexed.run_dir, "chunks").to_pylist() if c["doc_id"] == "setup.pptx"]
+    first = [c for c in chunks if c["page_start"] == 1]
+    assert first and all(c["headings"] == ["Slide 1"] for c in first)
+    text = "".join(c["text"] for c in first)
+    assert all(f"- {item}" in text for item in LIBREOFFICE_BULLETS)
 
 
 def test_word_heading_paths_and_sheet_headers(indexed) -> None:

@@ -99,6 +99,40 @@ def quarterly_deck(deck) -> None:
     box.text_frame.text = "Questions welcome."
 
 
+# A slide body as LibreOffice Impress saves it on a slide without a title: a placeholder with no
+# attributes (type obj, index 0 by ECMA-376's defaults), its own position, five bullets.
+LIBREOFFICE_BULLETS = ("Unpack the arm", "Bolt the base to the plate", "Connect the controller",
+                       "Run the self test", "Record the serial number")
+_LIBREOFFICE_BODY = (
+    '<p:sp xmlns:p="http://schemas.openxmlformats.org/presentationml/2006/main" '
+    'xmlns:a="http://schemas.openxmlformats.org/drawingml/2006/main">'
+    '<p:nvSpPr><p:cNvPr id="2" name="PlaceHolder 1"/><p:cNvSpPr><a:spLocks noGrp="1"/></p:cNvSpPr>'
+    '<p:nvPr><p:ph/></p:nvPr></p:nvSpPr>'
+    '<p:spPr><a:xfrm><a:off x="457200" y="1604520"/><a:ext cx="8229240" cy="3977280"/></a:xfrm>'
+    '<a:prstGeom prst="rect"><a:avLst/></a:prstGeom></p:spPr>'
+    '<p:txBody><a:bodyPr lIns="0" tIns="0" rIns="0" bIns="0" anchor="t"><a:normAutofit/></a:bodyPr>'
+    + "".join(f'<a:p><a:r><a:rPr lang="en-US" dirty="0"/><a:t>{item}</a:t></a:r></a:p>'
+              for item in LIBREOFFICE_BULLETS)
+    + '</p:txBody></p:sp>'
+)
+
+
+def untitled_slide_deck(deck) -> None:
+    """Two slides: an untitled one whose body is LibreOffice's attribute-less placeholder (the
+    layout's placeholders removed, as LibreOffice writes no title shape), then a title slide
+    (``ctrTitle``)."""
+    from pptx.oxml import parse_xml
+
+    untitled = deck.slides.add_slide(deck.slide_layouts[1])
+    tree = untitled.shapes._spTree
+    for placeholder in list(untitled.placeholders):
+        tree.remove(placeholder._element)
+    tree.append(parse_xml(_LIBREOFFICE_BODY))
+    cover = deck.slides.add_slide(deck.slide_layouts[0])
+    cover.shapes.title.text = "Roadmap"
+    cover.placeholders[1].text = "Second half"
+
+
 def xlsx_bytes(sheets: dict[str, list[list[object]]], title: str | None = None) -> bytes:
     import openpyxl
 

@@ -13,8 +13,8 @@ from chunkline import split
 from chunkline.readers import ReadOptions
 from chunkline.splitting.structure import headings, tables
 from tests.readers.helpers import (
-    document, docx_bytes, manual_docx, metadata, pptx_bytes, quarterly_deck, read, rejection,
-    xlsx_bytes, zip_bytes,
+    LIBREOFFICE_BULLETS, document, docx_bytes, manual_docx, metadata, pptx_bytes, quarterly_deck,
+    read, rejection, untitled_slide_deck, xlsx_bytes, zip_bytes,
 )
 
 
@@ -172,6 +172,16 @@ def test_pptx_slides_are_sections_and_pages() -> None:
         assert chunk.headings[0] == ("Results", "Regions", "Slide 3")[first - 1] and first == last
         if "Thank the sales" in doc.text[chunk.start:chunk.end]:
             assert chunk.headings == ("Results", "Speaker notes")
+
+
+def test_an_untitled_slide_keeps_its_body_and_is_named_by_its_number() -> None:
+    # LibreOffice writes an untitled slide's body as <p:ph/> (type obj, index 0), which
+    # python-pptx's shapes.title returns: only a title or ctrTitle placeholder is a title.
+    doc = document("decks/setup.pptx", pptx_bytes(untitled_slide_deck))
+    assert [(h.level, h.title) for h in headings(doc.text)] == [(1, "Slide 1"), (1, "Roadmap")]
+    assert "# Slide 1\n\n" + "\n".join(f"- {item}" for item in LIBREOFFICE_BULLETS) in doc.text
+    assert doc.page_range(doc.text.index("Record the serial"), doc.text.index("Roadmap")) == (1, 2)
+    assert "Second half" in doc.text and metadata(doc)["slides"] == 2
 
 
 def test_a_deck_without_text_is_rejected() -> None:

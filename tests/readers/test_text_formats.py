@@ -112,6 +112,57 @@ def test_a_mail_without_a_body_is_rejected_and_its_attachments_still_read() -> N
     assert records[1].doc_id == "a.eml//plan.md" and isinstance(records[1], Document)
 
 
+GERMAN = ("Sehr geehrte Damen und Herren, die Lieferung der Greifarme verzögert sich um zwei "
+          "Wochen. Die Prüfung im Werk Süd ergab Mängel an den Gelenken. Für Rückfragen stehe ich "
+          "gern zur Verfügung. Mit freundlichen Grüßen, Jürgen Müller")
+# charset-normalizer 3.5 ranks cp1257 ("trčs") above cp1252 for this French prose: undecided.
+FRENCH = ("Le café était déjà servi quand les élèves sont arrivés. Très tôt, à côté de la "
+          "fenêtre, le professeur expliquait l'histoire – « voilà », disait-il.")
+
+
+def mislabelled_mail(body: str, subtype: str = "plain") -> bytes:
+    """A message whose body is cp1252 bytes under a ``charset=utf-8`` header, set by hand as a
+    mailer that ignores the system code page writes it."""
+    mail = message(attachments=(("notes.md", b"# Notes\n\nbring the torque wrench", "text/markdown"),))
+    body_part = mail.get_body(preferencelist=("plain",))
+    body_part.set_content(body.encode("cp1252"), maintype="text", subtype=subtype,
+                          cte="quoted-printable")
+    body_part.set_param("charset", "utf-8")
+    return bytes(mail)
+
+
+def test_a_mail_body_mislabelled_utf8_is_read_as_a_file_would_be() -> None:
+    data = mislabelled_mail(GERMAN)
+    assert b"charset=\"utf-8\"" in data or b"charset=utf-8" in data
+    doc = document_of(read("m.eml", data), "m.eml")
+    assert doc.text == "# Dock firmware\n\n" + GERMAN and "\ufffd" not in doc.text
+    page = mislabelled_mail(f"<html><body><p>{GERMAN}</p></body></html>", "html")
+    html = document_of(read("h.eml", page), "h.eml")
+    assert html.text == "# Dock firmware\n\n" + GERMAN
+
+
+def test_an_undecidable_mail_body_is_rejected_not_indexed_as_mojibake() -> None:
+    records = read("m.eml", mislabelled_mail(FRENCH))
+    assert isinstance(records[0], Rejected) and records[0].reason == (
+        "message body does not decode as its declared charset utf-8: not valid UTF-8 at byte 6 "
+        "(and no other encoding detected with confidence)")
+    assert records[1].doc_id == "m.eml//notes.md" and isinstance(records[1], Document)
+
+
+def test_a_mail_body_in_its_declared_legacy_charset_is_read_with_it() -> None:
+    mail = message(body="")
+    mail.get_body(preferencelist=("plain",)).set_content(
+        FRENCH.encode("cp1252"), maintype="text", subtype="plain", cte="8bit")
+    mail.get_body(preferencelist=("plain",)).set_param("charset", "windows-1252")
+    assert document("m.eml", bytes(mail)).text == "# Dock firmware\n\n" + FRENCH
+
+
+def document_of(records: list, doc_id: str) -> Document:
+    [found] = [r for r in records if r.doc_id == doc_id]
+    assert isinstance(found, Document), found
+    return found
+
+
 # --- notebooks ----------------------------------------------------------------------------------
 
 
