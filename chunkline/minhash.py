@@ -163,26 +163,62 @@ def _powers(base: int, length: int) -> np.ndarray:
     return np.cumprod(steps, dtype=np.uint64)
 
 
+# Words hashed in one vectorized pass, at most: each costs ~100 bytes of uint64 arrays (codes,
+# prefix sums, powers and their inverses), so a 5 MB document hashed whole held ~300 MB at once.
+_WORDS_AT_ONCE = 1 << 16
+
+
 def batch_shingle_hashes(texts: Sequence[str], shingle_size: int) -> tuple[np.ndarray, np.ndarray]:
-    """Shingle hashes of many texts in one pass: ``(doc_index, hashes)``, sorted by document and
-    hash, each (document, hash) once. ``hashes`` are uint32; ``doc_index`` is int64.
+    """Shingle hashes of many texts: ``(doc_index, hashes)``, sorted by document and hash, each
+    (document, hash) once. ``hashes`` are uint32; ``doc_index`` is int64.
 
     A shingle is ``shingle_size`` consecutive :func:`words`; its hash is a polynomial hash of the
     shingle's bytes (words joined by one space) modulo 2**64, made independent of the shingle's
-    position with the base's inverse, finalized with MurmurHash3 and cut to its top 32 bits.
+    position with the base's inverse, finalized with MurmurHash3 and cut to its top 32 bits. So
+    a long text is hashed in pieces of :data:`_WORDS_AT_ONCE` words (overlapping by
+    ``shingle_size - 1``) with the same hashes as whole, and texts are hashed together in
+    groups of about that many words.
     """
-    joined: list[bytes] = []
-    word_counts = np.zeros(len(texts), dtype=np.int64)
+    keyed: list[np.ndarray] = []
+    group: list[list[str]] = []
+    owners: list[int] = []
+    size = 0
     for index, text in enumerate(texts):
-        pieces = words(text)
-        word_counts[index] = len(pieces)
-        if pieces:
-            joined.append(" ".join(pieces).encode("utf-8", "surrogatepass"))
-    if not joined:
+        for piece in _word_pieces(words(text), shingle_size):
+            group.append(piece)
+            owners.append(index)
+            size += len(piece)
+            if size >= _WORDS_AT_ONCE:
+                keyed.append(_keyed_hashes(group, owners, shingle_size))
+                group, owners, size = [], [], 0
+    if group:
+        keyed.append(_keyed_hashes(group, owners, shingle_size))
+    if not keyed:
         return np.empty(0, np.int64), np.empty(0, np.uint32)
-    # One byte string for the whole batch; "\n" never occurs inside a word, so the separators
-    # (" " between words, "\n" between documents) are exactly the word boundaries.
-    data = np.frombuffer(b"\n".join(joined), dtype=np.uint8)
+    every = np.sort(np.concatenate(keyed))
+    # A set per document (sort + neighbour test: several times faster than np.unique here).
+    every = every[np.concatenate(([True], every[1:] != every[:-1]))]
+    return (every >> np.uint64(32)).astype(np.int64), (every & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+
+
+def _word_pieces(found: list[str], shingle_size: int) -> list[list[str]]:
+    """``found`` whole, or in runs of :data:`_WORDS_AT_ONCE` words whose shingles, together,
+    are the text's (each run starts ``shingle_size - 1`` words before the last one ends)."""
+    if len(found) <= _WORDS_AT_ONCE:
+        return [found] if found else []
+    step = _WORDS_AT_ONCE - shingle_size + 1
+    return [found[first:first + _WORDS_AT_ONCE]
+            for first in range(0, len(found) - shingle_size + 1, step)]
+
+
+def _keyed_hashes(pieces: list[list[str]], owners: list[int], shingle_size: int) -> np.ndarray:
+    """``document << 32 | hash`` (uint64) of every shingle of each word run in ``pieces``,
+    ``owners`` the document of each, in one vectorized pass."""
+    word_counts = np.array([len(piece) for piece in pieces], dtype=np.int64)
+    # One byte string for the group; "\n" never occurs inside a word, so the separators
+    # (" " between words, "\n" between runs) are exactly the word boundaries.
+    data = np.frombuffer(b"\n".join(" ".join(piece).encode("utf-8", "surrogatepass")
+                                     for piece in pieces), dtype=np.uint8)
     codes = data.astype(np.uint64) + np.uint64(1)  # no zero coefficient: "a" != "a\0"
     prefix = np.zeros(len(codes) + 1, dtype=np.uint64)
     np.cumsum(codes * _powers(_BASE, len(codes)), out=prefix[1:])
@@ -191,20 +227,17 @@ def batch_shingle_hashes(texts: Sequence[str], shingle_size: int) -> tuple[np.nd
     word_starts = np.concatenate(([0], boundaries + 1))
     word_ends = np.concatenate((boundaries, [len(data)]))
 
-    present = word_counts[word_counts > 0]
-    first_word = np.concatenate(([0], np.cumsum(present)[:-1]))
-    per_doc = np.maximum(1, present - shingle_size + 1)
-    doc_of = np.repeat(np.flatnonzero(word_counts > 0), per_doc)
-    local = np.arange(per_doc.sum()) - np.repeat(np.cumsum(per_doc) - per_doc, per_doc)
-    start_word = np.repeat(first_word, per_doc) + local
-    last_word = np.minimum(start_word + shingle_size - 1, np.repeat(first_word + present - 1, per_doc))
+    first_word = np.concatenate(([0], np.cumsum(word_counts)[:-1]))
+    per_piece = np.maximum(1, word_counts - shingle_size + 1)
+    doc_of = np.repeat(np.asarray(owners, dtype=np.uint64), per_piece)
+    local = np.arange(per_piece.sum()) - np.repeat(np.cumsum(per_piece) - per_piece, per_piece)
+    start_word = np.repeat(first_word, per_piece) + local
+    last_word = np.minimum(start_word + shingle_size - 1,
+                           np.repeat(first_word + word_counts - 1, per_piece))
     start, end = word_starts[start_word], word_ends[last_word]
     raw = (prefix[end] - prefix[start]) * inverse[start]
     hashes = (_fmix64(raw) >> np.uint64(32)).astype(np.uint64)
-    keyed = np.sort((doc_of.astype(np.uint64) << np.uint64(32)) | hashes)
-    # A set per document (sort + neighbour test: several times faster than np.unique here).
-    keyed = keyed[np.concatenate(([True], keyed[1:] != keyed[:-1]))]
-    return (keyed >> np.uint64(32)).astype(np.int64), (keyed & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    return (doc_of << np.uint64(32)) | hashes
 
 
 def shingle_hashes(text: str, shingle_size: int) -> np.ndarray:

@@ -30,6 +30,7 @@ FEW_POSITIONS = 16
 REGION_WINDOW = 1 << 16
 # Windows encoded in one batch (the batch runs on all cores; its encodings are held together).
 WINDOWS_AT_ONCE = 8
+COUNT_BATCH_CHARS = 1 << 18
 
 
 class TokenizerNotAvailable(RuntimeError):
@@ -100,8 +101,18 @@ class Measure:
     def piece_counts(self, starts: list[int], ends: list[int], limit: int) -> list[int | None]:
         """Exact count per piece ``text[starts[k]:ends[k]]``, or None where a piece is surely
         over ``limit`` (a caller that only needs to know it does not fit is spared the encode)."""
-        text = self.text
-        return self.tokenizer.counts([text[a:b] for a, b in zip(starts, ends)])
+        text, counts = self.text, []
+        # In batches of at most COUNT_BATCH_CHARS characters: a batch's encodings are held
+        # together (~90 bytes a character natively for a Hugging Face tokenizer).
+        k = 0
+        while k < len(starts):
+            j, size = k + 1, ends[k] - starts[k]
+            while j < len(starts) and size + ends[j] - starts[j] <= COUNT_BATCH_CHARS:
+                size += ends[j] - starts[j]
+                j += 1
+            counts.extend(self.tokenizer.counts([text[a:b] for a, b in zip(starts[k:j], ends[k:j])]))
+            k = j
+        return counts
 
     def additive_cuts(self, positions: list[int]) -> list[bool]:
         """Per position: True when count(a, b) == count(a, p) + count(p, b) for all a <= p <= b."""
