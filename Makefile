@@ -12,8 +12,7 @@ TORCH_WHEELS ?= /opt/wheels
 LOCK_FOR := --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
             --find-links $(TORCH_WHEELS) -c .ci/torch-cpu.txt
 # The fast tests the dependency-range checks run (no model-heavy end-to-end suites).
-RANGE_TESTS ?= tests/pipeline/test_graph_configurations.py tests/pipeline/test_pipeline_e2e.py \
-               tests/transforms tests/splitting tests/test_embed.py
+RANGE_TESTS ?= tests/pipeline/test_graph_configurations.py tests/pipeline/test_pipeline_e2e.py tests/transforms
 
 .PHONY: setup demo split-demo test test-lowest test-newest test-range lock bench clean chromium
 

@@ -34,7 +34,8 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[1]
-LOCK = ROOT / "requirements.lock"
+# The dev lock: the runtime lock plus the test tools, at the same versions (what the venv holds).
+LOCK = ROOT / "requirements-dev.lock"
 # The dependencies whose releases changed, or may change, how the job graph is built and run:
 # their lower bounds are held to a test. (Beam 2.78 began reading string annotations as type
 # hints; pyarrow's and torch's ABIs move with numpy; sentence-transformers moved its loaders.)
@@ -141,7 +142,9 @@ def main() -> int:
         return 0
     shown = ", ".join(f"{name} {version}" for name, version in packages.items())
     print(f"dependency range ({args.end}): testing {shown}", flush=True)
-    folder = ROOT / ".cache" / f"range-{args.end}"
+    # A folder of this run's own: two checks at once never lay their versions over each other.
+    (ROOT / ".cache").mkdir(exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix=f"range-{args.end}-", dir=ROOT / ".cache"))
     try:
         passed, first = tests_pass(packages, args.pytest_args, folder)
         if passed:

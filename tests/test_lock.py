@@ -60,3 +60,25 @@ def test_the_installed_versions_are_the_locks() -> None:
 
     for name, version in pins("requirements-dev.lock").items():
         assert Version(metadata.version(name)) == Version(version), name
+
+
+def _range_script():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("dependency_range", ROOT / ".ci" / "dependency_range.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_lowest_check_lays_each_edge_at_its_declared_bound() -> None:
+    script = _range_script()
+    wanted = script.lowest()
+    declared = {canonicalize_name(r.name): r for r in requirements(None)}
+    locked = pins("requirements-dev.lock")
+    for name in script.EDGES:
+        bound = script.lower_bound(declared[canonicalize_name(name)])
+        # Laid over exactly when the lock holds another release than the bound.
+        assert (name in wanted) == (Version(Version(locked[canonicalize_name(name)]).public) != Version(bound))
+        if name in wanted:
+            assert wanted[name] == bound
