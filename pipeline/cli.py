@@ -96,6 +96,23 @@ def _write_view(
         previous_end = chunk.end
 
 
+def runner_option(beam_args: Sequence[str]) -> tuple[str | None, list[str]]:
+    """Beam's ``--runner`` among the options after ``--`` (``--runner=X`` or ``--runner X``),
+    and the other options. chunkline builds the job for ``runner.name``; a runner named only to
+    Beam would be ignored, so it becomes ``runner.name`` (checked with the config: one line
+    naming the runners it knows)."""
+    rest, runner, items = [], None, list(beam_args)
+    while items:
+        item = items.pop(0)
+        if item == "--runner" and items:
+            runner = items.pop(0)
+        elif item.startswith("--runner="):
+            runner = item.split("=", 1)[1]
+        else:
+            rest.append(item)
+    return runner, rest
+
+
 def _run_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from pipeline.config import ConfigError, load_config
     from pipeline.redact import redacted
@@ -108,6 +125,9 @@ def _run_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         overrides.append(f"output.path={json.dumps(args.output)}")
     if args.previous is not None:
         overrides.append(f"output.previous={json.dumps(args.previous)}")
+    runner, args.beam_args = runner_option(args.beam_args)
+    if runner is not None:  # the job is built for the config's runner: Beam's flag names it
+        overrides.append(f"runner.name={json.dumps(runner)}")
     try:
         config = load_config(args.config, overrides)
     except ConfigError as exc:

@@ -86,3 +86,26 @@ def test_console_script_is_installed(tmp_path) -> None:
         capture_output=True, text=True, check=True,
     )
     assert json.loads(result.stdout)["headings"] == ["Hello"]
+
+
+def test_beams_runner_flag_names_the_runner_the_job_is_built_for(tmp_path) -> None:
+    """`-- --runner=X` was passed to Beam's options and ignored: the job ran on the config's
+    runner. Now it is runner.name, checked with the config."""
+    from pipeline.cli import runner_option
+
+    assert runner_option(["--runner=PortableRunner", "--x=1"]) == ("PortableRunner", ["--x=1"])
+    assert runner_option(["--a", "--runner", "FlinkRunner"]) == ("FlinkRunner", ["--a"])
+    assert runner_option(["--direct_num_workers=2"]) == (None, ["--direct_num_workers=2"])
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.md").write_text("# A\n\nThe dock charger needs a firmware update.\n")
+    code, _, err = run(["run", "--input", f"{corpus}/**", "--output", str(tmp_path / "out"),
+                        "--set", "embed=null", "--", "--runner=NoSuchRunner"])
+    assert code == 2 and err.count("\n") <= 2 and "runner.name" in err and "NoSuchRunner" in err
+    code, out, err = run(["run", "--input", f"{corpus}/**", "--output", str(tmp_path / "out"),
+                          "--set", "embed=null", "--quiet", "--", "--runner", "PortableRunner",
+                          "--job_endpoint=embed", "--environment_type=LOOPBACK"])
+    assert code == 0, err
+    assert "on PortableRunner" in out
+    latest = (tmp_path / "out" / "LATEST").read_text().strip()
+    assert json.loads((tmp_path / "out" / latest / "manifest.json").read_text())["runner"] == "PortableRunner"
