@@ -14,7 +14,7 @@ LOCK_FOR := --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
 # The fast tests the dependency-range checks run (no model-heavy end-to-end suites).
 RANGE_TESTS ?= tests/pipeline/test_graph_configurations.py tests/pipeline/test_pipeline_e2e.py tests/transforms
 
-.PHONY: setup demo split-demo test test-lowest test-newest test-range lock bench clean chromium
+.PHONY: setup demo split-demo lint test test-lowest test-newest test-range lock bench clean chromium
 
 setup: $(STAMP)
 
@@ -47,6 +47,10 @@ chromium:
 
 test: $(STAMP) chromium
 	$(PY) -m pytest -q
+
+# Static checks (pyproject.toml's [tool.ruff]): seconds, before any test runs.
+lint: $(STAMP)
+	$(PY) -m ruff check .
 
 # The fast tests at the ends of the declared ranges, laid over the lock in a throwaway folder:
 # each edge dependency's lower bound, and every package's newest release the ranges allow.

@@ -182,8 +182,11 @@ def main() -> None:
         theirs, their_text, error = best(peer, name, data, args.repeats) if peer else (float("nan"), None, "absent")
         texts[name] = (our_text, their_text)
         mb = len(data) / 1e6
-        rate = lambda t: f"{mb / t:.2f}" + (f" ({pages / t:.0f} slides/s)" if pages else "") if t == t else error or "n/a"
-        shape = lambda t: f"{len(headings(t))} / {t.count(chr(10) + '| ---')}" if t else "-"
+        def rate(t: float) -> str:
+            return f"{mb / t:.2f}" + (f" ({pages / t:.0f} slides/s)" if pages else "") if t == t else error or "n/a"
+
+        def shape(t: str) -> str:
+            return f"{len(headings(t))} / {t.count(chr(10) + '| ---')}" if t else "-"
         ratio = f"{theirs / ours:.1f}x" if theirs == theirs else "-"
         print(f"| {name} | {len(data) / 1e3:,.0f} | {ours:.3f} | {rate(ours)} | "
               f"{theirs:.3f} | {rate(theirs)} | {ratio} | {shape(our_text)} | {shape(their_text)} |")

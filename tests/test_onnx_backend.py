@@ -5,7 +5,6 @@ apart."""
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 from pathlib import Path
 

@@ -103,7 +103,9 @@ def test_page_range_names_the_pages_holding_the_text(pages: list[str], data) -> 
     end = data.draw(st.integers(start + 1, len(text)))
     first, last = doc.page_range(start, end)
     held = [i for i in range(start, end) if not text[i].isspace()]
-    page_of = lambda offset: max(p for p, s in enumerate(starts, 1) if s <= offset)
+    def page_of(offset: int) -> int:
+        return max(p for p, s in enumerate(starts, 1) if s <= offset)
+
     if held:
         assert (first, last) == (page_of(held[0]), page_of(held[-1]))
     else:

@@ -14,7 +14,6 @@ from pathlib import Path
 from docx import Document
 from openpyxl import Workbook
 from pptx import Presentation
-from pptx.util import Inches, Pt
 
 OUT = Path(__file__).resolve().parents[1] / "corpus" / "office"
 WHEN = dt.datetime(2026, 11, 2, 9, 30)

@@ -27,7 +27,9 @@ SENTENCES = ("The arm must be mounted on a level base plate before its first sta
 def manual_pages() -> list[list[str]]:
     """Four pages: a long section, a short one running over a page break into the next page,
     a sub-section starting mid-page, an appendix; each page ends with a page-number footer."""
-    steps = lambda title, count: [f"{title} step {i}: " + SENTENCES[: 60 + 7 * i] for i in range(count)]
+    def steps(title: str, count: int) -> list[str]:
+        return [f"{title} step {i}: " + SENTENCES[: 60 + 7 * i] for i in range(count)]
+
     pages = [
         ["Installation", *steps("Installation", 14)],
         ["Calibration", "Open the calibration wizard on the pendant.", "Touch each marker with the tool."],

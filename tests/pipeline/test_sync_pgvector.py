@@ -9,7 +9,6 @@ import pytest
 
 from chunkline.sparse import TERM_SPACE, SparseOptions, query_terms, query_weights
 from pipeline.manifest import load_manifest
-from pipeline.query import search
 from tests.pipeline import sync_cases as cases
 
 pytestmark = pytest.mark.slow

@@ -8,8 +8,6 @@ import pytest
 from qdrant_client import QdrantClient, models
 
 from chunkline.sparse import SparseOptions, query_terms
-from pipeline.manifest import load_manifest
-from pipeline.query import search
 from pipeline.sync.qdrant import point_id
 from tests.pipeline import sync_cases as cases
 
