@@ -9,6 +9,7 @@ import functools
 import hashlib
 import json
 import logging
+import os
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -67,6 +68,35 @@ class Plan:
 
 class PreflightError(ValueError):
     """The config cannot run here; found on the driver before the job starts."""
+
+
+def _absolute(path: str) -> str:
+    return path if "://" in path else os.path.abspath(path)
+
+
+def _absolute_spec(spec: str) -> str:
+    """A tokenizer spec's local path made absolute (``hf:models/x``); a name stays a name."""
+    kind, sep, rest = spec.partition(":")
+    return f"{kind}:{os.path.abspath(rest)}" if sep and "://" not in rest and os.path.exists(rest) else spec
+
+
+def absolute_paths(config: Config) -> Config:
+    """``config`` with every local path the workers open made absolute against this process's
+    working directory: the input pattern, the output, the previous index, and a model or
+    tokenizer given as a local directory (a name stays a name). A worker runs elsewhere (an
+    EXTERNAL pool's own directory, a container): a relative path would be read, and written,
+    under its working directory, not the driver's."""
+    input_ = config.input.model_copy(update={"pattern": _absolute(config.input.pattern)})
+    output = config.output.model_copy(update={
+        "path": _absolute(config.output.path),
+        "previous": None if config.output.previous is None else _absolute(config.output.previous)})
+    split = config.split
+    if split.tokenizer is not None:
+        split = split.model_copy(update={"tokenizer": _absolute_spec(split.tokenizer)})
+    embed = config.embed
+    if embed is not None and "://" not in embed.model and os.path.isdir(embed.model):
+        embed = embed.model_copy(update={"model": os.path.abspath(embed.model)})
+    return config.model_copy(update={"input": input_, "output": output, "split": split, "embed": embed})
 
 
 def embedding_signature(config: Config, model_dir: Path, max_seq_length: int) -> str:

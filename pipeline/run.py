@@ -26,7 +26,7 @@ from pipeline.build import build
 from pipeline.config import Config, to_dict
 from pipeline.lease import OutputLease
 from pipeline.manifest import ManifestError, latest_run, load_manifest, resolve_run
-from pipeline.plan import new_run_id, plan, preflight
+from pipeline.plan import absolute_paths, new_run_id, plan, preflight
 from pipeline.redact import redacted, redacted_config
 from pipeline.summary import RunSummary, access_lines, bm25_lines, credential_lines, ocr_lines
 from pipeline.timing import stage_seconds
@@ -290,6 +290,7 @@ def run(config: Config, beam_args: Sequence[str] = (), allow_shrink: bool = Fals
     every shard exists, and LATEST switched only for a run that reconciles and passes the
     publish guard (:func:`shrink_guard`; ``allow_shrink`` overrides the guard, nothing else)."""
     started = time.monotonic()
+    config = absolute_paths(config)  # the workers' working directory is not this process's
     run_id = new_run_id(config)
     preflight(config, run_id, start_over)
     with OutputLease(config.output.path, run_id, config.output.lease_timeout_s) as lease:

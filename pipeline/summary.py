@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +35,13 @@ class RunSummary:
     unverified: list[str] = field(default_factory=list)  # what the counts could not be checked against
 
 
+def shown_path(path: str) -> str:
+    """A local path under the working directory as the user would type it (``out/...``): runs
+    use absolute paths (their workers work elsewhere), a person reads the short form."""
+    here = os.getcwd().rstrip(os.sep) + os.sep
+    return os.path.relpath(path) if "://" not in path and path.startswith(here) else path
+
+
 def format_summary(summary: RunSummary) -> str:
     c = summary.counts
     check = ("NOT RECONCILED: " + "; ".join(summary.problems) if not summary.reconciled
@@ -43,7 +51,7 @@ def format_summary(summary: RunSummary) -> str:
         embedded = (f"{c['tokens']:,} tokens ({summary.model['name']}, "
                     f"{summary.model['dim']}-d, {summary.model['dtype']})")
         if "embedded" in c:
-            source = f" from {summary.previous}" if summary.previous else ""
+            source = f" from {shown_path(summary.previous)}" if summary.previous else ""
             embedded += f"; vectors: {c['embedded']:,} embedded, {c['reused']:,} reused{source}"
             if c.get("reuse_rejected"):
                 embedded += f" ({c['reuse_rejected']:,} stored vectors failed their check: re-embedded)"
@@ -67,17 +75,18 @@ def format_summary(summary: RunSummary) -> str:
         f"  shards     {len(summary.files['chunks'])} chunk, {len(summary.files['documents'])} "
         f"document, {len(summary.files['rejected'])} rejected Parquet files + manifest.json",
         *(f"  reuse      skipped {reason}" for reason in summary.reuse_skipped),
-        f"  output     {summary.run_dir}  " + (
-            f"(named in {summary.output}/LATEST)" if summary.published else _not_published(summary.output)),
+        f"  output     {shown_path(summary.run_dir)}  " + (
+            f"(named in {shown_path(summary.output)}/LATEST)" if summary.published
+            else _not_published(shown_path(summary.output))),
         *(f"  held back  {reason}" for reason in summary.held_back),
-        *([f"  report     {summary.report}"] if summary.report else []),
+        *([f"  report     {shown_path(summary.report)}"] if summary.report else []),
     ]
     if summary.held_back:
         lines.append("             check the input; if the corpus really shrank, rerun with "
                      "--allow-shrink to publish anyway")
     if summary.published and summary.model:  # a run held back is not what a query reads
         caller = " --as PRINCIPAL" if summary.access_lines else ""
-        lines.append(f'  next       chunkline query {summary.output}{caller} "how long should the arm warm up before calibration?"')
+        lines.append(f'  next       chunkline query {shown_path(summary.output)}{caller} "how long should the arm warm up before calibration?"')
     return "\n".join(lines)
 
 

@@ -119,3 +119,38 @@ def test_external_worker_pool_runs_the_job(tmp_path) -> None:
         return sorted(({k: v for k, v in r.items() if k != "embedding"} for r in rows), key=lambda r: r["chunk_id"])
 
     assert chunk_rows(summary.run_dir) == chunk_rows(local.run_dir)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_relative_paths_reach_workers_that_run_in_another_directory(tmp_path, monkeypatch) -> None:
+    """The README's EXTERNAL recipe with relative paths (configs/portable.yaml's `out`): the
+    pool's workers run in their own directory, so a relative output was written there and the
+    driver then failed reading its own run (issue 49). Local paths are made absolute first."""
+    driver, pool_dir = tmp_path / "driver", tmp_path / "pool"
+    (driver / "corpus").mkdir(parents=True)
+    pool_dir.mkdir()
+    (driver / "corpus" / "guide.md").write_text((ROOT / "examples" / "guide.md").read_text())
+    (driver / "corpus" / "notes.txt").write_text("Plain notes about robot docking.\n\nMore.\n")
+    port = free_port()
+    venv_bin = str(Path(sys.executable).parent)
+    pool = subprocess.Popen(
+        [sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main", f"--service_port={port}"],
+        cwd=pool_dir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "PATH": venv_bin + os.pathsep + os.environ.get("PATH", "")},
+    )
+    monkeypatch.chdir(driver)
+    try:
+        wait_for_port(port, pool, "worker pool")
+        summary = run(load_config(ROOT / "configs" / "portable.yaml",
+                                  ["input.pattern=corpus/**", "output.path=out", "embed=null"]),
+                      ["--environment_type=EXTERNAL", f"--environment_config=localhost:{port}"])
+    finally:
+        pool.terminate()
+        pool.wait(timeout=30)
+    assert summary.reconciled and summary.published and summary.counts["documents"] == 2
+    assert Path(summary.run_dir) == driver / "out" / Path(summary.run_dir).name
+    assert not (pool_dir / "out").exists()
+    from pipeline.summary import format_summary
+
+    assert "(named in out/LATEST)" in format_summary(summary)
