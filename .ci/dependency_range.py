@@ -15,11 +15,17 @@ there was nothing to lay over), 1: a version broke them, 2: the check itself cou
 
     python .ci/dependency_range.py lowest -- tests/pipeline/test_graph_configurations.py
     python .ci/dependency_range.py newest -- -m "not slow"
+
+A passing lowest check writes .ci/lowest-tested (commit it): the digest of the declared ranges
+and the lock it passed against. ``lowest --if-changed`` (CI) runs only when they changed; the
+newest check costs a resolution when no release is newer than the lock, and always runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import os
 import re
 import shutil
@@ -131,11 +137,32 @@ def tests_pass(packages: dict[str, str], pytest_args: list[str], folder: Path) -
     return done.returncode == 0, failed.group(1) if failed else f"pytest exited {done.returncode}"
 
 
+# What the last passing lowest check was run against (committed): the declared ranges and the lock.
+STAMP = ROOT / ".ci" / "lowest-tested"
+
+
+def ranges_digest() -> str:
+    """A digest of what the lowest check depends on beside the code: pyproject.toml's declared
+    requirements and the dev lock (the versions laid beside the bounds)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = json.dumps([project["dependencies"], project.get("optional-dependencies", {})],
+                          sort_keys=True)
+    return hashlib.blake2b(declared.encode() + LOCK.read_bytes(), digest_size=16).hexdigest()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("end", choices=("lowest", "newest"))
+    parser.add_argument("--if-changed", action="store_true",
+                        help="lowest: skip when the ranges and the lock are those .ci/lowest-tested "
+                             "names (a passing check writes it)")
     parser.add_argument("pytest_args", nargs="*", help="after --: what pytest runs")
     args = parser.parse_args()
+    if args.end == "lowest" and args.if_changed and STAMP.is_file() \
+            and STAMP.read_text().split()[0] == ranges_digest():
+        print("dependency range (lowest): the declared ranges and the lock are the ones "
+              ".ci/lowest-tested was tested against; not run again (make test-lowest runs it)")
+        return 0
     packages = lowest() if args.end == "lowest" else newest()
     if not packages:
         print(f"dependency range ({args.end}): the lock already holds these versions; nothing to lay over")
@@ -149,6 +176,8 @@ def main() -> int:
         passed, first = tests_pass(packages, args.pytest_args, folder)
         if passed:
             print(f"dependency range ({args.end}): passed with {shown}")
+            if args.end == "lowest":
+                STAMP.write_text(f"{ranges_digest()} {shown}\n")
             return 0
         culprits = [f"{name} {version}" for name, version in packages.items()
                     if len(packages) == 1 or not tests_pass({name: version}, args.pytest_args, folder)[0]]
