@@ -156,8 +156,12 @@ def main() -> int:
     parser.add_argument("--if-changed", action="store_true",
                         help="lowest: skip when the ranges and the lock are those .ci/lowest-tested "
                              "names (a passing check writes it)")
-    parser.add_argument("pytest_args", nargs="*", help="after --: what pytest runs")
-    args = parser.parse_args()
+    # What follows -- is pytest's, taken apart here: argparse gives a trailing positional list
+    # nothing once an option stands between it and the first positional.
+    argv = sys.argv[1:]
+    pytest_args = argv[argv.index("--") + 1:] if "--" in argv else []
+    args = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    args.pytest_args = pytest_args
     if args.end == "lowest" and args.if_changed and STAMP.is_file() \
             and STAMP.read_text().split()[0] == ranges_digest():
         print("dependency range (lowest): the declared ranges and the lock are the ones "
