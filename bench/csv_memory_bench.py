@@ -14,17 +14,16 @@ checkout's pipeline on the same file (before and after a change).
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import random
 import re
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.dump_bench import measured_run  # noqa: E402
 CITIES = ("Paris", "Lyon", "Berlin", "Madrid", "Oslo", "Rome", "Vienna", "Prague")
 # A row of the stage table bench/stage_memory.py prints: name, before, peak, after, seconds.
 _STAGE_ROW = re.compile(r"^\| `([^`]*)` \| (\d+) \| (\d+) \| (\d+) \| ([\d.]+) \|$", re.M)
@@ -41,22 +40,9 @@ def orders_csv(rows: int, seed: int = 1) -> bytes:
 
 
 def run_once(repo: Path, corpus: Path, output: Path) -> dict:
-    command = [sys.executable, str(repo / "bench" / "stage_memory.py"), "run",
-               "--config", "configs/local.yaml", "--set", f"input.pattern={corpus}/**",
-               "--set", f"output.path={output}", "--set", "embed=null", "--allow-shrink"]
-    environment = dict(os.environ, PYTHONPATH=str(repo))
-    started = time.perf_counter()
-    process = subprocess.Popen(command, cwd=repo, env=environment, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT)
-    log = process.stdout.read().decode("utf-8", "replace")
-    _, status, usage = os.wait4(process.pid, 0)
-    wall = time.perf_counter() - started
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"run failed ({status}):\n{log[-4000:]}")
+    log, wall, usage, counts = measured_run(repo, corpus, output)
     stages = [(name, int(before), int(peak), int(after), float(seconds))
               for name, before, peak, after, seconds in _STAGE_ROW.findall(log)]
-    run_id = (output / "LATEST").read_text().strip()
-    counts = json.loads((output / run_id / "manifest.json").read_text())["counts"]
     return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime,
             "peak_mb": usage.ru_maxrss * 1024 / 1e6, "stages": stages, "counts": counts}
 

@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -89,8 +89,11 @@ def write_parquet(path: Path, megabytes: float, compression: str = "zstd") -> in
     return count
 
 
-def run_once(repo: Path, corpus: Path, output: Path, fmt: str) -> dict:
-    extra = ["--set", "input.parquet.metadata_columns=[team]"] if fmt == "parquet" else []
+def measured_run(repo: Path, corpus: Path, output: Path, extra: Sequence[str] = ()
+                 ) -> tuple[str, float, os.struct_rusage, dict]:
+    """``chunkline run`` of ``repo`` over ``corpus`` (embed null) under bench/stage_memory.py, in
+    a fresh process: its log (the per-stage RSS table), wall seconds, resource usage (wait4:
+    peak RSS, CPU) and the run's manifest counts."""
     command = [sys.executable, str(repo / "bench" / "stage_memory.py"), "run",
                "--config", "configs/local.yaml", "--set", f"input.pattern={corpus}/**",
                "--set", f"output.path={output}", "--set", "embed=null", "--allow-shrink", *extra]
@@ -103,14 +106,19 @@ def run_once(repo: Path, corpus: Path, output: Path, fmt: str) -> dict:
     wall = time.perf_counter() - started
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"run failed ({status}):\n{log[-4000:]}")
+    run_id = (output / "LATEST").read_text().strip()
+    return log, wall, usage, json.loads((output / run_id / "manifest.json").read_text())["counts"]
+
+
+def run_once(repo: Path, corpus: Path, output: Path, fmt: str) -> dict:
+    extra = ["--set", "input.parquet.metadata_columns=[team]"] if fmt == "parquet" else []
+    log, wall, usage, counts = measured_run(repo, corpus, output, extra)
     # The read stage is the fused one whose first transforms are the Read composite's own
     # ("Read/Pattern0/..."); every stage after a shuffle also starts with a "<GBK>/Read".
     read_peaks = [float(m.group(1)) for m in re.finditer(
         r"^\| `Read/[^`]*` \| \d+ \| (\d+) \|", log, re.M)]
     stages = [(float(m.group(2)), m.group(1)) for m in re.finditer(
         r"^\| `([^`]*)` \| \d+ \| (\d+) \|", log, re.M)]
-    run_id = (output / "LATEST").read_text().strip()
-    counts = json.loads((output / run_id / "manifest.json").read_text())["counts"]
     return {"wall_s": wall, "peak_mb": usage.ru_maxrss / 1024, "cpu_s": usage.ru_utime + usage.ru_stime,
             "read_peak_mb": max(read_peaks) if read_peaks else float("nan"), "counts": counts,
             "top_stage": max(stages)[1].split(")")[0][:40] if stages else "-"}

@@ -4,10 +4,12 @@ accept (they cannot run here), and the portable path runs for real, with LOOPBAC
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Iterator
 
 import apache_beam as beam
 import pyarrow.parquet as pq
@@ -31,6 +33,25 @@ from tests.gcs_emulator import free_port, wait_for_port
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
+
+
+@contextlib.contextmanager
+def worker_pool(cwd: Path) -> Iterator[int]:
+    """Beam's EXTERNAL worker pool, started in ``cwd``; yields its port."""
+    port = free_port()
+    # The pool starts each worker as a bare `python`: this venv's must come first on PATH.
+    venv_bin = str(Path(sys.executable).parent)
+    pool = subprocess.Popen(
+        [sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main", f"--service_port={port}"],
+        cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "PATH": venv_bin + os.pathsep + os.environ.get("PATH", "")},
+    )
+    try:
+        wait_for_port(port, pool, "worker pool")
+        yield port
+    finally:
+        pool.terminate()
+        pool.wait(timeout=30)
 
 
 def options_of(name: str, *extra: str) -> PipelineOptions:
@@ -94,22 +115,10 @@ def test_external_worker_pool_runs_the_job(tmp_path) -> None:
     for name in ("guide.md",):
         (corpus / name).write_text((ROOT / "examples" / name).read_text())
     (corpus / "notes.txt").write_text("Plain notes about robot docking.\n\nAnother paragraph.\n")
-    port = free_port()
-    # The pool starts each worker as a bare `python`: this venv's must come first on PATH.
-    venv_bin = str(Path(sys.executable).parent)
-    pool = subprocess.Popen(
-        [sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main", f"--service_port={port}"],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        env={**os.environ, "PATH": venv_bin + os.pathsep + os.environ.get("PATH", "")},
-    )
-    try:
-        wait_for_port(port, pool, "worker pool")
+    with worker_pool(ROOT) as port:
         external = load_config(ROOT / "configs" / "portable.yaml",
                                [f"input.pattern={corpus}/**", f"output.path={tmp_path / 'ext'}"])
         summary = run(external, ["--environment_type=EXTERNAL", f"--environment_config=localhost:{port}"])
-    finally:
-        pool.terminate()
-        pool.wait(timeout=30)
     local = run(load_config(ROOT / "configs" / "local.yaml",
                             [f"input.pattern={corpus}/**", f"output.path={tmp_path / 'local'}"]))
     assert summary.reconciled and summary.counts["documents"] == 2
@@ -132,22 +141,11 @@ def test_relative_paths_reach_workers_that_run_in_another_directory(tmp_path, mo
     pool_dir.mkdir()
     (driver / "corpus" / "guide.md").write_text((ROOT / "examples" / "guide.md").read_text())
     (driver / "corpus" / "notes.txt").write_text("Plain notes about robot docking.\n\nMore.\n")
-    port = free_port()
-    venv_bin = str(Path(sys.executable).parent)
-    pool = subprocess.Popen(
-        [sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main", f"--service_port={port}"],
-        cwd=pool_dir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        env={**os.environ, "PATH": venv_bin + os.pathsep + os.environ.get("PATH", "")},
-    )
     monkeypatch.chdir(driver)
-    try:
-        wait_for_port(port, pool, "worker pool")
+    with worker_pool(pool_dir) as port:
         summary = run(load_config(ROOT / "configs" / "portable.yaml",
                                   ["input.pattern=corpus/**", "output.path=out", "embed=null"]),
                       ["--environment_type=EXTERNAL", f"--environment_config=localhost:{port}"])
-    finally:
-        pool.terminate()
-        pool.wait(timeout=30)
     assert summary.reconciled and summary.published and summary.counts["documents"] == 2
     assert Path(summary.run_dir) == driver / "out" / Path(summary.run_dir).name
     assert not (pool_dir / "out").exists()
