@@ -10,8 +10,11 @@ guard held it back (``held_back``). Nothing records which runs LATEST named befo
 reconciled run that is not held back is "complete": ``run`` published it when it finished,
 unless it died between its manifest and LATEST.
 
-``runs`` and ``gc`` read local output directories only (they list and delete directories);
-``publish`` goes through Beam's filesystems, as ``run`` does.
+All three work on a local directory and on a ``gs://`` output alike. Cloud Storage has no
+directories: there a run is the prefix ``OUTPUT/RUN/``, its size the sum of its objects', and
+removing it deletes every object under the prefix; everything goes through Beam's filesystems,
+as ``run`` writes the output, and the output's lease is the one ``run`` takes there. ``runs``
+and ``gc`` refuse other schemes: the lease exists for these two only.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ from typing import Any, Iterator, TextIO
 from pipeline import exits
 from pipeline.lease import Holder, LeaseHeld, LeaseLost, OutputLease
 
+GCS = "gs://"
+
 LATEST = "LATEST"
 COMPLETE = "complete"
 HELD_BACK = "held-back"
@@ -47,8 +52,8 @@ PROBE = ".probe-"
 
 
 class RunsError(ValueError):
-    """A command cannot do what was asked (no such run, a run that may not be published, not a
-    local output); the message is one line naming the run or the output."""
+    """A command cannot do what was asked (no such run, a run that may not be published, an
+    output it cannot read); the message is one line naming the run or the output."""
 
 
 class OutputBusy(RuntimeError):
@@ -97,7 +102,7 @@ class Run:
     started: datetime | None  # from the run id
     finished: str | None  # the manifest's created_at
     counts: dict[str, int] | None  # documents, kept, chunks: from the manifest
-    size: int  # bytes on disk
+    size: int  # bytes stored (on disk, or the run's objects in a bucket)
     reasons: tuple[str, ...] = ()  # why held back or failed, what holds the lease
 
     def to_json(self) -> dict[str, Any]:
@@ -107,14 +112,177 @@ class Run:
                 "reasons": list(self.reasons)}
 
 
-def local_output(output: str) -> Path:
-    """``output`` as a local directory that exists, or RunsError."""
+def open_output(output: str) -> LocalOutput | BucketOutput:
+    """``output`` as a local directory or a ``gs://`` output that exists, or RunsError."""
+    if output.startswith(GCS):
+        return BucketOutput(output)
     if "://" in output:
-        raise RunsError(f"{output}: runs and gc read local output directories only")
-    root = Path(output)
-    if not root.is_dir():
-        raise RunsError(f"{output}: no such output directory")
-    return root
+        raise RunsError(f"{output}: runs and gc read local and gs:// outputs only")
+    return LocalOutput(output)
+
+
+def _not_found(exc: BaseException) -> bool:
+    """Whether ``exc`` says a file is not there: Beam's GCS reads raise google-cloud-storage's
+    NotFound where a local read raises FileNotFoundError."""
+    if isinstance(exc, FileNotFoundError):
+        return True
+    try:
+        from google.api_core.exceptions import NotFound
+    except ImportError:  # Beam without the [gcp] extra: no gs:// output to read
+        return False
+    return isinstance(exc, NotFound)
+
+
+def _read_errors() -> tuple[type[BaseException], ...]:
+    """What a read of a file of the output raises when it cannot be read (not a bug of ours)."""
+    try:
+        from google.api_core.exceptions import GoogleAPIError
+    except ImportError:
+        return (OSError, UnicodeDecodeError)
+    return (OSError, UnicodeDecodeError, GoogleAPIError)
+
+
+def _cause(exc: BaseException) -> str:
+    """The innermost error of a Beam filesystem error, on one line: BeamIOError nests a dict of
+    per-path errors, twice for a match, around the one that says what happened."""
+    while getattr(exc, "exception_details", None):
+        exc = next(iter(exc.exception_details.values()))
+    return " ".join(f"{type(exc).__name__}: {exc}".split())
+
+
+def _literal(path: str) -> str:
+    """``path`` as a Beam match pattern that matches itself only: Beam has no quoting, so each
+    glob character stands alone in a class (a run named ``a*`` must not match ``ab``'s objects)."""
+    return re.sub(r"([*?[])", r"[\1]", path)
+
+
+class LocalOutput:
+    """A local output directory, read as the OS lists it at each call."""
+
+    def __init__(self, output: str) -> None:
+        self.root = Path(output)
+        if not self.root.is_dir():
+            raise RunsError(f"{output}: no such output directory")
+
+    def path(self, name: str) -> str:
+        return str(self.root / name)
+
+    def run_names(self) -> list[str]:
+        return [entry.name for entry in os.scandir(self.root) if _is_run_dir(entry)]
+
+    def has_manifest(self, name: str) -> bool:
+        from pipeline.manifest import MANIFEST
+
+        return os.path.exists(os.path.join(self.root, name, MANIFEST))
+
+    def size(self, name: str) -> int:
+        path = self.root / name
+        return disk_size(path) if path.exists() else 0
+
+    def files(self, prefixes: tuple[str, ...]) -> Iterator[tuple[str, int, float]]:
+        """(name, size, mtime) of the plain files right under the output named with one of
+        ``prefixes``."""
+        for entry in os.scandir(self.root):
+            if entry.is_file(follow_symlinks=False) and entry.name.startswith(prefixes):
+                stat = entry.stat(follow_symlinks=False)
+                yield entry.name, stat.st_size, stat.st_mtime
+
+    def folder_size(self, name: str) -> int | None:
+        """Bytes under the folder ``name``; None when there is no such folder."""
+        path = self.root / name
+        return disk_size(path) if path.is_dir() else None
+
+    def run_named(self, path: str) -> str | None:
+        """The run of this output that ``path`` (as a config or manifest gives it) names."""
+        if "://" in path:
+            return None
+        # A relative path is taken from here: the run's own working directory is not recorded.
+        target = Path(path).resolve()
+        return target.name if target.parent == self.root.resolve() else None
+
+    def remove(self, name: str) -> None:
+        _remove(self.root / name)
+
+
+class BucketOutput:
+    """A ``gs://`` output: what it holds is read from one listing of every object under it,
+    taken at the first question asked after the existence check (gc asks once it holds the
+    lease, so the listing shows the output as the lease found it)."""
+
+    def __init__(self, output: str) -> None:
+        from apache_beam.io.filesystems import FileSystems
+
+        self.output = output.rstrip("/")
+        self._objects: dict[str, Any] | None = None
+        try:
+            found = FileSystems.match([self._pattern("")], limits=[1])[0].metadata_list
+        except Exception as exc:  # noqa: BLE001 - no bucket, no permission: one line, not a traceback
+            raise RunsError(f"{output}: cannot be listed ({_cause(exc)})") from None
+        if not found:
+            raise RunsError(f"{output}: no such output (no object is stored under it)")
+
+    def _pattern(self, name: str) -> str:
+        """Every object under ``name`` (the output itself for "")."""
+        return _literal(f"{self.output}/{name}".rstrip("/")) + "/**"
+
+    @property
+    def objects(self) -> dict[str, Any]:
+        """Each object's Beam FileMetadata by its name relative to the output."""
+        if self._objects is None:
+            from apache_beam.io.filesystems import FileSystems
+
+            try:
+                found = FileSystems.match([self._pattern("")])[0].metadata_list
+            except Exception as exc:  # noqa: BLE001 - as in __init__
+                raise RunsError(f"{self.output}: cannot be listed ({_cause(exc)})") from None
+            start = len(self.output) + 1
+            self._objects = {meta.path[start:]: meta for meta in found}
+        return self._objects
+
+    def _under(self, name: str) -> list[Any]:
+        prefix = f"{name}/"
+        return [meta for key, meta in self.objects.items() if key.startswith(prefix)]
+
+    def path(self, name: str) -> str:
+        return f"{self.output}/{name}"
+
+    def run_names(self) -> list[str]:
+        from pipeline.manifest import MANIFEST
+
+        # The prefixes right under the output, as a local output's directories; the same rule
+        # as _is_run_dir (no symlinks to tell apart here).
+        names = {key.split("/", 1)[0] for key in self.objects if "/" in key}
+        return [name for name in names if name and not name.startswith((".", "_"))
+                and (RUN_ID.fullmatch(name) is not None or f"{name}/{MANIFEST}" in self.objects)]
+
+    def has_manifest(self, name: str) -> bool:
+        from pipeline.manifest import MANIFEST
+
+        return f"{name}/{MANIFEST}" in self.objects
+
+    def size(self, name: str) -> int:
+        return sum(meta.size_in_bytes for meta in self._under(name))
+
+    def files(self, prefixes: tuple[str, ...]) -> Iterator[tuple[str, int, float]]:
+        for key, meta in self.objects.items():
+            if "/" not in key and key.startswith(prefixes):
+                yield key, meta.size_in_bytes, meta.last_updated_in_seconds
+
+    def folder_size(self, name: str) -> int | None:
+        found = self._under(name)
+        return sum(meta.size_in_bytes for meta in found) if found else None
+
+    def run_named(self, path: str) -> str | None:
+        parent, _, name = path.rstrip("/").rpartition("/")
+        return name if name and parent == self.output else None
+
+    def remove(self, name: str) -> None:
+        """Delete every object under the prefix ``name`` (a run, its spill parts), or the object
+        ``name``; Beam lists the prefix once and deletes in batches of 100."""
+        from apache_beam.io.filesystems import FileSystems
+
+        is_prefix = any(key.startswith(f"{name}/") for key in self.objects)
+        FileSystems.delete([self._pattern(name) if is_prefix else _literal(self.path(name))])
 
 
 def latest_name(output: str) -> tuple[str | None, str | None]:
@@ -126,10 +294,12 @@ def latest_name(output: str) -> tuple[str | None, str | None]:
     try:
         with FileSystems.open(path) as handle:
             name = handle.read().decode("utf-8").strip()
-    except FileNotFoundError:
-        return None, None
-    except (OSError, UnicodeDecodeError) as exc:
-        return None, f"{path}: cannot be read ({exc})"
+    except Exception as exc:  # noqa: BLE001 - sorted below: each filesystem raises its own
+        if _not_found(exc):
+            return None, None
+        if isinstance(exc, _read_errors()):
+            return None, f"{path}: cannot be read ({exc})"
+        raise
     if not name or "/" in name or "\\" in name or name in (".", ".."):
         return None, f"{path}: does not name a run (holds {name!r})"
     return name, None
@@ -168,11 +338,11 @@ def _is_run_dir(entry: os.DirEntry) -> bool:
     return RUN_ID.fullmatch(entry.name) is not None or os.path.exists(os.path.join(entry.path, "manifest.json"))
 
 
-def _judge(run_dir: str) -> tuple[str, dict | None, tuple[str, ...]]:
+def _judge(run_dir: str, has_manifest: bool) -> tuple[str, dict | None, tuple[str, ...]]:
     """(status from the directory alone, its manifest, why) for a run no live lease writes."""
-    from pipeline.manifest import MANIFEST, ManifestError, load_manifest
+    from pipeline.manifest import ManifestError, load_manifest
 
-    if not os.path.exists(os.path.join(run_dir, MANIFEST)):
+    if not has_manifest:
         return INCOMPLETE, None, ("no manifest.json: killed before it finished",)
     try:
         manifest = load_manifest(run_dir)
@@ -185,40 +355,40 @@ def _judge(run_dir: str) -> tuple[str, dict | None, tuple[str, ...]]:
     return COMPLETE, manifest, ()
 
 
-def describe_run(root: Path, name: str, latest: str | None, writer: Writer | None) -> Run:
+def describe_run(tree: LocalOutput | BucketOutput, name: str, latest: str | None,
+                 writer: Writer | None) -> Run:
     """One run's row: its status (a live writer first, then LATEST, then its manifest), counts
     and size."""
-    path = root / name
+    path = tree.path(name)
     if writer is not None and writer.run_id == name:
         # Its manifest may be half-written: the lease, not the directory, says it is not done.
         status, manifest, reasons = RUNNING, None, (f"writing: {writer.description}",)
     else:
-        status, manifest, reasons = _judge(str(path))
+        status, manifest, reasons = _judge(path, tree.has_manifest(name))
         if name == latest:
             status = LATEST
     counts = None
     if manifest is not None:
         counts = {key: manifest["counts"][key] for key in ("documents", "kept", "chunks")}
-    return Run(name, str(path), status, _started(name),
-               manifest.get("created_at") if manifest else None, counts,
-               disk_size(path) if path.exists() else 0, reasons)
+    return Run(name, path, status, _started(name),
+               manifest.get("created_at") if manifest else None, counts, tree.size(name), reasons)
 
 
 def list_runs(output: str) -> tuple[list[Run], list[str]]:
     """(every run of ``output``, newest first, notes on what is wrong with LATEST), the
     running one told by the output's lease as it is now."""
-    local_output(output)
-    return runs_of(output, live_writer(output))
+    tree = open_output(output)
+    return runs_of(output, tree, live_writer(output))
 
 
-def runs_of(output: str, writer: Writer | None) -> tuple[list[Run], list[str]]:
+def runs_of(output: str, tree: LocalOutput | BucketOutput,
+            writer: Writer | None) -> tuple[list[Run], list[str]]:
     """:func:`list_runs` with the lease's live holder given (None: none, or this process's)."""
-    root = local_output(output)
     latest, note = latest_name(output)
-    names = sorted((entry.name for entry in os.scandir(root) if _is_run_dir(entry)), reverse=True)
+    names = sorted(tree.run_names(), reverse=True)
     if writer is not None and writer.run_id is not None and writer.run_id not in names:
         names = sorted([*names, writer.run_id], reverse=True)  # leased, not written yet
-    runs = [describe_run(root, name, latest, writer) for name in names]
+    runs = [describe_run(tree, name, latest, writer) for name in names]
     notes = [note] if note else []
     if latest is not None and latest not in names:
         notes.append(f"{output}/LATEST names {latest!r}, which is not a run directory here")
@@ -267,10 +437,10 @@ def file_problems(run_dir: str, manifest: dict[str, Any]) -> list[str]:
             try:
                 with FileSystems.open(path) as handle:
                     metadata = pq.read_metadata(handle)
-            except FileNotFoundError:
-                problems.append(f"{name} is missing")
-                continue
             except Exception as exc:  # noqa: BLE001 - truncated or not Parquet: each library its own error
+                if _not_found(exc):
+                    problems.append(f"{name} is missing")
+                    continue
                 problems.append(f"{name} is unreadable ({type(exc).__name__}: {exc})")
                 continue
             rows += metadata.num_rows
@@ -303,7 +473,7 @@ def publishable(output: str, run_id: str, allow_held_back: bool = False) -> dict
     run_dir = FileSystems.join(output, run_id)
     if not FileSystems.exists(FileSystems.join(run_dir, MANIFEST)):
         what = "is incomplete (no manifest.json: killed, or still running)" \
-            if FileSystems.exists(run_dir) else "does not exist"
+            if _run_dir_exists(run_dir) else "does not exist"
         raise RunsError(f"run {run_id} {what}; LATEST may only name a complete run")
     try:
         manifest = load_manifest(run_dir)
@@ -322,6 +492,17 @@ def publishable(output: str, run_id: str, allow_held_back: bool = False) -> dict
     if problems:
         raise RunsError(f"run {run_id} is damaged: {'; '.join(problems)}")
     return manifest
+
+
+def _run_dir_exists(run_dir: str) -> bool:
+    """Whether ``run_dir`` holds anything: in a bucket a prefix is no object, so Beam's exists
+    says no for every run directory there."""
+    from apache_beam.io.filesystems import FileSystems
+
+    if not run_dir.startswith(GCS):
+        return FileSystems.exists(run_dir)
+    pattern = _literal(run_dir.rstrip("/")) + "/**"
+    return bool(FileSystems.match([pattern], limits=[1])[0].metadata_list)
 
 
 def _sink(manifest: dict[str, Any] | None) -> str | None:
@@ -352,7 +533,9 @@ def publish_run(output: str, run_id: str, allow_held_back: bool = False,
     from pipeline.run import publish
 
     check_run_id(output, run_id)  # before the lease, whose staged file is named after it
-    if "://" not in output and not Path(output).is_dir():
+    if output.startswith(GCS):
+        BucketOutput(output)  # a bucket that is not there: one line, before the lease's client
+    elif "://" not in output and not Path(output).is_dir():
         raise RunsError(f"{output}: no such output directory")
     with OutputLease(output, f"chunkline publish of run {run_id}", timeout or lease_timeout()) as lease:
         manifest = publishable(output, run_id, allow_held_back)
@@ -398,7 +581,7 @@ class Collection:
     stopped: str | None = None
 
 
-def _referenced(root: Path, latest: str | None) -> set[str]:
+def _referenced(tree: LocalOutput | BucketOutput, latest: str | None) -> set[str]:
     """The runs of this output that LATEST's config names as ``output.previous`` (its reuse
     and carry source, ``--previous``), as given and as that run resolved it (its manifest's
     ``previous``): a next run with the same config reads it again. Without ``output.previous``
@@ -409,7 +592,7 @@ def _referenced(root: Path, latest: str | None) -> set[str]:
     if latest is None:
         return set()
     try:
-        manifest = load_manifest(str(root / latest))
+        manifest = load_manifest(tree.path(latest))
     except ManifestError:
         return set()
     given = ((manifest.get("config") or {}).get("output") or {}).get("previous")
@@ -417,46 +600,45 @@ def _referenced(root: Path, latest: str | None) -> set[str]:
         return set()
     found = set()
     for path in (given, manifest.get("previous")):
-        # A relative path is taken from here: the run's own working directory is not recorded.
-        if isinstance(path, str) and path and "://" not in path:
-            target = Path(path).resolve()
-            if target.parent == root.resolve():
-                found.add(target.name)
+        if isinstance(path, str) and path:
+            name = tree.run_named(path)
+            if name is not None:
+                found.add(name)
     return found
 
 
-def _leftovers(root: Path, runs: list[Run], doomed: set[str], timeout: float) -> list[Removal]:
+def _leftovers(tree: LocalOutput | BucketOutput, runs: list[Run], doomed: set[str],
+               timeout: float) -> list[Removal]:
     """Files killed processes leave: LATEST staged beside itself, write probes older than the
     lease timeout (a run in preflight, before its lease, may be writing one now), and the
     ``_spill`` parts of a run that is kept."""
     from transforms.spill import SPILL_DIR
 
     found = []
-    for entry in os.scandir(root):
-        if not entry.is_file(follow_symlinks=False):
-            continue
-        if entry.name.startswith(STAGED_LATEST):
-            found.append(Removal(entry.name, "staged LATEST", entry.stat(follow_symlinks=False).st_size))
-        elif entry.name.startswith(PROBE) and time.time() - entry.stat().st_mtime > timeout:
-            found.append(Removal(entry.name, "write probe", entry.stat(follow_symlinks=False).st_size))
+    for name, size, modified in tree.files((STAGED_LATEST, PROBE)):
+        if name.startswith(STAGED_LATEST):
+            found.append(Removal(name, "staged LATEST", size))
+        elif time.time() - modified > timeout:
+            found.append(Removal(name, "write probe", size))
     for run in runs:
-        spill = root / run.run_id / SPILL_DIR
-        if run.run_id not in doomed and run.status != RUNNING and spill.is_dir():
-            found.append(Removal(f"{run.run_id}/{SPILL_DIR}", "spill parts", disk_size(spill)))
+        if run.run_id in doomed or run.status == RUNNING:
+            continue
+        size = tree.folder_size(f"{run.run_id}/{SPILL_DIR}")
+        if size is not None:
+            found.append(Removal(f"{run.run_id}/{SPILL_DIR}", "spill parts", size))
     return found
 
 
-def gc_plan(output: str, keep: int, writer: Writer | None, holding: bool,
-            timeout: float) -> Collection:
+def gc_plan(output: str, tree: LocalOutput | BucketOutput, keep: int, writer: Writer | None,
+            holding: bool, timeout: float) -> Collection:
     """What gc removes, given the lease's live ``writer`` (None: none, or this gc holds the
     lease, ``holding``): run directories beyond the ``keep`` newest complete ones (LATEST
     counts among them), held-back, failed and incomplete runs; never LATEST's run, the run
     ``writer`` writes, or the run LATEST's config names as its previous; leftover staged files
     only under the lease (without it they may be a live run's)."""
-    root = local_output(output)
-    runs, notes = runs_of(output, writer)
+    runs, notes = runs_of(output, tree, writer)
     latest, _ = latest_name(output)
-    referenced = _referenced(root, latest)
+    referenced = _referenced(tree, latest)
     plan = Collection(notes=notes)
     complete = [r.run_id for r in runs if r.status in (LATEST, COMPLETE)]
     newest = set(complete[:keep])
@@ -474,7 +656,7 @@ def gc_plan(output: str, keep: int, writer: Writer | None, holding: bool,
             doomed.add(run.run_id)
             plan.pending.append(Removal(run.run_id, run.status, run.size))
     if holding:
-        plan.pending.extend(_leftovers(root, runs, doomed, timeout))
+        plan.pending.extend(_leftovers(tree, runs, doomed, timeout))
     return plan
 
 
@@ -537,14 +719,14 @@ def collect(output: str, keep: int, dry_run: bool = False, timeout: float | None
     if keep < 0:
         raise RunsError(f"--keep must be 0 or more, got {keep}")
     timeout = timeout or lease_timeout()
-    root = local_output(output)
+    tree = open_output(output)
     if dry_run:
         writer = live_writer(output, timeout)
-        return gc_plan(output, keep, writer, writer is None, timeout)
+        return gc_plan(output, tree, keep, writer, writer is None, timeout)
     exclusion = _Exclusion(output, timeout)
     exclusion.enter()
     try:
-        result = gc_plan(output, keep, exclusion.beside if not exclusion.holding else None,
+        result = gc_plan(output, tree, keep, exclusion.beside if not exclusion.holding else None,
                          exclusion.holding, timeout)
         pending, result.pending = result.pending, []
         for index, removal in enumerate(pending):
@@ -553,7 +735,7 @@ def collect(output: str, keep: int, dry_run: bool = False, timeout: float | None
                                   f"a publish took it); stopped before removing anything more")
                 result.pending = pending[index:]
                 break
-            _remove(root / removal.name)
+            tree.remove(removal.name)
             result.removed.append(removal)
     finally:
         exclusion.exit()
@@ -585,7 +767,8 @@ def _table(runs: list[Run]) -> Iterator[str]:
 
 
 def add_runs_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("output", help="output directory (holding LATEST and run directories)")
+    parser.add_argument("output", help="output directory or gs:// path (holding LATEST and run "
+                        "directories)")
     parser.add_argument("--json", action="store_true", help="a JSON list of runs")
 
 
@@ -612,7 +795,7 @@ def runs_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def add_publish_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("output", help="output directory (holding LATEST)")
+    parser.add_argument("output", help="output directory or gs:// path (holding LATEST)")
     parser.add_argument("run_id", metavar="RUN_ID", help="the run LATEST is to name (a directory "
                         "name under OUTPUT; `chunkline runs OUTPUT` lists them)")
     parser.add_argument("--allow-held-back", action="store_true",
@@ -700,7 +883,8 @@ def publish_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def add_gc_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("output", help="output directory (holding LATEST and run directories)")
+    parser.add_argument("output", help="output directory or gs:// path (holding LATEST and run "
+                        "directories)")
     parser.add_argument("--keep", type=int, required=True, metavar="N",
                         help="complete runs to keep, newest first (LATEST is kept whatever N is)")
     parser.add_argument("--dry-run", action="store_true", help="list what would go, remove nothing")

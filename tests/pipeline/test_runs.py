@@ -319,7 +319,7 @@ def test_gc_waits_for_a_holder_that_is_not_a_run(built, tmp_path) -> None:
 
 
 @pytest.mark.parametrize("argv, phrase", [
-    (["gc", "gs://bucket/index", "--keep", "1"], "local output directories only"),
+    (["gc", "s3://bucket/index", "--keep", "1"], "local and gs:// outputs only"),
     (["gc", "{missing}", "--keep", "1"], "no such output directory"),
     (["gc", "{output}", "--keep", "-1"], "--keep must be 0 or more"),
     (["runs", "{missing}"], "no such output directory"),
