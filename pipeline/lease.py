@@ -206,13 +206,20 @@ class _GcsStore:
         return self._upload(data, 0) is not None
 
     def read(self) -> tuple[bytes, float, Any] | None:
-        from google.api_core.exceptions import NotFound
+        from google.api_core.exceptions import NotFound, PreconditionFailed
 
-        try:
-            self.blob.reload()
-            data = self.blob.download_as_bytes(if_generation_match=self.blob.generation)
-        except NotFound:
-            return None
+        # The holder may renew between the metadata read and the download: the generation moved,
+        # so read again (a few times; a holder renews once a minute at most).
+        for attempt in range(5):
+            try:
+                self.blob.reload()
+                data = self.blob.download_as_bytes(if_generation_match=self.blob.generation)
+                break
+            except NotFound:
+                return None
+            except PreconditionFailed:
+                if attempt == 4:
+                    raise
         age = time.time() - self.blob.updated.timestamp() if self.blob.updated else 0.0
         return data, age, (self.blob.generation, data)
 
