@@ -11,8 +11,13 @@ STAMP  := $(VENV)/.installed
 TORCH_WHEELS ?= /opt/wheels
 LOCK_FOR := --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
             --find-links $(TORCH_WHEELS) -c .ci/torch-cpu.txt
+# pytest-xdist: one worker per core, each test module on one worker (its module-scoped fixtures,
+# a pipeline run or a server, are built once); `make test WORKERS=0` runs in this process.
+WORKERS ?= auto
+PYTEST  := $(PY) -m pytest -q -n $(WORKERS) --dist loadfile
 # The fast tests the dependency-range checks run (no model-heavy end-to-end suites).
-RANGE_TESTS ?= tests/pipeline/test_graph_configurations.py tests/pipeline/test_pipeline_e2e.py tests/transforms
+RANGE_TESTS ?= -n $(WORKERS) --dist loadfile \
+    tests/pipeline/test_graph_configurations.py tests/pipeline/test_pipeline_e2e.py tests/transforms
 
 .PHONY: setup demo split-demo lint test test-lowest test-newest test-range lock bench clean chromium
 
@@ -46,7 +51,7 @@ chromium:
 	.ci/install-chromium
 
 test: $(STAMP) chromium
-	$(PY) -m pytest -q
+	$(PYTEST)
 
 # Static checks (pyproject.toml's [tool.ruff]): seconds, before any test runs.
 lint: $(STAMP)

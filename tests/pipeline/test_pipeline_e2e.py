@@ -46,8 +46,8 @@ def comparable(run_dir: str) -> tuple[list, list, list]:
 
 
 @pytest.fixture(scope="module")
-def first_run(tmp_path_factory):
-    return run_job(tmp_path_factory.mktemp("first"))
+def first_run(demo_index):
+    return demo_index  # the default config on CORPUS (tests/conftest.py), read-only
 
 
 def test_schemas_are_the_defined_ones(first_run) -> None:

@@ -14,10 +14,8 @@ import pytest
 
 from chunkline.sparse import SparseOptions, query_terms, query_weights
 from pipeline.cli import main
-from pipeline.config import load_config
 from pipeline.manifest import load_manifest
 from pipeline.query import RRF_K, search
-from pipeline.run import run
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -29,12 +27,9 @@ def read(run_dir: str, table: str) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    output = tmp_path_factory.mktemp("modes") / "index"
-    config = load_config(ROOT / "configs" / "local.yaml",
-                         [f"input.pattern={ROOT}/examples/corpus/**", f"output.path={output}"])
-    summary = run(config)
-    return output, summary, read(summary.run_dir, "chunks")
+def demo(demo_index):
+    """The default config on examples/corpus (tests/conftest.py), read-only."""
+    return Path(demo_index.output), demo_index, read(demo_index.run_dir, "chunks")
 
 
 def test_statistics_match_the_shards(demo) -> None:

@@ -30,11 +30,9 @@ from chunkline.metadata import matches, parse_condition
 from chunkline.quantize import quantize_int8
 from chunkline.sparse import SparseOptions, query_terms, query_weights
 from pipeline.cli import main
-from pipeline.config import load_config
 from pipeline.manifest import ManifestError, load_manifest
 from pipeline.query import (Hit, dense_scores, embed_options, fused, load_chunks, run_dir_of,
                             search_result, sparse_scores)
-from pipeline.run import run
 from pipeline.search import Index
 from tests.helpers import damage as damage_file
 
@@ -47,12 +45,9 @@ WHERE = [["lang=en"], ["status=closed"], ["priority=P3", "status=closed"], ["pro
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory) -> Path:
-    output = tmp_path_factory.mktemp("search") / "index"
-    config = load_config(ROOT / "configs" / "local.yaml",
-                         [f"input.pattern={ROOT}/examples/corpus/**", f"output.path={output}"])
-    run(config)
-    return output
+def demo(demo_index) -> Path:
+    """The default config on examples/corpus (tests/conftest.py), read-only."""
+    return Path(demo_index.output)
 
 
 @pytest.fixture(scope="module")
