@@ -7,6 +7,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from chunkline.carry import CARRY_TABLE, carry_row, carry_schema
 from chunkline.credentials import ALLOW
+from chunkline.index.layout import CACHE
 from chunkline.readers import input_root
 from chunkline.records import (
     REJECTED,
@@ -45,12 +46,12 @@ def _rejected_status(record: Rejected) -> DocumentStatus:
 
 def context_cache_dir(config: Config) -> str:
     """Next to the index, shared by every run that writes there: a rerun pays for no header twice."""
-    return FileSystems.join(config.output.path, "_cache", "context")
+    return FileSystems.join(config.output.path, CACHE, "context")
 
 
 def ocr_cache_dir(config: Config) -> str:
     """Next to the index too: a nightly rerun reads an unchanged scanned page by OCR once."""
-    return FileSystems.join(config.output.path, "_cache", "ocr")
+    return FileSystems.join(config.output.path, CACHE, "ocr")
 
 
 def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:

@@ -21,6 +21,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from chunkline.access import AccessPolicy, load_policy
 from chunkline.context import context_reserve, resolve_api_key
+from chunkline.index.layout import CACHE, LATEST, PROBE, format_run_id
 from chunkline.memo import MAX_LOAD_BYTES, MEMO_DIR, MemoSource
 from chunkline.sizers import model_fingerprint
 from chunkline.splitting.core import check_budget
@@ -338,7 +339,7 @@ def check_device(device: str) -> None:
 def check_output_writable(output: str, run_id: str) -> None:
     """Write and delete a small probe file, so a read-only or unreachable output fails now,
     not after the whole job has run."""
-    probe = FileSystems.join(output, f".probe-{run_id}")
+    probe = FileSystems.join(output, f"{PROBE}{run_id}")
     try:
         with FileSystems.create(probe) as handle:
             handle.write(b"chunkline write probe\n")
@@ -381,7 +382,7 @@ def check_latest(output: str, previous: str | None, start_over: bool) -> None:
     reuse nothing, so it stops here, naming the newest complete run and the ways out:
     ``--previous`` to reuse and compare with a run, ``--start-over`` to index from nothing. An
     output with no run at all starts its first run."""
-    if FileSystems.exists(FileSystems.join(output, "LATEST")):
+    if FileSystems.exists(FileSystems.join(output, LATEST)):
         if start_over:
             raise PreflightError(f"--start-over: {output}/LATEST names a run, so there is nothing "
                                  "to start over from; --set output.reuse_latest=false embeds "
@@ -424,7 +425,7 @@ def dims_probe_path(output: str, signature: str) -> str:
     """Where the ``embed.dims`` probe's result for one embedding signature is kept, beside the
     index: the model, weights, dtype, backend and width decide it, and the signature holds them."""
     key = hashlib.blake2b(signature.encode(), digest_size=12).hexdigest()
-    return FileSystems.join(output, "_cache", "dims-probe", f"{key}.json")
+    return FileSystems.join(output, CACHE, "dims-probe", f"{key}.json")
 
 
 def _cached_agreement(path: str, signature: str) -> float | None:
@@ -578,5 +579,5 @@ def new_run_id(config: Config) -> str:
     """Time, config digest, and a random part: two runs started in the same second with the same
     config still get different directories."""
     digest = hashlib.sha256(json.dumps(to_dict(config), sort_keys=True).encode()).hexdigest()[:8]
-    return f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}Z-{digest}-{secrets.token_hex(3)}"
+    return format_run_id(datetime.now(timezone.utc), digest, secrets.token_hex(3))
 

@@ -22,6 +22,7 @@ from chunkline.records import DUPLICATE, KEPT, REJECTED
 from chunkline.context import COUNTERS as CONTEXT_COUNTERS
 from chunkline.context import METRICS_NAMESPACE as CONTEXT_NAMESPACE
 from chunkline.context import estimate_cost, over_failure_budget, summary_lines
+from chunkline.index.layout import LATEST, MANIFEST, STAGED_LATEST
 from pipeline.build import build
 from pipeline.config import Config, to_dict
 from pipeline.lease import OutputLease
@@ -275,11 +276,11 @@ def publish(output: str, run_id: str) -> None:
     """Point ``output/LATEST`` at ``run_id`` so that a reader (or a crash) sees the old name or
     the new one, never a torn file: an object store's write is atomic by itself; a local file is
     written beside and renamed over (Beam's local rename is ``os.rename``, atomic on POSIX)."""
-    latest = FileSystems.join(output, "LATEST")
+    latest = FileSystems.join(output, LATEST)
     if "://" in output:
         _write_text(latest, run_id + "\n")
         return
-    staged = FileSystems.join(output, f".LATEST.{run_id}")
+    staged = FileSystems.join(output, f"{STAGED_LATEST}{run_id}")
     _write_text(staged, run_id + "\n")
     FileSystems.rename([staged], [latest])
 
@@ -408,7 +409,7 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
         lease.check()  # a run whose lease was taken over never writes a manifest LATEST may name
     # Manifest last among the run's files, LATEST after it, and only for a run that accounts for
     # every document and passes the guard: otherwise LATEST stays on the previous good run.
-    _write_text(FileSystems.join(job.run_dir, "manifest.json"), json.dumps(manifest, indent=2) + "\n")
+    _write_text(FileSystems.join(job.run_dir, MANIFEST), json.dumps(manifest, indent=2) + "\n")
     report = None
     if publishable:
         report = _write_report(job.run_dir)

@@ -30,25 +30,17 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator, TextIO
 
+from chunkline.index.layout import LATEST, MANIFEST, PROBE, RUN_ID, STAGED_LATEST
 from pipeline import exits
 from pipeline.lease import Holder, LeaseHeld, LeaseLost, OutputLease
 
 GCS = "gs://"
 
-LATEST = "LATEST"
 COMPLETE = "complete"
 HELD_BACK = "held-back"
 FAILED = "failed"
 INCOMPLETE = "incomplete"
 RUNNING = "running"
-
-# pipeline.plan.new_run_id: UTC start time, config digest, random part. A directory without a
-# manifest is taken for a run (and so for gc to remove) only when its name has this form.
-RUN_ID = re.compile(r"(\d{8}T\d{6})Z-[0-9a-f]{8}-[0-9a-f]{6}")
-# What pipeline.run.publish stages beside LATEST, and pipeline.plan.check_output_writable's
-# probe: left behind only by a process killed between writing and renaming or deleting them.
-STAGED_LATEST = ".LATEST."
-PROBE = ".probe-"
 
 
 class RunsError(ValueError):
@@ -335,7 +327,7 @@ def _is_run_dir(entry: os.DirEntry) -> bool:
     named as run ids are."""
     if entry.name.startswith((".", "_")) or not entry.is_dir(follow_symlinks=False):
         return False
-    return RUN_ID.fullmatch(entry.name) is not None or os.path.exists(os.path.join(entry.path, "manifest.json"))
+    return RUN_ID.fullmatch(entry.name) is not None or os.path.exists(os.path.join(entry.path, MANIFEST))
 
 
 def _judge(run_dir: str, has_manifest: bool) -> tuple[str, dict | None, tuple[str, ...]]:

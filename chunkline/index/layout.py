@@ -1,0 +1,38 @@
+"""The names an output is laid out with, in one place for the job that writes it and every
+reader (``chunkline.index.manifest``, ``pipeline/runs.py``, ``pipeline/run.py``,
+``pipeline/plan.py``)::
+
+    OUTPUT/
+      LATEST                  the published run's id, one line
+      .LATEST.<run id>        LATEST staged beside itself, renamed over it (local outputs)
+      .probe-<run id>         the preflight's write probe, deleted at once
+      _cache/                 shared by every run: context headers, OCR pages, dims probes
+      <run id>/manifest.json  written last: a run without one was killed or is running
+      <run id>/<table>-NNNNN-of-MMMMM.parquet, ...
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+
+LATEST = "LATEST"
+MANIFEST = "manifest.json"
+CACHE = "_cache"
+# Left behind only by a process killed between writing and renaming or deleting them.
+STAGED_LATEST = ".LATEST."
+PROBE = ".probe-"
+# The tables every manifest lists (``terms`` only when the run has BM25 statistics).
+TABLES = ("chunks", "documents", "rejected")
+
+# UTC start time, config digest, random part: the start time first, so that names sort by age.
+# A directory without a manifest is taken for a run (and so for gc to remove) only when its
+# name has this form; group 1 is the start time.
+RUN_ID = re.compile(r"(\d{8}T\d{6})Z-[0-9a-f]{8}-[0-9a-f]{6}")
+RUN_ID_TIME = "%Y%m%dT%H%M%S"
+
+
+def format_run_id(started: datetime, digest: str, random: str) -> str:
+    """A run id as :data:`RUN_ID` reads it: ``started`` (UTC), 8 hex digits of the config's
+    digest, 6 random hex digits."""
+    return f"{started:{RUN_ID_TIME}}Z-{digest}-{random}"
