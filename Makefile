@@ -19,7 +19,7 @@ PYTEST  := $(PY) -m pytest -q -n $(WORKERS) --dist loadfile
 RANGE_TESTS ?= -n $(WORKERS) --dist loadfile \
     tests/pipeline/test_graph_configurations.py tests/pipeline/test_pipeline_e2e.py tests/transforms
 
-.PHONY: setup demo split-demo lint test test-lowest test-newest test-range lock bench clean chromium
+.PHONY: setup demo split-demo lint test test-fast test-lowest test-newest test-range lock bench clean chromium
 
 setup: $(STAMP)
 
@@ -52,6 +52,12 @@ chromium:
 
 test: $(STAMP) chromium
 	$(PYTEST)
+
+# The fast tier, the loop while changing the library: every test not marked slow (none runs a
+# Beam pipeline, builds a job graph, reads by OCR or feeds a megabyte-sized input); make test
+# runs both tiers.
+test-fast: $(STAMP)
+	$(PYTEST) -m "not slow"
 
 # Static checks (pyproject.toml's [tool.ruff]): seconds, before any test runs.
 lint: $(STAMP)

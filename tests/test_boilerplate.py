@@ -158,6 +158,7 @@ def check_chunks_against(documents: dict[str, str]):
     return check
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("inline", [65_536, 0], ids=["sets-in-the-grouping", "sets-parked"])
 def test_boilerplate_corpus(inline, monkeypatch) -> None:
     # Parked: every key set waits in part files (a dump's millions do, past the first 65,536).
@@ -185,6 +186,7 @@ def test_boilerplate_corpus(inline, monkeypatch) -> None:
     assert counters["documents_changed"] == 7 and counters["rejected"] == 1
 
 
+@pytest.mark.slow
 def test_removed_lines_are_recorded_with_the_documents_they_left() -> None:
     """Each line or block removed, shown as its first occurrence, with the number of documents
     it was removed from (the run report's boilerplate table)."""
@@ -198,6 +200,7 @@ def test_removed_lines_are_recorded_with_the_documents_they_left() -> None:
         assert_that(shown, equal_to([expected]))
 
 
+@pytest.mark.slow
 def test_removed_lines_are_capped_most_frequent_first() -> None:
     lines = [f"Boilerplate sentence number {k} that every page repeats." for k in range(TOP_REMOVED + 10)]
     # Lines 0..9 are in one more document than the rest: they must be among those kept.
@@ -212,6 +215,7 @@ def test_removed_lines_are_capped_most_frequent_first() -> None:
         assert_that(out.removed, lambda found: check(found[0]))
 
 
+@pytest.mark.slow
 def test_exact_copies_count_once() -> None:
     """Four copies of one page (differing only in spacing) are one text to the count: with
     min_docs 3 their lines are not boilerplate; the shared footer of other pages still is."""
@@ -227,6 +231,7 @@ def test_exact_copies_count_once() -> None:
             + [(f"o{i}.md", f"Other page {i} with its own text.\n") for i in range(3)]))
 
 
+@pytest.mark.slow
 def test_thresholds_decide() -> None:
     """With min_docs above the number of copies nothing is boilerplate; with min_fraction the
     floor follows the corpus size."""
@@ -264,6 +269,7 @@ def test_page_starts_follow_the_lines_boilerplate_removal_keeps(pages: list[list
         assert stripped[lo:hi].startswith(f"page {number} marker\n")
 
 
+@pytest.mark.slow
 @given(st.lists(st.sets(st.integers(0, (1 << 64) - 1), max_size=30), max_size=40), st.integers(1, 7))
 def test_key_counts_in_arrays_are_documents_per_key(key_sets, cut) -> None:
     """The stage counts uint64 arrays merged in any grouping: each key's count is the number of
@@ -289,6 +295,7 @@ def test_key_counts_in_arrays_are_documents_per_key(key_sets, cut) -> None:
     assert list(keys) == sorted(expected)
 
 
+@pytest.mark.slow
 @settings(max_examples=8, deadline=None)
 @given(st.lists(st.lists(st.sampled_from([HEADER, COOKIE, FOOTER, "A line of its own text here, long.",
                                           "Another line that a few pages share today."]),

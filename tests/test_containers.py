@@ -99,6 +99,7 @@ def test_gnu_tar_and_gzip_write_what_is_read(tmp_path: Path) -> None:
     assert [(d.doc_id, d.text) for d in docs] == [("notes.txt.gz", "Charge overnight.\n")]
 
 
+@pytest.mark.slow
 def test_a_gzip_bomb_is_refused_at_either_limit() -> None:
     bomb = gzip.compress(b"\0" * 100 * 2_000_000)  # 100x the unpacked limit, ~1000:1
     docs, rejected = decode("dump.jsonl.gz", bomb)

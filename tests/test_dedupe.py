@@ -203,6 +203,7 @@ def planted_run(planted: Planted):
     return run_dedupe(planted.documents, NEAR)
 
 
+@pytest.mark.slow
 def test_every_document_has_exactly_one_status(planted: Planted, planted_run) -> None:
     rows, kept, counters = planted_run
     assert [r[0] for r in rows] == sorted(d.doc_id for d in planted.documents)
@@ -251,6 +252,7 @@ def chain_documents() -> tuple[list[Document], dict[str, list[str]]]:
     return docs, words
 
 
+@pytest.mark.slow
 def test_chain_collapses_to_one_survivor() -> None:
     docs, words = chain_documents()
     hasher = MinHasher(NEAR)
@@ -273,6 +275,7 @@ def test_chain_collapses_to_one_survivor() -> None:
     assert counters["exact_duplicates"] == 1 and counters["near_duplicates"] == 2
 
 
+@pytest.mark.slow
 def test_documents_of_two_access_sets_are_never_duplicates_of_each_other() -> None:
     # The chain again, A and B readable by eng, C and its exact copy by sales, and an exact copy
     # of A readable by ops: duplicates merge within one set only (transforms/dedupe.py).
@@ -292,6 +295,7 @@ def test_documents_of_two_access_sets_are_never_duplicates_of_each_other() -> No
     assert counters["exact_duplicates"] == 1 and counters["near_duplicates"] == 1
 
 
+@pytest.mark.slow
 def test_longest_survives_with_that_rule() -> None:
     docs, _ = chain_documents()
     longest = max(docs, key=lambda d: len(d.text)).doc_id
@@ -300,6 +304,7 @@ def test_longest_survives_with_that_rule() -> None:
     assert {of for _, status, of in rows if status == DUPLICATE} == {longest}
 
 
+@pytest.mark.slow
 def test_near_without_exact() -> None:
     docs, _ = chain_documents()
     same = Document("a-again.md", "/chain/a-again.md", docs[0].text)
@@ -308,6 +313,7 @@ def test_near_without_exact() -> None:
     assert counters["near_duplicates"] == 3 and "exact_duplicates" not in counters
 
 
+@pytest.mark.slow
 def test_exact_dedupe_api_is_unchanged() -> None:
     docs = [Document("b", "/b", "Same text."), Document("a", "/a", "Same  text.")]
     with fnapi_pipeline() as p:
@@ -316,6 +322,7 @@ def test_exact_dedupe_api_is_unchanged() -> None:
                     equal_to([("a", KEPT, None), ("b", DUPLICATE, "a")]))
 
 
+@pytest.mark.slow
 def test_documents_without_words_are_never_near_duplicates() -> None:
     docs = [Document("e1", "/e1", "..."), Document("e2", "/e2", "…!"), Document("w", "/w", "Returns")]
     rows, kept, counters = run_dedupe(docs, NEAR)
@@ -338,12 +345,14 @@ def small_run(small_corpus: list[Document]):
     return run_dedupe(small_corpus, NEAR)
 
 
+@pytest.mark.slow
 def test_same_survivors_across_runs_and_input_order(small_corpus: list[Document], small_run) -> None:
     second = run_dedupe(list(reversed(small_corpus)), NEAR)
     assert second[:2] == small_run[:2]
     assert survivors(second[0])["c.md"] == "a.md"
 
 
+@pytest.mark.slow
 def test_same_survivors_with_two_worker_processes(small_corpus: list[Document], small_run) -> None:
     in_process = small_run
     two_workers = run_dedupe(
@@ -374,6 +383,7 @@ def conflicts(docs: list[Document], roots: tuple[str, ...] = ()) -> tuple[list[t
     return kept, rejected
 
 
+@pytest.mark.slow
 def test_repeated_id_keeps_the_first_record_in_input_order() -> None:
     # The first record's text sorts last: order is the file's, never the text's.
     docs = [Document("t", "/x/a.jsonl", "zz first", position=2),
@@ -427,6 +437,7 @@ def test_repeated_id_is_rejected_under_a_path_relative_to_its_input_root() -> No
     ]
 
 
+@pytest.mark.slow
 def test_statuses_carry_the_encoding() -> None:
     docs = [Document("a", "/a", "Same text.", encoding="windows-1251"),
             Document("b", "/b", "Same  text.", encoding="utf-16"),
@@ -438,6 +449,7 @@ def test_statuses_carry_the_encoding() -> None:
                               ("c", KEPT, "")]))
 
 
+@pytest.mark.slow
 def test_one_record_twice_gets_one_status_and_one_rejection() -> None:
     # The same record twice (one id, one place, one text): each copy is parked in its own place
     # and the decision names one of them; exactly one is kept, the other is an id conflict.
@@ -451,6 +463,7 @@ def test_one_record_twice_gets_one_status_and_one_rejection() -> None:
     assert kept_ids == ["a"] and counters["id_conflicts"] == 1
 
 
+@pytest.mark.slow
 def test_the_decided_record_is_the_one_released() -> None:
     # Two records under one id with different texts: the first in input order keeps the id,
     # and it is that record's text (not its twin's) that goes on, with that text's status.

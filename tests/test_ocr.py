@@ -18,8 +18,9 @@ from tests.ocr_pages import (FONTS, PROSE, character_error_rate, edit_distance, 
                              render_page, scanned_pdf, text_and_scan_pdf)
 from tests.pdfs import make_pdf
 
-pytestmark = pytest.mark.skipif(font_path("DejaVuSans") is None,
-                                reason="DejaVu fonts not installed (apt-get install fonts-dejavu-core)")
+pytestmark = [pytest.mark.skipif(font_path("DejaVuSans") is None,
+                                 reason="DejaVu fonts not installed (apt-get install fonts-dejavu-core)"),
+              pytest.mark.slow]  # OCR models on rendered pages (make test-fast skips it)
 
 # PP-OCRv4 read the bench's pages at 0.3 % CER and under (bench/RESULTS.md); a bound ten times
 # looser still fails on a dropped line (~1/6 of a 6-line page) or a lost space per word (~15 %).

@@ -104,6 +104,7 @@ def test_relative_id(uri: str, root: str, expected: str) -> None:
     assert relative_id(uri, root) == expected
 
 
+@pytest.mark.slow
 @given(st.lists(st.text("abcxyz-_.", min_size=1), min_size=1, max_size=4))
 def test_root_of_a_glob_pattern_gives_the_path_below_it(segments: list[str]) -> None:
     assume(all(s not in (".", "..") for s in segments))
@@ -638,6 +639,7 @@ def blank(raw: bytes) -> bool:
         return False
 
 
+@pytest.mark.slow
 @given(st.lists(json_lines, max_size=8))
 def test_every_jsonl_line_is_a_document_or_a_rejection(lines: list[str]) -> None:
     data = "\n".join(line.replace("\n", " ") for line in lines).encode("utf-8", "surrogatepass")

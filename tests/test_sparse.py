@@ -180,6 +180,7 @@ def test_term_counts_are_sorted_positive_and_in_range(text: str) -> None:
     assert sum(counts) == len(analyze(text))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("previous", [None, 8.7, 30.0])
 def test_beam_stage_weighs_every_chunk_with_corpus_statistics(previous: float | None) -> None:
     """The stage stores IDF-free weights against the reference: the previous one when the

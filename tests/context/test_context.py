@@ -253,6 +253,7 @@ def test_retries_stop_after_max_retries() -> None:
 # ------------------------------------------------------------------------- against the server
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("provider", ["anthropic", "openai"])
 def test_document_travels_first_and_in_the_cached_block(llm, provider) -> None:
     writer = writer_for(options_for(provider, llm, max_header_tokens=60))

@@ -127,6 +127,7 @@ def duplicate_ids_jsonl() -> bytes:
     return "\n".join(json.dumps(line) for line in lines).encode()
 
 
+@pytest.mark.slow
 def test_first_record_of_a_repeated_id_survives_whatever_the_runner_order() -> None:
     uri = f"{ROOT}/data.jsonl"
     docs = [r for r in decode("data.jsonl", duplicate_ids_jsonl()) if isinstance(r, Document)]

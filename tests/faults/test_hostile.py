@@ -22,6 +22,8 @@ from pipeline.cli import main
 from pipeline.query import Hit
 from pipeline.query_command import hit_lines
 
+pytestmark = pytest.mark.slow  # runs Beam pipelines or builds job graphs (make test-fast skips it)
+
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = str(ROOT / "configs" / "local.yaml")
 NO_VECTORS = "embed=null"

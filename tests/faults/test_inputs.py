@@ -28,6 +28,8 @@ from chunkline.readers import ReadOptions
 from tests.beam_helpers import fnapi_pipeline
 from transforms.read import ReadDocuments
 
+pytestmark = pytest.mark.slow  # runs Beam pipelines or builds job graphs (make test-fast skips it)
+
 REPO = Path(__file__).resolve().parents[2]
 NOBODY = 65534
 CHILD_TIMEOUT_S = 180

@@ -60,6 +60,7 @@ def test_live_holder_elsewhere_blocks_until_the_timeout(tmp_path) -> None:
         assert json.loads((tmp_path / LEASE_NAME).read_text())["run_id"] == "run-y"
 
 
+@pytest.mark.slow
 def test_holder_renews_so_a_long_run_is_not_stale(tmp_path) -> None:
     with OutputLease(str(tmp_path), "long-run", timeout=1.0, renew_every=0.1) as lease:
         time.sleep(1.5)
@@ -81,6 +82,7 @@ def test_a_run_whose_lease_was_taken_over_may_not_publish(tmp_path) -> None:
         slow.release()
 
 
+@pytest.mark.slow
 def test_concurrent_takeovers_leave_one_holder(tmp_path) -> None:
     """Eight processes race for one stale lease: exactly one wins."""
     write_holder(tmp_path, host="another-machine", pid=1, age_s=700)

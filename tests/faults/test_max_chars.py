@@ -71,6 +71,7 @@ def check_bounded(text: str, chunks, spec: str, max_tokens: int, max_chars: int)
             assert c.tokens <= max_tokens and len(piece) <= max_chars, c
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", MEGABYTE_SPECS)
 def test_megabyte_without_spaces_is_cut_within_max_chars(spec: str, megabyte: str) -> None:
     chunks = split(megabyte, 256, 0, tokenizer(spec))

@@ -19,6 +19,8 @@ from pipeline.config import ConfigError, load_config
 from pipeline.plan import PreflightError
 from pipeline.run import run
 
+pytestmark = pytest.mark.slow  # runs Beam pipelines or builds job graphs (make test-fast skips it)
+
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = str(ROOT / "configs" / "local.yaml")
 NO_VECTORS = "embed=null"  # the guard must hold without vectors too; and it is faster

@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from pipeline.cli import main
 
 
@@ -78,6 +80,7 @@ def test_split_rejects_bad_arguments(tmp_path) -> None:
     assert code == 2 and "overlap" in err
 
 
+@pytest.mark.slow
 def test_console_script_is_installed(tmp_path) -> None:
     path = tmp_path / "doc.md"
     path.write_text("# Hello\nworld\n", encoding="utf-8")
@@ -88,6 +91,7 @@ def test_console_script_is_installed(tmp_path) -> None:
     assert json.loads(result.stdout)["headings"] == ["Hello"]
 
 
+@pytest.mark.slow
 def test_beams_runner_flag_names_the_runner_the_job_is_built_for(tmp_path) -> None:
     """`-- --runner=X` was passed to Beam's options and ignored: the job ran on the config's
     runner. Now it is runner.name, checked with the config."""

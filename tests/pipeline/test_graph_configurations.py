@@ -25,6 +25,8 @@ from pipeline.build import build
 from pipeline.config import Config, load_config
 from pipeline.plan import plan
 
+pytestmark = pytest.mark.slow  # runs Beam pipelines or builds job graphs (make test-fast skips it)
+
 ROOT = Path(__file__).resolve().parents[2]
 API_KEY_ENV = "CHUNKLINE_GRAPH_TEST_KEY"
 

@@ -31,6 +31,8 @@ from pipeline.config import load_config
 from pipeline.run import run
 from tests.gcs_emulator import free_port, wait_for_port
 
+pytestmark = pytest.mark.slow  # runs Beam pipelines or builds job graphs (make test-fast skips it)
+
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
 

@@ -46,6 +46,7 @@ def table(items: list[dict]) -> pa.Table:
     return pa.Table.from_pylist(items, schema=schema(DIM, with_digest=False))
 
 
+@pytest.mark.slow
 @given(st.lists(rows(), min_size=1, max_size=6), st.randoms(use_true_random=False))
 def test_a_rows_digest_depends_on_the_row_alone(items, rng) -> None:
     digests = row_digests(table(items))
@@ -57,6 +58,7 @@ def test_a_rows_digest_depends_on_the_row_alone(items, rng) -> None:
     assert row_digests(sliced) == digests[len(items) // 2:]
 
 
+@pytest.mark.slow
 @given(rows(), st.sampled_from(["text", "metadata", "vector", "sparse_values", "headings", "page_end",
                                 "search_text", "content_key", "start"]), st.data())
 def test_any_change_to_a_synced_column_changes_the_digest(row, column, data) -> None:
@@ -130,6 +132,7 @@ def test_pgvector_vector_binary_round_trip(values) -> None:
     assert parse_vector(vector_bytes(vector)).tobytes() == vector.tobytes()
 
 
+@pytest.mark.slow
 @given(st.sets(st.integers(0, 2**29 - 1), max_size=20), st.data())
 def test_pgvector_sparsevec_binary_round_trip(terms, data) -> None:
     indices = np.asarray(sorted(terms), np.int32)
@@ -186,6 +189,7 @@ def test_an_unknown_store_message_hides_the_password() -> None:
     assert "hunter2" not in str(caught.value) and "me:***@db" in str(caught.value)
 
 
+@pytest.mark.slow
 @given(rows(), st.lists(f32, min_size=5, max_size=5), st.booleans())
 def test_an_older_format_row_is_outdated_only_where_the_format_explains_it(row, weights, named) -> None:
     """A store of row format 2 holds IDF inside its weights and the file facts in metadata: a

@@ -9,6 +9,7 @@ from __future__ import annotations
 import tracemalloc
 from typing import Callable
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -70,6 +71,7 @@ hazard_doc = st.lists(
 ).map("".join)
 
 
+@pytest.mark.slow
 @given(text=st.one_of(hazard_doc, table_doc, structure_doc))
 def test_the_windowed_table_parse_reads_what_one_parse_reads(text: str) -> None:
     # Windows of one character: a cut at every place the windowing allows one.

@@ -212,6 +212,7 @@ python_source = st.lists(
 ).map(lambda items: "\n".join(line for item in items for line in _render(item)) + "\n")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", TOKENIZER_SPECS)
 @given(data=st.data(), text=python_source)
 def test_generated_python(spec: str, data, text: str) -> None:
@@ -470,6 +471,7 @@ def test_code_snapshot(path: Path, spec: str, max_tokens: int, overlap: int) -> 
 # -------------------------------------------------------------------------- the split stage
 
 
+@pytest.mark.slow
 def test_split_documents_dispatches_code_and_tables() -> None:
     """SplitDocuments: a .py document is split by syntax tree (paths from its definitions), a
     .md document's big table is cut between rows with its header in ``table_header``; with

@@ -63,6 +63,7 @@ def test_bad_budget_is_a_value_error(max_tokens, overlap) -> None:
         split("some text", max_tokens, overlap)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", TOKENIZER_SPECS)
 def test_empty_text_gives_no_chunks(spec: str) -> None:
     assert split("", 10, 0, tokenizer(spec)) == []
@@ -97,6 +98,7 @@ def test_hostile_text_stays_within_budget(spec: str, name: str) -> None:
         assert c.end - c.start <= default_max_chars(16) or c.oversized
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", ["words", "chars", "tiktoken:cl100k_base", "hf:all-MiniLM-L6-v2"])
 def test_five_megabyte_line_without_spaces(spec: str) -> None:
     text = ("abcdefghij" * 10 + "0123456789" * 10) * 25_000  # 5,000,000 characters, no spaces

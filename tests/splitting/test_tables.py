@@ -243,6 +243,7 @@ table_doc = st.lists(
 ).map("".join)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", TOKENIZER_SPECS)
 @given(data=st.data(), text=table_doc)
 def test_table_invariants(spec: str, data, text: str) -> None:
@@ -274,6 +275,7 @@ structure_doc = st.lists(
 ).map("".join)
 
 
+@pytest.mark.slow
 @given(text=st.one_of(table_doc, structure_doc))
 def test_one_parse_reads_the_same_headings_and_tables(text: str) -> None:
     found = read_structure(text)

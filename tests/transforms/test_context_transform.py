@@ -25,6 +25,8 @@ from tests.llm_server import Fault, LLMServer, answer_for
 from transforms.context import ContextualHeaders
 from transforms.split import FlattenChunks, SplitDocuments
 
+pytestmark = pytest.mark.slow  # runs Beam pipelines or builds job graphs (make test-fast skips it)
+
 KEY = "sk-test-beam-4e1d0b-never-written"
 KEY_ENV = "CHUNKLINE_TEST_LLM_KEY"
 

@@ -265,6 +265,7 @@ def test_a_big_parquet_file_is_read_in_slices_equal_to_the_whole(tmp_path: Path,
     assert (counter(result, "slices") >= 6) is sliced
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("slice_bytes, sliced", [(10**9, False), (3_000, True)])
 def test_a_big_jsonl_file_is_read_in_slices_equal_to_the_whole(tmp_path: Path, slice_bytes,
                                                                sliced) -> None:

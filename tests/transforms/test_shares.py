@@ -15,6 +15,8 @@ from tests.beam_helpers import fnapi_pipeline
 from transforms import shares
 from transforms.shares import GroupInShares, JoinInShares, share_of
 
+pytestmark = pytest.mark.slow  # runs Beam pipelines or builds job graphs (make test-fast skips it)
+
 keys = st.one_of(st.text(max_size=6), st.tuples(st.text(max_size=3), st.integers(-5, 5)))
 pairs = st.lists(st.tuples(keys, st.integers(-100, 100)), max_size=40)
 

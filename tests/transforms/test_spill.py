@@ -91,6 +91,7 @@ def test_shard_writer_spreads_many_parts_over_row_groups(tmp_path, monkeypatch) 
         (r.doc_id, r.chunk_index) for r in records)
 
 
+@pytest.mark.slow
 def test_dedupe_releases_every_parked_document_and_removes_its_parts(tmp_path) -> None:
     docs = [Document(f"d{i:02d}", f"/c/d{i}.md", f"document {i % 4} text") for i in range(12)]
     parked = tmp_path / "_spill" / "dedupe"

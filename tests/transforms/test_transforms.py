@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import apache_beam as beam
 import pyarrow.parquet as pq
+import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
 from chunkline import split
 from chunkline.records import (
-    DUPLICATE, KEPT, ChunkRecord, Document, chunk_schema, doc_hash,
+    DUPLICATE,
+    KEPT,
+    ChunkRecord,
+    Document,
+    chunk_schema,
+    doc_hash,
 )
 from tests.beam_helpers import fnapi_pipeline
 from tests.helpers import tokenizer
@@ -21,6 +27,7 @@ def doc(doc_id: str, text: str, uri: str | None = None) -> Document:
     return Document(doc_id, uri or f"/corpus/{doc_id}", text)
 
 
+@pytest.mark.slow
 def test_exact_dedupe_keeps_smallest_id_and_records_the_rest() -> None:
     docs = [
         doc("b.md", "Same text.\n"),
@@ -72,6 +79,7 @@ def test_split_documents_matches_the_library_and_offsets_hold() -> None:
         assert_that(out, check)
 
 
+@pytest.mark.slow
 def test_write_shards_are_complete_sorted_and_deterministic(tmp_path) -> None:
     records = [
         ChunkRecord(f"d{i % 7}", f"d{i % 7}#{i}-{i + 1}", i, i, i + 1, ("H",), f"t{i}", 1)

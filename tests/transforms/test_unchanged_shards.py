@@ -16,6 +16,8 @@ from tests.beam_helpers import fnapi_pipeline
 from transforms.coders import statuses_table
 from transforms.write import ROWS_DIGEST_KEY, WriteParquetShards
 
+pytestmark = pytest.mark.slow  # runs Beam pipelines or builds job graphs (make test-fast skips it)
+
 SHARDS = 3
 
 
