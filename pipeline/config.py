@@ -27,10 +27,8 @@ from chunkline.embedder import EmbedOptions
 from chunkline.late import LateOptions
 from chunkline.minhash import MinHashOptions
 from chunkline.readers import ReadOptions
-from chunkline.splitting.core import check_budget
-from chunkline.splitting.text import MERGE_SECTIONS_BELOW
+from chunkline.splitting.options import SplitOptions
 from chunkline.sparse import SparseOptions
-from chunkline.splitting.semantic import SemanticOptions
 
 
 class ConfigError(ValueError):
@@ -161,44 +159,11 @@ class DedupeConfig(_Section):
     near: NearDedupeConfig | None = Field(NearDedupeConfig(), description="null: off.")
 
 
-SemanticConfig = options_section(SemanticOptions)
-
-
-class SplitConfig(_Section):
-    mode: Literal["recursive", "semantic"] = Field(
-        "recursive", description="semantic: cut at topic shifts found with the embedder, "
-        "never over the budget (needs embed).")
-    semantic: SemanticConfig = SemanticConfig()
-    code: bool = Field(True, description="Split source files (.py, .js, .ts, .go, .java, .rs) "
-                       "by syntax tree; the heading path is the enclosing definitions.")
-    max_tokens: int | None = Field(
-        None, ge=1,
-        description="Chunk budget. None: the embedder's max input minus its special tokens "
-        "minus heading_reserve.",
-    )
-    overlap: int = Field(0, ge=0, description="Tokens re-read from the previous chunk.")
-    max_chars: int | None = Field(
-        None, ge=1, description="No chunk's text is longer, whatever the tokenizer counts (a "
-        "WordPiece [UNK] covers any word over 100 characters). None: 32 x the token budget + "
-        "1024 (chunkline.splitting.core.default_max_chars).")
-    markdown: bool = Field(True, description="Read Markdown headings (paths, section cuts).")
-    merge_sections_below: int | None = Field(
-        MERGE_SECTIONS_BELOW, ge=1, description="A Markdown section under this many tokens (a "
-        "heading right before its first sub-heading) shares a chunk with its neighbours, "
-        "labelled with their common heading path, never over the budget. null: every section "
-        "on its own.")
-    tokenizer: str | None = Field(
-        None, description="Tokenizer spec. None: the embedder's own tokenizer."
-    )
-    heading_reserve: int = Field(
-        32, ge=0, description="Tokens reserved for the heading path prepended for embedding."
-    )
-
-    @model_validator(mode="after")
-    def _overlap_below_budget(self) -> "SplitConfig":
-        if self.max_tokens is not None:  # a derived budget is checked when the plan derives it
-            check_budget(self.max_tokens, self.overlap)
-        return self
+# Generated from the library's dataclass, which the Beam composite (transforms/chunk.py) and
+# the MLTransform chunker take too: one home for the defaults, bounds and help. The rule across
+# fields (overlap below a given budget) is SplitOptions.__post_init__'s; a derived budget is
+# checked when the plan derives it.
+SplitConfig = options_section(SplitOptions)
 
 
 LateConfig = options_section(LateOptions)
