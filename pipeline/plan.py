@@ -24,7 +24,7 @@ from chunkline.context import context_reserve, resolve_api_key
 from chunkline.index.layout import CACHE, LATEST, PROBE, format_run_id
 from chunkline.memo import MAX_LOAD_BYTES, MEMO_DIR, MemoSource
 from chunkline.sizers import model_fingerprint
-from chunkline.splitting.core import check_budget
+from chunkline.splitting.options import split_budget
 from pipeline.config import Config, to_dict
 from pipeline.manifest import (ManifestError, complete_runs, latest_run, load_manifest, resolve_run,
                                table_files)
@@ -482,25 +482,14 @@ def plan(config: Config, run_id: str) -> Plan:
     _, dim, max_seq_length, special = model_info(local)
     # A packaged name stays a name, so each worker resolves it in its own site-packages; a gs://
     # model stays a URI, fetched by each worker (transforms/model_cache.py).
-    tokenizer_spec = config.split.tokenizer or f"hf:{options.model}"
     # The same budget with embed: null, so a dry run shows exactly the chunks that would be
-    # embedded.
-    # Late chunking embeds the document itself, not prefix + chunk: nothing to reserve for.
+    # embedded. Late chunking embeds the document itself, not prefix + chunk: nothing to reserve.
     late = config.embed is not None and config.embed.mode == "late"
     reserve = 0 if late else config.split.heading_reserve + context_reserve(stages.context)
-    max_tokens = config.split.max_tokens or (max_seq_length - special - reserve)
-    if config.split.max_tokens is None and max_tokens < 8:
-        raise ValueError(
-            f"derived chunk budget is {max_tokens} tokens (max_seq_length {max_seq_length} - "
-            f"{special} special - {reserve} reserved for the heading path and context header); "
-            f"lower split.heading_reserve or context.max_header_tokens"
-        )
-    if config.split.max_tokens is not None and config.embed is not None and \
-            config.split.max_tokens + reserve > max_seq_length - special:
-        raise ValueError(
-            f"split.max_tokens {config.split.max_tokens} + {reserve} reserved for the heading path "
-            f"and context header exceeds the model's input ({max_seq_length} - {special} special "
-            f"tokens): embedded text would be truncated")
+    # The library's rule (the Beam composite budgets with it too); checked before the other
+    # preflight errors, as it always was.
+    tokenizer_spec, max_tokens = split_budget(config.split.options(), options.model, max_seq_length,
+                                              special, reserve, embedded=config.embed is not None)
     if config.context is not None:
         resolve_api_key(stages.context)  # a missing key fails here, not on every worker
     if stages.embed is not None and stages.embed.backend != "torch" and late:
@@ -510,10 +499,6 @@ def plan(config: Config, run_id: str) -> Plan:
         if late:
             raise ValueError("embed.dims is not supported with embed.mode: late (late chunking "
                              "pools token vectors of the full width)")
-    try:
-        check_budget(max_tokens, config.split.overlap)
-    except ValueError as exc:
-        raise ValueError(f"split: {exc} (the budget derived from the model)") from None
     run_dir = FileSystems.join(config.output.path, run_id)
     signature = embedding_signature(config, resolve_model_dir(local.model), max_seq_length)
     if stages.embed is not None and stages.embed.dims is not None:
