@@ -19,7 +19,7 @@ PYTEST  := $(PY) -m pytest -q -n $(WORKERS) --dist loadfile
 RANGE_TESTS ?= -n $(WORKERS) --dist loadfile \
     tests/pipeline/test_graph_configurations.py tests/pipeline/test_pipeline_e2e.py tests/transforms
 
-.PHONY: setup demo split-demo lint test test-fast test-lowest test-newest test-range lock bench clean chromium
+.PHONY: setup demo split-demo docs lint test test-fast test-lowest test-newest test-range lock bench clean chromium
 
 setup: $(STAMP)
 
@@ -58,6 +58,10 @@ test: $(STAMP) chromium
 # runs both tiers.
 test-fast: $(STAMP)
 	$(PYTEST) -m "not slow"
+
+# The docs site (mkdocs.yml, docs/) into build/site; warnings are errors (tests/test_docs.py too).
+docs: $(STAMP)
+	$(VENV)/bin/mkdocs build --strict
 
 # Static checks (pyproject.toml's [tool.ruff]): seconds, before any test runs.
 lint: $(STAMP)

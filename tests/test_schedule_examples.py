@@ -1,5 +1,5 @@
-"""The scheduling recipes in examples/schedule/ act on chunkline's exit statuses as the README's
-"Exit codes" table says: what they retry is exactly the table's "retry" rows (the constants of
+"""The scheduling recipes in examples/schedule/ act on chunkline's exit statuses as the "Exit codes"
+table of docs/operations.md says: what they retry is exactly the table's "retry" rows (the constants of
 pipeline/exits.py), 1 and 2 are never retried, and every Flex Template parameter reaches a real
 `chunkline run` option or config key. Airflow is not a dependency: the DAG is read as source."""
 
@@ -28,8 +28,9 @@ NEVER_RETRIED = {exits.NOT_DONE, exits.USAGE}
 
 
 def readme_exit_codes() -> dict[int, str]:
-    """The README's "Exit codes" table: each code and what a scheduler should do on it."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    """The "Exit codes" table of docs/operations.md: each code and what a scheduler should do on
+    it."""
+    text = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
     lines = text[text.index("Exit codes (`pipeline/exits.py`)"):].splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("|"))
     actions = {}

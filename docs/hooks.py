@@ -1,0 +1,55 @@
+"""MkDocs hooks (mkdocs.yml ``hooks:``): pages made from files outside docs/ at build time, so
+there is one copy of each.
+
+- ``index.md``: the README, its links into docs/ made relative to the site (``docs/stores.md``
+  -> ``stores.md``, ``bench/RESULTS.md`` -> ``results.md``). Any other relative link in the
+  README has no page in the site and fails the strict build.
+- ``results.md``: ``bench/RESULTS.md``, the benchmarks' figures and how they were taken; an
+  angle-bracketed name outside code (``<frozen posixpath>`` in a traceback column) is shown as
+  text rather than read as an HTML tag, and a list right under its paragraph gets the blank
+  line Python-Markdown needs to see a list (GitHub needs none).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from mkdocs.structure.files import File
+
+ROOT = Path(__file__).resolve().parents[1]
+# The HTML bench/RESULTS.md means as HTML (a collapsed table); any other <name ...> is text.
+HTML_TAGS = r"(?!/?(?:details|summary|br|sub|sup)\b)"
+LIST_ITEM = re.compile(r"(?:[-*]|\d+\.) ")
+LINKS = ((re.compile(r"\]\(docs/"), "]("), (re.compile(r"\]\(bench/RESULTS\.md"), "](results.md"))
+
+
+def readme_page() -> str:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    for pattern, replacement in LINKS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def results_page() -> str:
+    lines, fence = [], False
+    for line in (ROOT / "bench" / "RESULTS.md").read_text(encoding="utf-8").split("\n"):
+        if line.lstrip().startswith("```"):
+            fence = not fence
+        elif not fence:
+            parts = line.split("`")
+            parts[0::2] = [re.sub("<" + HTML_TAGS + r"(?=[A-Za-z/])", "&lt;", part)
+                           for part in parts[0::2]]
+            line = "`".join(parts)
+            previous = lines[-1] if lines else ""
+            if LIST_ITEM.match(line) and previous.strip() and not previous[0].isspace() \
+                    and not LIST_ITEM.match(previous) and not previous.startswith(("|", "#")):
+                lines.append("")
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def on_files(files, config):
+    files.append(File.generated(config, "index.md", content=readme_page()))
+    files.append(File.generated(config, "results.md", content=results_page()))
+    return files
