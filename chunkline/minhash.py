@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from chunkline.options import check_fields, help_text
 from annotated_types import Ge, Gt, Le, Lt
 from typing import Annotated, Literal
-from typing import Hashable, Iterable, Sequence
+from typing import Hashable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -44,9 +44,11 @@ _ASCII_NON_WORD = str.maketrans({c: " " for c in map(chr, range(128)) if not (c.
 _BASE = 0x100000001B3
 _BASE_INVERSE = pow(_BASE, -1, 1 << 64)
 _U32_MAX = np.uint32(0xFFFFFFFF)
-# Shingles of the (permutations x shingles) matrix computed at once: bounds memory to ~16 MB
-# at 256 permutations, whatever the size of a document or a batch.
-_BLOCK_COLUMNS = 16384
+# Shingles of the (permutations x shingles) matrix computed at once: bounds it to 4 MB at 256
+# permutations, whatever the size of a document or a batch. 16,384 held ~37 MB at the peak of
+# signing a 5 MB CSV's ~800,000 shingles, 4,096 ~12 MB, in the same ~0.15 s; batches of 64
+# documents of 2 KB (bench/dedupe_bench.py's) sign as fast either way.
+_BLOCK_COLUMNS = 4096
 
 
 @dataclass(frozen=True)
@@ -126,8 +128,11 @@ def words(text: str) -> list[str]:
     with none (only punctuation, symbols or emoji) falls back to its whitespace-separated
     pieces, so it still has a set to compare."""
     lowered = text.lower()
-    found = lowered.translate(_ASCII_NON_WORD).split() if lowered.isascii() else _WORD.findall(lowered)
-    return found or lowered.split()
+    return _words_of(lowered) or lowered.split()
+
+
+def _words_of(lowered: str) -> list[str]:
+    return lowered.translate(_ASCII_NON_WORD).split() if lowered.isascii() else _WORD.findall(lowered)
 
 
 def shingle_count(word_count: int, shingle_size: int) -> int:
@@ -164,8 +169,9 @@ def _powers(base: int, length: int) -> np.ndarray:
 
 
 # Words hashed in one vectorized pass, at most: each costs ~100 bytes of uint64 arrays (codes,
-# prefix sums, powers and their inverses), so a 5 MB document hashed whole held ~300 MB at once.
-_WORDS_AT_ONCE = 1 << 16
+# prefix sums, powers and their inverses), so a 5 MB document hashed whole held ~300 MB at once,
+# and 65,536 words a pass still ~14 MB (16,384: ~4 MB, as fast).
+_WORDS_AT_ONCE = 1 << 14
 
 
 def batch_shingle_hashes(texts: Sequence[str], shingle_size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -184,7 +190,7 @@ def batch_shingle_hashes(texts: Sequence[str], shingle_size: int) -> tuple[np.nd
     owners: list[int] = []
     size = 0
     for index, text in enumerate(texts):
-        for piece in _word_pieces(words(text), shingle_size):
+        for piece in _word_runs(text, shingle_size):
             group.append(piece)
             owners.append(index)
             size += len(piece)
@@ -195,20 +201,72 @@ def batch_shingle_hashes(texts: Sequence[str], shingle_size: int) -> tuple[np.nd
         keyed.append(_keyed_hashes(group, owners, shingle_size))
     if not keyed:
         return np.empty(0, np.int64), np.empty(0, np.uint32)
-    every = np.sort(np.concatenate(keyed))
+    # Sorted in place, and no array made twice: a 5 MB document has ~800,000 shingles, 6.4 MB
+    # an array of them, and each copy of them once more was that again.
+    every = np.concatenate(keyed)
+    del keyed
+    every.sort()
     # A set per document (sort + neighbour test: several times faster than np.unique here).
     every = every[np.concatenate(([True], every[1:] != every[:-1]))]
-    return (every >> np.uint64(32)).astype(np.int64), (every & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    # The document (below 2**32 once shifted: the same values as int64, so a view) and the
+    # hash, the low 32 bits (a cast to uint32 keeps them, modulo 2**32).
+    return (every >> np.uint64(32)).view(np.int64), every.astype(np.uint32)
 
 
-def _word_pieces(found: list[str], shingle_size: int) -> list[list[str]]:
-    """``found`` whole, or in runs of :data:`_WORDS_AT_ONCE` words whose shingles, together,
-    are the text's (each run starts ``shingle_size - 1`` words before the last one ends)."""
-    if len(found) <= _WORDS_AT_ONCE:
-        return [found] if found else []
+# Characters of a text made into words at once. A whole document's words as one list cost ~60
+# bytes each (a str object of 49 bytes and more, and its slot in the list): a 5 MB CSV table's
+# ~800,000 words held ~50 MB, for the moment it took to hash them.
+_CHARS_AT_ONCE = 1 << 16
+
+
+def _windows(text: str, size: int = _CHARS_AT_ONCE) -> Iterator[str]:
+    """``text`` in consecutive pieces of about ``size`` characters, each but the last ending
+    with a space or a line break, so that :func:`words` of the pieces, one after the other, are
+    the words of the whole text (and so are their whitespace-separated pieces): whitespace is
+    never part of a word, and it ends the context ``str.lower`` reads around a capital sigma
+    (Unicode's Final_Sigma condition skips only case-ignorable characters, which whitespace is
+    not). A piece without whitespace in its second half runs to the next whitespace."""
+    start, length = 0, len(text)
+    while start < length:
+        end = start + size
+        if end >= length:
+            yield text[start:]
+            return
+        cut = max(text.rfind(" ", start + size // 2, end), text.rfind("\n", start + size // 2, end))
+        if cut < 0:
+            following = [p for p in (text.find(" ", end), text.find("\n", end)) if p >= 0]
+            cut = min(following) if following else length - 1
+        yield text[start:cut + 1]
+        start = cut + 1
+
+
+def _word_runs(text: str, shingle_size: int) -> Iterator[list[str]]:
+    """:func:`words` of ``text`` whole, or in runs of :data:`_WORDS_AT_ONCE` words whose
+    shingles, together, are the text's (each run starts ``shingle_size - 1`` words before the
+    last one ends). Made from the text a window at a time (:func:`_windows`): the words of a
+    long text are never one list; a run and a window's words are the most held at once."""
+    found = False
+    for run in _runs((_words_of(piece.lower()) for piece in _windows(text)), shingle_size):
+        found = True
+        yield run
+    if not found:  # no word character anywhere: the whitespace-separated pieces, as words() does
+        yield from _runs((piece.lower().split() for piece in _windows(text)), shingle_size)
+
+
+def _runs(batches: Iterable[list[str]], shingle_size: int) -> Iterator[list[str]]:
+    """The concatenated ``batches`` whole when they hold at most :data:`_WORDS_AT_ONCE` words,
+    else runs of that many starting every ``_WORDS_AT_ONCE - shingle_size + 1`` words, the last
+    one the rest (more than ``shingle_size - 1`` words, so no shingle is cut short); nothing for
+    no words."""
     step = _WORDS_AT_ONCE - shingle_size + 1
-    return [found[first:first + _WORDS_AT_ONCE]
-            for first in range(0, len(found) - shingle_size + 1, step)]
+    held: list[str] = []
+    for batch in batches:
+        held.extend(batch)
+        while len(held) > _WORDS_AT_ONCE:
+            yield held[:_WORDS_AT_ONCE]
+            del held[:step]
+    if held:
+        yield held
 
 
 def _keyed_hashes(pieces: list[list[str]], owners: list[int], shingle_size: int) -> np.ndarray:

@@ -101,7 +101,11 @@ def analyze(text: str, options: SparseOptions = SparseOptions()) -> list[str]:
     return words
 
 
-@lru_cache(maxsize=1 << 16)
+# A term's id is asked for once per occurrence, and a few thousand terms make most of any text's
+# occurrences (Zipf): 16,384 terms miss 1 % more often than 65,536 on 4.7 MB of Python's own
+# sources, and no slower, where 65,536 (each a term, its int and the cache's link, ~230 bytes)
+# held 15 MB for the rest of the job once a table of 100,000 customer ids had filled it.
+@lru_cache(maxsize=1 << 14)
 def term_id(term: str) -> int:
     """A term's index in the sparse vector: stable across processes and runs."""
     digest = hashlib.blake2b(term.encode("utf-8", "surrogatepass"), digest_size=8).digest()

@@ -31,6 +31,7 @@ from pipeline.plan import absolute_paths, new_run_id, plan, preflight
 from pipeline.redact import redacted, redacted_config
 from pipeline.summary import RunSummary, access_lines, bm25_lines, credential_lines, ocr_lines
 from pipeline.timing import stage_seconds
+from transforms.memory import release_freed_memory
 from transforms.spill import remove_dead_spills, remove_spill
 from transforms.memo import NAMESPACE as MEMO_NAMESPACE
 from chunkline.memo import KINDS as MEMO_KINDS
@@ -322,6 +323,9 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
             log.warning("could not remove %s/_spill: %s", job.run_dir, exc)
     if state is not None and str(state).upper().endswith(("FAILED", "CANCELLED")):
         raise RuntimeError(f"run {run_id} ended {state}; {config.output.path}/LATEST unchanged")
+    # What the job freed goes back before its tables are read again for the counts and the
+    # report (transforms/memory.py): on the in-process runner that is this process's heap.
+    release_freed_memory()
     counts, files, problems, unverified = account(job.run_dir, result, config.embed is not None,
                                                   config.sparse is not None, job.carry is not None)
     bm25 = None

@@ -126,6 +126,36 @@ def test_batch_equals_one_by_one(texts: list[str], n: int) -> None:
         assert len(alone) <= max(1, len(words(text)) - n + 1) if words(text) else len(alone) == 0
 
 
+def _whole_text_runs(found: list[str], shingle_size: int) -> list[list[str]]:
+    """The runs of a text's words as they were cut from one list of every word."""
+    if len(found) <= mh._WORDS_AT_ONCE:
+        return [found] if found else []
+    step = mh._WORDS_AT_ONCE - shingle_size + 1
+    return [found[first:first + mh._WORDS_AT_ONCE] for first in range(0, len(found) - shingle_size + 1, step)]
+
+
+@given(st.lists(st.sampled_from(["Word", " ", "\n", "\t", "ΑΣ", "σ", "Σ ", "é", "!", "日本", "x_y",
+                                 "\u0301", "K", "  ", "İ"]), max_size=80).map("".join),
+       st.integers(1, 6), st.integers(2, 12), st.integers(1, 20))
+def test_words_read_window_by_window_make_the_whole_texts_runs(text: str, n: int, window: int,
+                                                               run: int) -> None:
+    # A long text's words are read a window of characters at a time (one list of a 5 MB table's
+    # words held ~60 MB): the runs, and so the shingles, are those of the whole text's words.
+    run = max(run, n)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(mh, "_CHARS_AT_ONCE", window)
+        patch.setattr(mh._windows, "__defaults__", (window,))
+        patch.setattr(mh, "_WORDS_AT_ONCE", run)
+        assert list(mh._word_runs(text, n)) == _whole_text_runs(words(text), n)
+        assert "".join(mh._windows(text)) == text
+
+
+def test_a_text_without_word_characters_is_read_by_windows_too() -> None:
+    text = "!! ?? ## " * 20_000  # no word character: its whitespace-separated pieces are its words
+    assert np.array_equal(shingle_hashes(text, 5), shingle_hashes(" ".join(text.split()), 5))
+    assert [len(r) for r in mh._word_runs(text, 5)] == [len(r) for r in _whole_text_runs(words(text), 5)]
+
+
 @given(st.text(max_size=120), st.integers(1, 6))
 def test_shingles_ignore_case_punctuation_and_spacing(text: str, n: int) -> None:
     assert np.array_equal(shingle_hashes(text, n), shingle_hashes(" ".join(words(text)), n))

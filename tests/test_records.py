@@ -61,3 +61,35 @@ def test_framed_digest_is_each_part_after_its_length(parts, joined_bytes) -> Non
         for cut in range(len(parts) + 1):
             for _ in range(2):
                 assert records.framed_digest_bytes(parts[cut:], tuple(parts[:cut])) == digest.digest()
+
+
+@given(st.lists(st.sampled_from(["a", " ", "\n", "\r", "\r\n", "\t", "\u2028", "\x85", "\x1c", "e",
+                                 "\u0301", "\u0327", "\u1100", "\u1161", "\n\n", "  ", "\ud800"]),
+                max_size=60).map("".join),
+       st.integers(1, 12))
+def test_doc_hash_window_by_window_is_the_whole_texts(text: str, window: int) -> None:
+    # A long text is normalized and hashed a window of whole lines at a time (its lines, and
+    # their normalized forms, as lists held ~100 bytes a line): the same digest as in one piece.
+    import hashlib
+
+    from chunkline import records
+
+    whole = hashlib.sha256(records.normalize_for_hash(text).encode("utf-8", "surrogatepass")).hexdigest()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(records.line_windows, "__defaults__", (window,))
+        assert "".join(records.line_windows(text)) == text
+        assert records.doc_hash(text) == whole
+
+
+@pytest.mark.parametrize("length", [0, 1, (1 << 16) - 1, 1 << 16, (1 << 16) + 1, 300_001])
+def test_text_digest_of_a_long_text_is_its_utf8s(length: int) -> None:
+    # Past CACHED_TEXT_CHARS a text is neither cached (the cache held each form of a 5 MB
+    # document to the end of the job) nor encoded whole: the digest is still its UTF-8's.
+    import hashlib
+    import random
+
+    from chunkline.records import text_digest
+
+    rng = random.Random(length)
+    text = "".join(rng.choice(["a", "é", "\ud800", "😀", "\n"]) for _ in range(length))
+    assert text_digest(text) == hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()

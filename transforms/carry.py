@@ -51,6 +51,7 @@ from transforms.counters import (
     CARRY_REJECTED,
 )
 from transforms.reuse import stored_dtype
+from transforms.elementwise import MapWith
 from transforms.shares import GroupInShares
 from transforms.write import SHARD_DIGEST_KEY, file_digest
 
@@ -541,5 +542,6 @@ class SetCarryKeys(beam.PTransform):
         self.keys = CarryKeys(source)
 
     def expand(self, elements: PCollection[DocumentChunks]) -> PCollection[DocumentChunks]:
-        return elements | "CarryKey" >> beam.Map(_with_carry_keys, self.keys).with_output_types(
+        # Not beam.Map(fn, keys): that Map would hold its last element (transforms/elementwise.py).
+        return elements | "CarryKey" >> beam.ParDo(MapWith(_with_carry_keys, self.keys)).with_output_types(
             DocumentChunks)

@@ -32,7 +32,7 @@ from chunkline.clean import CleanOptions, clean_marked, line_indexes, without_li
 from chunkline.memo import CLEAN, DOC_HASH, LINE_KEYS, STRIP, MemoSource
 from chunkline.records import Document, Rejected
 from transforms.memo import MemoUse, recalled_doc_hash
-from transforms.spill import ReadSpilled, RemoveParts, SpillRecords, default_spill_dir
+from transforms.spill import RemoveParts, SpillRecords, coder_of, default_spill_dir, read_part
 from transforms.shares import GroupInShares
 
 REJECTED = "rejected"
@@ -135,9 +135,10 @@ def _recalled_drop(value: bytes | None, lines: int) -> tuple[list[bool], dict[st
 
 
 class _Strip(beam.DoFn):
-    """A document without its frequent lines. Its candidate keys, when this process or the
-    previous run computed them (:class:`_KeysOfText`), say whether it holds any: most documents
-    hold none and pass untouched without being split into lines again."""
+    """A part of parked documents -> each document without its frequent lines (one left with
+    nothing is rejected). Its candidate keys, when this process or the previous run computed
+    them (:class:`_KeysOfText`), say whether it holds any: most documents hold none and pass
+    untouched without being split into lines again."""
 
     def __init__(self, options: BoilerplateOptions, memo: MemoSource | None = None) -> None:
         self._options = options
@@ -147,6 +148,7 @@ class _Strip(beam.DoFn):
         self._chars = Metrics.counter("boilerplate", "chars_removed")
         self._rejected = Metrics.counter("boilerplate", "rejected")
         self._frequent_of: tuple[int, np.ndarray] | None = None
+        self._coder = coder_of(Document)
 
     def setup(self) -> None:
         self._memo.setup()
@@ -206,9 +208,16 @@ class _Strip(beam.DoFn):
         return text, page_starts, found
 
     def process(
-        self, doc: Document, frequent: frozenset[str]
+        self, part: str, frequent: frozenset[str]
     ) -> Iterable[Document | TaggedOutput[Literal["removed"], tuple[str, str]]
                   | TaggedOutput[Literal["rejected"], Rejected]]:
+        # The part's documents are read here, not by a step before: a DoFn with a side input
+        # holds its last element until the job ends (transforms/elementwise.py), and so holds
+        # a part's path, not a document.
+        for doc in map(self._coder.decode, read_part(part)):
+            yield from self._strip(doc, frequent)
+
+    def _strip(self, doc: Document, frequent: frozenset[str]):
         text, page_starts, found = self._stripped(doc, frequent)
         if text == doc.text:
             yield doc
@@ -435,7 +444,7 @@ class RemoveBoilerplate(beam.PTransform):
         stripped = (
             documents
             | "Park" >> SpillRecords(parked, Document)
-            | "Unpark" >> ReadSpilled(Document)
+            | "Spread" >> beam.Reshuffle()
             | "Strip" >> beam.ParDo(_Strip(options, self._memo), AsSingleton(frequent))
             .with_outputs(REJECTED, REMOVED, main="documents")
         )

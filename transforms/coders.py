@@ -18,6 +18,7 @@ with every value encoded by its own PCollection's coder.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, Iterable, Sequence
 
 import apache_beam as beam
@@ -280,6 +281,36 @@ def decode_rejected(stream) -> Rejected:
     return Rejected(*(_read_str(stream) for _ in range(3)))
 
 
+def _estimated_size(value: Any) -> int:
+    """What :class:`_RecordCoder` estimates a record's encoding at: a string's UTF-8 (and its
+    length), the sum over a record's fields and a tuple's items, a number, flag or None a few
+    bytes (a varint, a float32)."""
+    if isinstance(value, str):
+        return _utf8_size(value) + 2
+    if isinstance(value, (tuple, list)):
+        if value and isinstance(value[0], (int, float)):  # a vector, term ids or page starts
+            return 2 + _NUMBER_BYTES * len(value)
+        return 2 + sum(_estimated_size(item) for item in value)
+    if dataclasses.is_dataclass(value):
+        return sum(_estimated_size(getattr(value, name)) for name in value.__dataclass_fields__)
+    if isinstance(value, bytes):
+        return len(value) + 2
+    return _NUMBER_BYTES
+
+
+_NUMBER_BYTES = 4
+_SIZE_WINDOW = 1 << 16
+
+
+def _utf8_size(text: str) -> int:
+    """``len(text.encode("utf-8", "surrogatepass"))``, a window at a time: no copy of a long
+    text is made to be measured."""
+    if text.isascii():
+        return len(text)
+    return sum(len(text[start:start + _SIZE_WINDOW].encode("utf-8", "surrogatepass"))
+               for start in range(0, len(text), _SIZE_WINDOW))
+
+
 class _RecordCoder(Coder):
     """A deterministic coder from an ``encode(stream, record)`` / ``decode(stream)`` pair."""
 
@@ -293,6 +324,16 @@ class _RecordCoder(Coder):
 
     def decode(self, encoded: bytes) -> Any:
         return type(self)._decode(create_InputStream(encoded))
+
+    def estimate_size(self, value: Any) -> int:
+        """About the encoded size, without encoding: Beam asks for it to sample the mean size
+        of every output (the first ten elements of each PCollection, then fewer:
+        ``apache_beam/runners/worker/opcounters.py``), and ``Coder.estimate_size`` encodes the
+        element to measure it, which for one 5 MB document with its 14,336 chunks made a 20 MB
+        buffer for each PCollection that carries it. Beam's own docs invite "a fast estimate"
+        here; this one is the record's strings' UTF-8 and a few bytes for every other field,
+        what the encoding is made of."""
+        return _estimated_size(value)
 
     def is_deterministic(self) -> bool:
         return True

@@ -65,6 +65,7 @@ from chunkline.memo import DOC_HASH, SIGNATURE, MemoSource
 from transforms import coders  # noqa: F401 - registers the record coders these shuffles use
 from transforms.shares import GroupInShares, JoinInShares
 from transforms.memo import MemoUse, recalled_doc_hash
+from transforms.memory import release_after
 from transforms.spill import PartWriter, RemoveParts, coder_of, default_spill_dir, read_part
 
 # Documents per signature batch: numpy's per-call overhead is paid once per batch (~2.5x the
@@ -295,6 +296,7 @@ class _ParkAndSummarize(beam.DoFn):
         self._parts.flush()
         self._memo.flush()
         self._hashes.flush()
+        release_after(self._parts.added_bytes)
 
     def _signatures(self, batch: list[Document]) -> list[bytes]:
         """Each text's signature as bytes (b"": no shingles); a text the previous run signed
@@ -559,11 +561,17 @@ class _ReleasePart(beam.DoFn):
     def process(self, keyed: tuple[str, Iterable[_Decision]]):
         part, decisions = keyed
         by_index = {decision.occurrence[1]: decision for decision in decisions}
-        for index, data in enumerate(read_part(part)):
+        # Counted by hand, and the record's bytes let go once decoded: they are not held while
+        # the document goes on (split, in this stage) before the next record is read. (An
+        # enumerate would hold them: it keeps its last (index, item) pair for reuse.)
+        index = -1
+        for data in read_part(part):
+            index += 1
             decision = by_index.get(index)
             if decision is None:
                 continue
             doc = self._coder.decode(data)
+            del data
             status = DocumentStatus.of(doc, decision.digest, decision.status, decision.duplicate_of)
             yield beam.pvalue.TaggedOutput("statuses", status)
             if decision.status == KEPT and not decision.carried:

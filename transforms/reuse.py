@@ -26,6 +26,7 @@ from chunkline.quantize import UNIT_TOLERANCE as QUANTIZED_UNIT_TOLERANCE
 from chunkline.quantize import dequantized
 from chunkline.records import ChunkRecord, DocumentChunks, content_key, doc_hash
 from transforms.coders import JoinByKey
+from transforms.elementwise import MapWith
 from transforms.progress import progress_counter
 from transforms.counters import CHUNKS_REUSED, REUSE_REJECTED
 
@@ -228,7 +229,9 @@ class ContentKeys(beam.PTransform):
         self.signature = signature
 
     def expand(self, elements: PCollection[DocumentChunks]) -> PCollection[DocumentChunks]:
-        return elements | "Key" >> beam.Map(_with_content_keys, self.signature).with_output_types(
+        # Not beam.Map(fn, signature): that Map would hold its last element
+        # (transforms/elementwise.py).
+        return elements | "Key" >> beam.ParDo(MapWith(_with_content_keys, self.signature)).with_output_types(
             DocumentChunks)
 
 
@@ -251,7 +254,7 @@ class LateContentKeys(beam.PTransform):
         self.signature = signature
 
     def expand(self, elements: PCollection[DocumentChunks]) -> PCollection[DocumentChunks]:
-        return elements | "LateKey" >> beam.Map(_with_late_keys, self.signature).with_output_types(
+        return elements | "LateKey" >> beam.ParDo(MapWith(_with_late_keys, self.signature)).with_output_types(
             DocumentChunks)
 
 

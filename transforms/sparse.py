@@ -35,6 +35,7 @@ from chunkline.sparse import (
     term_counts,
 )
 from transforms.coders import ChunkRecordCoder  # noqa: F401 - registered: how chunks shuffle
+from transforms.elementwise import MapWith
 
 STATS_FILE = "bm25.json"
 # What ``sparse_values`` hold, as bm25.json says: "tf", the saturated term frequencies (IDF at
@@ -133,7 +134,8 @@ class SparseCounts(beam.PTransform):
     def expand(self, chunks):
         # (chunks, counted): chunks carried from the previous run hold their counts already.
         chunks, *already = chunks if isinstance(chunks, (tuple, list)) else (chunks,)
-        counted = chunks | "CountTerms" >> beam.Map(_with_counts, self.options).with_output_types(ChunkRecord)
+        counted = chunks | "CountTerms" >> beam.ParDo(MapWith(_with_counts, self.options)).with_output_types(
+            ChunkRecord)
         # Summed where they are counted (the combine is lifted into that stage): flattened with
         # statistics made elsewhere first, every chunk would wait whole in the in-process
         # runner's buffer for the flatten (at 100 MB of text, hundreds of MB).

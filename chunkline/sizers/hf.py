@@ -7,7 +7,7 @@ import importlib
 import json
 from bisect import bisect_left, bisect_right
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 import regex
@@ -189,10 +189,13 @@ class _WordPieceUnknowns:
         return safe
 
     def cuts(self, text: str) -> list[int]:
-        lines = self._suspect_lines(text)
-        if not lines:
-            return []
         found: list[int] = []
+        for lines in _batches(self._suspect_lines(text)):
+            self._cuts_in(text, lines, found)
+        return found
+
+    def _cuts_in(self, text: str, lines: list[tuple[int, int]], found: list[int]) -> None:
+        """The cuts inside ``lines`` ((start, end) of suspect lines, in order), added to ``found``."""
         encodings = self._rust.encode_batch([text[a:b] for a, b in lines], add_special_tokens=False)
         for (lo, hi), encoding in zip(lines, encodings):
             ids = encoding.ids
@@ -216,18 +219,32 @@ class _WordPieceUnknowns:
                     edges = [a, *inner, b]
                 if len(edges) - 1 > UNKNOWN_GRAPHEMES_TOLERATED:
                     found.extend(self._word_cuts(text, edges))
-        return found
 
     def _suspect_lines(self, text: str) -> list[tuple[int, int]]:
         """(start, end) of every line that may hold an unknown word: one with a character that
         is not safe, or with a run between separators longer than the limit. Lines, because
         BERT whitespace ends every word. For most text there are none, found in a few numpy
-        passes and one look at each distinct character."""
-        if text.isascii():
-            codes = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
+        passes and one look at each distinct character.
+
+        A window of the text at a time (:func:`_windows`): the passes make int64 arrays of
+        every separator's position and of the gaps between them, which for a whole 5 MB CSV
+        table held ~54 MB at once."""
+        found: list[tuple[int, int]] = []
+        for lo, hi in _windows(text, SUSPECT_WINDOW):
+            for line in self._suspect_lines_in(text, lo, hi):
+                if not found or found[-1] != line:  # a long line spans several windows
+                    found.append(line)
+        return found
+
+    def _suspect_lines_in(self, text: str, lo: int, hi: int) -> list[tuple[int, int]]:
+        """:meth:`_suspect_lines` of the window ``text[lo:hi]``, whose edges are separators'
+        (the text's own edges, or just after BERT whitespace), the lines named in ``text``."""
+        piece = text[lo:hi]
+        if piece.isascii():
+            codes = np.frombuffer(piece.encode("ascii"), dtype=np.uint8)
             unsafe = self._ascii_unsafe
         else:
-            codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+            codes = np.frombuffer(piece.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
             wide = np.unique(codes[codes >= 0x80]).tolist()
             unsafe = self._ascii_unsafe + [c for c in wide if not self._is_safe(c)]
         separator = np.flatnonzero(self._separator.take(np.minimum(codes, 0x7F)))
@@ -240,8 +257,11 @@ class _WordPieceUnknowns:
             positions.extend(np.flatnonzero(np.isin(codes, unsafe)).tolist())
         newlines = np.flatnonzero(codes == 0x0A)
         rows = np.unique(np.searchsorted(newlines, positions)).tolist()
-        line_ends = newlines.tolist() + [len(text)]
-        return [(line_ends[r - 1] + 1 if r else 0, line_ends[r]) for r in rows]
+        # In ``text``; a window may start or end inside a line, which runs on outside it.
+        line_ends = (newlines + lo).tolist()
+        line_ends.append(end if (end := text.find("\n", hi)) >= 0 else len(text))
+        first = text.rfind("\n", 0, lo) + 1
+        return [(line_ends[r - 1] + 1 if r else first, line_ends[r]) for r in rows]
 
     def _word_cuts(self, text: str, edges: Sequence[int]) -> list[int]:
         """Cuts inside the unknown word text[edges[0]:edges[-1]], whose grapheme cluster
@@ -317,6 +337,49 @@ class _WordPieceUnknowns:
             if lo == i:
                 cuts.append(edges[middle])
         return cuts
+
+
+# Characters of a text looked at in one numpy pass for unknown words, about (see _windows).
+SUSPECT_WINDOW = 1 << 16
+# Characters of suspect lines encoded in one batch, about: a batch's encodings are held together
+# (~90 bytes a character natively).
+SUSPECT_BATCH_CHARS = 1 << 18
+
+
+def _windows(text: str, size: int) -> Iterator[tuple[int, int]]:
+    """(start, end) of consecutive windows of ``text``, of about ``size`` characters: each but the
+    last ends after a line break, or, where a line is longer than half a window, after BERT
+    whitespace (every tokenizer's separator here). No word and no run between separators
+    crosses from one window to the next; a window without whitespace runs to the next."""
+    start, length = 0, len(text)
+    while start < length:
+        end = start + size
+        if end >= length:
+            yield start, length
+            return
+        half = start + size // 2
+        cut = text.rfind("\n", half, end)
+        if cut < 0:
+            cut = max(text.rfind(c, half, end) for c in BERT_SEPARATORS)
+        if cut < 0:
+            following = [p for p in (text.find(c, end) for c in BERT_SEPARATORS) if p >= 0]
+            cut = min(following) if following else length - 1
+        yield start, cut + 1
+        start = cut + 1
+
+
+def _batches(lines: list[tuple[int, int]]) -> Iterator[list[tuple[int, int]]]:
+    """``lines`` in runs of about :data:`SUSPECT_BATCH_CHARS` characters (a longer line alone)."""
+    batch: list[tuple[int, int]] = []
+    size = 0
+    for line in lines:
+        if batch and size + line[1] - line[0] > SUSPECT_BATCH_CHARS:
+            yield batch
+            batch, size = [], 0
+        batch.append(line)
+        size += line[1] - line[0]
+    if batch:
+        yield batch
 
 
 # At most this many grapheme clusters may read as one [UNK] in a chunk (see _WordPieceUnknowns).

@@ -344,24 +344,47 @@ def samples(documents: pa.Table, doc_paths: list[str], chunk_paths: list[str]) -
         name = row["format"] or FORMATS.get(row["ext"], "other")
         if name not in chosen or row["doc_id_min"] < chosen[name]:
             chosen[name] = row["doc_id_min"]
-    texts = _texts(doc_paths, set(chosen.values()))
+    heads = _text_heads(doc_paths, set(chosen.values()))
     ids = sorted(chosen.values())
     chunk_table = (_read(chunk_paths, ["doc_id", "chunk_index", "start", "end", "tokens", "headings"],
                          filters=[("doc_id", "in", ids)]) if ids and chunk_paths else None)
+    # Counted, and cut to the chunks starting inside the sample, in Arrow: a document of 14,336
+    # chunks became as many Python dicts here only to show a few dozen of them.
+    chunk_counts: Counter = Counter()
     by_doc: dict[str, list[dict]] = defaultdict(list)
-    for row in (chunk_table.to_pylist() if chunk_table is not None else []):
-        by_doc[row["doc_id"]].append(row)
+    if chunk_table is not None:
+        chunk_counts.update(chunk_table.column("doc_id").to_pylist())
+        shown = chunk_table.filter(pc.less(chunk_table.column("start"), SAMPLE_CHARS))
+        for row in shown.to_pylist():
+            by_doc[row["doc_id"]].append(row)
     out = []
     for fmt in sorted(chosen):
         doc_id = chosen[fmt]
-        if doc_id not in texts:
+        if doc_id not in heads:
             continue
-        uri, text = texts[doc_id]
+        uri, head, length = heads[doc_id]
         rows = sorted(by_doc[doc_id], key=lambda r: r["chunk_index"])
         inside = [SampleChunk(r["chunk_index"], r["start"], r["end"], r["tokens"], tuple(r["headings"]))
-                  for r in rows if r["start"] < SAMPLE_CHARS][:MAX_SAMPLE_CHUNKS]
-        out.append(Sample(fmt, doc_id, clip(uri), text[:SAMPLE_CHARS], len(text), tuple(inside), len(rows)))
+                  for r in rows][:MAX_SAMPLE_CHUNKS]
+        out.append(Sample(fmt, doc_id, clip(uri), head, length, tuple(inside), chunk_counts[doc_id]))
     return out
+
+
+def _text_heads(paths: list[str], doc_ids: set[str]) -> dict[str, tuple[str, str, int]]:
+    """{doc_id: (uri, its text's first SAMPLE_CHARS characters, its length)} of a few documents:
+    :func:`_texts`, the text cut in Arrow (a 5 MB document is not made a Python string to show
+    20,000 characters of it)."""
+    if not doc_ids:
+        return {}
+    table = _read(paths, ["doc_id", "uri", "text"], filters=[("doc_id", "in", sorted(doc_ids))])
+    if table is None:
+        return {}
+    text = table.column("text")
+    # Both count code points, as Python's len and slices do.
+    heads = pc.utf8_slice_codeunits(text, 0, SAMPLE_CHARS).to_pylist()
+    lengths = pc.utf8_length(text).to_pylist()
+    return {doc_id: (uri, head, length) for doc_id, uri, head, length in zip(
+        table.column("doc_id").to_pylist(), table.column("uri").to_pylist(), heads, lengths)}
 
 
 def audience_of(manifest: dict[str, Any]) -> tuple[str, ...] | None:

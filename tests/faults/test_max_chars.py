@@ -21,6 +21,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import regex
+from hypothesis import given
+from hypothesis import strategies as st
 
 from chunkline import char_bound, default_max_chars, split, split_code
 from chunkline.sizers import HFTokenizer
@@ -263,3 +265,22 @@ def test_split_code_and_semantic_split_cut_unknown_words_too() -> None:
     chunks = semantic_split(prose, 64, tokenizer(MINILM), flat, SemanticOptions(buffer=0))
     check_bounded(prose, chunks, MINILM, 64, default_max_chars(64))
     assert any(t.startswith("🙂") for t in texts(prose, chunks))
+
+
+@given(st.lists(st.sampled_from(["word", " ", "\n", "\t", "\r", "é", "🙂", "日本", "|", ".", "x" * 120,
+                                 "abc🙂def", "\n\n"]), max_size=80).map("".join),
+       st.integers(3, 40))
+def test_unknown_words_found_window_by_window_are_the_whole_texts(text: str, window: int) -> None:
+    # A long document's lines are searched for unknown words a window at a time (its separator
+    # positions as int64 arrays cost ~50 bytes a character): the lines and cuts are those of one
+    # pass over the whole text, a line cut by a window's edge named once.
+    from chunkline.sizers import hf
+
+    unknowns = tokenizer(MINILM)._unknown_words
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(hf, "SUSPECT_WINDOW", 1 << 30)
+        whole = unknowns._suspect_lines(text), unknowns.cuts(text)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(hf, "SUSPECT_WINDOW", window)
+        patch.setattr(hf, "SUSPECT_BATCH_CHARS", window)
+        assert (unknowns._suspect_lines(text), unknowns.cuts(text)) == whole

@@ -37,6 +37,20 @@ def test_every_record_is_where_add_said(tmp_path_factory, records, part_bytes) -
     assert all(by_part[path] for path in written)  # no empty part is written
 
 
+def test_a_parts_last_record_is_the_callers_alone(tmp_path) -> None:
+    # The records of a part are handed out by an iterator that lets the part's bytes go once
+    # the last is read: a 5 MB document is split downstream while the part read stays open.
+    writer = PartWriter(str(tmp_path), coder_of(bytes))
+    for record in (b"first", b"x" * 100_000):
+        writer.add(record)
+    writer.flush()
+    (path,) = writer.drain()
+    records = read_part(path)
+    assert next(records) == b"first" and records._stream is not None
+    assert next(records) == b"x" * 100_000 and records._stream is None
+    assert list(records) == []
+
+
 def test_spilled_documents_come_back_and_the_parts_go(tmp_path) -> None:
     docs = [Document(f"d{i}", f"/c/d{i}.md", f"text {i} " * i, position=i,
                      metadata=(("k", str(i)),)) for i in range(30)]
