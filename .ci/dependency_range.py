@@ -16,9 +16,12 @@ there was nothing to lay over), 1: a version broke them, 2: the check itself cou
     python .ci/dependency_range.py lowest -- tests/pipeline/test_graph_configurations.py
     python .ci/dependency_range.py newest -- -m "not slow"
 
-A passing lowest check writes .ci/lowest-tested (commit it): the digest of the declared ranges
-and the lock it passed against. ``lowest --if-changed`` (CI) runs only when they changed; the
-newest check costs a resolution when no release is newer than the lock, and always runs.
+A passing check writes its stamp (commit it): .ci/lowest-tested, the digest of the declared
+ranges and the lock it passed against; .ci/newest-tested, that digest and the newest versions
+it laid over them. With ``--if-changed`` (CI) a check runs only when its stamp no longer holds:
+for ``lowest`` when the ranges or the lock changed, for ``newest`` also when a release newer
+than the tested ones appeared, so a break is still seen the day a release brings it, and a day
+without a release costs one resolution (seconds).
 """
 
 from __future__ import annotations
@@ -137,8 +140,9 @@ def tests_pass(packages: dict[str, str], pytest_args: list[str], folder: Path) -
     return done.returncode == 0, failed.group(1) if failed else f"pytest exited {done.returncode}"
 
 
-# What the last passing lowest check was run against (committed): the declared ranges and the lock.
-STAMP = ROOT / ".ci" / "lowest-tested"
+# What the last passing check of each end was run against (committed): the declared ranges and
+# the lock, and for the newest end the versions it laid over them.
+STAMPS = {"lowest": ROOT / ".ci" / "lowest-tested", "newest": ROOT / ".ci" / "newest-tested"}
 
 
 def ranges_digest() -> str:
@@ -150,20 +154,38 @@ def ranges_digest() -> str:
     return hashlib.blake2b(declared.encode() + LOCK.read_bytes(), digest_size=16).hexdigest()
 
 
+def stamp_digest(end: str, packages: dict[str, str]) -> str:
+    """What a passing check of ``end`` stamps: the ranges and the lock, and for the newest end the
+    versions laid over them (a new release changes them: the check runs again)."""
+    if end == "lowest":
+        return ranges_digest()
+    laid = json.dumps(sorted(packages.items())).encode()
+    return hashlib.blake2b(ranges_digest().encode() + laid, digest_size=16).hexdigest()
+
+
+def _stamped(stamp: Path, digest: str) -> bool:
+    return stamp.is_file() and stamp.read_text().split()[:1] == [digest]
+
+
+def _shown(packages: dict[str, str]) -> str:
+    return ", ".join(f"{name} {version}" for name, version in packages.items())
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("end", choices=("lowest", "newest"))
     parser.add_argument("--if-changed", action="store_true",
-                        help="lowest: skip when the ranges and the lock are those .ci/lowest-tested "
-                             "names (a passing check writes it)")
+                        help="skip when the ranges and the lock (and, newest, the newest versions) "
+                             "are those the end's stamp, .ci/<end>-tested, names (a passing check "
+                             "writes it)")
     # What follows -- is pytest's, taken apart here: argparse gives a trailing positional list
     # nothing once an option stands between it and the first positional.
     argv = sys.argv[1:]
     pytest_args = argv[argv.index("--") + 1:] if "--" in argv else []
     args = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     args.pytest_args = pytest_args
-    if args.end == "lowest" and args.if_changed and STAMP.is_file() \
-            and STAMP.read_text().split()[0] == ranges_digest():
+    stamp = STAMPS[args.end]
+    if args.end == "lowest" and args.if_changed and _stamped(stamp, ranges_digest()):
         print("dependency range (lowest): the declared ranges and the lock are the ones "
               ".ci/lowest-tested was tested against; not run again (make test-lowest runs it)")
         return 0
@@ -171,7 +193,12 @@ def main() -> int:
     if not packages:
         print(f"dependency range ({args.end}): the lock already holds these versions; nothing to lay over")
         return 0
-    shown = ", ".join(f"{name} {version}" for name, version in packages.items())
+    tested = stamp_digest(args.end, packages)
+    if args.end == "newest" and args.if_changed and _stamped(stamp, tested):
+        print(f"dependency range (newest): {_shown(packages)} over this lock passed before "
+              "(.ci/newest-tested) and no newer release appeared; not run again (make test-newest runs it)")
+        return 0
+    shown = _shown(packages)
     print(f"dependency range ({args.end}): testing {shown}", flush=True)
     # A folder of this run's own: two checks at once never lay their versions over each other.
     (ROOT / ".cache").mkdir(exist_ok=True)
@@ -180,8 +207,7 @@ def main() -> int:
         passed, first = tests_pass(packages, args.pytest_args, folder)
         if passed:
             print(f"dependency range ({args.end}): passed with {shown}")
-            if args.end == "lowest":
-                STAMP.write_text(f"{ranges_digest()} {shown}\n")
+            stamp.write_text(f"{tested} {shown}\n")
             return 0
         culprits = [f"{name} {version}" for name, version in packages.items()
                     if len(packages) == 1 or not tests_pass({name: version}, args.pytest_args, folder)[0]]

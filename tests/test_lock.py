@@ -82,3 +82,21 @@ def test_the_lowest_check_lays_each_edge_at_its_declared_bound() -> None:
         assert (name in wanted) == (Version(Version(locked[canonicalize_name(name)]).public) != Version(bound))
         if name in wanted:
             assert wanted[name] == bound
+
+
+def test_a_newest_stamp_holds_only_for_the_versions_it_tested(tmp_path, monkeypatch) -> None:
+    """CI skips the newest check while its stamp holds: a release newer than the tested ones (or
+    another lock) must make it run again."""
+    script = _range_script()
+    monkeypatch.setitem(script.STAMPS, "newest", tmp_path / "newest-tested")
+    tested = {"google-auth": "2.63.1", "grpcio": "1.85.4"}
+    digest = script.stamp_digest("newest", tested)
+    (tmp_path / "newest-tested").write_text(f"{digest} {script._shown(tested)}\n")
+    assert script._stamped(script.STAMPS["newest"], script.stamp_digest("newest", dict(tested)))
+    released = {**tested, "grpcio": "1.86.0"}
+    assert not script._stamped(script.STAMPS["newest"], script.stamp_digest("newest", released))
+    assert not script._stamped(script.STAMPS["newest"], script.stamp_digest("newest", {**tested, "rich": "15.0"}))
+    # The lowest stamp is the ranges and the lock alone: a newest digest never passes for it.
+    assert script.stamp_digest("lowest", tested) == script.ranges_digest() != digest
+    monkeypatch.setattr(script, "ranges_digest", lambda: "another lock")
+    assert not script._stamped(script.STAMPS["newest"], script.stamp_digest("newest", tested))
