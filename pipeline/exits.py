@@ -1,5 +1,5 @@
 """Exit statuses of ``chunkline run`` and ``chunkline sync``: one table, so a scheduler can act
-on each (the README's "Exit codes" table says what to do on each). Where a status has a
+on each (docs/operations.md's "Exit codes" table says what to do on each). Where a status has a
 sysexits.h meaning it is that one."""
 
 from __future__ import annotations

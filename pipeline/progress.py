@@ -5,7 +5,7 @@ The numbers are the stages' own tallies (``transforms/progress.py``): the driver
 in ``CHUNKLINE_PROGRESS_DIR`` before the job starts, every worker process on this machine (the
 in-process runner's threads, the multi-process runner's workers) writes its counts there, and a
 thread here sums them a few times a second. On Dataflow or Flink the workers run elsewhere and
-the runner's console shows the same counters (README, "Running it every night").
+the runner's console shows the same counters (docs/operations.md, "Running it every night").
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """chunkline's nightly reindex as an Airflow DAG: ``chunkline run``, then, only when the run
 exits 3 (the index is published, the sink lags), ``chunkline sync OUTPUT --to SINK``. Airflow
-retries a task only on the exit statuses that ask for a retry (README, "Exit codes"): 75 for
+retries a task only on the exit statuses that ask for a retry (docs/operations.md, "Exit codes"): 75 for
 the run, 69 and 75 for the sync. On any other failure the task fails at once and pages.
 
 Why not apache-airflow-providers-apache-beam's BeamRunPythonPipelineOperator: it runs
@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 
 # The statuses a scheduler retries, from pipeline/exits.py; repeated here because the scheduler
 # parses this file without chunkline. tests/test_schedule_examples.py holds them equal to
-# exits.py and to the README's table.
+# exits.py and to the table in docs/operations.md.
 PUBLISHED_SINK_FAILED = 3  # run: the index is published, the sink's sync failed or lags
 STORE_UNAVAILABLE = 69  # sync: the store cannot be reached, or a write failed midway
 BUSY = 75  # run: another run holds the output's lease; sync: another sync the store's lock
@@ -78,8 +78,8 @@ def _act(command: str, status: int) -> str:
     if action == "retry":
         raise AirflowException(f"chunkline {command} exit {status}: busy or unreachable, retried")
     if action == "fail":
-        raise AirflowFailException(f"chunkline {command} exit {status}: not retried (README, "
-                                   "'Exit codes')")
+        raise AirflowFailException(f"chunkline {command} exit {status}: not retried "
+                                   "(docs/operations.md, 'Exit codes')")
     return action
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # chunkline's nightly run for cron: `chunkline run`, its exit status mapped to ok, retry later
-# or page (pipeline/exits.py; README, "Exit codes"), one log line per decision. No flock: the
+# or page (pipeline/exits.py; docs/operations.md, "Exit codes"), one log line per decision. No flock: the
 # run holds the output's lease itself and exits 75 while another run holds it.
 #
 #   # crontab -e, as the user who owns the index:
