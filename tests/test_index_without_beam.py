@@ -122,6 +122,37 @@ def test_a_local_index_is_opened_and_searched_without_beam(local_output, local_r
     assert all(expanded for *_, expanded in local_result["hits"]["one-shot"])
 
 
+CLI = NO_BEAM + r'''
+import io
+from contextlib import redirect_stdout
+
+from pipeline.cli import main
+
+out, err = io.StringIO(), io.StringIO()
+with redirect_stdout(out):
+    try:
+        status = main(sys.argv[1:], out, err)
+    except SystemExit as exit:  # --help
+        status = exit.code
+print(status, json.dumps([out.getvalue(), err.getvalue(), NoBeam.tried]))
+'''
+
+
+def test_the_commands_that_read_an_index_start_without_beam(local_output) -> None:
+    """``chunkline query`` (a search service's command) neither needs Beam nor pays for importing
+    it, and no other command's arguments make it (``report``'s are read with the parser)."""
+    for argv, expected in ((["query", str(local_output), QUESTION, "-k", "2", "--json"], '"chunk_id"'),
+                           (["report", "--help"], "--run RUN_ID")):
+        done = run_python("import json\n" + CLI, *argv)
+        assert done.returncode in (0, 1) and done.stdout, (argv, done.stderr[-2000:])
+        status, payload = done.stdout.strip().splitlines()[-1].split(" ", 1)
+        printed, errors, tried = json.loads(payload)
+        assert tried == [], (argv, tried)
+        if argv[1] != "--help":
+            assert status == "0", (argv, errors)
+        assert expected in printed + errors, (argv, printed[-500:], errors[-500:])
+
+
 def test_a_gcs_index_is_opened_and_searched_without_beam(local_output, local_result) -> None:
     with storage_emulator(BUCKET):
         upload_tree(local_output, f"gs://{BUCKET}/index")

@@ -14,8 +14,7 @@ import argparse
 import sys
 from typing import TextIO
 
-from apache_beam.io.filesystems import FileSystems
-
+from chunkline.index import storage
 from pipeline.manifest import ManifestError, resolve_run
 from pipeline.report.gather import ShardError, gather
 from pipeline.report.render import render
@@ -25,6 +24,10 @@ REPORT = "report.html"
 
 def write_report(run_dir: str) -> str:
     """Write ``run_dir/report.html`` and return its path."""
+    # Written through Beam's filesystems (any scheme a run can write to); reading the run and
+    # the command's arguments need no Beam: `chunkline query` and `runs` start without it.
+    from apache_beam.io.filesystems import FileSystems
+
     page = render(gather(run_dir))
     path = FileSystems.join(run_dir, REPORT)
     with FileSystems.create(path) as handle:
@@ -44,7 +47,7 @@ def _run_dir(output: str, run_id: str | None) -> str:
     if run_id is not None:
         if not run_id or "/" in run_id or run_id in (".", ".."):
             raise ManifestError(f"--run expects a run id, got {run_id!r}")
-        return FileSystems.join(output, run_id)
+        return storage.join(output, run_id)
     found = resolve_run(output)
     if found is None:
         raise ManifestError(f"{output}: neither a run directory nor an output with a LATEST run")

@@ -17,10 +17,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from apache_beam.io.filesystems import FileSystems
 
 from chunkline.minhash import MinHasher, MinHashOptions, estimate_jaccard
 from chunkline.readers import FORMATS, extension
+from chunkline.index import storage
 from chunkline.records import DUPLICATE, KEPT, REJECTED
 from pipeline.manifest import load_manifest, table_files
 
@@ -147,9 +147,7 @@ def _read_shard(path: str, columns: list[str], filters: Any) -> pa.Table:
     try:
         if "://" not in path:
             return pq.read_table(path, columns=columns, filters=filters)
-        with FileSystems.open(path) as handle:
-            data = pa.BufferReader(handle.read())
-        return pq.read_table(data, columns=columns, filters=filters)
+        return pq.read_table(pa.BufferReader(storage.read_bytes(path)), columns=columns, filters=filters)
     except FileNotFoundError:
         raise ShardError(f"{path}: no such file, though the run's manifest lists it") from None
     except (pa.ArrowException, OSError, ValueError) as exc:  # pyarrow's own, or the filesystem's
