@@ -53,8 +53,9 @@ split-demo: $(STAMP)
 chromium:
 	.ci/install-chromium
 
+# The 30 slowest tests are listed at the end: where CI's minutes go.
 test: $(STAMP) chromium
-	$(PYTEST)
+	$(PYTEST) --durations=30
 
 # The fast tier, the loop while changing the library: every test not marked slow (none runs a
 # Beam pipeline, builds a job graph, reads by OCR or feeds a megabyte-sized input); make test
