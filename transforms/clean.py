@@ -34,6 +34,7 @@ from chunkline.records import Document, Rejected
 from transforms.memo import MemoUse, recalled_doc_hash
 from transforms.spill import RemoveParts, SpillRecords, coder_of, default_spill_dir, read_part
 from transforms.shares import GroupInShares
+from transforms.tally import KeyCounts
 
 REJECTED = "rejected"
 REMOVED = "removed"
@@ -232,8 +233,12 @@ class _Strip(beam.DoFn):
             return
         yield dataclasses.replace(doc, text=text, page_starts=page_starts)
 
-# Frequent-key counting is spread over this many combine keys (each a share of the key space).
+# Frequent-key counting is spread over combine keys, each a bucket of the key space, as many as
+# the run's key-space shares over this (``pipeline.plan.join_shares``, which scale with the
+# corpus: 64 for a first run, 4,096 past 17 M documents), never fewer than KEY_BUCKETS: a bucket's
+# count holds that bucket's distinct keys alone, and each bucket can be counted on another worker.
 KEY_BUCKETS = 16
+SHARES_PER_BUCKET = 16
 # Fewest shares the key sets are parked in (more for a corpus whose previous run was bigger):
 # each is grouped by text in one worker's memory.
 KEY_SET_SHARES = 16
@@ -279,9 +284,17 @@ class _KeysOfText(beam.DoFn):
         yield recalled_doc_hash(self._hashes.memo, doc.text), keys
 
 
+def key_buckets(shares: int) -> int:
+    """How many buckets the line keys are counted in for a run of ``shares`` key-space shares."""
+    return max(KEY_BUCKETS, shares // SHARES_PER_BUCKET)
+
+
 class _BucketKeys(beam.DoFn):
     """Key sets -> ``(bucket, uint64 array)``: a bundle's keys concatenated and split by bucket,
     so one element carries many documents' keys."""
+
+    def __init__(self, buckets: int = KEY_BUCKETS) -> None:
+        self.buckets = buckets
 
     def start_bundle(self) -> None:
         self.pending: list[np.ndarray] = []
@@ -303,38 +316,8 @@ class _BucketKeys(beam.DoFn):
             return []
         keys = np.concatenate(self.pending)
         self.pending, self.held = [], 0
-        buckets = keys % np.uint64(KEY_BUCKETS)
+        buckets = keys % np.uint64(self.buckets)
         return [(int(bucket), keys[buckets == bucket]) for bucket in np.unique(buckets)]
-
-
-def _compact(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-    if not parts:
-        return np.empty(0, dtype="<u8"), np.empty(0, dtype=np.int64)
-    keys, inverse = np.unique(np.concatenate([keys for keys, _ in parts]), return_inverse=True)
-    counts = np.bincount(inverse, weights=np.concatenate([counts for _, counts in parts]),
-                         minlength=len(keys)).astype(np.int64)
-    return keys, counts
-
-
-class _KeyCounts(beam.CombineFn):
-    """uint64 key arrays (each key once per document) -> ``(keys, documents holding each)``,
-    both sorted numpy arrays."""
-
-    def create_accumulator(self) -> list[tuple[np.ndarray, np.ndarray]]:
-        return []
-
-    def add_input(self, accumulator, keys: np.ndarray):
-        accumulator.append((keys, np.ones(len(keys), dtype=np.int64)))
-        return [_compact(accumulator)] if len(accumulator) > 64 else accumulator
-
-    def merge_accumulators(self, accumulators):
-        return [_compact([part for accumulator in accumulators for part in accumulator])]
-
-    def compact(self, accumulator):
-        return [_compact(accumulator)]
-
-    def extract_output(self, accumulator) -> tuple[np.ndarray, np.ndarray]:
-        return _compact(accumulator)
 
 
 class _CountWithSample(beam.CombineFn):
@@ -381,7 +364,7 @@ class RemoveBoilerplate(beam.PTransform):
     """``PCollection[Document]`` -> :class:`BoilerplateOutputs`: lines and short blocks that occur in
     at least ``frequency_floor(n_documents, options)`` documents removed from every document.
 
-    The count is a Beam combine per bucket of the key space (:data:`KEY_BUCKETS`) over uint64
+    The count is a Beam combine per bucket of the key space (:func:`key_buckets`) over uint64
     arrays, each a bundle's key sets together, summed with numpy, lifted before the shuffle; the
     frequent keys reach the documents as one side input (a frozenset:
     only the frequent keys, not the corpus's lines). Counters ``boilerplate/frequent_keys``,
@@ -431,8 +414,8 @@ class RemoveBoilerplate(beam.PTransform):
         # never an element of its own, and each bucket's counts can sit on another worker.
         frequent = (
             key_sets
-            | "BucketKeys" >> beam.ParDo(_BucketKeys())
-            | "CountKeys" >> beam.CombinePerKey(_KeyCounts())
+            | "BucketKeys" >> beam.ParDo(_BucketKeys(key_buckets(self._shares)))
+            | "CountKeys" >> beam.CombinePerKey(KeyCounts())
             | "KeepFrequent" >> beam.FlatMap(
                 lambda kv, f: kv[1][0][kv[1][1] >= f].tolist(), AsSingleton(floor))
             | "Collect" >> beam.combiners.ToList()
