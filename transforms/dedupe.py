@@ -6,7 +6,7 @@ Near duplicates, as a graph of shuffles (no step ever sees all documents at once
     documents -> signatures (batched numpy MinHash)             (node, signature)
               -> band keys -> GroupByKey per band key            candidate pairs per bucket
               -> join each pair with both signatures             verified: est. Jaccard >= threshold
-              -> edges only -> union-find combine                node -> smallest node of its component
+              -> edges only -> star rounds, grouped by node      node -> smallest node of its component
               -> join with the exact stage's statuses            kept | duplicate_of = final survivor
 
 A node is ``chunkline.minhash.survivor_key(...)``: a sortable tuple ending with the doc_id, so
@@ -40,6 +40,7 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
 from chunkline.access import access_digest
+from chunkline.graph import label, large_star, settled, small_star
 from chunkline.minhash import (
     Components,
     MinHasher,
@@ -462,7 +463,9 @@ class _Verify(beam.DoFn):
 
 class _ComponentsFn(beam.CombineFn):
     """Edges -> {node: smallest node of its component}. Partial union-finds merge, so edges
-    combine before the shuffle; only the nodes that have an edge are ever held."""
+    combine before the shuffle; only the nodes that have an edge are ever held. The fallback
+    of :class:`Components` when the star rounds leave a node unsettled: one worker holds every
+    node that has an edge."""
 
     def create_accumulator(self) -> Components:
         return Components()
@@ -486,6 +489,144 @@ def _duplicate_links(roots: dict) -> Iterable[tuple[str, str]]:
     for node, root in roots.items():
         if node != root:
             yield node[-1], root[-1]
+
+
+# Alternations of large-star and small-star (chunkline/graph.py) before the check. Each bundle's
+# edges are contracted first (a star per component it saw), so what is left to join is where
+# bundles overlap; a path of 16 nodes in random order settles in 3 (tests/test_graph.py). The
+# check reads the last small-star's grouping, its input: the graph after rounds - 1 alternations
+# and a large-star (chunkline.graph.star_components).
+STAR_ROUNDS = 2
+_CONTRACT_NODES = 1 << 16  # nodes a bundle's union-find holds before it sends its stars on
+
+
+class _ContractBundle(beam.DoFn):
+    """Edges -> ``(node, smallest node)`` for each node of a bundle's components but their
+    smallest: the same components, each a star already (a union-find per bundle, as a lifted
+    combine pre-combines: Beam's ``PartialGroupByKeyCombiningValues``), at most
+    :data:`_CONTRACT_NODES` nodes held."""
+
+    def start_bundle(self) -> None:
+        self._found = Components()
+
+    def process(self, edge: tuple[tuple, tuple]) -> Iterable[tuple[tuple, tuple]]:
+        self._found.union(*edge)
+        if len(self._found.parent) >= _CONTRACT_NODES:
+            yield from self._flush()
+
+    def finish_bundle(self) -> Iterable[WindowedValue]:
+        for edge in self._flush():
+            yield WindowedValue(edge, 0, [GlobalWindow()])
+
+    def _flush(self) -> list[tuple[tuple, tuple]]:
+        roots, self._found = self._found.roots(), Components()
+        return [(node, root) for node, root in sorted(roots.items()) if node != root]
+
+
+def _both_ways(edge: tuple[tuple, tuple]) -> Iterable[tuple[tuple, tuple]]:
+    a, b = edge
+    yield a, b
+    yield b, a
+
+
+class _Star(beam.DoFn):
+    """A node and its neighbours -> the edges large-star (``large``) or small-star makes there."""
+
+    def __init__(self, large: bool) -> None:
+        self.large = large
+
+    def process(self, keyed: tuple[tuple, Iterable[tuple]]) -> Iterable[tuple[tuple, tuple]]:
+        node, adjacent = keyed
+        yield from (large_star if self.large else small_star)(node, adjacent)
+
+
+class _Labels(beam.DoFn):
+    """A node and its neighbours -> its label, to itself (``True``) and to each neighbour."""
+
+    def process(self, keyed: tuple[tuple, Iterable[tuple]]) -> Iterable[tuple[tuple, tuple[bool, tuple]]]:
+        node, adjacent = keyed
+        adjacent = set(adjacent)
+        own = label(node, adjacent)
+        yield node, (True, own)
+        for other in sorted(adjacent):
+            yield other, (False, own)
+
+
+class _Settled(beam.DoFn):
+    """A node, its label and its neighbours' -> ``(doc_id, survivor doc_id)`` when it is not
+    its own label; tagged ``unsettled``, a 1 for a node some neighbour disagrees with."""
+
+    def __init__(self) -> None:
+        self._unsettled = Metrics.counter("dedupe", "near_unsettled")
+
+    def process(self, keyed: tuple[tuple, Iterable[tuple[bool, tuple]]]):
+        node, told = keyed
+        told = list(told)
+        (own,) = [found for mine, found in told if mine]
+        if not settled(own, (found for mine, found in told if not mine)):
+            self._unsettled.inc()
+            yield beam.pvalue.TaggedOutput("unsettled", 1)
+        if own != node:
+            yield node[-1], own[-1]
+
+
+def _unless(element: Any, unsettled: int) -> list:
+    return [] if unsettled else [element]
+
+
+def _only_if(element: Any, unsettled: int) -> list:
+    return [element] if unsettled else []
+
+
+class StarComponents(beam.PTransform):
+    """``PCollection[(node, node)]`` edges -> ``(doc_id, survivor doc_id)`` for every node not
+    the smallest of its connected component (nodes end with their doc_id).
+
+    Each bundle's edges become a star per component it saw (``contract``), then ``rounds``
+    alternations of large-star and small-star (``chunkline.graph``, Kiveris et al., SoCC 2014),
+    each a grouping by node: a worker holds one share of the nodes and their neighbours at a
+    time, never the graph. Then each node's label is checked against its
+    neighbours'; all settled (the rule on real near-duplicate graphs), the labels are the
+    answer. Else the rewritten edges, which hold the same components, go to one union-find
+    (:class:`_ComponentsFn`, counter ``dedupe/near_unsettled``): the same answer, from one
+    worker."""
+
+    def __init__(self, rounds: int = STAR_ROUNDS, shares: int = 1024, contract: bool = True) -> None:
+        super().__init__()
+        self.rounds, self.shares, self.contract = rounds, shares, contract
+
+    def _grouped(self, edges: PCollection, label: str) -> PCollection:
+        return (edges
+                | f"BothWays{label}" >> beam.FlatMap(_both_ways)
+                | f"ByNode{label}" >> GroupInShares(self.shares))
+
+    def expand(self, edges: PCollection):
+        if self.contract:
+            edges = edges | "ContractBundle" >> beam.ParDo(_ContractBundle())
+        grouped = None
+        for round_number in range(self.rounds):
+            for large in (True, False):
+                step = f"{'Large' if large else 'Small'}{round_number}"
+                grouped = self._grouped(edges, step)
+                edges = grouped | f"{step}Star" >> beam.ParDo(_Star(large))
+        # The labels of the last small-star's input, from its own grouping (one grouping less):
+        # settled there, they are the answer; else its output holds the same components.
+        checked = (
+            (grouped if grouped is not None else self._grouped(edges, "Labels"))
+            | "Labels" >> beam.ParDo(_Labels())
+            | "ByLabelled" >> GroupInShares(self.shares)
+            | "Settled" >> beam.ParDo(_Settled()).with_outputs("unsettled", main="links")
+        )
+        unsettled = beam.pvalue.AsSingleton(
+            checked.unsettled | "CountUnsettled" >> beam.CombineGlobally(sum))
+        links = checked.links | "IfSettled" >> beam.FlatMap(_unless, unsettled)
+        fallback = (
+            edges
+            | "IfUnsettled" >> beam.FlatMap(_only_if, unsettled)
+            | "Components" >> beam.CombineGlobally(_ComponentsFn())
+            | "FallbackLinks" >> beam.FlatMap(_duplicate_links)
+        )
+        return (links, fallback) | "Links" >> beam.Flatten()
 
 
 class NearDuplicates(beam.PTransform):
@@ -524,11 +665,7 @@ class NearDuplicates(beam.PTransform):
             | "JoinSecond" >> JoinInShares(self._shares)
             | "Verify" >> beam.ParDo(_Verify(options.threshold, self._access))
         )
-        return (
-            edges
-            | "Components" >> beam.CombineGlobally(_ComponentsFn())
-            | "DuplicateLinks" >> beam.FlatMap(_duplicate_links)
-        )
+        return edges | "Components" >> StarComponents(STAR_ROUNDS, self._shares)
 
 
 class _ApplySurvivors(beam.DoFn):
