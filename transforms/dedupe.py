@@ -617,13 +617,18 @@ class StarComponents(beam.PTransform):
             | "ByLabelled" >> GroupInShares(self.shares)
             | "Settled" >> beam.ParDo(_Settled()).with_outputs("unsettled", main="links")
         )
+        # Without defaults: Beam injects a combine's default for an empty input through a side
+        # input of its own, stages this graph need not run (a zero always enters the count;
+        # no unsettled edge, no fallback output).
+        zero = edges.pipeline | "NoneUnsettled" >> beam.Create([0])
         unsettled = beam.pvalue.AsSingleton(
-            checked.unsettled | "CountUnsettled" >> beam.CombineGlobally(sum))
+            (checked.unsettled, zero) | "EveryUnsettled" >> beam.Flatten()
+            | "CountUnsettled" >> beam.CombineGlobally(sum).without_defaults())
         links = checked.links | "IfSettled" >> beam.FlatMap(_unless, unsettled)
         fallback = (
             edges
             | "IfUnsettled" >> beam.FlatMap(_only_if, unsettled)
-            | "Components" >> beam.CombineGlobally(_ComponentsFn())
+            | "Components" >> beam.CombineGlobally(_ComponentsFn()).without_defaults()
             | "FallbackLinks" >> beam.FlatMap(_duplicate_links)
         )
         return (links, fallback) | "Links" >> beam.Flatten()
