@@ -40,7 +40,7 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
 from chunkline.access import access_digest
-from chunkline.graph import label, large_star, settled, small_star
+from chunkline.graph import final_root, label, large_star, settled, small_star, unsettled_edges
 from chunkline.minhash import (
     Components,
     MinHasher,
@@ -463,9 +463,8 @@ class _Verify(beam.DoFn):
 
 class _ComponentsFn(beam.CombineFn):
     """Edges -> {node: smallest node of its component}. Partial union-finds merge, so edges
-    combine before the shuffle; only the nodes that have an edge are ever held. The fallback
-    of :class:`Components` when the star rounds leave a node unsettled: one worker holds every
-    node that has an edge."""
+    combine before the shuffle; only the nodes that have an edge are ever held: here, those the
+    star rounds left unsettled and their neighbours' labels."""
 
     def create_accumulator(self) -> Components:
         return Components()
@@ -541,41 +540,44 @@ class _Star(beam.DoFn):
 
 
 class _Labels(beam.DoFn):
-    """A node and its neighbours -> its label, to itself (``True``) and to each neighbour."""
+    """A node and its neighbours -> ``(sender, its label)`` to itself and to each neighbour."""
 
-    def process(self, keyed: tuple[tuple, Iterable[tuple]]) -> Iterable[tuple[tuple, tuple[bool, tuple]]]:
+    def process(self, keyed: tuple[tuple, Iterable[tuple]]) -> Iterable[tuple[tuple, tuple[tuple, tuple]]]:
         node, adjacent = keyed
         adjacent = set(adjacent)
         own = label(node, adjacent)
-        yield node, (True, own)
+        yield node, (node, own)
         for other in sorted(adjacent):
-            yield other, (False, own)
+            yield other, (node, own)
 
 
 class _Settled(beam.DoFn):
-    """A node, its label and its neighbours' -> ``(doc_id, survivor doc_id)`` when it is not
-    its own label; tagged ``unsettled``, a 1 for a node some neighbour disagrees with."""
+    """A node, its label and its neighbours' -> ``(node, label, settled)``; an unsettled one
+    (a neighbour has another label; counter ``dedupe/near_unsettled``) also sends its
+    ``chunkline.graph.unsettled_edges``, tagged ``pending``, to the union-find."""
 
     def __init__(self) -> None:
         self._unsettled = Metrics.counter("dedupe", "near_unsettled")
 
-    def process(self, keyed: tuple[tuple, Iterable[tuple[bool, tuple]]]):
+    def process(self, keyed: tuple[tuple, Iterable[tuple[tuple, tuple]]]):
         node, told = keyed
-        told = list(told)
-        (own,) = [found for mine, found in told if mine]
-        if not settled(own, (found for mine, found in told if not mine)):
+        told = set(told)
+        (own,) = [found for sender, found in told if sender == node]
+        around = [(sender, found) for sender, found in told if sender != node]
+        is_settled = settled(own, (found for _, found in around))
+        yield node, own, is_settled
+        if not is_settled:
             self._unsettled.inc()
-            yield beam.pvalue.TaggedOutput("unsettled", 1)
-        if own != node:
-            yield node[-1], own[-1]
+            for edge in unsettled_edges(node, around):
+                yield beam.pvalue.TaggedOutput("pending", edge)
 
 
-def _unless(element: Any, unsettled: int) -> list:
-    return [] if unsettled else [element]
-
-
-def _only_if(element: Any, unsettled: int) -> list:
-    return [element] if unsettled else []
+def _linked(labelled: tuple[tuple, tuple, bool], roots: dict) -> Iterable[tuple[str, str]]:
+    """``(node, label, settled)`` -> ``(doc_id, survivor doc_id)`` unless it is its own root."""
+    node, own, is_settled = labelled
+    root = final_root(node, own, is_settled, roots)
+    if root != node:
+        yield node[-1], root[-1]
 
 
 class StarComponents(beam.PTransform):
@@ -585,11 +587,12 @@ class StarComponents(beam.PTransform):
     Each bundle's edges become a star per component it saw (``contract``), then ``rounds``
     alternations of large-star and small-star (``chunkline.graph``, Kiveris et al., SoCC 2014),
     each a grouping by node: a worker holds one share of the nodes and their neighbours at a
-    time, never the graph. Then each node's label is checked against its
-    neighbours'; all settled (the rule on real near-duplicate graphs), the labels are the
-    answer. Else the rewritten edges, which hold the same components, go to one union-find
-    (:class:`_ComponentsFn`, counter ``dedupe/near_unsettled``): the same answer, from one
-    worker."""
+    time, never the graph. Then each node's label is checked against its neighbours'; a
+    settled node's label is its root (the rule on real near-duplicate graphs). The unsettled
+    nodes' neighbourhoods go to one union-find (:class:`_ComponentsFn`, counter
+    ``dedupe/near_unsettled``), whose roots, a side input as small as they are, finish their
+    components: the same answer as a union-find over every edge
+    (``chunkline.graph.star_components``)."""
 
     def __init__(self, rounds: int = STAR_ROUNDS, shares: int = 1024, contract: bool = True) -> None:
         super().__init__()
@@ -615,23 +618,13 @@ class StarComponents(beam.PTransform):
             (grouped if grouped is not None else self._grouped(edges, "Labels"))
             | "Labels" >> beam.ParDo(_Labels())
             | "ByLabelled" >> GroupInShares(self.shares)
-            | "Settled" >> beam.ParDo(_Settled()).with_outputs("unsettled", main="links")
+            | "Settled" >> beam.ParDo(_Settled()).with_outputs("pending", main="labels")
         )
-        # Without defaults: Beam injects a combine's default for an empty input through a side
-        # input of its own, stages this graph need not run (a zero always enters the count;
-        # no unsettled edge, no fallback output).
-        zero = edges.pipeline | "NoneUnsettled" >> beam.Create([0])
-        unsettled = beam.pvalue.AsSingleton(
-            (checked.unsettled, zero) | "EveryUnsettled" >> beam.Flatten()
-            | "CountUnsettled" >> beam.CombineGlobally(sum).without_defaults())
-        links = checked.links | "IfSettled" >> beam.FlatMap(_unless, unsettled)
-        fallback = (
-            edges
-            | "IfUnsettled" >> beam.FlatMap(_only_if, unsettled)
-            | "Components" >> beam.CombineGlobally(_ComponentsFn()).without_defaults()
-            | "FallbackLinks" >> beam.FlatMap(_duplicate_links)
-        )
-        return (links, fallback) | "Links" >> beam.Flatten()
+        # Only the unsettled nodes' neighbourhoods: none where every component is a star. No
+        # combine default: Beam would inject it through a side input of its own.
+        roots = checked.pending | "Unsettled" >> beam.CombineGlobally(_ComponentsFn()).without_defaults()
+        return checked.labels | "Links" >> beam.FlatMap(
+            _linked, beam.pvalue.AsSingleton(roots, default_value={}))
 
 
 class NearDuplicates(beam.PTransform):
