@@ -634,7 +634,7 @@ class NearDuplicates(beam.PTransform):
     documents without a near duplicate yield nothing.
 
     Counters: ``dedupe/candidate_pairs`` (distinct pairs compared), ``dedupe/verified_pairs``,
-    ``dedupe/near_buckets_shared``.
+    ``dedupe/near_buckets_shared``, ``dedupe/near_unsettled`` (:class:`StarComponents`).
     """
 
     def __init__(self, options: MinHashOptions, access: bool = False, shares: int = 1024) -> None:
