@@ -63,7 +63,7 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
         follow_symlinks=config.input.follow_symlinks, exclude=(config.output.path,),
         ocr_cache=ocr_cache_dir(config) if stages.read.ocr.mode != "never" else None,
         trusted=plan.memo if config.input.trust_file_metadata else None, shares=plan.join_shares,
-        credentials=stages.credentials)
+        credentials=stages.credentials, memo=plan.memo)
     documents, rejected_parts = read.documents, [read.rejected]
     # Clean, then drop corpus boilerplate, then dedupe: duplicates are judged on the text that
     # is chunked, and the documents table stores exactly the text chunk offsets refer to.

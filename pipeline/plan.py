@@ -24,7 +24,7 @@ from chunkline.carry import CARRY_TABLE
 from chunkline.context import context_reserve, resolve_api_key
 from chunkline.index.layout import CACHE, LATEST, PROBE, format_run_id
 from chunkline.index.tables import has_table, live_files
-from chunkline.memo import MAX_LOAD_BYTES, MEMO_DIR, MemoSource
+from chunkline.memo import MEMO_DIR, MemoSource, shares_for
 from chunkline.sizers import model_fingerprint
 from chunkline.splitting.options import split_budget
 from pipeline.config import Config, to_dict
@@ -220,12 +220,13 @@ def memo_settings() -> str:
 
 
 def memo_source(config: Config, run_dir: str) -> MemoSource | None:
-    """This run's memo folder, and the previous run's segments (the run carry follows), unless
-    they weigh more than ``chunkline.memo.MAX_LOAD_BYTES``: then every text is computed."""
+    """This run's memo folder, and the previous run's segments (the run carry follows), at any
+    size: each reader loads only the shares of what it reads (``chunkline.memo``). This run's
+    memo is cut into shares for the previous one's size (``shares_for``)."""
     if not config.output.carry:
         return None
     write_dir = FileSystems.join(run_dir, MEMO_DIR)
-    segments: tuple[str, ...] = ()
+    files: list = []
     if config.output.previous or config.output.reuse_latest:
         try:
             previous = (resolve_run(config.output.previous) if config.output.previous
@@ -238,13 +239,9 @@ def memo_source(config: Config, run_dir: str) -> MemoSource | None:
                 files = found.metadata_list
             except Exception:  # noqa: BLE001 - no memo (an older run): everything is computed
                 files = []
-            if sum(f.size_in_bytes for f in files) <= MAX_LOAD_BYTES:
-                segments = tuple(sorted(f.path for f in files))
-            else:
-                log.warning("the previous run's memo weighs more than %d MB: every text's "
-                            "boilerplate keys, signature and credential scan are computed",
-                            MAX_LOAD_BYTES >> 20)
-    return MemoSource(write_dir, segments, memo_settings())
+    segments = tuple(sorted(f.path for f in files))
+    return MemoSource(write_dir, segments, memo_settings(),
+                      shares_for(sum(f.size_in_bytes for f in files)))
 
 
 def carry_pairs(config: Config, signature: str) -> tuple[list[tuple[str, str]], list[str], str | None]:

@@ -29,15 +29,16 @@ from chunkline.boilerplate import (
     remove_boilerplate_found,
 )
 from chunkline.clean import CleanOptions, clean_marked, line_indexes, without_lines_marked
-from chunkline.memo import CLEAN, DOC_HASH, LINE_KEYS, STRIP, MemoSource
+from chunkline.memo import CLEAN, DOC_HASH, LINE_KEYS, STRIP, MemoSource, packed_value
 from chunkline.records import Document, Rejected
-from transforms.memo import MemoUse, recalled_doc_hash
+from transforms.memo import MemoUse, carrying, recalled_doc_hash
 from transforms.spill import RemoveParts, SpillRecords, coder_of, default_spill_dir, read_part
 from transforms.shares import GroupInShares
 from transforms.tally import KeyCounts
 
 REJECTED = "rejected"
 REMOVED = "removed"
+KEYS = "keys"
 EMPTY_AFTER_CLEANING = "empty after cleaning"
 EMPTY_AFTER_BOILERPLATE = "empty after boilerplate removal"
 
@@ -83,14 +84,14 @@ class _Clean(beam.DoFn):
         memo, key = self._memo.memo, None
         if memo is not None:
             key = memo.key(doc.text, repr(doc.page_starts))
-            if memo.get(key) is not None:
+            if memo.recall(doc, key) is not None:
                 yield doc
                 return
         # A PDF's page starts move with the lines cleaning drops.
         text, page_starts = clean_marked(doc.text, doc.page_starts, self._options)
         if key is not None and text == doc.text and page_starts == tuple(doc.page_starts) \
                 and text.strip():
-            memo.put(key, b"")
+            memo.keep(doc, key, b"")
         if not text.strip():
             self._rejected.inc()
             yield TaggedOutput(REJECTED, Rejected(doc.uri, doc.doc_id, EMPTY_AFTER_CLEANING))
@@ -170,8 +171,9 @@ class _Strip(beam.DoFn):
         memo = self._memo.memo
         if memo is None:
             return None
-        # Looked up without counting: the keys were recorded where they were computed.
-        keys = memo.known.get(memo.key(doc.text))
+        # Looked up without counting: the keys were recorded where they were computed, and the
+        # document carries them from there (transforms/memo.py, ``carrying``).
+        keys = packed_value(doc.memo, memo.key(doc.text))
         if keys is None or len(keys) % 8:
             return None
         held = np.frombuffer(keys, dtype="<u8")
@@ -196,10 +198,10 @@ class _Strip(beam.DoFn):
         # line indexes, and the text cut here as the function would cut it.
         key = memo.key(doc.text, held.tobytes().hex())
         lines = doc.text.split("\n")
-        recalled = _recalled_drop(memo.get(key), len(lines))
+        recalled = _recalled_drop(memo.recall(doc, key), len(lines))
         if recalled is None:
             lines, drop, found = boilerplate_lines(doc.text, frequent, self._options)
-            memo.put(key, json.dumps({"drop": [i for i, gone in enumerate(drop) if gone],
+            memo.keep(doc, key, json.dumps({"drop": [i for i, gone in enumerate(drop) if gone],
                                       "found": found}, ensure_ascii=False).encode("utf-8"))
         else:
             drop, found = recalled
@@ -257,8 +259,9 @@ def key_text(key: int) -> str:
 
 
 class _KeysOfText(beam.DoFn):
-    """A document -> ``(doc_hash, its candidate keys as key_array bytes)``; the keys of a text
-    the previous run saw are recalled (``chunkline.memo``), not computed."""
+    """A document -> ``(doc_hash, its candidate keys as key_array bytes)`` (``keys``) and the
+    document itself, carrying what was computed (main); the keys of a text the previous run saw
+    are recalled (``chunkline.memo``), not computed."""
 
     def __init__(self, options: BoilerplateOptions, memo: MemoSource | None = None) -> None:
         self._options = options
@@ -273,15 +276,21 @@ class _KeysOfText(beam.DoFn):
         self._memo.flush()
         self._hashes.flush()
 
-    def process(self, doc: Document) -> Iterable[tuple[str, bytes]]:
+    def process(self, doc: Document) -> Iterable[Document | TaggedOutput[Literal["keys"], tuple[str, bytes]]]:
         memo = self._memo.memo
         key = memo.key(doc.text) if memo is not None else None
-        keys = memo.get(key, width=8) if memo is not None else None
+        keys = memo.recall(doc, key, width=8) if memo is not None else None
+        fresh: dict[bytes, bytes] = {}
         if keys is None:
             keys = key_array(line_keys(doc.text, self._options))
             if memo is not None:
-                memo.put(key, keys)
-        yield recalled_doc_hash(self._hashes.memo, doc.text), keys
+                memo.keep(doc, key, keys)
+                fresh[key] = keys
+        hashed = recalled_doc_hash(self._hashes.memo, doc, fresh)
+        yield TaggedOutput(KEYS, (hashed, keys))
+        # What was computed here travels on with the document: the strip reads its keys and
+        # dedupe its hash, in whatever worker process they run.
+        yield carrying(doc, fresh)
 
 
 def key_buckets(shares: int) -> int:
@@ -394,9 +403,11 @@ class RemoveBoilerplate(beam.PTransform):
         # One set of keys per distinct text: exact copies count once. There is a set per record
         # of a dump of any size: past a bundle's first 65,536 they wait in part files, in a few
         # large shares.
+        keyed = documents | "KeysByText" >> beam.ParDo(_KeysOfText(options, self._memo)).with_outputs(
+            KEYS, main="documents")
+        documents = keyed.documents
         key_sets = (
-            documents
-            | "KeysByText" >> beam.ParDo(_KeysOfText(options, self._memo))
+            keyed[KEYS]
             | "ByText" >> GroupInShares(max(KEY_SET_SHARES, self._shares // 64),
                                         park=parked.rstrip("/") + "-keys")
             # Equal hashes: (nearly always) equal sets; the smallest, whatever the order.

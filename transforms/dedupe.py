@@ -65,7 +65,7 @@ from chunkline.records import (
 from chunkline.memo import DOC_HASH, SIGNATURE, MemoSource
 from transforms import coders  # noqa: F401 - registers the record coders these shuffles use
 from transforms.shares import GroupInShares, JoinInShares
-from transforms.memo import MemoUse, recalled_doc_hash
+from transforms.memo import MemoUse, recalled_doc_hash, without_memo
 from transforms.memory import release_after
 from transforms.spill import PartWriter, RemoveParts, coder_of, default_spill_dir, read_part
 
@@ -108,8 +108,8 @@ class _Summary(NamedTuple):
 
 def _summarize(doc: Document, occurrence: Occurrence,
                carry_keys: Callable[[Document], str] | None = None,
-               hash_of: Callable[[str], str] = doc_hash) -> _Summary:
-    return _Summary(doc.doc_id, doc.uri, doc.position, text_digest(doc.text), hash_of(doc.text),
+               hash_of: Callable[[Document], str] = lambda doc: doc_hash(doc.text)) -> _Summary:
+    return _Summary(doc.doc_id, doc.uri, doc.position, text_digest(doc.text), hash_of(doc),
                     occurrence, carry_keys(doc) if carry_keys is not None else "",
                     doc.input_digest,
                     access_digest(doc.principals) if doc.principals is not None else "")
@@ -305,7 +305,8 @@ class _ParkAndSummarize(beam.DoFn):
         memo = self._memo.memo
         keys = [memo.key(doc.text) for doc in batch] if memo is not None else [None] * len(batch)
         width = 4 * self._near.num_perm  # a whole signature, or b"" (no shingles)
-        found = [memo.get(key) if memo is not None else None for key in keys]
+        found = [memo.recall(doc, key) if memo is not None else None
+                 for doc, key in zip(batch, keys, strict=True)]
         found = [data if data is None or len(data) in (0, width) else None for data in found]
         missing = [index for index, data in enumerate(found) if data is None]
         if missing:
@@ -314,13 +315,14 @@ class _ParkAndSummarize(beam.DoFn):
                 data = b"" if is_empty(signature) else signature.astype(_SIGNATURE_DTYPE).tobytes()
                 found[index] = data
                 if memo is not None:
-                    memo.put(keys[index], data)
+                    memo.keep(batch[index], keys[index], data)
         return found
 
     def process(self, batch: list[Document]):
         hashes = self._hashes.memo
-        summaries = [_summarize(doc, self._parts.add(doc), self._carry_keys,
-                                lambda text: recalled_doc_hash(hashes, text)) for doc in batch]
+        # Parked without what it carries: nothing after dedupe reads the memo.
+        summaries = [_summarize(doc, self._parts.add(without_memo(doc)), self._carry_keys,
+                                lambda doc: recalled_doc_hash(hashes, doc)) for doc in batch]
         for summary in summaries:
             yield summary.doc_id, summary
         if self._hasher is None:
