@@ -96,6 +96,7 @@ class _DecodeFile(beam.DoFn):
         # unscreened, by an earlier version) are never recalled.
         self._memo = MemoUse(trusted, READ, repr(options) + "\0" + screening_key(credentials))
         self._source = memo if memo is not None else trusted
+        self._recalled = None  # set up per worker (setup)
 
     def setup(self) -> None:
         self._ocr_cache = (OcrPageCache(self._ocr_cache_dir, self._credentials)
