@@ -333,6 +333,10 @@ def test_two_worker_processes_recall_what_either_computed(tmp_path, monkeypatch)
     settings = [f"input.pattern={corpus}/**", f"output.path={tmp_path / 'index'}", "embed=null",
                 "input.jsonl.slice_bytes=2000"]
     first = run(load_config(ROOT / "configs" / "local.yaml", settings), two)
+    # Within the run: dedupe recalls every hash the boilerplate stage computed (no line is
+    # stripped here, so the texts are the same), in whichever process each stage ran.
+    hashes = memo_counts(first.run_dir)["doc_hash"]
+    assert hashes["recalled"] == hashes["computed"] == first.counts["documents"], hashes
     tallies = tmp_path / "tallies"
     tallies.mkdir()
     monkeypatch.setenv(PROGRESS_ENV, str(tallies))  # the worker processes inherit it
