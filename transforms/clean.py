@@ -31,9 +31,9 @@ from chunkline.boilerplate import (
 from chunkline.clean import CleanOptions, clean_marked, line_indexes, without_lines_marked
 from chunkline.memo import CLEAN, DOC_HASH, LINE_KEYS, STRIP, MemoSource
 from chunkline.records import Document, Rejected
-from transforms.memo import MemoUse, recalled_doc_hash
-from transforms.spill import RemoveParts, SpillRecords, coder_of, default_spill_dir, read_part
-from transforms.shares import GroupInShares
+from chunkline.transforms.memo import MemoUse, recalled_doc_hash
+from chunkline.transforms.spill import RemoveParts, SpillRecords, coder_of, default_spill_dir, read_part
+from chunkline.transforms.shares import GroupInShares
 
 REJECTED = "rejected"
 REMOVED = "removed"

@@ -34,8 +34,8 @@ from chunkline.sparse import (
     reference_length,
     term_counts,
 )
-from transforms.coders import ChunkRecordCoder  # noqa: F401 - registered: how chunks shuffle
-from transforms.elementwise import MapWith
+from chunkline.transforms.coders import ChunkRecordCoder  # noqa: F401 - registered: how chunks shuffle
+from chunkline.transforms.elementwise import MapWith
 
 STATS_FILE = "bm25.json"
 # What ``sparse_values`` hold, as bm25.json says: "tf", the saturated term frequencies (IDF at
@@ -206,7 +206,7 @@ class WriteTerms(beam.DoFn):
         self.run_dir = run_dir
 
     def process(self, stats: CorpusStats) -> Iterable[tuple[str, str, int]]:
-        from transforms.write import ROW_GROUP, shard_path
+        from chunkline.transforms.write import ROW_GROUP, shard_path
 
         ids = np.fromiter(stats.df.keys(), dtype=np.int64, count=len(stats.df))
         dfs = np.fromiter(stats.df.values(), dtype=np.int64, count=len(stats.df))

@@ -22,7 +22,7 @@ from chunkline.minhash import MinHasher, MinHashOptions, estimate_jaccard
 from chunkline.readers import FORMATS, extension
 from chunkline.index import storage
 from chunkline.records import DUPLICATE, KEPT, REJECTED
-from pipeline.manifest import load_manifest, table_files
+from chunkline.pipeline.manifest import load_manifest, table_files
 
 # Caps: a run of a million documents still makes a report of a few megabytes.
 MAX_REASON_KINDS = 30
