@@ -40,9 +40,9 @@ from chunkline.sparse import (
     reference_length,
     term_counts,
 )
-from transforms.coders import ChunkRecordCoder  # noqa: F401 - registered: how chunks shuffle
-from transforms.elementwise import MapWith
-from transforms.tally import KeyCounts
+from chunkline.transforms.coders import ChunkRecordCoder  # noqa: F401 - registered: how chunks shuffle
+from chunkline.transforms.elementwise import MapWith
+from chunkline.transforms.tally import KeyCounts
 
 STATS_FILE = "bm25.json"
 # What ``sparse_values`` hold, as bm25.json says: "tf", the saturated term frequencies (IDF at
@@ -285,7 +285,7 @@ class WriteTerms(beam.DoFn):
         self.run_dir, self.shares = run_dir, shares
 
     def process(self, share_terms: tuple[int, tuple[np.ndarray, np.ndarray]]) -> Iterable[tuple[str, str, int]]:
-        from transforms.write import ROW_GROUP, shard_path
+        from chunkline.transforms.write import ROW_GROUP, shard_path
 
         share, (ids, dfs) = share_terms
         table = pa.table({"term_id": pa.array(ids, pa.int32()), "df": pa.array(dfs, pa.int64())},

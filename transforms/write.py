@@ -33,10 +33,10 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
 from chunkline.records import as_row, framed_state
-from transforms.progress import WRITTEN, tally
-from transforms.match import is_local
-from transforms.memory import release_after
-from transforms.spill import PartWriter, RemoveParts, coder_of, read_part, spill_dir
+from chunkline.transforms.progress import WRITTEN, tally
+from chunkline.transforms.match import is_local
+from chunkline.transforms.memory import release_after
+from chunkline.transforms.spill import PartWriter, RemoveParts, coder_of, read_part, spill_dir
 
 # Every shard's part is written once the bundle's buffers hold this much together: memory stays
 # bounded whatever the number of shards.

@@ -10,8 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from chunkline.embedder import EmbedOptions, load_model, token_lengths
-from pipeline.config import load_config
-from pipeline.run import run
+from chunkline.pipeline.config import load_config
+from chunkline.pipeline.run import run
 from tests.llm_server import Fault, LLMServer
 
 ROOT = Path(__file__).resolve().parents[2]

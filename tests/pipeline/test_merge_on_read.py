@@ -20,10 +20,10 @@ from chunkline.index.manifest import latest_run, load_manifest
 from chunkline.index.query import search_result
 from chunkline.index.ranking import load_chunks
 from chunkline.index.search import Index
-from pipeline.cli import main
-from pipeline.report.gather import gather
-from pipeline.runs import collect, file_problems, publishable
-from pipeline.sync.rows import load_rows, terms_table
+from chunkline.pipeline.cli import main
+from chunkline.pipeline.report.gather import gather
+from chunkline.pipeline.runs import collect, file_problems, publishable
+from chunkline.pipeline.sync.rows import load_rows, terms_table
 from tests.pipeline.sync_cases import synced
 
 pytestmark = pytest.mark.slow

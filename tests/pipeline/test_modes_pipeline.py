@@ -10,8 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from chunkline import get_tokenizer
-from pipeline.config import load_config
-from pipeline.run import run
+from chunkline.pipeline.config import load_config
+from chunkline.pipeline.run import run
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow

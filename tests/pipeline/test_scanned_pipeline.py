@@ -12,8 +12,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.config import load_config
-from pipeline.run import run
+from chunkline.pipeline.config import load_config
+from chunkline.pipeline.run import run
 from tests.ocr_pages import render_page, text_and_scan_pdf
 
 ROOT = Path(__file__).resolve().parents[2]

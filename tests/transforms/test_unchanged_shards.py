@@ -13,8 +13,8 @@ import pytest
 
 from chunkline.records import DocumentStatus, document_schema
 from tests.beam_helpers import fnapi_pipeline
-from transforms.coders import statuses_table
-from transforms.write import ROWS_DIGEST_KEY, WriteParquetShards
+from chunkline.transforms.coders import statuses_table
+from chunkline.transforms.write import ROWS_DIGEST_KEY, WriteParquetShards
 
 pytestmark = pytest.mark.slow  # runs Beam pipelines or builds job graphs (make test-fast skips it)
 
@@ -67,7 +67,7 @@ def test_unchanged_shards_are_linked_and_equal_a_fresh_write(first, tmp_path) ->
 
 
 def test_a_shard_with_a_changed_record_is_written_the_others_linked(first, tmp_path) -> None:
-    from transforms.write import shard_of
+    from chunkline.transforms.write import shard_of
 
     edited = 7
     write(tmp_path / "second", statuses(edited=edited), previous_run=first)
