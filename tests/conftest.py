@@ -87,3 +87,14 @@ def demo_index(tmp_path_factory, request):
     yield summary
     assert _tree_digest(where / "index") == (where / "digest").read_text(), \
         f"a test wrote into the shared demo index {where / 'index'}: copy it before changing it"
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Modules with a slow test (a pipeline run, OCR, a job graph) first, the rest after, each
+    module's tests in their order: pytest-xdist's loadfile hands modules to the workers in this
+    order, so the last ones running, when a core may wait for the other, are short."""
+    def module(item) -> str:
+        return item.nodeid.split("::")[0]
+
+    slow_modules = {module(item) for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: module(item) not in slow_modules)
