@@ -1,6 +1,7 @@
 """Runner configs: the Flink and Dataflow YAMLs build valid options and a graph those runners
 accept (they cannot run here), and the portable path runs for real, with LOOPBACK workers
-(tests/pipeline/test_pipeline_e2e.py) and with an EXTERNAL worker pool started from this venv."""
+(tests/pipeline/test_pipeline_e2e.py) and with an EXTERNAL worker pool started from this venv,
+in its own directory and, for the gs:// runs, with no disk it shares with the driver."""
 
 from __future__ import annotations
 
