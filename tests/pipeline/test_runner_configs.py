@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -68,10 +69,15 @@ def worker_pool(cwd: Path, *, private: bool = False) -> Iterator[int]:
                    sys.executable, *hidden]
     else:
         cwd.mkdir(parents=True, exist_ok=True)
+    errors = tempfile.TemporaryFile()  # why a pool did not start (unshare refused, say) is said
     pool = subprocess.Popen(command, cwd=None if private else cwd, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, env=env)
+                            stderr=errors, env=env)
     try:
-        wait_for_port(port, pool, "worker pool")
+        try:
+            wait_for_port(port, pool, "worker pool")
+        except RuntimeError as error:
+            errors.seek(0)
+            raise RuntimeError(f"{error}: {errors.read()[-2000:].decode(errors='replace')}") from None
         if private:  # the pool (exec'd in place of unshare and sh) sees its own disks, we do not
             pool_mounts = {tuple(line.split()[:2]) for line in Path(f"/proc/{pool.pid}/mounts").read_text().splitlines()}
             assert {("chunkline-worker", folder) for folder in hidden} <= pool_mounts
@@ -80,6 +86,7 @@ def worker_pool(cwd: Path, *, private: bool = False) -> Iterator[int]:
     finally:
         pool.terminate()
         pool.wait(timeout=30)
+        errors.close()
 
 
 def options_of(name: str, *extra: str) -> PipelineOptions:
