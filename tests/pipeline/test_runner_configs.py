@@ -186,16 +186,19 @@ def test_external_workers_without_the_drivers_disk_match_the_in_process_runner(t
 
 
 def assert_same_tables(run_dir: str, expected_dir: str) -> None:
-    """Every table of the two runs, read through their manifests, holds the same rows (vectors
-    within 1e-5)."""
+    """Every table of the two runs, read through their manifests, holds the same rows (float32
+    vectors within 1e-5; bfloat16 ones in direction: other workers form other passes, and a
+    bfloat16 pass rounds differently with its padded shape)."""
     manifest, expected = load_manifest(run_dir), load_manifest(expected_dir)
     assert table_names(manifest) == table_names(expected)
+    float32 = manifest["model"]["dtype"] == "float32"
     for table in ("chunks", "documents", "terms"):
         rows, want = (sorted_rows(read_table(d, m, table)) for d, m in ((run_dir, manifest), (expected_dir, expected)))
         assert [drop(r, "embedding") for r in rows] == [drop(r, "embedding") for r in want], table
         for row, other in zip(rows, want):
             if row.get("embedding") is not None or other.get("embedding") is not None:
-                assert np.allclose(row["embedding"], other["embedding"], atol=1e-5, rtol=0), row["chunk_id"]
+                a, b = np.asarray(row["embedding"], np.float32), np.asarray(other["embedding"], np.float32)
+                assert np.allclose(a, b, atol=1e-5, rtol=0) if float32 else float(a @ b) >= 0.9995, row["chunk_id"]
 
 
 def sorted_rows(table) -> list[dict]:
