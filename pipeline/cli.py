@@ -19,6 +19,7 @@ from chunkline import (
     split_code,
 )
 
+from chunkline.extras import MissingExtra, require
 from chunkline.pipeline import exits
 
 DEFAULT_TOKENIZER = "hf:all-MiniLM-L6-v2"
@@ -283,6 +284,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# The extra a command cannot start without, checked before it imports anything: a missing one is
+# one line naming it (exit 2), whichever module would have imported it first. Features inside a
+# command (a format, a store, the model) name their own extra where they are used.
+COMMAND_EXTRAS = {
+    "run": ("pipeline", "apache_beam"),
+    "sync": ("pipeline", "apache_beam"),
+    "report": ("pipeline", "apache_beam"),
+    "runs": ("pipeline", "apache_beam"),
+    "publish": ("pipeline", "apache_beam"),
+    "gc": ("pipeline", "apache_beam"),
+    "query": ("index", "pyarrow"),
+}
+
+
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
          err: TextIO | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -294,7 +309,12 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
     if beam_args:
         args.beam_args = beam_args
     try:
+        if args.command in COMMAND_EXTRAS:
+            require(*COMMAND_EXTRAS[args.command])
         return args.handler(args, out or sys.stdout, err or sys.stderr)
+    except MissingExtra as exc:
+        print(f"chunkline {args.command}: {exc}", file=err or sys.stderr)
+        return exits.USAGE
     except BrokenPipeError:  # `chunkline split ... | head` is normal use, not an error
         sys.stderr.close()
         return 0

