@@ -114,6 +114,23 @@ def runner_option(beam_args: Sequence[str]) -> tuple[str | None, list[str]]:
     return runner, rest
 
 
+def config_extras(config) -> list[tuple[str, str]]:
+    """The extras (and a module each brings) that what ``config`` turns on needs, checked before
+    the job is built. The readers of HTML, PDF and Office files name theirs when they meet one."""
+    needed = []
+    if config.context is not None:
+        needed.append(("context", config.context.provider))
+    if config.secrets.mode != "allow":
+        needed.append(("credentials", "detect_secrets"))
+    if config.input.ocr.mode != "never":
+        needed.append(("ocr", "rapidocr_onnxruntime"))
+    if config.embed is not None:  # last: the slowest to import (torch)
+        if config.embed.backend == "onnx":
+            needed.append(("onnx", "onnxruntime"))
+        needed.append(("embed", "sentence_transformers"))
+    return needed
+
+
 def _run_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from chunkline.pipeline.config import ConfigError, load_config
     from chunkline.pipeline.redact import redacted
@@ -134,6 +151,8 @@ def _run_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     except ConfigError as exc:
         print(f"chunkline run: {redacted(str(exc))}", file=err)
         return 2
+    for extra, module in config_extras(config):  # before Beam starts: one line, exit 2
+        require(extra, module)
     # Our progress lines at INFO; Beam's own chatter (type-hint notes, state cache) only when it
     # matters.
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s",

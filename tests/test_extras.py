@@ -149,6 +149,19 @@ def test_a_missing_extra_is_one_line_naming_it(extra: str, tmp_path: Path) -> No
     assert results["loaded"] == []
 
 
+def test_a_run_names_the_extra_its_config_turns_on_before_beam_starts(tmp_path: Path) -> None:
+    """The default config reads scanned pages by OCR: without the extra, `chunkline run` says so
+    in one line before building the job (pipeline/cli.py's config_extras)."""
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    feature = CLI.format(argv=["run", "--config", "configs/local.yaml", "--output", str(tmp_path / "out")])
+    done = subprocess.run([sys.executable, "-c", CHILD, json.dumps(["rapidocr_onnxruntime"]), feature, "pass"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    assert results["feature"] == f"exit 2; chunkline run: {line('ocr', 'rapidocr_onnxruntime')}\n"
+    assert not (tmp_path / "out").exists()
+
+
 def test_every_extra_of_a_feature_is_tested() -> None:
     """A new extra gets its case here (the aggregates and the tools' extras aside)."""
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
