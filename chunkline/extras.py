@@ -16,7 +16,11 @@ its import and names the package), as do datatrove's steps (``_requires_dependen
 from __future__ import annotations
 
 import importlib
+import re
 from types import ModuleType
+
+# The line MissingExtra says, found again inside another error's text.
+_LINE = re.compile(r"chunkline\[(\w+)\] is not installed: pip install 'chunkline\[\1\]' \([\w.]+\)")
 
 
 class MissingExtra(ModuleNotFoundError):
@@ -48,3 +52,16 @@ def require(extra: str, module: str) -> ModuleType:
         raise
     except ModuleNotFoundError as exc:
         raise MissingExtra(extra, exc.name or module) from exc
+
+
+def missing_extra_line(error: BaseException) -> str | None:
+    """The one line of a :class:`MissingExtra` that ``error`` is or carries, else None.
+
+    A worker's exception reaches the driver re-raised by the runner: Beam's
+    ``DoFnRunner._reraise_augmented`` (``apache_beam/runners/common.py``) cannot rebuild a
+    MissingExtra from one message, so it raises ``RuntimeError("chunkline.extras.MissingExtra:
+    <the line> [while running '<step>']")``; the line is read back from that text."""
+    if isinstance(error, MissingExtra):
+        return str(error)
+    found = _LINE.search(str(error))
+    return found.group(0) if found else None

@@ -19,7 +19,7 @@ from chunkline import (
     split_code,
 )
 
-from chunkline.extras import MissingExtra, require
+from chunkline.extras import MissingExtra, missing_extra_line, require
 from chunkline.pipeline import exits
 
 DEFAULT_TOKENIZER = "hf:all-MiniLM-L6-v2"
@@ -175,8 +175,10 @@ def _run_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print(f"chunkline run: {redacted(str(exc))}", file=err)
         return 2
     except RuntimeError as exc:
-        print(f"chunkline run: {redacted(str(exc))}", file=err)
-        return 1
+        # A reader in a worker met a format whose extra is missing: that line alone, exit 2.
+        line = missing_extra_line(exc)
+        print(f"chunkline run: {line or redacted(str(exc))}", file=err)
+        return 1 if line is None else exits.USAGE
     print(format_summary(summary), file=out)
     if not summary.published:
         return 1

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from chunkline.extras import MissingExtra, require
+from chunkline.extras import MissingExtra, missing_extra_line, require
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -179,3 +179,14 @@ def test_require_names_the_missing_module_and_keeps_other_import_errors() -> Non
     import pickle
 
     assert str(pickle.loads(pickle.dumps(caught.value))) == str(caught.value)
+
+
+def test_the_line_is_found_again_in_a_runner_s_wrapped_error() -> None:
+    """Beam re-raises a DoFn's exception it cannot rebuild as RuntimeError(type: message [while
+    running 'step']): `chunkline run` still prints the extra's line alone."""
+    try:
+        require("office", "chunkline_no_such_module")
+    except MissingExtra as exc:
+        wrapped = RuntimeError(f"chunkline.extras.MissingExtra: {exc} [while running 'Read/Decode']")
+        assert missing_extra_line(wrapped) == missing_extra_line(exc) == line("office", "chunkline_no_such_module")
+    assert missing_extra_line(RuntimeError("the job failed")) is None
