@@ -59,7 +59,7 @@ class EmbedOptions:
     threads: Annotated[int, Ge(1)] | None = field(default=None, metadata=help_text(
         "Threads the model computes with in each worker process. Set it to cores / worker "
         "processes on multi-process runners so they do not oversubscribe the cores. null: the "
-        "library's default (all cores)."))
+        "library's default (OMP_NUM_THREADS when set, else all cores)."))
     normalize: bool = field(default=True, metadata=help_text(
         "Unit L2 norm (cosine = dot product). Off: what the model outputs (all-MiniLM-L6-v2 "
         "ends in a Normalize module and gives unit vectors regardless)."))

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Annotated, Iterator, Literal, Protocol
 import numpy as np
 from annotated_types import Ge, Le
 
-from chunkline.options import check_fields, help_text
+from chunkline.options import check_fields, default_threads, help_text
 from chunkline.pages import PdfText, join_pages
 from chunkline.extras import require
 
@@ -85,8 +85,8 @@ class OcrOptions:
     min_confidence: Annotated[float, Ge(0), Le(1)] = field(default=0.5, metadata=help_text(
         "Recognized lines scored below this are dropped (RapidOCR's text_score)."))
     threads: Annotated[int, Ge(1)] | None = field(default=None, metadata=help_text(
-        "ONNX Runtime threads per OCR call; null: one per core. Set 1 when a worker runs one "
-        "process per core."))
+        "ONNX Runtime threads per OCR call; null: OMP_NUM_THREADS when set, else one per core. "
+        "Set 1 when a worker runs one process per core."))
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -117,6 +117,7 @@ def _engine(threads: int | None):
     RapidOCR = require("ocr", "rapidocr_onnxruntime").RapidOCR
 
     # -1: RapidOCR leaves ONNX Runtime's default (a thread per core).
+    threads = threads or default_threads()
     return RapidOCR(intra_op_num_threads=-1 if threads is None else threads)
 
 

@@ -24,6 +24,7 @@ from typing import Any, Callable
 import numpy as np
 
 from chunkline.extras import require
+from chunkline.options import default_threads
 from chunkline.sizers import model_fingerprint
 
 CACHE_ENV = "CHUNKLINE_MODEL_CACHE"
@@ -154,7 +155,7 @@ class OnnxSentenceEncoder:
         session_options = onnxruntime.SessionOptions()
         # Threads inside an operator; operators run one after another (a chain of layers has
         # nothing to run beside each other), so inter-op threads would only compete.
-        session_options.intra_op_num_threads = threads or 0
+        session_options.intra_op_num_threads = threads or default_threads() or 0
         session_options.inter_op_num_threads = 1
         self.session = onnxruntime.InferenceSession(
             str(path), session_options, providers=["CPUExecutionProvider"])

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import types
 import typing
 from typing import Any, Literal, Union, get_args, get_origin
@@ -26,6 +27,17 @@ _BOUNDS = (
     (at.Le, "le", "<=", lambda value, bound: value <= bound),
     (at.Lt, "lt", "<", lambda value, bound: value < bound),
 )
+
+
+def default_threads() -> int | None:
+    """Threads a compute library should use when its option is null: ``OMP_NUM_THREADS`` when set
+    (PyTorch reads it at import; ONNX Runtime does not, so its sessions are given it), else
+    ``None``, the library's own default of one thread per core. A host running one worker process
+    per core (Dataflow's Python harness, pytest-xdist, Beam's multi_processing) sets it to 1 once
+    instead of each library oversubscribing the cores: their spinning pool threads would take
+    CPU from the other processes."""
+    value = os.environ.get("OMP_NUM_THREADS", "").strip()
+    return int(value) if value.isdigit() and int(value) > 0 else None
 
 
 def help_text(text: str) -> dict[str, str]:

@@ -15,7 +15,6 @@ import apache_beam as beam
 import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import PipelineOptions
 
 import chunkline
 from chunkline.records import DUPLICATE, KEPT, REJECTED
@@ -23,6 +22,7 @@ from chunkline.context import COUNTERS as CONTEXT_COUNTERS
 from chunkline.context import METRICS_NAMESPACE as CONTEXT_NAMESPACE
 from chunkline.context import estimate_cost, over_failure_budget, summary_lines
 from chunkline.index.layout import LATEST, MANIFEST, STAGED_LATEST
+from chunkline.pipeline.beam_options import job_options
 from chunkline.pipeline.build import build
 from chunkline.pipeline.config import Config, to_dict
 from chunkline.pipeline.lease import OutputLease
@@ -307,7 +307,7 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
             log.info("removed %d parts left by a run that died", removed)
     except Exception as exc:  # noqa: BLE001 - stale temporary files must not stop a run
         log.warning("could not remove the parts of a dead run: %s", exc)
-    options = PipelineOptions(list(config.runner.options) + list(beam_args))
+    options = job_options(list(config.runner.options) + list(beam_args))
     pipeline = beam.Pipeline(runner=_runner(config), options=options)
     build(pipeline, config, job)
     log.info("running %s on %s into %s", run_id, config.runner.name, job.run_dir)

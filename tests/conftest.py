@@ -19,6 +19,14 @@ settings.register_profile(
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
+# Under pytest-xdist each core runs a worker, so a worker's model and OCR get one thread each
+# (PyTorch reads OMP_NUM_THREADS at import, our ONNX Runtime sessions through
+# chunkline.options.default_threads; subprocesses inherit it). A pool of a thread per core in
+# every worker oversubscribes the cores: its threads spin and take CPU from the other worker
+# (on a loaded machine, embedding 400 texts with 2 threads took 1.33x the CPU of 1 thread).
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 
 # --- the demo index, built once ----------------------------------------------------------------
 # The default config on examples/corpus is what several modules read (schemas, counts, search,
@@ -40,6 +48,26 @@ def _tree_digest(root: Path) -> str:
     return digest.hexdigest()
 
 
+def once_per_session(request, tmp_path_factory, name: str, build):
+    """``build(where)``'s result (picklable), computed once per test session: under pytest-xdist
+    the first worker to take the lock builds it in ``<basetemp>/../<name>``, the others wait and
+    unpickle it (pytest-xdist's documented recipe for session fixtures run once). Returns
+    ``(where, result)``."""
+    from filelock import FileLock
+
+    if not hasattr(request.config, "workerinput"):  # no xdist: this process is the session
+        where = tmp_path_factory.mktemp(name)
+        result = build(where)
+        (where / "result.pickle").write_bytes(pickle.dumps(result))
+        return where, result
+    where = tmp_path_factory.getbasetemp().parent / name
+    with FileLock(str(where) + ".lock"):
+        if not (where / "result.pickle").is_file():
+            where.mkdir(exist_ok=True)
+            (where / "result.pickle").write_bytes(pickle.dumps(build(where)))
+    return where, pickle.loads((where / "result.pickle").read_bytes())
+
+
 def _build_demo_index(where: Path):
     from chunkline.pipeline.config import load_config
     from chunkline.pipeline.run import run
@@ -47,26 +75,26 @@ def _build_demo_index(where: Path):
     config = load_config(ROOT / "configs" / "local.yaml",
                          [f"input.pattern={ROOT}/examples/corpus/**", f"output.path={where / 'index'}"])
     summary = run(config)
-    (where / "summary.pickle").write_bytes(pickle.dumps(summary))
     (where / "digest").write_text(_tree_digest(where / "index"))
+    return summary
 
 
 @pytest.fixture(scope="session")
 def demo_index(tmp_path_factory, request):
     """The RunSummary of the default config's run on examples/corpus (``output`` is the index);
     shared and read-only."""
-    from filelock import FileLock
-
-    if not hasattr(request.config, "workerinput"):  # no xdist: this process is the session
-        where = tmp_path_factory.mktemp("demo-index")
-        _build_demo_index(where)
-    else:
-        where = tmp_path_factory.getbasetemp().parent / "demo-index"
-        with FileLock(str(where) + ".lock"):
-            if not (where / "digest").is_file():
-                where.mkdir(exist_ok=True)
-                _build_demo_index(where)
-    summary = pickle.loads((where / "summary.pickle").read_bytes())
+    where, summary = once_per_session(request, tmp_path_factory, "demo-index", _build_demo_index)
     yield summary
     assert _tree_digest(where / "index") == (where / "digest").read_text(), \
         f"a test wrote into the shared demo index {where / 'index'}: copy it before changing it"
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Modules with a slow test (a pipeline run, OCR, a job graph) first, the rest after, each
+    module's tests in their order: pytest-xdist's loadfile hands modules to the workers in this
+    order, so the last ones running, when a core may wait for the other, are short."""
+    def module(item) -> str:
+        return item.nodeid.split("::")[0]
+
+    slow_modules = {module(item) for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: module(item) not in slow_modules)

@@ -167,6 +167,20 @@ def test_threads_option_sets_torch_threads() -> None:
         torch.set_num_threads(before)
 
 
+@pytest.mark.parametrize("value, expected", [("3", 3), ("1", 1), ("0", None), ("many", None), ("", None)])
+def test_a_null_threads_option_follows_omp_num_threads(value, expected, monkeypatch) -> None:
+    from chunkline.options import default_threads
+
+    monkeypatch.setenv("OMP_NUM_THREADS", value)
+    assert default_threads() == expected
+
+
+def test_the_onnx_session_takes_omp_num_threads_when_threads_is_null(monkeypatch) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    model = load_model(EmbedOptions(backend="onnx", dtype="float32"))
+    assert model.session.get_session_options().intra_op_num_threads == 1
+
+
 def test_auto_dtype_is_decided_once_on_the_driver_and_recorded(tmp_path) -> None:
     from chunkline.embedder import native_bfloat16, resolve_dtype
     from chunkline.pipeline.plan import plan

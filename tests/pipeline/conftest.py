@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import once_per_session
 from chunkline.pipeline.config import load_config
 from chunkline.pipeline.run import run
 
@@ -42,12 +43,16 @@ DEMO_EDITS = ("manuals/gripper-g2-manual.md", "runbooks/on-call-handbook.md", "w
 
 
 @pytest.fixture(scope="session")
-def sync_runs(tmp_path_factory) -> SyncRuns:
+def sync_runs(tmp_path_factory, request) -> SyncRuns:
+    """Built once per session, under pytest-xdist too (tests/conftest.py: once_per_session)."""
+    return once_per_session(request, tmp_path_factory, "sync-runs", _build_sync_runs)[1]
+
+
+def _build_sync_runs(base: Path) -> SyncRuns:
     import os
 
     from tests.pipeline.test_reindex import write_corpus
 
-    base = tmp_path_factory.mktemp("sync-runs")
     demo_corpus = base / "demo-corpus"
     shutil.copytree(ROOT / "examples" / "corpus", demo_corpus)
     demo_first = _job(demo_corpus, base / "demo")
@@ -117,12 +122,16 @@ def write_odd_corpus(corpus: Path) -> None:
 
 
 @pytest.fixture(scope="session")
-def odd_run(tmp_path_factory) -> OddRun:
+def odd_run(tmp_path_factory, request) -> OddRun:
     """The odd corpus through `chunkline run`, with a sink whose URI carries a password and
-    names a PostgreSQL socket directory that does not exist: the run publishes, the sink fails."""
+    names a PostgreSQL socket directory that does not exist: the run publishes, the sink fails.
+    Built once per session, under pytest-xdist too."""
+    return once_per_session(request, tmp_path_factory, "odd-run", _build_odd_run)[1]
+
+
+def _build_odd_run(base: Path) -> OddRun:
     from chunkline.pipeline.cli import main
 
-    base = tmp_path_factory.mktemp("odd")
     write_odd_corpus(base / "corpus")
     output = base / "index"
     sink = f"postgresql://postgres:{SECRET}@/postgres?host={base}/no-socket&password={SECRET}"

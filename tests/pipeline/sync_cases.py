@@ -262,7 +262,7 @@ def _race_one(argv: list[str], barrier, log_prefix: str) -> None:
 def race(argv: list[str], contenders: int, logs: Path) -> list[tuple[int, str, str]]:
     """``chunkline sync argv`` in ``contenders`` processes released together by a barrier:
     (exit status, stdout, stderr) of each. The processes fork from a forkserver that imported
-    the sync code once, so eight of them start in a second, not in eight interpreter starts."""
+    the sync code once, so they start in a second, not in one interpreter start each."""
     import multiprocessing
 
     context = multiprocessing.get_context("forkserver")
@@ -287,7 +287,7 @@ def race(argv: list[str], contenders: int, logs: Path) -> list[tuple[int, str, s
             for i, process in enumerate(processes)]
 
 
-def check_concurrent_syncs(uri: str, runs, logs: Path, rounds: int = 3, contenders: int = 8) -> None:
+def check_concurrent_syncs(uri: str, runs, logs: Path, rounds: int = 3, contenders: int = 4) -> None:
     """``contenders`` syncs started together, ``rounds`` times, each round a different run
     (the demo into an empty store, then a whole other corpus, then its small reindex): every
     process exits 0 (it synced) or 75 (another held the store), none prints a traceback, and

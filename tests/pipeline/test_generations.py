@@ -149,8 +149,10 @@ def check_switches_under_a_reader(runs: Runs, uri: str, reader: Reader) -> list[
     finally:
         lines = reader.finish()
     assert_clean(lines, "abc")
-    for started, ended in spans:  # the reader answered while each sync wrote and switched
-        assert sum(started <= line["t"] <= ended for line in lines) >= 3, (started, ended)
+    # The reader answered while each sync wrote and switched (a sync can take 0.1 s: on a loaded
+    # machine the reader may answer only once in it).
+    for started, ended in spans:
+        assert any(started <= line["t"] <= ended for line in lines), (started, ended)
     return lines
 
 

@@ -17,10 +17,10 @@ from typing import Any, Literal
 import apache_beam as beam
 import pytest
 import yaml
-from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.pipeline import PipelineVisitor
 from pydantic import BaseModel
 
+from chunkline.pipeline.beam_options import job_options
 from chunkline.pipeline.build import build
 from chunkline.pipeline.config import Config, load_config
 from chunkline.pipeline.plan import plan
@@ -151,7 +151,7 @@ def test_the_graph_builds(path: str, value: Any, tmp_path, monkeypatch) -> None:
     options = list(config.runner.options)
     if config.runner.name in ("DataflowRunner", "FlinkRunner"):
         options.append("--dry_run=True")  # Beam would otherwise check the placeholder buckets
-    pipeline = beam.Pipeline(runner=config.runner.name, options=PipelineOptions(options))
+    pipeline = beam.Pipeline(runner=config.runner.name, options=job_options(options))
     build(pipeline, config, job)  # Beam type-checks every stage's input here
     if path == "runner.name":  # the portable form is what a job server or Dataflow receives
         pipeline.to_runner_api()

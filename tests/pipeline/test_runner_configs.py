@@ -1,18 +1,21 @@
 """Runner configs: the Flink and Dataflow YAMLs build valid options and a graph those runners
 accept (they cannot run here), and the portable path runs for real, with LOOPBACK workers
-(tests/pipeline/test_pipeline_e2e.py) and with an EXTERNAL worker pool started from this venv."""
+(tests/pipeline/test_pipeline_e2e.py) and with an EXTERNAL worker pool started from this venv,
+in its own directory and, for the gs:// runs, with no disk it shares with the driver."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import apache_beam as beam
-import pyarrow.parquet as pq
+import numpy as np
 import pytest
 from apache_beam.options.pipeline_options import (
     FlinkRunnerOptions,
@@ -22,38 +25,68 @@ from apache_beam.options.pipeline_options import (
     SetupOptions,
     WorkerOptions,
 )
+from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options_validator import PipelineOptionsValidator
 
 from chunkline.embedder import EmbedOptions, model_info
+from chunkline.index.manifest import load_manifest
+from chunkline.index.tables import read_table, table_names
 from chunkline.pipeline.build import build
 from chunkline.pipeline.plan import Plan
 from chunkline.pipeline.config import load_config
 from chunkline.pipeline.run import run
-from tests.gcs_emulator import free_port, wait_for_port
+from tests.gcs_emulator import free_port, storage_emulator, upload_tree, wait_for_port
+from tests.pipeline.test_carry import write_corpus
 
 pytestmark = pytest.mark.slow  # runs Beam pipelines or builds job graphs (make test-fast skips it)
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
+BUCKET = "chunkline-external"
+
+
+# Run as the pool's command: a fresh tmpfs over each folder named (in order, so a later one may
+# lie inside an earlier one), then the pool in the last. Under `unshare --mount` the mounts are
+# this process tree's alone (mount_namespaces(7)); the driver and the rest of the host keep theirs.
+PRIVATE_DISK = 'for d in "$@"; do mkdir -p "$d" && mount -t tmpfs chunkline-worker "$d" || exit 1; done; cd "$d" && exec "$0" -m apache_beam.runners.worker.worker_pool_main --service_port="$PORT"'
 
 
 @contextlib.contextmanager
-def worker_pool(cwd: Path) -> Iterator[int]:
-    """Beam's EXTERNAL worker pool, started in ``cwd``; yields its port."""
+def worker_pool(cwd: Path, *, private: bool = False) -> Iterator[int]:
+    """Beam's EXTERNAL worker pool, started in ``cwd``; yields its port. ``private``: the pool
+    and its workers run in their own mount namespace with fresh tmpfs over /tmp and ``cwd``, so
+    no file the driver writes under either (or anywhere under this test's folders) is visible
+    to a worker: they share the network (the job server, the storage emulator) and the
+    installed code, as workers on another machine built from the same image would."""
     port = free_port()
     # The pool starts each worker as a bare `python`: this venv's must come first on PATH.
     venv_bin = str(Path(sys.executable).parent)
-    pool = subprocess.Popen(
-        [sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main", f"--service_port={port}"],
-        cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        env={**os.environ, "PATH": venv_bin + os.pathsep + os.environ.get("PATH", "")},
-    )
+    env = {**os.environ, "PATH": venv_bin + os.pathsep + os.environ.get("PATH", ""), "PORT": str(port)}
+    command = [sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main", f"--service_port={port}"]
+    if private:
+        hidden = ["/tmp", *([] if cwd.is_relative_to("/tmp") else [str(cwd.parent)]), str(cwd)]
+        command = ["unshare", "--mount", "--propagation", "private", "sh", "-c", PRIVATE_DISK,
+                   sys.executable, *hidden]
+    else:
+        cwd.mkdir(parents=True, exist_ok=True)
+    errors = tempfile.TemporaryFile()  # why a pool did not start (unshare refused, say) is said
+    pool = subprocess.Popen(command, cwd=None if private else cwd, stdout=subprocess.DEVNULL,
+                            stderr=errors, env=env)
     try:
-        wait_for_port(port, pool, "worker pool")
+        try:
+            wait_for_port(port, pool, "worker pool")
+        except RuntimeError as error:
+            errors.seek(0)
+            raise RuntimeError(f"{error}: {errors.read()[-2000:].decode(errors='replace')}") from None
+        if private:  # the pool (exec'd in place of unshare and sh) sees its own disks, we do not
+            pool_mounts = {tuple(line.split()[:2]) for line in Path(f"/proc/{pool.pid}/mounts").read_text().splitlines()}
+            assert {("chunkline-worker", folder) for folder in hidden} <= pool_mounts
+            assert "chunkline-worker" not in Path("/proc/self/mounts").read_text()
         yield port
     finally:
         pool.terminate()
         pool.wait(timeout=30)
+        errors.close()
 
 
 def options_of(name: str, *extra: str) -> PipelineOptions:
@@ -111,25 +144,66 @@ def test_graph_builds_for_the_cluster_runners(name: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)  # a worker that cannot start leaves the job waiting, not failing
-def test_external_worker_pool_runs_the_job(tmp_path) -> None:
+def test_external_workers_without_the_drivers_disk_match_the_in_process_runner(tmp_path) -> None:
+    """Issue 49's "no shared disk": EXTERNAL workers in their own mount namespace, with fresh
+    tmpfs over /tmp and their working directory, so that nothing the driver writes locally
+    reaches them; corpus and index on the GCS emulator. A first run and a rerun with one
+    document edited, with the default model, give the tables the in-process runner gives, read
+    back through the manifests, vectors within 1e-5. (The model's first load is most of the
+    test's time: with ``embed: null`` it takes a third, but then no worker would load a model.)"""
     corpus = tmp_path / "corpus"
-    corpus.mkdir()
-    for name in ("guide.md",):
-        (corpus / name).write_text((ROOT / "examples" / name).read_text())
-    (corpus / "notes.txt").write_text("Plain notes about robot docking.\n\nAnother paragraph.\n")
-    with worker_pool(ROOT) as port:
-        external = load_config(ROOT / "configs" / "portable.yaml",
-                               [f"input.pattern={corpus}/**", f"output.path={tmp_path / 'ext'}"])
-        summary = run(external, ["--environment_type=EXTERNAL", f"--environment_config=localhost:{port}"])
-    local = run(load_config(ROOT / "configs" / "local.yaml",
-                            [f"input.pattern={corpus}/**", f"output.path={tmp_path / 'local'}"]))
-    assert summary.reconciled and summary.counts["documents"] == 2
+    write_corpus(corpus, 6)  # doc000-doc005 and doc030, an exact duplicate of doc005
+    with storage_emulator(BUCKET):
+        upload_tree(corpus, f"gs://{BUCKET}/corpus")
+        with worker_pool(tmp_path / "pool", private=True) as port:
+            def both() -> tuple[Any, Any]:
+                settings = [f"input.pattern=gs://{BUCKET}/corpus/**"]
+                external = run(load_config(ROOT / "configs" / "portable.yaml",
+                                           [*settings, f"output.path=gs://{BUCKET}/index"]),
+                               ["--environment_type=EXTERNAL", f"--environment_config=localhost:{port}"])
+                local = run(load_config(ROOT / "configs" / "local.yaml",
+                                        [*settings, f"output.path=gs://{BUCKET}/in-process"]))
+                assert external.reconciled and external.published, external.problems
+                assert local.reconciled and local.published, local.problems
+                assert_same_tables(external.run_dir, local.run_dir)
+                return external, local
 
-    def chunk_rows(run_dir: str) -> list[dict]:
-        rows = [r for f in sorted(Path(run_dir).glob("chunks-*.parquet")) for r in pq.read_table(f).to_pylist()]
-        return sorted(({k: v for k, v in r.items() if k != "embedding"} for r in rows), key=lambda r: r["chunk_id"])
+            first, _ = both()
+            assert first.counts["documents"] == 7 and first.counts["duplicate"] == 1
+            assert first.counts["embedded"] == first.counts["chunks"] > 0
+            edited = (corpus / "doc002.md").read_text(encoding="utf-8").replace("# Manual 002", "# Manual two")
+            with FileSystems.create(f"gs://{BUCKET}/corpus/doc002.md") as handle:
+                handle.write(edited.encode())
+            again, local_again = both()
+            # The workers read the first run's rows and memo from the bucket: the unchanged
+            # documents were carried and their per-text results recalled, the edited one computed.
+            assert again.counts["chunks_carried"] == local_again.counts["chunks_carried"] > 0
+            memo = load_manifest(again.run_dir)["memo"]
+            print("memo of the EXTERNAL rerun:", memo)
+            assert memo == load_manifest(local_again.run_dir)["memo"]
+            assert memo["signature"] == {"recalled": 6, "computed": 1}
+            assert 0 < again.counts["embedded"] < first.counts["embedded"]
 
-    assert chunk_rows(summary.run_dir) == chunk_rows(local.run_dir)
+
+def assert_same_tables(run_dir: str, expected_dir: str) -> None:
+    """Every table of the two runs, read through their manifests, holds the same rows (vectors
+    within 1e-5)."""
+    manifest, expected = load_manifest(run_dir), load_manifest(expected_dir)
+    assert table_names(manifest) == table_names(expected)
+    for table in ("chunks", "documents", "terms"):
+        rows, want = (sorted_rows(read_table(d, m, table)) for d, m in ((run_dir, manifest), (expected_dir, expected)))
+        assert [drop(r, "embedding") for r in rows] == [drop(r, "embedding") for r in want], table
+        for row, other in zip(rows, want):
+            if row.get("embedding") is not None or other.get("embedding") is not None:
+                assert np.allclose(row["embedding"], other["embedding"], atol=1e-5, rtol=0), row["chunk_id"]
+
+
+def sorted_rows(table) -> list[dict]:
+    return sorted(table.to_pylist(), key=lambda r: json.dumps(drop(r, "embedding"), sort_keys=True, default=str))
+
+
+def drop(row: dict, key: str) -> dict:
+    return {k: v for k, v in row.items() if k != key}
 
 
 @pytest.mark.slow

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -49,12 +50,18 @@ def job(corpus: Path, output: Path, *overrides: str):
         f"input.pattern={corpus}/**", f"output.path={output}", "embed=null", *overrides]))
 
 
+@pytest.fixture(scope="module")
+def first(corpus, tmp_path_factory):
+    """The first run into a fresh index: read-only here (the rerun test works on a copy)."""
+    return job(corpus, tmp_path_factory.mktemp("scanned-index") / "index")
+
+
 def table(run_dir: str, name: str) -> list[dict]:
     return pq.read_table(sorted(Path(run_dir).glob(f"{name}-*.parquet"))).to_pylist()
 
 
-def test_scanned_pages_are_read_in_order_with_their_pages(corpus, tmp_path) -> None:
-    summary = job(corpus, tmp_path / "index")
+def test_scanned_pages_are_read_in_order_with_their_pages(first) -> None:
+    summary = first
     c = summary.counts
     assert summary.published and c["documents"] == c["kept"] + c["duplicate"] + c["rejected"] == 3
     documents = {row["doc_id"]: row for row in table(summary.run_dir, "documents")}
@@ -87,11 +94,11 @@ def test_with_ocr_off_scanned_pages_are_rejected_with_the_reason(corpus, tmp_pat
     assert "safety officer" not in documents["manual.pdf"]["text"]  # page 2 has no text layer
 
 
-def test_a_rerun_reads_no_unchanged_page_by_ocr_again(corpus, tmp_path) -> None:
+def test_a_rerun_reads_no_unchanged_page_by_ocr_again(corpus, first, tmp_path) -> None:
     """Each OCR'd page is kept under OUTPUT/_cache/ocr by its pixels: the rerun reads it from
     there (equal text), a damaged entry is read again, and a changed scan is OCR'd."""
     output = tmp_path / "index"
-    first = job(corpus, output)
+    shutil.copytree(first.output, output)
     entries = sorted((output / "_cache" / "ocr").rglob("*.json"))
     assert len(entries) == 3  # the PDF's scanned page, notice.png, blank.png
     again = job(corpus, output)

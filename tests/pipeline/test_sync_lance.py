@@ -97,7 +97,7 @@ def test_a_sink_without_vectors_is_a_config_error(tmp_path) -> None:
         load_config("configs/local.yaml", ["embed=null", f"sink.to={tmp_path}/store"])
 
 
-def test_eight_syncs_at_once_leave_exactly_the_runs_rows(uri, sync_runs, tmp_path) -> None:
+def test_four_syncs_at_once_leave_exactly_the_runs_rows(uri, sync_runs, tmp_path) -> None:
     cases.check_concurrent_syncs(uri, sync_runs, tmp_path / "logs")
     assert table(uri).count_rows() == len(cases.parquet_rows(sync_runs.second))
 

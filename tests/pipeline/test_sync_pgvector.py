@@ -133,7 +133,7 @@ def test_usage_errors(uri, sync_runs, tmp_path) -> None:
     assert code == 69 and "cannot connect to PostgreSQL" in err
 
 
-def test_eight_syncs_at_once_leave_exactly_the_runs_rows(uri, sync_runs, tmp_path) -> None:
+def test_four_syncs_at_once_leave_exactly_the_runs_rows(uri, sync_runs, tmp_path) -> None:
     cases.check_concurrent_syncs(uri, sync_runs, tmp_path / "logs")
     assert count(uri) == len(cases.parquet_rows(sync_runs.second))
 
