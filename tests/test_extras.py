@@ -151,6 +151,7 @@ def test_a_missing_extra_is_one_line_naming_it(extra: str, tmp_path: Path) -> No
     assert results["loaded"] == []
 
 
+@pytest.mark.slow  # ~1.9 s on a quiet machine: the config's validation and detect-secrets load
 def test_a_run_names_the_extra_its_config_turns_on_before_beam_starts(tmp_path: Path) -> None:
     """The default config reads scanned pages by OCR: without the extra, `chunkline run` says so
     in one line before building the job (pipeline/cli.py's config_extras)."""
