@@ -38,7 +38,7 @@ $(STAMP): pyproject.toml requirements.lock requirements-dev.lock
 
 # Refresh the locks to the newest versions pyproject.toml allows; commit both, and CI tests them.
 lock: $(STAMP)
-	$(PY) -m uv pip compile pyproject.toml --upgrade --quiet $(LOCK_FOR) -o requirements.lock
+	$(PY) -m uv pip compile pyproject.toml --extra all --upgrade --quiet $(LOCK_FOR) -o requirements.lock
 	$(PY) -m uv pip compile pyproject.toml --extra dev --upgrade --quiet $(LOCK_FOR) \
 	    -c requirements.lock -o requirements-dev.lock
 

@@ -8,19 +8,26 @@ The pure library under the Beam pipeline; it never imports apache_beam.
 ('Guide',)
 """
 
-from importlib import metadata as _metadata
-
 from chunkline.sizers import Tokenizer, TokenizerNotAvailable, get_tokenizer
 from chunkline.splitting.code import LANGUAGES, language_for, split_code
 from chunkline.splitting.core import Chunk, char_bound, default_max_chars
 from chunkline.splitting.structure import Heading, Section, Table, headings, sections, tables
 from chunkline.splitting.text import SEPARATORS, split
 
-try:
-    # The installed distribution's version: one home (pyproject.toml), read by every manifest.
-    __version__ = _metadata.version("chunkline")
-except _metadata.PackageNotFoundError:  # a source tree that was never installed
-    __version__ = "0+unknown"
+
+
+def __getattr__(name: str) -> str:
+    """``chunkline.__version__``, read when asked (PEP 562): importlib.metadata costs more to
+    import than the rest of ``import chunkline`` together (python -X importtime)."""
+    if name != "__version__":
+        raise AttributeError(f"module 'chunkline' has no attribute {name!r}")
+    from importlib import metadata
+
+    try:
+        # The installed distribution's version: one home (pyproject.toml), read by every manifest.
+        return metadata.version("chunkline")
+    except metadata.PackageNotFoundError:  # a source tree that was never installed
+        return "0+unknown"
 
 __all__ = [
     "__version__",

@@ -43,6 +43,7 @@ from typing import Annotated, Callable, Iterator, NamedTuple
 from annotated_types import Ge, Gt
 
 from chunkline.options import check_fields, help_text
+from chunkline.extras import require
 
 MEMBER_SEPARATOR = "//"
 
@@ -174,7 +175,7 @@ def _decompressor(codec: str, data: bytes):
         return bz2.BZ2File(source)
     if codec == "xz":
         return lzma.LZMAFile(source)
-    import zstandard  # the one codec the standard library lacks (before Python 3.14)
+    zstandard = require("pipeline", "zstandard")  # the one codec the standard library lacks (before Python 3.14)
 
     return zstandard.ZstdDecompressor().stream_reader(source, read_across_frames=True)
 

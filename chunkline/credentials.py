@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Literal
 
 from chunkline.options import check_fields, help_text
+from chunkline.extras import require
 
 REJECT, REDACT, ALLOW = "reject", "redact", "allow"
 ENTROPY_KINDS = frozenset({"Base64 High Entropy String", "Hex High Entropy String"})
@@ -336,6 +337,7 @@ class Scanner:
     def __init__(self, options: CredentialOptions) -> None:
         # Imported here, once per scanner, not per document or line (detect-secrets pulls in
         # requests: a run with `secrets: allow` never imports it).
+        require("credentials", "detect_secrets")
         from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
         from detect_secrets.filters import heuristic
         from detect_secrets.plugins.keyword import (

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
 
 import numpy as np
 
+from chunkline.extras import require
 from chunkline.sizers import PACKAGED_HF_MODELS, TokenizerNotAvailable, hf_model_dir
 
 if TYPE_CHECKING:  # heavy imports (torch) happen only when a model is actually loaded
@@ -172,6 +173,9 @@ def load_model(options: EmbedOptions) -> "SentenceTransformer":
     reading at most ``options.max_seq_length`` tokens of a text when that is set. With
     ``backend: onnx`` an :class:`chunkline.onnx_encoder.OnnxSentenceEncoder`, which answers the
     same calls."""
+    if options.backend == "onnx":
+        require("onnx", "onnxruntime")
+    require("embed", "sentence_transformers")  # brings torch and transformers
     model_dir = resolve_model_dir(options.model)
     max_seq_length = _max_seq_length(model_dir, options)
     # Belt and braces against a hub call: the offline switches (read by huggingface_hub when it

@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from html.parser import HTMLParser
 from typing import Any
 
+from chunkline.extras import require
+
 # Pages with less visible text than this are converted whole by html_to_text. It is trafilatura's
 # own MIN_EXTRACTED_SIZE: below it, trafilatura's cascade replaces its structured extraction with
 # a structure-less dump of the page (core.trafilatura_sequence, stage 3 "baseline rescue"), so a
@@ -66,9 +68,9 @@ def main_content(html: str, plain: str) -> str | None:
     # XML_PARSE_HUGE option", an ERR_RESOURCE_LIMIT error) and drops everything deeper, text
     # included. trafilatura then returns nothing, or only the shallow part (an intro paragraph
     # kept, the article 300 elements down lost), so such a page keeps its whole text instead.
+    trafilatura = require("html", "trafilatura")  # heavy (lxml, justext, htmldate): only where HTML is read
     if _over_libxml2_limits(html):
         return plain
-    import trafilatura  # heavy (lxml, justext, htmldate): only where HTML is read
 
     try:
         extracted = trafilatura.extract(html, **_TRAFILATURA_OPTIONS)
@@ -92,9 +94,9 @@ def page_metadata(html: str) -> dict[str, str]:
     language = _HTML_LANG.search(html[:_LANG_SCAN_CHARS])
     if language:
         found["language"] = language.group(1)
+    extract_metadata = require("html", "trafilatura").extract_metadata
     if _over_libxml2_limits(html):
         return found
-    from trafilatura import extract_metadata
 
     try:
         extracted = extract_metadata(html, extensive=False)

@@ -29,6 +29,8 @@ from typing import Hashable, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from chunkline.extras import require
+
 SMALLEST_DOC_ID = "smallest_doc_id"
 LONGEST = "longest"
 SURVIVOR_RULES = (SMALLEST_DOC_ID, LONGEST)
@@ -115,7 +117,7 @@ def lsh_params(threshold: float, num_perm: int, false_positive_weight: float = 0
     if known is not None:
         return known
     # Imported here: datasketch.lsh imports scipy, needed only where parameters are derived.
-    from datasketch.lsh import _optimal_param
+    _optimal_param = require("pipeline", "datasketch.lsh")._optimal_param
 
     return tuple(_optimal_param(threshold, num_perm, false_positive_weight, 1.0 - false_positive_weight))
 

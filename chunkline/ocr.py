@@ -46,6 +46,7 @@ from annotated_types import Ge, Le
 
 from chunkline.options import check_fields, default_threads, help_text
 from chunkline.pages import PdfText, join_pages
+from chunkline.extras import require
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -113,7 +114,7 @@ def engine_name() -> str:
 @functools.lru_cache(maxsize=None)
 def _engine(threads: int | None):
     """One RapidOCR per process and thread count: loading its three ONNX sessions takes ~0.5 s."""
-    from rapidocr_onnxruntime import RapidOCR
+    RapidOCR = require("ocr", "rapidocr_onnxruntime").RapidOCR
 
     # -1: RapidOCR leaves ONNX Runtime's default (a thread per core).
     threads = threads or default_threads()
@@ -203,6 +204,7 @@ def read_image(data: bytes, options: OcrOptions = OcrOptions()) -> PdfText | str
     "unreadable image (...)", "no text found by OCR", "OCR is off". Never raises for bad input."""
     if options.mode == "never":
         return "image not read: OCR is off"
+    require("ocr", "rapidocr_onnxruntime")  # fail before reading, not after
     from PIL import Image, ImageOps, ImageSequence, UnidentifiedImageError
 
     texts: list[str] = []

@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from chunkline.extras import require
 from chunkline.options import default_threads
 from chunkline.sizers import model_fingerprint
 
@@ -101,7 +102,7 @@ def after_gelu(onnx_path: str, depth: int = 4) -> list[str]:
     Quantization"), so one dynamic int8 scale per call loses the most there. Kept in float32 on
     all-MiniLM-L6-v2: the worst cosine to float32 vectors over the demo's chunks rose from 0.969
     to 0.990, the mean from 0.993 to 0.996, for ~15 % of the int8 speed-up."""
-    import onnx
+    onnx = require("onnx", "onnx")
 
     graph = onnx.load(onnx_path, load_external_data=False).graph
     producer = {output: node for node in graph.node for output in node.output}
@@ -147,7 +148,7 @@ class OnnxSentenceEncoder:
 
     def __init__(self, model_dir: Path, dtype: str, max_seq_length: int, dim: int,
                  torch_model: Callable[[], Any], threads: int | None = None) -> None:
-        import onnxruntime
+        onnxruntime = require("onnx", "onnxruntime")
         from transformers import AutoTokenizer
 
         path = exported_model(model_dir, dtype, torch_model)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from chunkline.pages import PAGE_SEPARATOR, PdfText, join_pages  # noqa: F401 - re-exported
 from chunkline.splitting.structure import Heading
+from chunkline.extras import require
 
 if TYPE_CHECKING:
     from chunkline.ocr import OcrOptions
@@ -41,7 +42,7 @@ def read_pdf(data: bytes, ocr: OcrOptions | None = None) -> PdfText | str:
         return "not a PDF file (no %PDF- header)"
     if b"%%EOF" not in data[-_EOF_WINDOW:]:
         return "truncated PDF (no %%EOF marker at its end)"
-    import pypdfium2 as pdfium  # only runs that read PDFs load PDFium
+    pdfium = require("pdf", "pypdfium2")  # only runs that read PDFs load PDFium
 
     try:
         pdf = pdfium.PdfDocument(data)

@@ -49,6 +49,7 @@ from typing import Annotated, Iterable, Literal, Mapping
 from annotated_types import Ge, Le
 
 from chunkline.options import check_fields, help_text
+from chunkline.extras import require
 
 TERM_SPACE = 2**29
 _WORD = re.compile(r"(?u)\b\w\w+\b")
@@ -82,7 +83,7 @@ class SparseOptions:
 
 @lru_cache(maxsize=4)
 def _stemmer(language: str):
-    import Stemmer  # PyStemmer: Snowball in C
+    Stemmer = require("pipeline", "Stemmer")  # PyStemmer: Snowball in C
 
     return Stemmer.Stemmer(language)
 

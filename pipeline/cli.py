@@ -19,6 +19,7 @@ from chunkline import (
     split_code,
 )
 
+from chunkline.extras import MissingExtra, missing_extra_line, require
 from chunkline.pipeline import exits
 
 DEFAULT_TOKENIZER = "hf:all-MiniLM-L6-v2"
@@ -113,6 +114,23 @@ def runner_option(beam_args: Sequence[str]) -> tuple[str | None, list[str]]:
     return runner, rest
 
 
+def config_extras(config) -> list[tuple[str, str]]:
+    """The extras (and a module each brings) that what ``config`` turns on needs, checked before
+    the job is built. The readers of HTML, PDF and Office files name theirs when they meet one."""
+    needed = []
+    if config.context is not None:
+        needed.append(("context", config.context.provider))
+    if config.secrets.mode != "allow":
+        needed.append(("credentials", "detect_secrets"))
+    if config.input.ocr.mode != "never":
+        needed.append(("ocr", "rapidocr_onnxruntime"))
+    if config.embed is not None:  # last: the slowest to import (torch)
+        if config.embed.backend == "onnx":
+            needed.append(("onnx", "onnxruntime"))
+        needed.append(("embed", "sentence_transformers"))
+    return needed
+
+
 def _run_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from chunkline.pipeline.config import ConfigError, load_config
     from chunkline.pipeline.redact import redacted
@@ -133,6 +151,8 @@ def _run_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     except ConfigError as exc:
         print(f"chunkline run: {redacted(str(exc))}", file=err)
         return 2
+    for extra, module in config_extras(config):  # before Beam starts: one line, exit 2
+        require(extra, module)
     # Our progress lines at INFO; Beam's own chatter (type-hint notes, state cache) only when it
     # matters.
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s",
@@ -155,8 +175,10 @@ def _run_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print(f"chunkline run: {redacted(str(exc))}", file=err)
         return 2
     except RuntimeError as exc:
-        print(f"chunkline run: {redacted(str(exc))}", file=err)
-        return 1
+        # A reader in a worker met a format whose extra is missing: that line alone, exit 2.
+        line = missing_extra_line(exc)
+        print(f"chunkline run: {line or redacted(str(exc))}", file=err)
+        return 1 if line is None else exits.USAGE
     print(format_summary(summary), file=out)
     if not summary.published:
         return 1
@@ -283,6 +305,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# The extra a command cannot start without, checked before it imports anything: a missing one is
+# one line naming it (exit 2), whichever module would have imported it first. Features inside a
+# command (a format, a store, the model) name their own extra where they are used.
+COMMAND_EXTRAS = {
+    "run": ("pipeline", "apache_beam"),
+    "sync": ("pipeline", "apache_beam"),
+    "report": ("pipeline", "apache_beam"),
+    "runs": ("pipeline", "apache_beam"),
+    "publish": ("pipeline", "apache_beam"),
+    "gc": ("pipeline", "apache_beam"),
+    "query": ("index", "pyarrow"),
+}
+
+
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
          err: TextIO | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -294,7 +330,12 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
     if beam_args:
         args.beam_args = beam_args
     try:
+        if args.command in COMMAND_EXTRAS:
+            require(*COMMAND_EXTRAS[args.command])
         return args.handler(args, out or sys.stdout, err or sys.stderr)
+    except MissingExtra as exc:
+        print(f"chunkline {args.command}: {exc}", file=err or sys.stderr)
+        return exits.USAGE
     except BrokenPipeError:  # `chunkline split ... | head` is normal use, not an error
         sys.stderr.close()
         return 0

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from chunkline.context.accounting import Usage
 from chunkline.context.options import ContextOptions
 from chunkline.context.prompts import PROMPTS
+from chunkline.extras import require
 
 # 408 request timeout, 409 conflict (lock contention), 429 rate limited; every 5xx (Anthropic's
 # 529 overloaded included): the SDKs' own retry rule.
@@ -150,7 +151,7 @@ class AnthropicHeaderClient:
     so that waits are counted, shared across threads and capped by ContextOptions)."""
 
     def __init__(self, options: ContextOptions, api_key: str | None) -> None:
-        import anthropic
+        anthropic = require("context", "anthropic")
 
         self._sdk = anthropic
         self._options = options
@@ -186,7 +187,7 @@ class OpenAIHeaderClient:
     llama.cpp, Ollama); SDK retries off, as for Anthropic."""
 
     def __init__(self, options: ContextOptions, api_key: str | None) -> None:
-        import openai
+        openai = require("context", "openai")
 
         self._sdk = openai
         self._options = options

@@ -35,6 +35,8 @@ import time
 from contextlib import contextmanager
 from typing import Any, BinaryIO, Iterator
 
+from chunkline.extras import require
+
 GCS = "gs://"
 EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
 # Beam's gcsio.DEFAULT_READ_BUFFER_SIZE: a shard is fetched in ranges of this size as pyarrow
@@ -106,7 +108,7 @@ def parquet_source(path: str) -> Iterator[str | BinaryIO]:
     if not is_gcs(path):
         yield path
         return
-    from google.cloud.storage.fileio import BlobReader
+    BlobReader = require("gcs", "google.cloud.storage.fileio").BlobReader
 
     bucket, name = _bucket_and_name(path)
     with _missing_as_not_found(path):
@@ -197,7 +199,7 @@ def _client() -> Any:
 
 
 def _new_client(emulator: str | None) -> Any:
-    from google.cloud import storage
+    storage = require("gcs", "google.cloud.storage")
 
     if emulator:
         # The emulator checks no credentials, and an anonymous client never looks for any: no

@@ -26,6 +26,7 @@ from chunkline.readers.formats import EMPTY
 from chunkline.readers.markdown import blocks, heading, one_line
 from chunkline.readers.office import Converted, unpacked_problem
 from chunkline.readers.text import decode_text
+from chunkline.extras import require
 
 _ENCRYPTION = "META-INF/encryption.xml"
 # Font obfuscation (IDPF, "Font Obfuscation" in EPUB OCF; Adobe's variant): fonts only.
@@ -50,6 +51,7 @@ def read_epub(data: bytes, options: ContainerOptions) -> Converted | str:
         return f"not a readable EPUB ({type(exc).__name__}: {exc})"
     if problem:
         return problem
+    require("office", "ebooklib")  # raised, not a row's reason: installing the extra fixes every one
     try:
         return _epub(data)
     except Exception as exc:  # noqa: BLE001 - EpubException, KeyError on a missing item, lxml
@@ -87,7 +89,7 @@ def _toc_titles(entries: Any) -> Iterator[tuple[str, str]]:
 
 
 def _epub(data: bytes) -> Converted | str:
-    import ebooklib  # only runs that read books load ebooklib
+    import ebooklib  # only runs that read books load ebooklib (read_epub required it)
     from ebooklib import epub
 
     book = epub.read_epub(io.BytesIO(data), {"ignore_ncx": False})

@@ -41,6 +41,7 @@ from chunkline.containers import RATIO_FLOOR_BYTES, ContainerOptions
 from chunkline.readers.formats import EMPTY
 from chunkline.readers.markdown import blocks, heading, list_item, one_line, paragraph, pipe_table
 from chunkline.readers.tables import sheet_sections
+from chunkline.extras import require
 
 # MS-CFB 2.2: the compound file header signature.
 CFB_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
@@ -135,6 +136,7 @@ def read_docx(data: bytes, options: ContainerOptions) -> Converted | str:
     problem = package_problem(data, "Word document", options)
     if problem:
         return problem
+    require("office", "docx")  # raised, not a row's reason: installing the extra fixes every one
     return _guarded("Word document", lambda: _docx(data))
 
 
@@ -230,7 +232,7 @@ def _run_text(element: Any) -> str:
 
 
 def _docx(data: bytes) -> Converted | str:
-    import docx  # only runs that read Word documents load python-docx
+    docx = require("office", "docx")  # only runs that read Word documents load python-docx
 
     document = docx.Document(io.BytesIO(_as_docx(data)))
     styles = _styles(document)
@@ -349,11 +351,12 @@ def read_pptx(data: bytes, options: ContainerOptions) -> Converted | str:
     problem = package_problem(data, "PowerPoint deck", options)
     if problem:
         return problem
+    require("office", "pptx")
     return _guarded("PowerPoint deck", lambda: _pptx(data))
 
 
 def _pptx(data: bytes) -> Converted | str:
-    from pptx import Presentation  # only runs that read decks load python-pptx
+    Presentation = require("office", "pptx").Presentation  # only runs that read decks load python-pptx
 
     deck = Presentation(io.BytesIO(data))
     sections: list[str] = []
@@ -440,11 +443,12 @@ def read_xlsx(data: bytes, options: ContainerOptions, max_rows: int) -> Converte
     problem = package_problem(data, "Excel workbook", options)
     if problem:
         return problem
+    require("office", "openpyxl")
     return _guarded("Excel workbook", lambda: _xlsx(data, max_rows))
 
 
 def _xlsx(data: bytes, max_rows: int) -> Converted | str:
-    import openpyxl  # only runs that read workbooks load openpyxl
+    openpyxl = require("office", "openpyxl")  # only runs that read workbooks load openpyxl
 
     book = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=True, keep_links=False)
     try:

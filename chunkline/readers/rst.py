@@ -18,6 +18,7 @@ from typing import Any, Iterator
 from chunkline.readers.formats import EMPTY
 from chunkline.readers.markdown import blocks, fenced, heading, list_item, one_line, paragraph, pipe_table
 from chunkline.readers.office import Converted
+from chunkline.extras import require
 
 _SETTINGS = {
     "report_level": 5, "halt_level": 5,
@@ -34,7 +35,7 @@ _FIELD_KEYS = {"author": "author", "authors": "author", "date": "date", "version
 def read_rst(text: str) -> Converted | str:
     """A decoded reStructuredText file as Markdown with its bibliographic fields, or the reason
     it has none. Never raises."""
-    from docutils.core import publish_doctree  # only runs that read .rst load docutils
+    publish_doctree = require("pipeline", "docutils.core").publish_doctree  # only runs that read .rst load docutils
 
     try:
         tree = publish_doctree(text, settings_overrides={**_SETTINGS, "warning_stream": io.StringIO()})

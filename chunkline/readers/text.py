@@ -7,6 +7,7 @@ import codecs
 import re
 
 from chunkline.readers.formats import BINARY
+from chunkline.extras import require
 
 # The binary sniff looks where file(1) and Perl's -B look: the first block.
 SNIFF_BYTES = 8192
@@ -210,7 +211,7 @@ def _declared_decoders(data: bytes) -> tuple[str, ...]:
 
 def _detect_encoding(data: bytes) -> tuple[str, str] | None:
     """(text, encoding) when charset-normalizer is confident as defined above, else None."""
-    from charset_normalizer import from_bytes  # only files that are not UTF-8 pay the import
+    from_bytes = require("pipeline", "charset_normalizer").from_bytes  # only files that are not UTF-8 pay the import
 
     matches = list(from_bytes(data))
     if not matches:

