@@ -20,8 +20,10 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
 from chunkline.access import AccessPolicy, load_policy
+from chunkline.carry import CARRY_TABLE
 from chunkline.context import context_reserve, resolve_api_key
 from chunkline.index.layout import CACHE, LATEST, PROBE, format_run_id
+from chunkline.index.tables import has_table, live_files
 from chunkline.memo import MAX_LOAD_BYTES, MEMO_DIR, MemoSource
 from chunkline.sizers import model_fingerprint
 from chunkline.splitting.options import split_budget
@@ -264,20 +266,24 @@ def carry_pairs(config: Config, signature: str) -> tuple[list[tuple[str, str]], 
     if manifest is None:
         return [], [], None
     name = run_dir.rstrip("/").rsplit("/", 1)[-1]
-    documents = table_files(run_dir, manifest, "documents")
-    sidecars = manifest["files"].get("carry")
+    # A file with deleted rows is left out until the carry index reads deletions: its documents
+    # are computed again (correct, only slower), never carried from a row that is gone.
+    documents = [file.path for file in live_files(run_dir, manifest, "documents") if not file.deleted]
+    sidecars = live_files(run_dir, manifest, CARRY_TABLE)
     if not sidecars:
         return [], documents, f"{name} has no carry sidecars (an older chunkline): every document is computed"
     if manifest.get("carry_signature") != signature:
         return [], documents, (f"{name} was made with other processing (split, context, embed or "
                                f"BM25 settings, or the code): every document is computed")
-    by_shard = {shard.split("-", 1)[1]: shard for shard in sidecars
-                if isinstance(shard, str) and "-" in shard}
+    # A sidecar is carry-SSSSS-of-NNNNN.parquet beside its chunks-SSSSS-of-NNNNN.parquet.
+    by_shard = {(side.folder, side.name.rsplit("/", 1)[-1].split("-", 1)[1]): side
+                for side in sidecars if "-" in side.name.rsplit("/", 1)[-1] and not side.deleted}
     pairs = []
-    for chunk_path in table_files(run_dir, manifest, "chunks"):
-        side = by_shard.get(chunk_path.rsplit("/", 1)[-1].split("-", 1)[1])
-        if side is not None:
-            pairs.append((chunk_path, FileSystems.join(run_dir, side)))
+    for chunks in live_files(run_dir, manifest, "chunks"):
+        base = chunks.name.rsplit("/", 1)[-1]
+        side = by_shard.get((chunks.folder, base.split("-", 1)[1])) if "-" in base else None
+        if side is not None and not chunks.deleted:
+            pairs.append((chunks.path, side.path))
     return pairs, documents, None
 
 
@@ -287,9 +293,11 @@ def reusable_files(run_dir: str, signature: str, dim: int) -> tuple[list[str], l
     The manifest is validated (ManifestError naming it when malformed); a run made with another
     model or settings has nothing to reuse; a shard whose footer cannot be read or whose schema
     has no content keys or vectors of ``dim`` is left out, named, and its chunks re-embedded.
-    Every vector read is checked again in the job (``transforms/reuse.py``)."""
+    Every vector read is checked again in the job (``transforms/reuse.py``). A file listed with
+    deleted rows (a format-2 manifest, ``chunkline.index.tables``) is offered whole: a deleted
+    row's vector is still the vector of its content key, made under the same signature."""
     manifest = load_manifest(run_dir)
-    if not manifest.get("model") or not manifest["files"]["chunks"]:
+    if not manifest.get("model") or not has_table(manifest, "chunks"):
         return [], []
     if manifest.get("embedding_signature") != signature:
         log.info("%s was embedded with other model settings: embedding everything", run_dir)

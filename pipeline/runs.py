@@ -395,12 +395,13 @@ def _expected_rows(manifest: dict[str, Any]) -> dict[str, int]:
     """Rows each table's files hold, by what the manifest states (the checks ``account`` made
     before it was written)."""
     from chunkline.carry import CARRY_TABLE
+    from chunkline.index.tables import has_table
 
     counts = manifest["counts"]
     expected = {"chunks": counts["chunks"], "documents": counts["documents"]}
     if "rejected" in counts:
         expected["rejected"] = counts["rejected"]
-    if manifest["files"].get(CARRY_TABLE):
+    if has_table(manifest, CARRY_TABLE):
         expected[CARRY_TABLE] = counts["chunks"]
     bm25 = manifest.get("bm25")
     if isinstance(bm25, dict) and isinstance(bm25.get("terms"), int):
@@ -414,35 +415,36 @@ def file_problems(run_dir: str, manifest: dict[str, Any]) -> list[str]:
     manifest states, chunk shards without vectors of the model's width. Footers only: the
     rows themselves are checked by every reader (reuse, carry) as it reads them."""
     import pyarrow.parquet as pq
-    from apache_beam.io.filesystems import FileSystems
+
+    from chunkline.index import storage
+    from chunkline.index.tables import live_files, table_names
 
     problems = []
     expected = _expected_rows(manifest)
     dim = (manifest.get("model") or {}).get("dim")
-    for table, names in manifest["files"].items():
-        if not isinstance(names, list) or not all(isinstance(n, str) and n and "/" not in n for n in names):
-            problems.append(f"files.{table} is not a list of file names")
-            continue
+    for table in table_names(manifest):
         rows = 0
-        for name in names:
-            path = FileSystems.join(run_dir, name)
+        for file in live_files(run_dir, manifest, table):
+            name = file.name
             try:
-                with FileSystems.open(path) as handle:
-                    metadata = pq.read_metadata(handle)
+                with storage.parquet_source(file.path) as source:
+                    metadata = pq.read_metadata(source)
             except Exception as exc:  # noqa: BLE001 - truncated or not Parquet: each library its own error
                 if _not_found(exc):
                     problems.append(f"{name} is missing")
                     continue
                 problems.append(f"{name} is unreadable ({type(exc).__name__}: {exc})")
                 continue
-            rows += metadata.num_rows
+            if file.rows is not None and metadata.num_rows != file.rows:
+                problems.append(f"{name} holds {metadata.num_rows:,} rows, the manifest says {file.rows:,}")
+            rows += metadata.num_rows - len(file.deleted)
             if table == "chunks" and dim is not None:
                 schema = metadata.schema.to_arrow_schema()
                 vector = schema.field("embedding").type if "embedding" in schema.names else None
                 if vector is None or getattr(vector, "list_size", dim) != dim:
                     problems.append(f"{name} has no {dim}-d embedding column")
         if table in expected and rows != expected[table]:
-            problems.append(f"{table}: its files hold {rows:,} rows, the manifest counts {expected[table]:,}")
+            problems.append(f"{table}: its files hold {rows:,} live rows, the manifest counts {expected[table]:,}")
     return problems
 
 
@@ -599,6 +601,34 @@ def _referenced(tree: LocalOutput | BucketOutput, latest: str | None) -> set[str
     return found
 
 
+def _folders_in_use(tree: LocalOutput | BucketOutput, kept: list[str], doomed: set[str]
+                    ) -> list[tuple[str, str]]:
+    """(folder, the kept run whose manifest lists a file in it) for each of the ``doomed`` run
+    folders that a kept run still reads: a rerun references an earlier run's unchanged files
+    instead of copying them (``chunkline.index.tables``), so removing that folder would break
+    the run. Followed to the end: a folder kept so is itself a run whose files must stay whole
+    (it may be published again)."""
+    from chunkline.index.tables import live_files, table_names
+    from pipeline.manifest import ManifestError, load_manifest
+
+    found: list[tuple[str, str]] = []
+    todo, seen = list(kept), set(kept)
+    while todo:
+        user = todo.pop()
+        try:
+            run_dir = tree.path(user)
+            manifest = load_manifest(run_dir)
+        except (ManifestError, FileNotFoundError, ValueError):
+            continue  # no manifest, no files listed: the run's own status decides
+        for table in table_names(manifest):
+            for file in live_files(run_dir, manifest, table):
+                if file.folder in doomed and file.folder not in seen:
+                    seen.add(file.folder)
+                    found.append((file.folder, user))
+                    todo.append(file.folder)
+    return found
+
+
 def _leftovers(tree: LocalOutput | BucketOutput, runs: list[Run], doomed: set[str],
                timeout: float) -> list[Removal]:
     """Files killed processes leave: LATEST staged beside itself, write probes older than the
@@ -647,6 +677,10 @@ def gc_plan(output: str, tree: LocalOutput | BucketOutput, keep: int, writer: Wr
         else:
             doomed.add(run.run_id)
             plan.pending.append(Removal(run.run_id, run.status, run.size))
+    for name, user in _folders_in_use(tree, [r.run_id for r in runs if r.run_id not in doomed], doomed):
+        doomed.discard(name)
+        plan.pending = [r for r in plan.pending if r.name != name]
+        plan.kept.append(Kept(name, f"run {user} lists files that lie in it"))
     if holding:
         plan.pending.extend(_leftovers(tree, runs, doomed, timeout))
     return plan

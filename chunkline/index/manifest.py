@@ -13,6 +13,7 @@ from typing import Any
 
 from chunkline.index import storage
 from chunkline.index.layout import LATEST, MANIFEST, TABLES
+from chunkline.index.tables import listing_problem, live_files, manifest_format, table_names
 
 
 class ManifestError(ValueError):
@@ -96,14 +97,9 @@ def _problem(manifest: Any) -> str | None:
         return f"expected a JSON object, got {type(manifest).__name__}"
     if not isinstance(manifest.get("run_id"), str):
         return "run_id is missing or not a string"
-    files = manifest.get("files")
-    if not isinstance(files, dict):
-        return "files is missing or not an object"
-    for table in TABLES:
-        names = files.get(table)
-        if not isinstance(names, list) or not all(isinstance(n, str) and n and "/" not in n
-                                                  for n in names):
-            return f"files.{table} is missing or not a list of file names"
+    problem = listing_problem(manifest, TABLES)
+    if problem:
+        return problem
     counts = manifest.get("counts")
     if not isinstance(counts, dict) or not all(
             isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in counts.values()):
@@ -122,19 +118,19 @@ def _problem(manifest: Any) -> str | None:
         return "embedding_signature is not a string"
     if not isinstance(manifest.get("config"), dict):
         return "config is missing or not an object"
-    return _bm25_problem(manifest.get("bm25"), files)
+    return _bm25_problem(manifest.get("bm25"), manifest)
 
 
-def _bm25_problem(bm25: Any, files: dict) -> str | None:
+def _bm25_problem(bm25: Any, manifest: dict) -> str | None:
     """What a query's IDF and the next run's reference length read from ``bm25``, and the
     terms table a query and a sync read its document frequencies from."""
     if bm25 is None:
         return None
     if not isinstance(bm25, dict):
         return "bm25 is not an object"
-    terms = files.get("terms")
-    if not isinstance(terms, list) or not all(isinstance(n, str) and n and "/" not in n for n in terms):
-        return "files.terms is missing or not a list of file names (the run has BM25 statistics)"
+    if "terms" not in table_names(manifest):
+        listing = "tables" if manifest_format(manifest) >= 2 else "files"
+        return f"{listing}.terms is missing (the run has BM25 statistics)"
     chunks = bm25.get("chunks")
     if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 0:
         return "bm25.chunks is missing or not a non-negative integer"
@@ -146,6 +142,8 @@ def _bm25_problem(bm25: Any, files: dict) -> str | None:
 
 
 def table_files(run_dir: str, manifest: dict[str, Any], table: str) -> list[str]:
-    """Full paths of a table's shards as the manifest lists them (never a glob: a stray file in
-    the run directory is not part of the run)."""
-    return [storage.join(run_dir, name) for name in manifest["files"][table]]
+    """Full paths of a table's files as the manifest lists them (never a glob: a stray file in
+    the run directory is not part of the run). Only the paths: which of their rows are live is
+    :func:`chunkline.index.tables.live_files`'s to say, and :func:`chunkline.index.tables.read_table`
+    reads only those."""
+    return [file.path for file in live_files(run_dir, manifest, table)]

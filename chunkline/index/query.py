@@ -40,13 +40,12 @@ from typing import Any, Sequence
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from chunkline.index.manifest import table_files
 from chunkline.index.models import local_model_dir
-from chunkline.index.ranking import bm25_options, embed_options, has_vectors, no_vectors, read_shard, stored_vectors
+from chunkline.index.ranking import bm25_options, embed_options, has_vectors, no_vectors, stored_vectors
 from chunkline.index.results import Hit, Mode, SearchResult
 from chunkline.index.search import Index, check_question
+from chunkline.index.tables import read_table
 from chunkline.sparse import query_terms, query_weights
 
 
@@ -80,13 +79,10 @@ def idf_of(run_dir: str, manifest: dict, terms: Sequence[int]) -> list[float]:
     bm25 = manifest.get("bm25") or {}
     if bm25.get("weights") != "tf" or not terms:
         return [1.0] * len(terms)
-    wanted = pa.array(sorted(set(terms)), pa.int32())
     df: dict[int, int] = {}
-    for path in table_files(run_dir, manifest, "terms"):
-        def matching(shard: pq.ParquetFile) -> pa.Table:
-            found = shard.read(columns=["term_id", "df"])
-            return found.filter(pc.is_in(found.column("term_id"), value_set=wanted))
-        found = read_shard(path, matching)
+    found = read_table(run_dir, manifest, "terms", ["term_id", "df"],
+                       filters=[("term_id", "in", sorted(set(terms)))])
+    if found is not None:  # a term listed twice keeps its last entry
         df.update(zip(found.column("term_id").to_pylist(), found.column("df").to_pylist()))
     return query_weights(terms, df, int(bm25["chunks"]))
 

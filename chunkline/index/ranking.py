@@ -8,15 +8,14 @@ imports the other's internals: ``query`` builds on ``search``, ``search`` on thi
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from chunkline.index import storage
-from chunkline.index.manifest import resolve_run, table_files
+from chunkline.index.manifest import resolve_run
+from chunkline.index.tables import read_table
 from chunkline.quantize import dequantized
 from chunkline.sparse import SparseOptions
 
@@ -38,30 +37,12 @@ def run_dir_of(output: str) -> str:
 
 
 def load_chunks(run_dir: str, manifest: dict) -> pa.Table:
-    """Every chunk of the run with the columns a query reads (those it has). ValueError naming
-    the file for a shard that is missing or not readable Parquet."""
-
-    def columns_present(shard: pq.ParquetFile) -> pa.Table:
-        present = set(shard.schema_arrow.names)
-        return shard.read(columns=_BASE_COLUMNS + [c for c in _OPTIONAL if c in present])
-
-    tables = [read_shard(path, columns_present) for path in table_files(run_dir, manifest, "chunks")]
-    if not tables:
+    """Every live chunk of the run with the columns a query reads (those it has). ValueError
+    naming the file for a shard that is missing or not readable Parquet."""
+    table = read_table(run_dir, manifest, "chunks", _BASE_COLUMNS, optional=_OPTIONAL)
+    if table is None:
         return pa.table({name: [] for name in _BASE_COLUMNS})
-    return pa.concat_tables(tables, promote_options="default")
-
-
-def read_shard(path: str, read: Callable[[pq.ParquetFile], pa.Table]) -> pa.Table:
-    """``read`` of the Parquet file at ``path``; ValueError naming the file, on one line, when it
-    is missing, truncated or corrupt."""
-    try:
-        with storage.parquet_source(path) as source, pq.ParquetFile(source) as shard:
-            return read(shard)
-    except FileNotFoundError:
-        raise ValueError(f"{path}: no such file, though the run's manifest lists it") from None
-    except (pa.ArrowException, OSError, ValueError) as exc:  # pyarrow's own, or the filesystem's
-        why = " ".join(str(exc).split()) or "no reason given"
-        raise ValueError(f"{path}: not a readable Parquet file ({type(exc).__name__}: {why})") from None
+    return table
 
 
 def embed_options(manifest: dict) -> "EmbedOptions":

@@ -48,7 +48,7 @@ import pyarrow.compute as pc
 from chunkline.access import PUBLIC, caller_principals, principal_set
 from chunkline.metadata import matches
 from chunkline.sparse import SparseOptions, analyze, query_terms, query_weights
-from chunkline.index.manifest import load_manifest, table_files
+from chunkline.index.manifest import load_manifest
 from chunkline.index.models import local_model_dir
 from chunkline.index.ranking import (
     bm25_options,
@@ -59,7 +59,6 @@ from chunkline.index.ranking import (
     load_chunks,
     no_bm25,
     no_vectors,
-    read_shard,
     run_dir_of,
     stored_vectors,
     top,
@@ -80,6 +79,7 @@ from chunkline.index.results import (
     Note,
     SearchResult,
 )
+from chunkline.index.tables import read_table
 
 # What a hit is made of, and what expansion reads of a chunk's neighbours.
 _ROW_COLUMNS = ["doc_id", "chunk_id", "chunk_index", "headings", "start", "end", "text", "tokens"]
@@ -505,14 +505,11 @@ class _Postings:
 def _document_frequencies(run_dir: str, manifest: dict) -> tuple[np.ndarray, np.ndarray]:
     """(term ids ascending, their df) from the run's ``terms`` table; a term listed twice keeps
     its last entry, as :func:`chunkline.index.query.idf_of` reads it."""
-    ids, counts = [], []
-    for path in table_files(run_dir, manifest, "terms"):
-        found = read_shard(path, lambda shard: shard.read(columns=["term_id", "df"]))
-        ids.append(found.column("term_id").to_numpy(zero_copy_only=False).astype(np.int64))
-        counts.append(found.column("df").to_numpy(zero_copy_only=False).astype(np.int64))
-    if not ids:
+    found = read_table(run_dir, manifest, "terms", ["term_id", "df"])
+    if found is None or not len(found):
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    every, df = np.concatenate(ids)[::-1], np.concatenate(counts)[::-1]
+    every = found.column("term_id").to_numpy(zero_copy_only=False).astype(np.int64)[::-1]
+    df = found.column("df").to_numpy(zero_copy_only=False).astype(np.int64)[::-1]
     unique, last = np.unique(every, return_index=True)
     return _read_only(unique), _read_only(df[last])
 
@@ -580,11 +577,9 @@ class _Documents:
         self._from = np.searchsorted(self._doc[self._by_doc], np.arange(len(encoded.dictionary) + 1))
         self._spans = [rows.column(name).to_numpy(zero_copy_only=False)
                        for name in ("chunk_index", "start", "end", "tokens")]
-        texts = []
-        for path in table_files(run_dir, manifest, "documents"):
-            table = read_shard(path, lambda shard: shard.read(columns=["doc_id", "text", "status"]))
-            texts.append(table.filter(pc.equal(table.column("status"), "kept")).select(["doc_id", "text"]))
-        self._texts = pa.concat_tables(texts) if texts else None
+        kept = read_table(run_dir, manifest, "documents", ["doc_id", "text", "status"],
+                          filters=[("status", "=", "kept")])
+        self._texts = None if kept is None else kept.select(["doc_id", "text"])
         ids = [] if self._texts is None else self._texts.column("doc_id").to_pylist()
         self._text_row = {doc_id: row for row, doc_id in enumerate(ids)}  # a later copy wins
 

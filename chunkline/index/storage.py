@@ -67,6 +67,15 @@ def join(base: str, *parts: str) -> str:
     return path
 
 
+def parent(path: str) -> str:
+    """The directory ``path`` lies in (a trailing separator ignored): ``out`` for ``out/RUN``,
+    ``gs://b/out`` for ``gs://b/out/RUN/``."""
+    _check(path)
+    if not is_gcs(path):
+        return os.path.dirname(path.rstrip(os.sep)) or "."
+    return path.rstrip("/").rsplit("/", 1)[0]
+
+
 def exists(path: str) -> bool:
     """Whether ``path`` exists (a local directory counts, as for ``os.path.exists``)."""
     _check(path)

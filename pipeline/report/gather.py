@@ -16,13 +16,12 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
+from chunkline.index.tables import LiveFile, TableFileError, live_files, read_file
 from chunkline.minhash import MinHasher, MinHashOptions, estimate_jaccard
 from chunkline.readers import FORMATS, extension
-from chunkline.index import storage
 from chunkline.records import DUPLICATE, KEPT, REJECTED
-from pipeline.manifest import load_manifest, table_files
+from pipeline.manifest import load_manifest
 
 # Caps: a run of a million documents still makes a report of a few megabytes.
 MAX_REASON_KINDS = 30
@@ -135,24 +134,16 @@ class ShardError(ValueError):
     corrupt, without a column the report reads); the message names the file, on one line."""
 
 
-def _read(paths: Iterable[str], columns: list[str], filters: Any = None) -> pa.Table | None:
-    """The columns of a table's shards, concatenated; None when it has no shard. A local shard
-    is read in place (only the columns and row groups asked for); a remote one whole.
-    :class:`ShardError` for a shard that is not there or not readable."""
-    tables = [_read_shard(path, columns, filters) for path in paths]
-    return pa.concat_tables(tables) if tables else None
-
-
-def _read_shard(path: str, columns: list[str], filters: Any) -> pa.Table:
+def _read(files: Iterable[LiveFile], columns: list[str], filters: Any = None) -> pa.Table | None:
+    """The columns of a table's live rows, concatenated; None when it has no file. Only the
+    columns asked for are read, and with ``filters`` only the row groups holding a row that
+    meets them (:func:`chunkline.index.tables.read_file`). :class:`ShardError` for a file that
+    is not there or not readable."""
     try:
-        if "://" not in path:
-            return pq.read_table(path, columns=columns, filters=filters)
-        return pq.read_table(pa.BufferReader(storage.read_bytes(path)), columns=columns, filters=filters)
-    except FileNotFoundError:
-        raise ShardError(f"{path}: no such file, though the run's manifest lists it") from None
-    except (pa.ArrowException, OSError, ValueError) as exc:  # pyarrow's own, or the filesystem's
-        why = " ".join(str(exc).split()) or "no reason given"
-        raise ShardError(f"{path}: not a readable Parquet file ({type(exc).__name__}: {why})") from None
+        tables = [read_file(file, columns, filters=filters) for file in files]
+    except TableFileError as exc:
+        raise ShardError(str(exc)) from None
+    return pa.concat_tables(tables) if tables else None
 
 
 def _empty(columns: dict[str, pa.DataType]) -> pa.Table:
@@ -294,7 +285,7 @@ def near_options(manifest: dict[str, Any]) -> MinHashOptions | None:
         return None
 
 
-def _texts(paths: list[str], doc_ids: set[str]) -> dict[str, tuple[str, str]]:
+def _texts(paths: list[LiveFile], doc_ids: set[str]) -> dict[str, tuple[str, str]]:
     """{doc_id: (uri, text)} of a few documents, read with a filter (row groups whose statistics
     exclude them are skipped)."""
     if not doc_ids:
@@ -306,7 +297,7 @@ def _texts(paths: list[str], doc_ids: set[str]) -> dict[str, tuple[str, str]]:
 
 
 def resolve_clusters(found: dict[str, list[dict]], survivor_hashes: dict[str, str],
-                     doc_paths: list[str], options: MinHashOptions | None) -> list[Cluster]:
+                     doc_paths: list[LiveFile], options: MinHashOptions | None) -> list[Cluster]:
     """Clusters with their survivors' uris and each shown member's similarity: 1.0 for an exact
     copy; for a near duplicate the MinHash estimate with the run's own options (same seed, so
     the same signatures the dedupe stage compared)."""
@@ -333,7 +324,7 @@ def resolve_clusters(found: dict[str, list[dict]], survivor_hashes: dict[str, st
     return out
 
 
-def samples(documents: pa.Table, doc_paths: list[str], chunk_paths: list[str]) -> list[Sample]:
+def samples(documents: pa.Table, doc_paths: list[LiveFile], chunk_paths: list[LiveFile]) -> list[Sample]:
     """One kept document per format (the smallest doc_id: the same run gives the same report),
     its text cut to SAMPLE_CHARS and its chunks that start inside that cut."""
     kept = documents.filter(pc.equal(documents.column("status"), KEPT))
@@ -368,7 +359,7 @@ def samples(documents: pa.Table, doc_paths: list[str], chunk_paths: list[str]) -
     return out
 
 
-def _text_heads(paths: list[str], doc_ids: set[str]) -> dict[str, tuple[str, str, int]]:
+def _text_heads(paths: list[LiveFile], doc_ids: set[str]) -> dict[str, tuple[str, str, int]]:
     """{doc_id: (uri, its text's first SAMPLE_CHARS characters, its length)} of a few documents:
     :func:`_texts`, the text cut in Arrow (a 5 MB document is not made a Python string to show
     20,000 characters of it)."""
@@ -394,7 +385,7 @@ def audience_of(manifest: dict[str, Any]) -> tuple[str, ...] | None:
     return None if audience is None else tuple(audience)
 
 
-def readable_documents(doc_paths: list[str], audience: Sequence[str], public: str) -> set[str]:
+def readable_documents(doc_paths: list[LiveFile], audience: Sequence[str], public: str) -> set[str]:
     """The doc ids of the kept and duplicate documents ``audience`` may read (their principals
     meet it, or hold the public one); a rejected document (no principals) is none of them."""
     table = _read(doc_paths, ["doc_id", "principals"])
@@ -407,7 +398,7 @@ def readable_documents(doc_paths: list[str], audience: Sequence[str], public: st
 
 
 def for_audience(data: ReportData, allowed: set[str], audience: Sequence[str],
-                 documents: pa.Table, doc_paths: list[str], chunk_paths: list[str]) -> ReportData:
+                 documents: pa.Table, doc_paths: list[LiveFile], chunk_paths: list[LiveFile]) -> ReportData:
     """``data`` as ``audience`` may see it: samples and duplicate clusters of documents it may
     read only (a cluster whose survivor it may not read is left out, and so is every member it
     may not read), rejection examples and boilerplate lines left out (a rejected document has
@@ -433,15 +424,15 @@ def gather(run_dir: str) -> ReportData:
     (:func:`for_audience`)."""
     manifest = load_manifest(run_dir)
     counts = manifest["counts"]
-    doc_paths = table_files(run_dir, manifest, "documents")
-    chunk_paths = table_files(run_dir, manifest, "chunks")
+    doc_paths = live_files(run_dir, manifest, "documents")
+    chunk_paths = live_files(run_dir, manifest, "chunks")
     documents = _read(doc_paths, ["doc_id", "uri", "status", "format", "duplicate_of", "doc_hash"])
     if documents is None:
         documents = _empty({"doc_id": pa.string(), "uri": pa.string(), "status": pa.string(),
                             "format": pa.string(), "duplicate_of": pa.string(), "doc_hash": pa.string()})
     exts = [extension(uri) for uri in documents.column("uri").to_pylist()]
     documents = documents.append_column("ext", pa.array(exts, type=pa.string()))
-    rejected = _read(table_files(run_dir, manifest, "rejected"), ["uri", "reason"])
+    rejected = _read(live_files(run_dir, manifest, "rejected"), ["uri", "reason"])
     tokens = _read(chunk_paths, ["tokens"])
     warnings = list(manifest.get("problems") or [])
 

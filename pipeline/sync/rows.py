@@ -44,12 +44,11 @@ from typing import Iterable, Sequence
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
-from apache_beam.io.filesystems import FileSystems
 
+from chunkline.index.tables import TableFileError, read_table
 from chunkline.metadata import canonical_json
 from chunkline.quantize import dequantized
-from pipeline.manifest import ManifestError, table_files
+from pipeline.manifest import ManifestError
 
 ROW_FORMAT = 3
 # The first format whose values (not only digests) are this version's: a store of an older one
@@ -134,21 +133,12 @@ def load_rows(run_dir: str, manifest: dict) -> pa.Table:
         raise ValueError(f"{run_dir}: its BM25 weights hold IDF (an older chunkline wrote them): "
                          "run `chunkline run` again to sync it; the store then takes the new "
                          "rows once")
-    tables = []
-    for path in table_files(run_dir, manifest, "chunks"):
-        try:
-            with FileSystems.open(path) as handle:
-                shard = pq.ParquetFile(handle)
-                present = set(shard.schema_arrow.names)
-                tables.append(shard.read(columns=[c for c in _READ if c in present]))
-        except FileNotFoundError:
-            raise ManifestError(f"{path}: listed in the manifest but missing") from None
-        except (OSError, pa.ArrowException) as exc:
-            raise ManifestError(f"{path}: not a readable Parquet shard (truncated or damaged? "
-                                f"{type(exc).__name__}: {exc})") from None
-    if not tables:
+    try:
+        table = read_table(run_dir, manifest, "chunks", [], optional=_READ)
+    except TableFileError as exc:
+        raise ManifestError(str(exc)) from None
+    if table is None:
         raise ValueError(f"{run_dir} lists no chunk shards")
-    table = pa.concat_tables(tables, promote_options="default")
     if "search_text" not in table.column_names or "content_key" not in table.column_names:
         raise ValueError(f"{run_dir}: chunk shards without search_text/content_key (an older "
                          "chunkline wrote them): run it again to sync it")
@@ -275,18 +265,13 @@ def terms_table(run_dir: str, manifest: dict) -> pa.Table | None:
     query by IDF; None for a run without sparse vectors."""
     if not manifest.get("bm25"):
         return None
-    tables = []
-    for path in table_files(run_dir, manifest, "terms"):
-        try:
-            with FileSystems.open(path) as handle:
-                tables.append(pq.read_table(handle, columns=["term_id", "df"]))
-        except FileNotFoundError:
-            raise ManifestError(f"{path}: listed in the manifest but missing") from None
-        except (OSError, pa.ArrowException) as exc:
-            raise ManifestError(f"{path}: not a readable Parquet shard ({type(exc).__name__}: {exc})") from None
-    if not tables:
+    try:
+        table = read_table(run_dir, manifest, "terms", ["term_id", "df"])
+    except TableFileError as exc:
+        raise ManifestError(str(exc)) from None
+    if table is None:
         return pa.table({"term_id": pa.array([], pa.int32()), "df": pa.array([], pa.int64())})
-    return pa.concat_tables(tables).sort_by("term_id")
+    return table.sort_by("term_id")
 
 
 def set_digest(chunk_ids: list[str], digests: list[str]) -> str:

@@ -1,0 +1,269 @@
+"""A run's tables as the files that hold their live rows: the one place every reader (``query``,
+:class:`chunkline.index.search.Index`, ``sync``, ``report``, ``publish``, reuse and carry)
+learns which rows a run has.
+
+A manifest of format 1 (every manifest before ``format`` existed) lists each table's files by
+name in ``files``, all in the run's own folder, every row live. Format 2 lists them in
+``tables``, each file by its path relative to OUTPUT, so that a rerun can reference an earlier
+run's file instead of copying it, with the rows it holds and the positions of those that are no
+longer live::
+
+    "format": 2,
+    "tables": {"chunks": [{"path": "<run id>/chunks-00000-of-00004.parquet", "rows": 812,
+                           "bytes": 402211, "deleted": [3, 17]}, ...], "documents": [...], ...}
+
+This is merge-on-read with position deletes, the model of Apache Iceberg v2's position delete
+files (https://iceberg.apache.org/spec/#position-delete-files: a deleted row is (file, 0-based
+position)), Delta Lake's deletion vectors and Lance's deletion files; the positions are inline
+in the manifest (a sorted JSON list), which at the compaction bound (a file is rewritten once a
+fifth of its rows are dead) stays a few kilobytes per thousand rows. A format-1 manifest reads
+as the trivial case: each file in the run's folder, no rows deleted, counts not stated.
+
+Beam-free: the files are opened through :mod:`chunkline.index.storage`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from chunkline.index import storage
+
+FORMAT = 2  # the newest manifest format this version reads
+_FIRST = 1  # a manifest without ``format``
+
+
+class TableFileError(ValueError):
+    """A file a run's manifest lists is missing, not readable Parquet, or does not hold the rows
+    the manifest states; the message names the file, on one line."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LiveFile:
+    """One file of a table: its full ``path``; ``name`` as the manifest spells it (format 1: the
+    file name; format 2: relative to OUTPUT, ``<run folder>/<file name>``); ``folder``, the run
+    folder it lies in; what the manifest states of it (``rows``, ``bytes``, ``digest``: None
+    when it states nothing); ``deleted``, the ascending 0-based positions of rows no longer
+    live."""
+
+    path: str
+    name: str
+    folder: str
+    rows: int | None = None
+    bytes: int | None = None
+    digest: str | None = None
+    deleted: tuple[int, ...] = ()
+
+    @property
+    def live_rows(self) -> int | None:
+        """Rows of the file still live, when the manifest states its rows."""
+        return None if self.rows is None else self.rows - len(self.deleted)
+
+
+def manifest_format(manifest: dict[str, Any]) -> int:
+    """The manifest's format: 1 when it names none."""
+    return manifest.get("format", _FIRST)
+
+
+def table_names(manifest: dict[str, Any]) -> list[str]:
+    """The tables the (validated) manifest lists files for, in its order."""
+    return list(_listing(manifest))
+
+
+def has_table(manifest: dict[str, Any], table: str) -> bool:
+    """Whether the manifest lists ``table`` with at least one file."""
+    return bool(_listing(manifest).get(table))
+
+
+def _listing(manifest: dict[str, Any]) -> dict[str, list]:
+    return manifest["tables"] if manifest_format(manifest) >= 2 else manifest["files"]
+
+
+def live_files(run_dir: str, manifest: dict[str, Any], table: str) -> list[LiveFile]:
+    """The files of ``table`` in the run ``run_dir`` whose (validated) manifest is ``manifest``,
+    in the manifest's order; none for a table it does not list. Never a glob: a stray file in a
+    run folder is not part of any run."""
+    entries = _listing(manifest).get(table) or []
+    if manifest_format(manifest) < 2:
+        folder = _folder_name(run_dir)
+        return [LiveFile(storage.join(run_dir, name), name, folder) for name in entries]
+    output = storage.parent(run_dir)
+    return [LiveFile(storage.join(output, *entry["path"].split("/")), entry["path"],
+                     entry["path"].split("/", 1)[0], entry.get("rows"), entry.get("bytes"),
+                     entry.get("digest"), tuple(entry.get("deleted") or ()))
+            for entry in entries]
+
+
+def live_rows(run_dir: str, manifest: dict[str, Any], table: str) -> int | None:
+    """Live rows of ``table`` as the manifest states them; None for a format-1 manifest (its
+    files' footers say)."""
+    files = live_files(run_dir, manifest, table)
+    counts = [f.live_rows for f in files]
+    return None if any(c is None for c in counts) else sum(counts)  # type: ignore[misc]
+
+
+def read_shard(path: str, read: Callable[[pq.ParquetFile], pa.Table]) -> pa.Table:
+    """``read`` of the Parquet file at ``path``; :class:`TableFileError` naming the file, on one
+    line, when it is missing, truncated or corrupt."""
+    try:
+        with storage.parquet_source(path) as source, pq.ParquetFile(source) as shard:
+            return read(shard)
+    except FileNotFoundError:
+        raise TableFileError(f"{path}: no such file, though the run's manifest lists it") from None
+    except TableFileError:
+        raise
+    except (pa.ArrowException, OSError, ValueError) as exc:  # pyarrow's own, or the filesystem's
+        why = " ".join(str(exc).split()) or "no reason given"
+        raise TableFileError(f"{path}: not a readable Parquet file ({type(exc).__name__}: {why})") from None
+
+
+Filters = Sequence[tuple[str, str, Any]]
+
+
+def read_file(file: LiveFile, columns: Sequence[str] | None = None, *, optional: Sequence[str] = (),
+              filters: Filters | None = None) -> pa.Table:
+    """The live rows of ``file`` in file order: ``columns`` (None: every column) and those of
+    ``optional`` the file has; with ``filters`` (pyarrow's form, conditions all met), only the
+    rows meeting them. The deleted positions are dropped before the filter, so it sees what a
+    reader of the live rows sees. With ``filters`` only the filtered columns are read whole, and
+    of the others only the row groups holding a row that meets them (a few documents' text, not
+    every document's). :class:`TableFileError` for a file that is missing, unreadable, or holds
+    another number of rows than the manifest states."""
+
+    def read(shard: pq.ParquetFile) -> pa.Table:
+        held = shard.metadata.num_rows
+        if file.rows is not None and held != file.rows:
+            raise TableFileError(f"{file.path}: holds {held:,} rows, the run's manifest says {file.rows:,} "
+                                 "(replaced or damaged since the run)")
+        if file.deleted and file.deleted[-1] >= held:
+            raise TableFileError(f"{file.path}: the run's manifest deletes row {file.deleted[-1]:,} "
+                                 f"of {held:,}")
+        present = shard.schema_arrow.names
+        wanted = None if columns is None else [*columns, *(c for c in optional
+                                                           if c in present and c not in columns)]
+        if not filters:
+            table = shard.read(columns=wanted)
+            return table.filter(pa.array(_live_mask(held, file.deleted))) if file.deleted else table
+        keep = _live_mask(held, file.deleted)
+        tested = shard.read(columns=list(dict.fromkeys(name for name, _, _ in filters)))
+        keep &= _met(tested, filters)
+        return _rows_at(shard, np.flatnonzero(keep), wanted)
+
+    return read_shard(file.path, read)
+
+
+def _live_mask(rows: int, deleted: Sequence[int]) -> np.ndarray:
+    keep = np.ones(rows, dtype=bool)
+    keep[np.asarray(deleted, dtype=np.int64)] = False
+    return keep
+
+
+def _met(table: pa.Table, filters: Filters) -> np.ndarray:
+    """For each row of ``table``, whether it meets every condition (pyarrow's own reading of
+    them, ``pyarrow.parquet.filters_to_expression``; a null never meets one)."""
+    met = np.zeros(len(table), dtype=bool)
+    if any(op == "in" and not len(values) for _, op, values in filters):
+        return met  # pyarrow cannot type an empty value set; it meets nothing
+    at = table.append_column("__position", pa.array(np.arange(len(table), dtype=np.int64)))
+    chosen = at.filter(pq.filters_to_expression([list(filters)])).column("__position")
+    met[chosen.to_numpy(zero_copy_only=False)] = True
+    return met
+
+
+def _rows_at(shard: pq.ParquetFile, positions: np.ndarray, columns: list[str] | None) -> pa.Table:
+    """The rows at ``positions`` (ascending) with ``columns``, reading only the row groups that
+    hold one of them."""
+    sizes = [shard.metadata.row_group(g).num_rows for g in range(shard.metadata.num_row_groups)]
+    starts = np.concatenate(([0], np.cumsum(sizes, dtype=np.int64)))
+    groups = sorted(set(np.searchsorted(starts, positions, side="right").tolist()))
+    groups = [g - 1 for g in groups]
+    if not groups:
+        return shard.schema_arrow.empty_table().select(columns) if columns is not None \
+            else shard.schema_arrow.empty_table()
+    read = shard.read_row_groups(groups, columns=columns)
+    offsets = np.concatenate(([0], np.cumsum([sizes[g] for g in groups], dtype=np.int64)))
+    group_of = np.searchsorted(starts, positions, side="right") - 1
+    local = positions - starts[group_of] + offsets[np.searchsorted(groups, group_of)]
+    return read.take(pa.array(local, type=pa.int64()))
+
+
+def read_table(run_dir: str, manifest: dict[str, Any], table: str, columns: Sequence[str] | None = None,
+               *, optional: Sequence[str] = (), filters: Filters | None = None) -> pa.Table | None:
+    """The live rows of ``table`` (:func:`read_file` of each of its :func:`live_files`, in order,
+    concatenated; columns one file lacks are null there); None when the run lists no file for
+    it."""
+    parts = [read_file(f, columns, optional=optional, filters=filters)
+             for f in live_files(run_dir, manifest, table)]
+    return pa.concat_tables(parts, promote_options="default") if parts else None
+
+
+# --- what load_manifest checks --------------------------------------------------------------
+
+def listing_problem(manifest: dict[str, Any], required: Sequence[str]) -> str | None:
+    """What is wrong with the manifest's file listing (``files`` in format 1, ``tables`` in
+    format 2), for a table of ``required`` or any other it lists; None when nothing is."""
+    version = manifest.get("format", _FIRST)
+    if isinstance(version, bool) or not isinstance(version, int) or version < _FIRST:
+        return f"format is not a positive integer ({version!r})"
+    if version > FORMAT:
+        return (f"format {version} was written by a newer chunkline; this one reads formats "
+                f"up to {FORMAT}")
+    if version == _FIRST:
+        files = manifest.get("files")
+        if not isinstance(files, dict):
+            return "files is missing or not an object"
+        for table in [*required, *(t for t in files if t not in required)]:
+            names = files.get(table)
+            if not isinstance(names, list) or not all(_plain_name(n) for n in names):
+                return f"files.{table} is missing or not a list of file names"
+        return None
+    tables = manifest.get("tables")
+    if not isinstance(tables, dict):
+        return "tables is missing or not an object"
+    for table in [*required, *(t for t in tables if t not in required)]:
+        entries = tables.get(table)
+        if not isinstance(entries, list):
+            return f"tables.{table} is missing or not a list of files"
+        for at, entry in enumerate(entries):
+            problem = _entry_problem(entry)
+            if problem:
+                return f"tables.{table}[{at}] {problem}"
+    return None
+
+
+def _plain_name(name: Any) -> bool:
+    return isinstance(name, str) and bool(name) and "/" not in name and "\\" not in name \
+        and name not in (".", "..")
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _entry_problem(entry: Any) -> str | None:
+    if not isinstance(entry, dict):
+        return "is not an object"
+    path = entry.get("path")
+    parts = path.split("/") if isinstance(path, str) else []
+    if len(parts) != 2 or not all(_plain_name(p) for p in parts):
+        return "path is not <run folder>/<file name>"
+    rows = entry.get("rows")
+    if not _count(rows):
+        return "rows is missing or not a non-negative integer"
+    if "bytes" in entry and not _count(entry["bytes"]):
+        return "bytes is not a non-negative integer"
+    if "digest" in entry and not isinstance(entry["digest"], str):
+        return "digest is not a string"
+    deleted = entry.get("deleted", [])
+    if not isinstance(deleted, list) or not all(_count(p) and p < rows for p in deleted) \
+            or any(a >= b for a, b in zip(deleted, deleted[1:])):
+        return "deleted is not an ascending list of row positions below rows"
+    return None
+
+
+def _folder_name(run_dir: str) -> str:
+    return run_dir.rstrip("/").rstrip("\\").replace("\\", "/").rsplit("/", 1)[-1]

@@ -1,0 +1,134 @@
+"""Every reader of a run through :mod:`chunkline.index.tables`: a run whose manifest (format 2)
+references the demo run's files with one document's rows deleted reads, in every reader, as the
+same run written whole without that document (format 1, its own files): the search index and
+``query``, the rows a sync writes (a store synced from one takes the other as unchanged), the
+report, ``publish``'s checks; and ``gc`` keeps the folder whose files it references."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from chunkline.carry import CARRY_TABLE
+from chunkline.index.manifest import latest_run, load_manifest
+from chunkline.index.query import search_result
+from chunkline.index.ranking import load_chunks
+from chunkline.index.search import Index
+from pipeline.cli import main
+from pipeline.report.gather import gather
+from pipeline.runs import collect, file_problems, publishable
+from pipeline.sync.rows import load_rows, terms_table
+from tests.pipeline.sync_cases import synced
+
+pytestmark = pytest.mark.slow
+
+WHOLE = "20990101T000000Z-00000000-00000a"  # rewritten without the document
+MERGED = "20990101T000001Z-00000000-00000b"  # the demo run's files, the document's rows deleted
+QUESTIONS = ("how long should the arm warm up?", "dock charger warranty", "spare parts")
+
+
+@pytest.fixture(scope="module")
+def outputs(demo_index, tmp_path_factory) -> tuple[Path, str, str]:
+    """(an output holding a copy of the demo run, its id, the doc_id left out) with the runs
+    WHOLE and MERGED beside it; LATEST names MERGED."""
+    output = tmp_path_factory.mktemp("merge-on-read") / "index"
+    shutil.copytree(demo_index.output, output)
+    base_dir = Path(latest_run(str(output)))
+    base = load_manifest(str(base_dir))
+    documents = pq.read_table(base_dir / base["files"]["documents"][0])
+    chunked = {d for name in base["files"]["chunks"] for d in pq.read_table(base_dir / name,
+                                                                            columns=["doc_id"]).column(0).to_pylist()}
+    gone = sorted(d for d, s in zip(documents.column("doc_id").to_pylist(),
+                                   documents.column("status").to_pylist()) if s == "kept" and d in chunked)[1]
+
+    entries: dict[str, list[dict]] = {}
+    (output / WHOLE).mkdir()
+    removed = {"chunks": 0, "documents": 0}
+    for table, names in base["files"].items():
+        entries[table] = []
+        for name in names:
+            rows = pq.read_table(base_dir / name)
+            if table in ("chunks", "documents", CARRY_TABLE) and "doc_id" in rows.column_names:
+                hit = pc.equal(rows.column("doc_id"), gone).to_numpy(zero_copy_only=False)
+            elif table == CARRY_TABLE:  # aligned with its chunk shard, row for row
+                shard = pq.read_table(base_dir / name.replace(CARRY_TABLE, "chunks", 1), columns=["doc_id"])
+                hit = pc.equal(shard.column("doc_id"), gone).to_numpy(zero_copy_only=False)
+            else:
+                hit = [False] * len(rows)
+            deleted = [i for i, h in enumerate(hit) if h]
+            if table in removed:
+                removed[table] += len(deleted)
+            dropped = set(deleted)
+            kept_rows = rows.take([i for i in range(len(rows)) if i not in dropped])
+            pq.write_table(kept_rows, output / WHOLE / name)
+            entries[table].append({"path": f"{base_dir.name}/{name}", "rows": len(rows),
+                                   **({"deleted": deleted} if deleted else {})})
+    assert removed["chunks"] > 0 and removed["documents"] == 1
+    counts = dict(base["counts"], documents=base["counts"]["documents"] - 1,
+                  kept=base["counts"]["kept"] - 1, chunks=base["counts"]["chunks"] - removed["chunks"])
+    whole = dict(base, run_id=WHOLE, counts=counts)
+    (output / WHOLE / "manifest.json").write_text(json.dumps(whole))
+    merged = {k: v for k, v in whole.items() if k != "files"} | {
+        "run_id": MERGED, "format": 2, "tables": entries}
+    (output / MERGED).mkdir()
+    (output / MERGED / "manifest.json").write_text(json.dumps(merged))
+    (output / "LATEST").write_text(MERGED + "\n")
+    return output, base_dir.name, gone
+
+
+def test_the_index_and_query_read_the_merged_run_as_the_whole_one(outputs) -> None:
+    output, _, gone = outputs
+    whole, merged = str(output / WHOLE), str(output / MERGED)
+    chunks = load_chunks(merged, load_manifest(merged))
+    assert chunks.equals(load_chunks(whole, load_manifest(whole)))
+    assert gone not in set(chunks.column("doc_id").to_pylist())
+    a, b = Index.open(whole), Index.open(merged)
+    assert len(a) == len(b)
+    for question in QUESTIONS:
+        for mode in ("sparse", "hybrid"):
+            assert a.search(question, 5, mode=mode, expand=200) == b.search(question, 5, mode=mode, expand=200)
+    assert search_result(str(output), QUESTIONS[0], 3).hits == a.search(QUESTIONS[0], 3).hits
+
+
+def test_a_store_synced_from_the_whole_run_takes_the_merged_one_as_unchanged(outputs, tmp_path) -> None:
+    output, base, _ = outputs
+    whole, merged = str(output / WHOLE), str(output / MERGED)
+    assert load_rows(merged, load_manifest(merged)).equals(load_rows(whole, load_manifest(whole)))
+    assert terms_table(merged, load_manifest(merged)).equals(terms_table(whole, load_manifest(whole)))
+    uri = str(tmp_path / "lance")
+    before = synced(uri, str(output / base))
+    first = synced(uri, merged)
+    assert first.verification.ok and first.written == 0
+    assert first.deleted == before.verification.rows - first.verification.rows > 0
+    again = synced(uri, whole)
+    assert again.verification.ok and (again.written, again.deleted) == (0, 0)
+
+
+def test_the_report_and_publish_count_the_live_rows(outputs) -> None:
+    output, _, _ = outputs
+    whole, merged = gather(str(output / WHOLE)), gather(str(output / MERGED))
+    assert (merged.formats, merged.samples, merged.histogram, merged.clusters) == \
+        (whole.formats, whole.samples, whole.histogram, whole.clusters)
+    assert not [w for w in merged.warnings if "documents table has" in w]
+    assert file_problems(str(output / MERGED), load_manifest(str(output / MERGED))) == []
+    assert publishable(str(output), MERGED)["run_id"] == MERGED
+
+
+def test_gc_keeps_the_folder_whose_files_the_published_run_references(outputs, tmp_path) -> None:
+    output, base, _ = outputs
+    copy = tmp_path / "index"
+    shutil.copytree(output, copy)
+    done = collect(str(copy), keep=0)
+    assert {r.name for r in done.removed} == {WHOLE}
+    assert any(k.name == base and MERGED in k.why for k in done.kept)
+    assert Index.open(str(copy)).search(QUESTIONS[1], 3, mode="sparse") == \
+        Index.open(str(output / MERGED)).search(QUESTIONS[1], 3, mode="sparse")
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["publish", str(copy), base], out, err) == 0, err.getvalue()  # rollback, then back
+    assert main(["publish", str(copy), MERGED], out, err) == 0, err.getvalue()

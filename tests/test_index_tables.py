@@ -1,0 +1,124 @@
+"""``chunkline.index.tables``: a run's live files from either manifest format, and their live
+rows read back from real Parquet files (deleted positions dropped, filters seen after them,
+only the row groups holding a wanted row read), checked against the rows computed plainly."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from chunkline.index import storage
+from chunkline.index.manifest import ManifestError, load_manifest, table_files
+from chunkline.index.tables import (FORMAT, LiveFile, TableFileError, live_files, live_rows, read_file,
+                                    read_table)
+
+
+def write(path: Path, doc_ids: list[str], row_group_size: int = 3) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table = pa.table({"doc_id": pa.array(doc_ids, pa.string()), "n": pa.array(range(len(doc_ids)), pa.int64())})
+    pq.write_table(table, path, row_group_size=max(row_group_size, 1))
+
+
+def manifest(run_id: str, **listing) -> dict:
+    return {"run_id": run_id, "counts": {"documents": 0, "kept": 0, "chunks": 0}, "config": {},
+            **listing}
+
+
+def publish(run_dir: Path, content: dict) -> str:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "manifest.json").write_text(json.dumps(content))
+    return str(run_dir)
+
+
+def test_a_format_1_manifest_lists_its_own_folders_files_every_row_live(tmp_path) -> None:
+    write(tmp_path / "r1" / "chunks-00000-of-00001.parquet", ["a", "b"])
+    run_dir = publish(tmp_path / "r1", manifest("r1", files={
+        "chunks": ["chunks-00000-of-00001.parquet"], "documents": [], "rejected": []}))
+    loaded = load_manifest(run_dir)
+    [file] = live_files(run_dir, loaded, "chunks")
+    assert file == LiveFile(str(tmp_path / "r1" / "chunks-00000-of-00001.parquet"),
+                            "chunks-00000-of-00001.parquet", "r1")
+    assert live_rows(run_dir, loaded, "chunks") is None  # not stated: the footers say
+    assert read_table(run_dir, loaded, "chunks", ["doc_id"]).column("doc_id").to_pylist() == ["a", "b"]
+    assert read_table(run_dir, loaded, "documents") is None
+
+
+def test_a_format_2_manifest_reads_an_earlier_runs_file_without_its_deleted_rows(tmp_path) -> None:
+    write(tmp_path / "r1" / "chunks-00000-of-00001.parquet", ["a", "b", "c", "d", "e"], row_group_size=2)
+    write(tmp_path / "r2" / "chunks-00000-of-00001.parquet", ["b"])
+    run_dir = publish(tmp_path / "r2", manifest("r2", format=2, tables={
+        "chunks": [{"path": "r1/chunks-00000-of-00001.parquet", "rows": 5, "deleted": [1, 4]},
+                   {"path": "r2/chunks-00000-of-00001.parquet", "rows": 1}],
+        "documents": [], "rejected": []}))
+    loaded = load_manifest(run_dir)
+    assert [f.folder for f in live_files(run_dir, loaded, "chunks")] == ["r1", "r2"]
+    assert table_files(run_dir, loaded, "chunks")[0] == str(tmp_path / "r1" / "chunks-00000-of-00001.parquet")
+    assert live_rows(run_dir, loaded, "chunks") == 4
+    table = read_table(run_dir, loaded, "chunks")
+    assert table.column("doc_id").to_pylist() == ["a", "c", "d", "b"]
+    assert table.column("n").to_pylist() == [0, 2, 3, 0]
+    # A filter sees the live rows only: the deleted "b" of r1 is not found again.
+    found = read_table(run_dir, loaded, "chunks", ["n"], filters=[("doc_id", "in", ["b", "e"])])
+    assert found.column_names == ["n"] and found.column("n").to_pylist() == [0]
+
+
+@pytest.mark.parametrize("entry, problem", [
+    ({"path": "chunks.parquet", "rows": 1}, "path is not <run folder>/<file name>"),
+    ({"path": "../r1/chunks.parquet", "rows": 1}, "path is not <run folder>/<file name>"),
+    ({"path": "r1/chunks.parquet"}, "rows is missing"),
+    ({"path": "r1/chunks.parquet", "rows": 2, "deleted": [1, 1]}, "deleted is not an ascending list"),
+    ({"path": "r1/chunks.parquet", "rows": 2, "deleted": [2]}, "deleted is not an ascending list"),
+    ({"path": "r1/chunks.parquet", "rows": 2, "bytes": -1}, "bytes is not"),
+])
+def test_a_malformed_format_2_entry_is_a_manifest_error_naming_it(tmp_path, entry, problem) -> None:
+    run_dir = publish(tmp_path / "r2", manifest("r2", format=2, tables={
+        "chunks": [entry], "documents": [], "rejected": []}))
+    with pytest.raises(ManifestError, match=rf"tables\.chunks\[0\] {problem}"):
+        load_manifest(run_dir)
+
+
+def test_a_manifest_of_a_newer_format_is_refused_in_one_line(tmp_path) -> None:
+    run_dir = publish(tmp_path / "r3", manifest("r3", format=FORMAT + 1, tables={}))
+    with pytest.raises(ManifestError, match=f"format {FORMAT + 1} was written by a newer chunkline"):
+        load_manifest(run_dir)
+
+
+def test_a_file_that_no_longer_holds_the_stated_rows_is_an_error_naming_it(tmp_path) -> None:
+    path = tmp_path / "r1" / "chunks-00000-of-00001.parquet"
+    write(path, ["a", "b"])
+    file = LiveFile(str(path), "r1/chunks-00000-of-00001.parquet", "r1", rows=3, deleted=(0,))
+    with pytest.raises(TableFileError, match=f"^{path}: holds 2 rows, the run's manifest says 3"):
+        read_file(file)
+    with pytest.raises(TableFileError, match="no such file, though the run's manifest lists it"):
+        read_file(LiveFile(str(tmp_path / "gone.parquet"), "r1/gone.parquet", "r1"))
+
+
+def test_the_parent_of_a_run_folder_is_its_output() -> None:
+    assert storage.parent("out/r1") == "out" and storage.parent("out/r1/") == "out"
+    assert storage.parent("r1") == "."
+    assert storage.parent("gs://bucket/out/r1/") == "gs://bucket/out"
+
+
+@given(rows=st.lists(st.sampled_from("abcdefg"), min_size=0, max_size=40),
+       data=st.data(), group=st.integers(1, 7))
+def test_live_rows_are_the_file_less_its_deleted_positions_then_filtered(tmp_path_factory, rows, data,
+                                                                          group) -> None:
+    """Whatever the deletions, row groups and filter: the rows read are those of the file at the
+    positions not deleted, in file order, that meet the filter."""
+    path = tmp_path_factory.mktemp("live") / "t.parquet"
+    write(path, rows, row_group_size=group)
+    deleted = sorted(data.draw(st.sets(st.integers(0, len(rows) - 1), max_size=len(rows))) if rows else [])
+    wanted = data.draw(st.none() | st.lists(st.sampled_from("abcdefgz"), max_size=3))
+    file = LiveFile(str(path), "r/t.parquet", "r", rows=len(rows), deleted=tuple(deleted))
+    filters = None if wanted is None else [("doc_id", "in", wanted)]
+    got = read_file(file, ["n"], optional=["doc_id", "absent"], filters=filters)
+    expected = [(doc, n) for n, doc in enumerate(rows)
+                if n not in deleted and (wanted is None or doc in wanted)]
+    assert got.column_names == ["n", "doc_id"]
+    assert list(zip(got.column("doc_id").to_pylist(), got.column("n").to_pylist())) == expected
