@@ -25,8 +25,10 @@ descriptions of the venv's installed distributions (plus README files in site-pa
 `--mb` (default 1.5) MB, embedded with the real model; `scale` is bench/scale_bench.py's corpus
 at each `--mb` (default 20 80), with `embed=null`. Pipeline time is the manifest's
 `wall_seconds`; wall, CPU (user + system) and peak RSS are the process's (wait4); run dir MB is
-the run folder's size, written MB the part of it the run wrote (less the shards it hard-linked
-from the run before).
+the run folder's size, written MB the part of it the run wrote (less any shard hard-linked
+from the run before), index MB the size of every file the run's manifest lists (a rerun lists
+earlier runs' files for its unchanged rows), written / index their ratio (issue 49's targets:
+<= 0.02 with nothing changed, <= 0.05 with 1 %).
 """
 
 from __future__ import annotations
@@ -102,6 +104,7 @@ class Measured:
     peak_rss_mb: float
     run_dir_mb: float
     written_mb: float = 0.0
+    index_mb: float = 0.0  # the run's tables: every file its manifest lists, wherever it lies
     counts: dict = field(default_factory=dict)
     each: list = field(default_factory=list)  # every repetition's pipeline s (--repeat)
 
@@ -214,11 +217,22 @@ def directory_bytes(directory: Path) -> int:
 
 
 def written_bytes(directory: Path) -> int:
-    """What the run wrote: its files less those it hard-linked from the run before (a shard
-    whose rows did not change), which share their bytes with that run's."""
+    """What the run wrote: its folder's files (a rerun references the files that hold its
+    unchanged rows, in earlier runs' folders), less any hard-linked from the run before (an
+    older chunkline linked a shard whose rows did not change)."""
     return sum(stat.st_size for stat in (path.stat() for path in directory.rglob("*")
                                          if path.is_file() and not path.is_symlink())
                if stat.st_nlink == 1)
+
+
+def index_bytes(output: Path, run_id: str, manifest: dict) -> int:
+    """The bytes of every file the run's manifest lists (format 2: relative to OUTPUT, an
+    earlier run's folder included; format 1: its own folder)."""
+    if manifest.get("format", 1) >= 2:
+        return sum((output / entry["path"]).stat().st_size
+                   for entries in manifest["tables"].values() for entry in entries)
+    return sum((output / run_id / name).stat().st_size
+               for names in manifest["files"].values() for name in names)
 
 
 def run_process(corpus: Path, output: Path, overrides: list[str]) -> Measured:
@@ -247,7 +261,8 @@ def run_process(corpus: Path, output: Path, overrides: list[str]) -> Measured:
         pipeline_s=float(manifest["wall_seconds"]), wall_s=wall,
         cpu_s=usage.ru_utime + usage.ru_stime, peak_rss_mb=usage.ru_maxrss / 1024,
         run_dir_mb=directory_bytes(output / run_id) / 1e6,
-        written_mb=written_bytes(output / run_id) / 1e6, counts=manifest.get("counts", {}))
+        written_mb=written_bytes(output / run_id) / 1e6,
+        index_mb=index_bytes(output, run_id, manifest) / 1e6, counts=manifest.get("counts", {}))
 
 
 def median_of(runs: list[Measured]) -> Measured:
@@ -321,11 +336,13 @@ def ratio(numerator: float, denominator: float) -> str:
 def nightly_report(title: str, command: str, rows: list[tuple[str, Measured]]) -> str:
     lines = [f"### {title}", "", f"`{command}`", "",
              "| run | pipeline s | wall s | outside pipeline s | CPU s | peak RSS MB | run dir MB "
-             "| written MB | documents carried | chunks embedded | pipeline s of each repetition |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "| written MB | index MB | written / index | documents carried | chunks embedded "
+             "| pipeline s of each repetition |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for name, m in rows:
         lines.append(f"| {name} | {m.pipeline_s:.2f} | {m.wall_s:.2f} | {m.outside_s:.2f} | "
                      f"{m.cpu_s:.1f} | {m.peak_rss_mb:.0f} | {m.run_dir_mb:.2f} | {m.written_mb:.2f} | "
+                     f"{m.index_mb:.2f} | {ratio(m.written_mb, m.index_mb)} | "
                      f"{count(m.counts, 'documents_carried')} | {count(m.counts, 'embedded')} | "
                      + " ".join(f"{each:.2f}" for each in m.each) + " |")
     lines += ["", "| run | " + " | ".join(COUNT_KEYS) + " |",

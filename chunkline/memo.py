@@ -10,8 +10,12 @@ scan finds in it (kinds and places, never a value). Each such result is recorded
 text), in Parquet segments
 (``key``, ``value``) under the run's ``memo/`` folder, one per stage and bundle. A run loads the
 previous run's segments once per worker process and writes every result it used, found or
-computed, so each run's memo covers exactly the texts of that run: it is dropped with its run
-(``chunkline gc``) and never grows with history.
+computed. A rerun does not write again what it recalls from a segment it keeps referencing
+(merge-on-read, as the tables: its manifest lists those segments, in earlier runs' folders, as
+the table ``memo``, and ``chunkline gc`` keeps their folders): it writes the results it computed,
+and those it recalled from segments written :data:`MEMO_GENERATIONS` runs before or more, which
+it no longer references (``MemoSource.kept``). So a run's memo covers the texts of that run, a
+few generations' stale entries besides, and never grows with history.
 
 A lost, damaged or mismatched segment costs time, never a wrong result: a key is only ever
 equal for the same function, settings, code and text, and a segment that cannot be read is
@@ -40,6 +44,11 @@ from chunkline.records import framed_digest_bytes, text_digest
 log = logging.getLogger("chunkline.memo")
 
 MEMO_DIR = "memo"
+# The manifest's table listing the memo segments a run reads from (its own and those it keeps
+# referencing), and how many runs' segments it references at most (its own included): a
+# segment older than that is loaded once more and its entries still used are written again.
+MEMO_TABLE = "memo"
+MEMO_GENERATIONS = 8
 # A previous memo bigger than this on disk is not loaded: a worker's memory stays bounded, and
 # such a corpus is better served by a distributed runner's own workers computing afresh.
 MAX_LOAD_BYTES = 1 << 30
@@ -86,10 +95,21 @@ class MemoSource:
     write_dir: str  # this run's memo folder
     previous: tuple[str, ...] = ()  # the previous run's segments (each named after its kind)
     settings: str = ""
+    # Those of ``previous`` this run keeps referencing: what it recalls from them is not
+    # written again.
+    kept: tuple[str, ...] = ()
 
     def segments(self, kind: str) -> tuple[str, ...]:
         return tuple(sorted(path for path in self.previous
                             if path.rsplit("/", 1)[-1].startswith(kind + "-")))
+
+    def kept_segments(self, kind: str) -> tuple[str, ...]:
+        kept = set(self.kept)
+        return tuple(path for path in self.segments(kind) if path in kept)
+
+    def expiring_segments(self, kind: str) -> tuple[str, ...]:
+        kept = set(self.kept)
+        return tuple(path for path in self.segments(kind) if path not in kept)
 
 
 def memo_key(kind: str, settings: str, text: str, *more: str) -> bytes:
@@ -151,9 +171,11 @@ class Known(dict):
 
 @dataclass
 class Memo:
-    """One worker's view of a memo kind: the previous run's results (``known``, shared by every
-    DoFn of the process that asks for the same segments) and what this bundle used (``used``,
-    written as a segment when the bundle ends, or handed to ``spill`` once it holds
+    """One worker's view of a memo kind: the previous results in segments this run keeps
+    referencing (``known``, shared by every DoFn of the process that asks for the same
+    segments), those in segments it no longer references (``expiring``), and what this bundle
+    must write (``used``: what it computed, and what it recalled from ``expiring``; written as a
+    segment when the bundle ends, or handed to ``spill`` once it holds
     :data:`SEGMENT_ENTRIES`)."""
 
     kind: str
@@ -163,6 +185,7 @@ class Memo:
     hits: int = 0
     misses: int = 0
     spill: Callable[[dict[bytes, bytes]], None] | None = None
+    expiring: Mapping[bytes, bytes] = field(default_factory=dict)
 
     def key(self, text: str, *more: str) -> bytes:
         return memo_key(self.kind, self.settings, text, *more)
@@ -173,6 +196,10 @@ class Memo:
         value = self.used.get(key)
         if value is None:
             value = self.known.get(key)
+            if value is not None and not (width and len(value) % width):
+                self.hits += 1
+                return value  # a referenced segment holds it (or this run wrote it): not again
+            value = self.expiring.get(key)
             if value is None or (width and len(value) % width):
                 self.misses += 1
                 return None
@@ -202,14 +229,15 @@ _LOADED: dict[tuple[str, tuple[str, ...]], Known] = {}
 _LOADING = threading.Lock()
 
 
-def load_known(kind: str, settings: str, paths: tuple[str, ...], open_file) -> Known:
-    """The previous run's ``kind`` results, read once per process: every DoFn and thread that
-    asks for the same segments shares one dict, to which this run's own results of the
-    :data:`SHARED_KINDS` are added as they are computed, within :data:`SHARED_BYTES` (a key
-    names its text, settings and code, so old and new never clash)."""
-    cache_key = (kind + "\0" + settings, paths)
+def load_known(kind: str, settings: str, paths: tuple[str, ...], open_file, shared: bool = True) -> Known:
+    """The previous ``kind`` results of the segments at ``paths``, read once per process: every
+    DoFn and thread that asks for the same segments shares one dict, to which (``shared``)
+    this run's own results of the :data:`SHARED_KINDS` are added as they are computed, within
+    :data:`SHARED_BYTES` (a key names its text, settings and code, so old and new never
+    clash)."""
+    cache_key = (kind + "\0" + settings, paths, shared)
     with _LOADING:
         if cache_key not in _LOADED:
             _LOADED[cache_key] = Known(read_segments(paths, open_file),
-                                       SHARED_BYTES if kind in SHARED_KINDS else 0)
+                                       SHARED_BYTES if shared and kind in SHARED_KINDS else 0)
         return _LOADED[cache_key]

@@ -24,7 +24,7 @@ from chunkline.carry import CARRY_TABLE
 from chunkline.context import context_reserve, resolve_api_key
 from chunkline.index.layout import CACHE, LATEST, PROBE, format_run_id
 from chunkline.index.tables import has_table, live_files
-from chunkline.memo import MAX_LOAD_BYTES, MEMO_DIR, MemoSource
+from chunkline.memo import MAX_LOAD_BYTES, MEMO_DIR, MEMO_GENERATIONS, MEMO_TABLE, MemoSource
 from chunkline.sizers import model_fingerprint
 from chunkline.splitting.options import split_budget
 from pipeline.config import Config, to_dict
@@ -32,6 +32,7 @@ from pipeline.manifest import (ManifestError, complete_runs, latest_run, load_ma
                                table_files)
 from pipeline.options import StageOptions, stage_options
 from transforms.carry import CarrySource
+from transforms.write import same_output
 
 log = logging.getLogger("chunkline.run")
 
@@ -67,6 +68,9 @@ class Plan:
     # Key-space shares of the per-document groupings (transforms/shares.py), from the size of
     # the run this one follows.
     join_shares: int = 1024
+    # The terms file of the run this one follows (output.carry on): referenced when this run's
+    # document frequencies are the same.
+    previous_terms: str | None = None
 
 
 class PreflightError(ValueError):
@@ -219,13 +223,37 @@ def memo_settings() -> str:
     return json.dumps({"code": source_fingerprint(), "libraries": versions}, sort_keys=True)
 
 
+def _memo_segments(previous: str) -> list[tuple[str, str, int]]:
+    """(path, run folder, bytes) of each memo segment the run ``previous`` reads from, oldest
+    run first: its manifest's ``memo`` table (its own segments and those it references), or,
+    for a run before that table, its own memo folder."""
+    try:
+        manifest = load_manifest(previous)
+    except ManifestError:
+        return []
+    if has_table(manifest, MEMO_TABLE):
+        return [(file.path, file.folder, file.bytes or 0)
+                for file in live_files(previous, manifest, MEMO_TABLE)]
+    try:
+        found = FileSystems.match([FileSystems.join(previous, MEMO_DIR, "*.parquet")])[0]
+        files = found.metadata_list
+    except Exception:  # noqa: BLE001 - no memo (an older run): everything is computed
+        return []
+    folder = previous.rstrip("/").rsplit("/", 1)[-1]
+    return [(f.path, folder, f.size_in_bytes) for f in sorted(files, key=lambda f: f.path)]
+
+
 def memo_source(config: Config, run_dir: str) -> MemoSource | None:
-    """This run's memo folder, and the previous run's segments (the run carry follows), unless
-    they weigh more than ``chunkline.memo.MAX_LOAD_BYTES``: then every text is computed."""
+    """This run's memo folder, and the segments the previous run read from (the run carry
+    follows), unless they weigh more than ``chunkline.memo.MAX_LOAD_BYTES``: then every text
+    is computed. Of those, the segments of the last ``MEMO_GENERATIONS - 1`` runs that wrote
+    any, in this output, are kept referenced (what is recalled from them is not written
+    again); the others are read once more and what is still used is written again."""
     if not config.output.carry:
         return None
     write_dir = FileSystems.join(run_dir, MEMO_DIR)
     segments: tuple[str, ...] = ()
+    kept: tuple[str, ...] = ()
     if config.output.previous or config.output.reuse_latest:
         try:
             previous = (resolve_run(config.output.previous) if config.output.previous
@@ -233,58 +261,79 @@ def memo_source(config: Config, run_dir: str) -> MemoSource | None:
         except ManifestError:
             previous = None
         if previous is not None:
-            try:
-                found = FileSystems.match([FileSystems.join(previous, MEMO_DIR, "*.parquet")])[0]
-                files = found.metadata_list
-            except Exception:  # noqa: BLE001 - no memo (an older run): everything is computed
-                files = []
-            if sum(f.size_in_bytes for f in files) <= MAX_LOAD_BYTES:
-                segments = tuple(sorted(f.path for f in files))
+            files = _memo_segments(previous)
+            if sum(size for _, _, size in files) <= MAX_LOAD_BYTES:
+                segments = tuple(sorted(path for path, _, _ in files))
+                folders = list(dict.fromkeys(folder for _, folder, _ in files))
+                recent = set(folders[-(MEMO_GENERATIONS - 1):])
+                kept = tuple(sorted(path for path, folder, _ in files
+                                    if folder in recent and same_output(path.rsplit("/", 1)[0], write_dir)))
             else:
                 log.warning("the previous run's memo weighs more than %d MB: every text's "
                             "boilerplate keys, signature and credential scan are computed",
                             MAX_LOAD_BYTES >> 20)
-    return MemoSource(write_dir, segments, memo_settings())
+    return MemoSource(write_dir, segments, memo_settings(), kept)
 
 
-def carry_pairs(config: Config, signature: str) -> tuple[list[tuple[str, str]], list[str], str | None]:
+def carry_pairs(config: Config, signature: str
+                ) -> tuple[list[tuple[str, str]], list[tuple[str, tuple[int, ...]]], str | None,
+                           list[tuple[int, ...]]]:
     """(the (chunk shard, carry sidecar) pairs of the run this one follows whose rows may be
-    carried, that run's documents shards, why there are no pairs): the published run
-    (``output.previous``'s when given, none with ``reuse_latest`` off); pairs only when it was
-    made under the same processing signature. Every row is checked again in the job; the
-    documents tell an edited document from one only a corpus-wide change moved."""
+    carried, that run's documents shards with their deleted row positions, why there are no
+    pairs, each pair's deleted row positions): the published run (``output.previous``'s when given, none with
+    ``reuse_latest`` off); pairs only when it was made under the same processing signature.
+    A pair may lie in an earlier run's folder, and some of its rows may be deleted (a
+    format-2 manifest, ``chunkline.index.tables``): they are never carried. Every row is
+    checked again in the job; the documents tell an edited document from one only a
+    corpus-wide change moved."""
     if not config.output.carry:
-        return [], [], None
+        return [], [], None, []
     if not (config.output.previous or config.output.reuse_latest):
-        return [], [], None
+        return [], [], None, []
     try:
         run_dir = (resolve_run(config.output.previous) if config.output.previous
                    else latest_run(config.output.path))
         manifest = load_manifest(run_dir) if run_dir is not None else None
     except ManifestError:
-        return [], [], None  # reuse and the publish guard say what is wrong with it
+        return [], [], None, []  # reuse and the publish guard say what is wrong with it
     if manifest is None:
-        return [], [], None
+        return [], [], None, []
     name = run_dir.rstrip("/").rsplit("/", 1)[-1]
-    # A file with deleted rows is left out until the carry index reads deletions: its documents
-    # are computed again (correct, only slower), never carried from a row that is gone.
-    documents = [file.path for file in live_files(run_dir, manifest, "documents") if not file.deleted]
+    documents = [(file.path, file.deleted) for file in live_files(run_dir, manifest, "documents")]
     sidecars = live_files(run_dir, manifest, CARRY_TABLE)
     if not sidecars:
-        return [], documents, f"{name} has no carry sidecars (an older chunkline): every document is computed"
+        return [], documents, f"{name} has no carry sidecars (an older chunkline): every document is computed", []
     if manifest.get("carry_signature") != signature:
         return [], documents, (f"{name} was made with other processing (split, context, embed or "
-                               f"BM25 settings, or the code): every document is computed")
-    # A sidecar is carry-SSSSS-of-NNNNN.parquet beside its chunks-SSSSS-of-NNNNN.parquet.
+                               f"BM25 settings, or the code): every document is computed"), []
+    # A sidecar is carry-SSSSS-of-NNNNN.parquet beside its chunks-SSSSS-of-NNNNN.parquet, its
+    # rows aligned with the shard's: the same positions are deleted in both.
     by_shard = {(side.folder, side.name.rsplit("/", 1)[-1].split("-", 1)[1]): side
-                for side in sidecars if "-" in side.name.rsplit("/", 1)[-1] and not side.deleted}
-    pairs = []
+                for side in sidecars if "-" in side.name.rsplit("/", 1)[-1]}
+    pairs, deleted = [], []
     for chunks in live_files(run_dir, manifest, "chunks"):
         base = chunks.name.rsplit("/", 1)[-1]
         side = by_shard.get((chunks.folder, base.split("-", 1)[1])) if "-" in base else None
-        if side is not None and not chunks.deleted:
+        if side is not None and side.deleted == chunks.deleted:
             pairs.append((chunks.path, side.path))
-    return pairs, documents, None
+            deleted.append(chunks.deleted)
+    return pairs, documents, None, deleted
+
+
+def previous_terms(config: Config) -> str | None:
+    """The BM25 terms file of the run carry follows (one file, none of its rows deleted), which
+    this run references when its terms are the same; None with carry or sparse vectors off."""
+    if not config.output.carry or config.sparse is None:
+        return None
+    if not (config.output.previous or config.output.reuse_latest):
+        return None
+    try:
+        run_dir = (resolve_run(config.output.previous) if config.output.previous
+                   else latest_run(config.output.path))
+        files = live_files(run_dir, load_manifest(run_dir), "terms") if run_dir is not None else []
+    except ManifestError:
+        return None
+    return files[0].path if len(files) == 1 and not files[0].deleted else None
 
 
 def reusable_files(run_dir: str, signature: str, dim: int) -> tuple[list[str], list[str]]:
@@ -523,15 +572,18 @@ def plan(config: Config, run_id: str) -> Plan:
     stored_dim = dim if config.embed is not None else None
     normalize = config.embed.normalize if config.embed is not None else False
     carry_key_signature = carry_signature(config, tokenizer_spec, max_tokens, signature, stored_dim)
-    pairs, previous_documents, carry_note = carry_pairs(config, carry_key_signature)
+    pairs, previous_documents, carry_note, deleted = carry_pairs(config, carry_key_signature)
     carry = CarrySource(tuple(pairs), carry_key_signature,
                         tuple(config.output.chunk_metadata)
                         if config.output.chunk_metadata is not None else None,
-                        stored_dim, normalize, tuple(previous_documents))
+                        stored_dim, normalize, documents=tuple(path for path, _ in previous_documents),
+                        deleted=tuple(deleted) if any(deleted) else (),
+                        documents_deleted=tuple(gone for _, gone in previous_documents)
+                        if any(gone for _, gone in previous_documents) else ())
     return Plan(run_dir, tokenizer_spec, max_tokens, stored_dim,
                 signature, previous, tuple(files), tuple(skipped), normalize, stages,
                 reference, reference_note, carry, carry_note, memo_source(config, run_dir),
-                access_policy(config), join_shares(config))
+                access_policy(config), join_shares(config), previous_terms(config))
 
 
 # Documents per share of a per-document grouping: a share's keys are grouped in one worker's

@@ -17,6 +17,7 @@ from chunkline.memo import (
     SIGNATURE,
     Known,
     Memo,
+    MemoSource,
     load_known,
     memo_key,
     read_segments,
@@ -106,5 +107,24 @@ def test_a_bundles_results_are_written_as_they_accumulate() -> None:
     for n in range(SEGMENT_ENTRIES + 5):
         memo.put(n.to_bytes(16, "big"), b"abcd")
     assert [len(segment) for segment in segments] == [SEGMENT_ENTRIES] and len(memo.used) == 5
-    assert memo.get(b"old" + bytes(13), width=4) == b"1234"  # a recalled result is used too
-    assert set(memo.take_used()) == {n.to_bytes(16, "big") for n in range(SEGMENT_ENTRIES, SEGMENT_ENTRIES + 5)} | {b"old" + bytes(13)}
+    # Recalled from a segment this run keeps referencing: not written again.
+    assert memo.get(b"old" + bytes(13), width=4) == b"1234"
+    assert set(memo.take_used()) == {n.to_bytes(16, "big") for n in range(SEGMENT_ENTRIES, SEGMENT_ENTRIES + 5)}
+
+
+def test_only_results_of_segments_no_longer_referenced_are_written_again() -> None:
+    """A result recalled from a segment the run keeps referencing stays there; one recalled
+    from a segment it drops (written generations ago) goes into this run's segment, as a
+    computed one does."""
+    kept, dropped, new = b"k" * 16, b"d" * 16, b"n" * 16
+    memo = Memo(SIGNATURE, "s", Known({kept: b"1111"}), expiring={dropped: b"2222"})
+    assert memo.get(kept, width=4) == b"1111" and memo.get(dropped, width=4) == b"2222"
+    assert memo.get(new, width=4) is None
+    memo.put(new, b"3333")
+    assert (memo.hits, memo.misses) == (2, 1)
+    assert memo.take_used() == {dropped: b"2222", new: b"3333"}
+    source = MemoSource("out/r3/memo", ("out/r1/memo/signature-a.parquet", "out/r2/memo/signature-b.parquet",
+                                        "out/r2/memo/clean-c.parquet"), "s",
+                        kept=("out/r2/memo/signature-b.parquet",))
+    assert source.kept_segments(SIGNATURE) == ("out/r2/memo/signature-b.parquet",)
+    assert source.expiring_segments(SIGNATURE) == ("out/r1/memo/signature-a.parquet",)

@@ -32,8 +32,10 @@ class MemoUse:
     def setup(self) -> None:
         if self.source is None:
             return
-        known = load_known(self.kind, self.settings, self.source.segments(self.kind), FileSystems.open)
-        self.memo = Memo(self.kind, self.settings, known, spill=self._write)
+        known = load_known(self.kind, self.settings, self.source.kept_segments(self.kind), FileSystems.open)
+        expiring = load_known(self.kind, self.settings, self.source.expiring_segments(self.kind),
+                              FileSystems.open, shared=False)
+        self.memo = Memo(self.kind, self.settings, known, spill=self._write, expiring=expiring)
 
     def flush(self) -> None:
         memo = self.memo

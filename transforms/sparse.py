@@ -200,13 +200,16 @@ class WriteStats(beam.DoFn):
 
 class WriteTerms(beam.DoFn):
     """The statistics -> the ``terms`` table (term_id ascending, df), written in one go with
-    Arrow as ``terms-00000-of-00001.parquet``: ``(table, path, rows)``."""
+    Arrow as ``terms-00000-of-00001.parquet``: ``(table, path, rows)``; or, when ``previous``
+    (the previous run's terms file, of this output) holds exactly these rows, that file,
+    referenced rather than written again (listed for the manifest either way:
+    ``transforms.write.write_listing``)."""
 
-    def __init__(self, run_dir: str) -> None:
-        self.run_dir = run_dir
+    def __init__(self, run_dir: str, previous: str | None = None) -> None:
+        self.run_dir, self.previous = run_dir, previous
 
     def process(self, stats: CorpusStats) -> Iterable[tuple[str, str, int]]:
-        from transforms.write import ROW_GROUP, shard_path
+        from transforms.write import ROW_GROUP, same_output, shard_path, write_listing
 
         ids = np.fromiter(stats.df.keys(), dtype=np.int64, count=len(stats.df))
         dfs = np.fromiter(stats.df.values(), dtype=np.int64, count=len(stats.df))
@@ -214,6 +217,18 @@ class WriteTerms(beam.DoFn):
         table = pa.table({"term_id": pa.array(ids[order], pa.int32()), "df": pa.array(dfs[order], pa.int64())},
                          schema=terms_schema())
         path = shard_path(self.run_dir, "terms", 0, 1)
+        if self.previous is not None and same_output(self.previous, path) and self._holds(table):
+            write_listing(self.run_dir, "terms", 0, [(self.previous, table.num_rows, ())])
+            yield "terms", self.previous, table.num_rows
+            return
         with FileSystems.create(path) as handle:
             pq.write_table(table, handle, row_group_size=ROW_GROUP, compression="zstd")
+        write_listing(self.run_dir, "terms", 0, [(path, table.num_rows, ())])
         yield "terms", path, table.num_rows
+
+    def _holds(self, table: pa.Table) -> bool:
+        try:
+            with FileSystems.open(self.previous) as handle:
+                return pq.read_table(handle).equals(table)
+        except Exception:  # noqa: BLE001 - unreadable now: written again
+            return False

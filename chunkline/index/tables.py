@@ -10,7 +10,15 @@ longer live::
 
     "format": 2,
     "tables": {"chunks": [{"path": "<run id>/chunks-00000-of-00004.parquet", "rows": 812,
-                           "bytes": 402211, "deleted": [3, 17]}, ...], "documents": [...], ...}
+                           "bytes": 402211, "deleted": [3, 17], "shard": 0}, ...],
+               "documents": [...], ...}
+
+A file may name the ``shard`` it belongs to. A job writes each shard sorted (:data:`SORT_ORDER`);
+a rerun leaves a shard's unchanged rows in their earlier files and writes its new rows as a
+file of their own, so one shard may be several files, each sorted. Read together
+(:func:`read_table`), a shard's files are merged in the table's order: the rows come in the
+order a run that wrote the shard whole would have written them (ranking breaks ties by
+position, so the order is part of what a run holds).
 
 This is merge-on-read with position deletes, the model of Apache Iceberg v2's position delete
 files (https://iceberg.apache.org/spec/#position-delete-files: a deleted row is (file, 0-based
@@ -29,12 +37,22 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from chunkline.index import storage
 
-FORMAT = 2  # the newest manifest format this version reads
+FORMAT = 2  # the newest manifest format this version reads (and the one the job writes)
 _FIRST = 1  # a manifest without ``format``
+
+# The order each table's shards are sorted in, the job's shard writers' and the merge in
+# read_table's: one home for both.
+SORT_ORDER: dict[str, tuple[str, ...]] = {
+    "chunks": ("doc_id", "chunk_index"),
+    "carry": ("doc_id", "chunk_index"),
+    "documents": ("doc_id", "uri", "status"),
+    "rejected": ("doc_id", "uri", "reason"),
+}
 
 
 class TableFileError(ValueError):
@@ -48,7 +66,7 @@ class LiveFile:
     file name; format 2: relative to OUTPUT, ``<run folder>/<file name>``); ``folder``, the run
     folder it lies in; what the manifest states of it (``rows``, ``bytes``, ``digest``: None
     when it states nothing); ``deleted``, the ascending 0-based positions of rows no longer
-    live."""
+    live; ``shard``, the shard it belongs to when the manifest names one."""
 
     path: str
     name: str
@@ -57,6 +75,7 @@ class LiveFile:
     bytes: int | None = None
     digest: str | None = None
     deleted: tuple[int, ...] = ()
+    shard: int | None = None
 
     @property
     def live_rows(self) -> int | None:
@@ -94,8 +113,14 @@ def live_files(run_dir: str, manifest: dict[str, Any], table: str) -> list[LiveF
     output = storage.parent(run_dir)
     return [LiveFile(storage.join(output, *entry["path"].split("/")), entry["path"],
                      entry["path"].split("/", 1)[0], entry.get("rows"), entry.get("bytes"),
-                     entry.get("digest"), tuple(entry.get("deleted") or ()))
+                     entry.get("digest"), tuple(entry.get("deleted") or ()), entry.get("shard"))
             for entry in entries]
+
+
+def relative_path(path: str) -> str:
+    """A file's path as a format-2 manifest spells it: ``<run folder>/<file name>``, relative to
+    OUTPUT (the file lies in a run folder of OUTPUT)."""
+    return "/".join(path.replace("\\", "/").rstrip("/").rsplit("/", 2)[-2:])
 
 
 def live_rows(run_dir: str, manifest: dict[str, Any], table: str) -> int | None:
@@ -195,9 +220,30 @@ def read_table(run_dir: str, manifest: dict[str, Any], table: str, columns: Sequ
                *, optional: Sequence[str] = (), filters: Filters | None = None) -> pa.Table | None:
     """The live rows of ``table`` (:func:`read_file` of each of its :func:`live_files`, in order,
     concatenated; columns one file lacks are null there); None when the run lists no file for
-    it."""
-    parts = [read_file(f, columns, optional=optional, filters=filters)
-             for f in live_files(run_dir, manifest, table)]
+    it. The files of one shard are merged in the table's :data:`SORT_ORDER`, so the rows come
+    in the order of the shard written whole."""
+    files = live_files(run_dir, manifest, table)
+    order = SORT_ORDER.get(table, ())
+    groups: list[list[LiveFile]] = []
+    for file in files:
+        if groups and file.shard is not None and groups[-1][0].shard == file.shard and order:
+            groups[-1].append(file)
+        else:
+            groups.append([file])
+    parts = []
+    for group in groups:
+        if len(group) == 1:
+            parts.append(read_file(group[0], columns, optional=optional, filters=filters))
+            continue
+        # The sort columns are read too (where projected away) and dropped once merged.
+        extra = [] if columns is None else [c for c in order if c not in columns and c not in optional]
+        wanted = None if columns is None else [*columns, *extra]
+        merged = pa.concat_tables([read_file(f, wanted, optional=optional, filters=filters)
+                                   for f in group], promote_options="default")
+        # A stable sort: pyarrow compares strings by their UTF-8 bytes, which orders as Python
+        # orders str (by code point), the order the shard writer sorts its records in.
+        merged = merged.take(pc.sort_indices(merged, sort_keys=[(c, "ascending") for c in order]))
+        parts.append(merged.drop_columns(extra) if extra else merged)
     return pa.concat_tables(parts, promote_options="default") if parts else None
 
 
@@ -249,8 +295,8 @@ def _entry_problem(entry: Any) -> str | None:
         return "is not an object"
     path = entry.get("path")
     parts = path.split("/") if isinstance(path, str) else []
-    if len(parts) != 2 or not all(_plain_name(p) for p in parts):
-        return "path is not <run folder>/<file name>"
+    if len(parts) < 2 or not all(_plain_name(p) for p in parts):
+        return "path is not <run folder>/<file name> (or <run folder>/<folder>/<file name>)"
     rows = entry.get("rows")
     if not _count(rows):
         return "rows is missing or not a non-negative integer"
@@ -258,6 +304,8 @@ def _entry_problem(entry: Any) -> str | None:
         return "bytes is not a non-negative integer"
     if "digest" in entry and not isinstance(entry["digest"], str):
         return "digest is not a string"
+    if "shard" in entry and not _count(entry["shard"]):
+        return "shard is not a non-negative integer"
     deleted = entry.get("deleted", [])
     if not isinstance(deleted, list) or not all(_count(p) and p < rows for p in deleted) \
             or any(a >= b for a, b in zip(deleted, deleted[1:])):

@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 
 from pipeline.cli import main
 from pipeline.config import load_config
+from chunkline.index.tables import read_table
 from pipeline.manifest import load_manifest
 from pipeline.query import (descending, embed_options, fused, load_chunks, sparse_scores,
                             stored_vectors)
@@ -95,8 +96,7 @@ def write_corpus(root: Path, seed: int = 11) -> dict[str, tuple[str, ...]]:
 
 def shards(run_dir: Path, table: str) -> pa.Table:
     """A table of the run, its shards in the manifest's order (the order a reader loads)."""
-    files = load_manifest(str(run_dir))["files"][table]
-    return pa.concat_tables([pq.read_table(run_dir / name) for name in files], promote_options="default")
+    return read_table(str(run_dir), load_manifest(str(run_dir)), table)
 
 
 def job(corpus: Path, output: Path, *overrides: str):

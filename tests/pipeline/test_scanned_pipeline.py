@@ -9,11 +9,11 @@ import io
 import json
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 
 from pipeline.config import load_config
 from pipeline.run import run
+from tests.helpers import run_rows
 from tests.ocr_pages import render_page, text_and_scan_pdf
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,7 +50,7 @@ def job(corpus: Path, output: Path, *overrides: str):
 
 
 def table(run_dir: str, name: str) -> list[dict]:
-    return pq.read_table(sorted(Path(run_dir).glob(f"{name}-*.parquet"))).to_pylist()
+    return run_rows(run_dir, name)
 
 
 def test_scanned_pages_are_read_in_order_with_their_pages(corpus, tmp_path) -> None:
