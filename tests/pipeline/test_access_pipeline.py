@@ -554,7 +554,8 @@ def test_the_report_for_an_audience_shows_only_what_it_may_read(protected, tmp_p
     from pipeline.report.render import render
 
     everything = gather(protected.run_dir)
-    run_dir = tmp_path / "run"
+    # Under its own name: the manifest names its files by run folder, relative to the output.
+    run_dir = tmp_path / Path(protected.run_dir).name
     shutil.copytree(protected.run_dir, run_dir)
     manifest = load_manifest(str(run_dir))
     manifest["config"]["report"] = {"audience": ["sales"]}

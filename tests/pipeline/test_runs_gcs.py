@@ -177,7 +177,8 @@ def test_publish_moves_latest_to_an_earlier_run_and_back(built) -> None:
 
     FileSystems.delete([f"{output}/{built.older.run_id}/chunks-00001-of-00004.parquet"])
     for run_id, phrase in [(killed, "is incomplete"), ("20260101T000000Z-00000000-000000", "does not exist"),
-                           (built.older.run_id, "is damaged: chunks-00001-of-00004.parquet is missing")]:
+                           (built.older.run_id,
+                            f"is damaged: {built.older.run_id}/chunks-00001-of-00004.parquet is missing")]:
         code, out, err = cli("publish", output, run_id)
         assert code == 2 and not out and len(err.splitlines()) == 1 and phrase in err, err
     assert latest(output) == built.published.run_id
@@ -194,18 +195,21 @@ def test_gc_under_its_lease_removes_runs_and_leftovers(built) -> None:
     probe_written = time.time()
     put(f"{output}/{built.published.run_id}/_spill/chunks/1.part", b"y" * 500)
     kept = objects(f"{output}/{built.published.run_id}")
-    sizes = {name: sum(objects(f"{output}/{name}").values()) for name in (built.older.run_id, killed, held)}
+    # The published run keeps its unchanged rows in the older run's files (merge-on-read): gc
+    # keeps that folder whole while the published run is kept.
+    older = [f"{built.older.run_id}/{n}" for n in objects(f"{output}/{built.older.run_id}")]
+    sizes = {name: sum(objects(f"{output}/{name}").values()) for name in (killed, held)}
 
     code, out, err = cli("gc", output, "--keep", "1")
     assert code == 0, err
     removed = {line.split()[1]: line for line in out.splitlines() if line.startswith("removed")}
-    assert set(removed) == {built.older.run_id, killed, held, staged, f"{built.published.run_id}/_spill"}
+    assert set(removed) == {killed, held, staged, f"{built.published.run_id}/_spill"}
     assert f"{built.published.run_id}  LATEST names it" in out
     total = sum(sizes.values()) + len(f"{held}\n") + 500
-    assert f"({total:,} bytes) in 5 entries" in out
+    assert f"({total:,} bytes) in 4 entries" in out
     # The probe is younger than the lease timeout: a preflight may be writing it now.
     assert sorted(objects(output)) == sorted(
-        ["LATEST", probe, *(f"{built.published.run_id}/{n}" for n in kept if not n.startswith("_spill/"))])
+        ["LATEST", probe, *older, *(f"{built.published.run_id}/{n}" for n in kept if not n.startswith("_spill/"))])
     assert latest(output) == built.published.run_id
 
     # An object's update time cannot be set back: a lease timeout of 1 s makes the probe old.
@@ -213,7 +217,7 @@ def test_gc_under_its_lease_removes_runs_and_leftovers(built) -> None:
     result = collect(output, 1, timeout=1.0)
     assert [r.name for r in result.removed] == [probe]
     assert sorted(objects(output)) == sorted(
-        ["LATEST", *(f"{built.published.run_id}/{n}" for n in kept if not n.startswith("_spill/"))])
+        ["LATEST", *older, *(f"{built.published.run_id}/{n}" for n in kept if not n.startswith("_spill/"))])
 
 
 def test_gc_after_a_rollback_never_removes_the_published_run(built) -> None:
@@ -249,7 +253,7 @@ def test_gc_beside_a_live_run_plans_around_it(built) -> None:
         code, out, err = cli("gc", output, "--keep", "1", "--dry-run")
         assert code == 0, err
         planned = [line.split()[2] for line in out.splitlines() if line.startswith("would remove")]
-        assert planned == [built.older.run_id]
+        assert planned == []  # the older run's files are the published run's unchanged rows
         assert f"kept         {running}  writing: run {running}" in out
         assert set(objects(output)) == names
     finally:
