@@ -36,7 +36,12 @@ def statuses(edited: int | None = None) -> list[DocumentStatus]:
 def write(directory: Path, records: list[DocumentStatus], previous_run: Path | None,
           made_under: str = "signature-1") -> None:
     previous = None
-    if previous_run is not None:
+    if previous_run is not None and (previous_run / "_listing").is_dir():
+        # A run written here: the files its listings name (its own and earlier ones), with
+        # the positions no longer live, as the job's plan reads them from the manifest.
+        previous = (made_under, [(str(previous_run.parent / entry["path"]), tuple(entry["deleted"]))
+                                 for index in range(SHARDS) for entry in listing(previous_run, index)])
+    elif previous_run is not None:
         previous = (made_under, sorted(str(path) for path in previous_run.glob("documents-*")))
     with fnapi_pipeline() as p:
         (p | beam.Create(list(reversed(records)))
@@ -162,3 +167,44 @@ def test_a_retried_bundle_never_writes_into_the_previous_runs_file(first, tmp_pa
     for index in range(SHARDS):
         assert shard(first, index).read_bytes() == before[index]  # the previous run's, untouched
         assert live(second, index).equals(pq.read_table(shard(tmp_path / "fresh", index)))
+
+
+def status(doc_id: str, text: str) -> DocumentStatus:
+    return DocumentStatus(doc_id, f"/c/{doc_id}.md", text, f"h{doc_id}", "kept",
+                          metadata='{"source_uri": "/c"}', input_digest=f"i{doc_id}")
+
+
+def test_compaction_keeps_each_shard_in_few_mostly_live_files(first, tmp_path) -> None:
+    """Reruns that each add a document to shard 0 pile up small files until the shard would list
+    more than MOST_FILES: then all but the largest are merged into the run's file. Reruns that
+    each edit another document of shard 0 delete rows of the base file until more than MOST_DEAD
+    of them are dead: then its live rows are written again. Every run reads as a fresh write."""
+    from transforms.write import MOST_DEAD, MOST_FILES, shard_of
+
+    records = statuses()
+    added = [f"n{i:03d}" for i in range(300) if shard_of(f"n{i:03d}", SHARDS) == 0][:MOST_FILES + 1]
+    previous, most = first, 0
+    for step, doc_id in enumerate(added):
+        records = records + [status(doc_id, f"added {doc_id}")]
+        run = tmp_path / f"add{step}"
+        write(run, records, previous_run=previous)
+        most = max(most, len(listing(run, 0)))
+        assert len(listing(run, 0)) <= MOST_FILES
+        previous = run
+    write(tmp_path / "fresh", records, previous_run=None)
+    assert most == MOST_FILES and len(listing(previous, 0)) < MOST_FILES  # it filled, then merged
+    assert live(previous, 0).equals(pq.read_table(shard(tmp_path / "fresh", 0)))
+    base = [r for r in statuses() if shard_of(r.doc_id, SHARDS) == 0]
+    compacted = False
+    for step, edited in enumerate(base[:6]):
+        records = [status(r.doc_id, r.text + " edited") if r.doc_id == edited.doc_id else r for r in records]
+        run = tmp_path / f"edit{step}"
+        write(run, records, previous_run=previous)
+        for entry in listing(run, 0):
+            assert len(entry["deleted"]) <= MOST_DEAD * entry["rows"], entry
+        # A file with deleted rows that the run no longer lists: its live rows were rewritten.
+        paths = {entry["path"] for entry in listing(run, 0)}
+        compacted |= any(entry["deleted"] and entry["path"] not in paths for entry in listing(previous, 0))
+        previous = run
+    write(tmp_path / "fresh2", records, previous_run=None)
+    assert compacted and live(previous, 0).equals(pq.read_table(shard(tmp_path / "fresh2", 0)))
