@@ -1,5 +1,5 @@
-"""Do two runs hold the same index? Compares the chunks, documents and rejected tables of two run
-directories row by row (every column but the vectors equal, the vectors allclose), ignoring
+"""Do two runs hold the same index? Compares the chunks, documents, rejected and terms tables of
+two run directories row by row (every column but the vectors equal, the vectors allclose), ignoring
 what legitimately differs between runs (run ids, timings in the manifest).
 
 Used to show that a restructuring changed no output:
@@ -21,7 +21,9 @@ SORT_KEYS = {
     "chunks": ["doc_id", "chunk_index"],
     "documents": ["doc_id", "uri", "status"],
     "rejected": ["doc_id", "uri", "reason"],
+    "terms": ["term_id"],  # BM25 document frequencies, as a set: one file or several
 }
+OPTIONAL = {"terms"}  # a run without sparse vectors has none
 
 
 def read_table(run_dir: Path, name: str) -> pa.Table:
@@ -69,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     problems = []
     for name in SORT_KEYS:
+        if name in OPTIONAL and not any(run.glob(f"{name}*.parquet") for run in (args.before, args.after)):
+            continue
         before, after = read_table(args.before, name), read_table(args.after, name)
         problems += differences(before, after, name, args.atol)
         print(f"{name}: {before.num_rows} rows before, {after.num_rows} after")

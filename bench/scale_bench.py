@@ -7,7 +7,8 @@ anew, so near-duplicate removal keeps the new documents. The same interpreter an
 same corpus, so two checkouts (before and after a change) are measured on identical input.
 
 Each size is one fresh `chunkline run` process (FnApiRunner, the demo config, embedding off:
-the pipeline's own work); peak RSS is that process's maximum resident set (wait4).
+the pipeline's own work); peak RSS is that process's maximum resident set and CPU its user +
+system seconds (wait4): on a machine shared with other jobs, CPU moves less than wall time.
 
     python bench/scale_bench.py --mb 20 80 [--repo ../other-checkout] [--out bench/results_scale.md]
 """
@@ -107,7 +108,8 @@ def run_once(repo: Path, corpus: Path, output: Path) -> dict:
         raise SystemExit(f"run failed ({status}):\n{log[-4000:]}")
     run_id = (output / "LATEST").read_text().strip()
     manifest = json.loads((output / run_id / "manifest.json").read_text())
-    return {"wall_s": wall, "peak_rss_mb": usage.ru_maxrss / 1024, "counts": manifest["counts"]}
+    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime,
+            "peak_rss_mb": usage.ru_maxrss / 1024, "counts": manifest["counts"]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -129,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
             result = run_once(args.repo.resolve(), corpus, Path(output))
         counts = result["counts"]
         rows.append((megabytes, result, counts))
-        print(f"{megabytes:g} MB: {result['wall_s']:.1f} s, peak RSS {result['peak_rss_mb']:.0f} MB, "
+        print(f"{megabytes:g} MB: {result['wall_s']:.1f} s (CPU {result['cpu_s']:.1f} s), "
+              f"peak RSS {result['peak_rss_mb']:.0f} MB, "
               f"{counts.get('documents')} documents, {counts.get('kept')} kept, "
               f"{counts.get('chunks')} chunks", flush=True)
     lines = [f"repo: {args.repo.resolve()} ({subprocess.run(['git', '-C', str(args.repo), 'rev-parse', '--short', 'HEAD'], capture_output=True, text=True).stdout.strip()})",

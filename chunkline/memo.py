@@ -7,34 +7,35 @@ stage's settings: whether cleaning changes it, its boilerplate candidate keys an
 the frequent ones drop, its exact-duplicate hash, its MinHash signature, what the credential
 scan finds in it (kinds and places, never a value). Each such result is recorded under a
 128-bit key (BLAKE2b of the function's name, its settings, the code that computes it and the
-text), in Parquet segments
-(``key``, ``value``) under the run's ``memo/`` folder, one per stage and bundle. A run loads the
-previous run's segments once per worker process and writes every result it used, found or
-computed. A rerun does not write again what it recalls from a segment it keeps referencing
-(merge-on-read, as the tables: its manifest lists those segments, in earlier runs' folders, as
-the table ``memo``, and ``chunkline gc`` keeps their folders): it writes the results it computed,
-and those it recalled from segments written :data:`MEMO_GENERATIONS` runs before or more, which
-it no longer references (``MemoSource.kept``). So a run's memo covers the texts of that run, a
-few generations' stale entries besides, and never grows with history.
+text), with the document it was asked for (:func:`doc_ref`: its source and place in it), in
+Parquet segments (``key``, ``value``, ``doc``) under the run's ``memo/`` folder. Each run writes
+every result it used, found or computed, so each run's memo covers exactly the texts of that
+run: it is dropped with its run (``chunkline gc``) and never grows with history.
+
+The memo is cut into shares by where a document is read from (:func:`unit_share`: a file, or a
+block of :data:`BLOCK` records of a dump), a segment per kind, share and bundle. The reader of a
+file or piece loads only the shares of what it reads (:class:`RecalledShares`, a few at a time)
+and hands each document its previous results (``Document.memo``, :func:`pack`); they travel
+with the document through the later stages, which look there first and add what they compute
+that a later stage asks for again, so no stage needs the whole memo in memory and a result
+computed in one worker process is recalled in another. The number of shares follows the
+previous memo's size (:func:`shares_for`): a share is about :data:`SHARE_BYTES` on disk whatever
+the corpus, so there is no size at which the memo stops being loaded.
 
 A lost, damaged or mismatched segment costs time, never a wrong result: a key is only ever
 equal for the same function, settings, code and text, and a segment that cannot be read is
-skipped (its texts are computed again). Memory: the previous run's entries, one per distinct
-text per kind, held by each worker process (about 1 KB per document with near-duplicate
-detection on; a previous memo larger than :data:`MAX_LOAD_BYTES` on disk is not loaded at all).
-This run's own results are written out as they accumulate (:data:`SEGMENT_ENTRIES`), and only
-the kinds another stage asks for again are kept in memory beside the previous run's, within
-:data:`SHARED_BYTES`: a first run over a dump of millions of records does not hold an entry per
-record.
+skipped (its texts are computed again); a document that finds nothing on itself computes.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
-import threading
 import uuid
+import zlib
+from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Iterable, Mapping, Protocol
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -44,14 +45,9 @@ from chunkline.records import framed_digest_bytes, text_digest
 log = logging.getLogger("chunkline.memo")
 
 MEMO_DIR = "memo"
-# The manifest's table listing the memo segments a run reads from (its own and those it keeps
-# referencing), and how many runs' segments it references at most (its own included): a
-# segment older than that is loaded once more and its entries still used are written again.
+# The manifest's table listing the run's memo segments (no reader's rows: publish does not
+# require them, gc keeps them with their run).
 MEMO_TABLE = "memo"
-MEMO_GENERATIONS = 8
-# A previous memo bigger than this on disk is not loaded: a worker's memory stays bounded, and
-# such a corpus is better served by a distributed runner's own workers computing afresh.
-MAX_LOAD_BYTES = 1 << 30
 
 CREDENTIALS = "credentials"  # value b"": the scan found nothing; else JSON of each finding's kind
                              # and place (never the value)
@@ -62,54 +58,88 @@ DOC_HASH = "doc_hash"  # value: chunkline.records.doc_hash's 32 bytes
 STRIP = "strip"  # value: JSON {"drop": line indexes, "found": {key: line shown}} for a text and
                  # the frequent keys it holds
 READ = "read"  # value: what a file made (documents and rejections, Beam-encoded), under its
-               # path, size and time: only with input.trust_file_metadata
+               # path, size and time: only with input.trust_file_metadata. Its ``doc`` is the
+               # piece's, and it is looked up by key where the piece is read, never carried.
 KINDS = (CREDENTIALS, LINE_KEYS, SIGNATURE, CLEAN, DOC_HASH, STRIP, READ)
 # Kinds whose values are text (JSON, encoded documents): their segments are zstd-compressed. The
 # others hold digests, hash keys and signatures, random bytes no codec shrinks: written plain,
 # a run spends no time compressing what it rewrites every night.
 COMPRESSED_KINDS = (CREDENTIALS, STRIP, READ)
-# Kinds that a later stage of the same process asks for again (the strip reads a text's line
-# keys; dedupe its hash): this run's results of these are kept beside the previous run's, up to
-# SHARED_BYTES per kind and process. Past it, the later stage computes them again, the same
-# result at the cost of the work; below it, the read stage's memory grows with every record.
-SHARED_KINDS = (LINE_KEYS, DOC_HASH)
-SHARED_BYTES = 16 << 20
-# A dict entry's own cost beside its value: the key's bytes object, the value's header, the slot.
-ENTRY_BYTES = 130
-# A bundle's results go to a segment of their own once they are this many, not only when the
-# bundle ends: the in-process runner reads a whole input as one bundle.
+# A bundle's results go to segments once they are this many, not only when the bundle ends:
+# the in-process runner reads a whole input as one bundle.
 SEGMENT_ENTRIES = 16_384
+# Records of a dump per unit of placement: a piece of a dump (JSONL lines, Parquet rows) loads
+# the shares of the blocks it spans, whatever its cut points; a whole file is one unit.
+BLOCK = 4096
+# On-disk bytes of the previous memo per share: what the reader of a piece holds at a time
+# (times :data:`SHARES_HELD`), however big the memo.
+SHARE_BYTES = 16 << 20
+MIN_SHARES = 16  # so that the reads of even a small corpus spread over workers
+MAX_SHARES = 1 << 16
+SHARES_HELD = 4
+_LENGTH = 4  # bytes of a value's length in a packed entry
 
 
 def memo_schema() -> pa.Schema:
     return pa.schema([pa.field("key", pa.binary(16), nullable=False),
-                      pa.field("value", pa.binary(), nullable=False)])
+                      pa.field("value", pa.binary(), nullable=False),
+                      pa.field("doc", pa.binary(16), nullable=False)])
+
+
+def shares_for(previous_bytes: int) -> int:
+    """Shares for a memo after one of ``previous_bytes`` on disk: a power of two near
+    ``previous_bytes / SHARE_BYTES``, within :data:`MIN_SHARES`..:data:`MAX_SHARES`."""
+    wanted = -(-previous_bytes // SHARE_BYTES)
+    shares = MIN_SHARES
+    while shares < wanted and shares < MAX_SHARES:
+        shares *= 2
+    return shares
+
+
+def unit_share(uri: str, position: int, shares: int) -> int:
+    """The share holding the results of the document read at ``position`` (a record's line or
+    row; 0 for a whole file) of ``uri``: CRC-32 of the unit, stable across processes and runs
+    (never ``hash()``, which Python salts per process)."""
+    unit = f"{position // BLOCK}\0{uri}".encode("utf-8", "surrogatepass")
+    return zlib.crc32(unit) % shares
+
+
+def doc_ref(uri: str, position: int) -> bytes:
+    """The 16 bytes naming where a document is read from, the ``doc`` of its entries: BLAKE2b of
+    the position's digits, a NUL and the URI (digits hold no NUL: no two places share the
+    bytes). Asked for by every stage of every document, so one plain hash call."""
+    return hashlib.blake2b(f"{position}\0{uri}".encode("utf-8", "surrogatepass"),
+                           digest_size=16, person=b"chunkline-memo").digest()
 
 
 @dataclass(frozen=True)
 class MemoSource:
     """Where a run reads the previous run's memo and writes its own; ``settings``: what else
     decides a result (the code of ``chunkline`` and the shaping libraries' versions), fixed on
-    the driver so every worker keys alike."""
+    the driver so every worker keys alike; ``shares``: this run's (:func:`shares_for`)."""
 
     write_dir: str  # this run's memo folder
-    previous: tuple[str, ...] = ()  # the previous run's segments (each named after its kind)
+    previous: tuple[str, ...] = ()  # the previous run's segments (:func:`segment_name`)
     settings: str = ""
-    # Those of ``previous`` this run keeps referencing: what it recalls from them is not
-    # written again.
-    kept: tuple[str, ...] = ()
+    shares: int = MIN_SHARES
 
-    def segments(self, kind: str) -> tuple[str, ...]:
-        return tuple(sorted(path for path in self.previous
-                            if path.rsplit("/", 1)[-1].startswith(kind + "-")))
+    @property
+    def previous_shares(self) -> int | None:
+        """The shares the previous run's memo was cut into; None without one."""
+        for path in self.previous:
+            named = parse_segment_name(path)
+            if named is not None:
+                return named[1]
+        return None
 
-    def kept_segments(self, kind: str) -> tuple[str, ...]:
-        kept = set(self.kept)
-        return tuple(path for path in self.segments(kind) if path in kept)
-
-    def expiring_segments(self, kind: str) -> tuple[str, ...]:
-        kept = set(self.kept)
-        return tuple(path for path in self.segments(kind) if path not in kept)
+    def segments_of(self, share: int) -> tuple[str, ...]:
+        """The previous run's segments of ``share``, every kind."""
+        found = []
+        for path in self.previous:
+            named = parse_segment_name(path)
+            if named is not None and named[2] == share:
+                found.append(path)
+        return tuple(sorted(found))
 
 
 def memo_key(kind: str, settings: str, text: str, *more: str) -> bytes:
@@ -120,124 +150,230 @@ def memo_key(kind: str, settings: str, text: str, *more: str) -> bytes:
     return framed_digest_bytes((text_digest(text).hex(), *more), (kind, settings))
 
 
-def read_segments(paths: Iterable[str], open_file) -> dict[bytes, bytes]:
-    """Every (key, value) of the segments at ``paths``, read with ``open_file(path)`` (Beam's
-    ``FileSystems.open``, or ``open(path, "rb")``); an unreadable segment is logged and skipped."""
-    found: dict[bytes, bytes] = {}
-    for path in paths:
-        try:
-            with open_file(path) as handle:
-                # Page checksums (written with every segment): a flipped bit is a damaged
-                # segment, skipped, never a wrong result recalled.
-                table = pq.read_table(handle, page_checksum_verification=True)
-            keys = table.column("key").to_pylist()
-            values = table.column("value").to_pylist()
-        except Exception as exc:  # noqa: BLE001 - a damaged segment raises whatever arrow raises
-            log.warning("memo: %s unreadable (%s: %s); its texts are computed again",
-                        path, type(exc).__name__, exc)
-            continue
-        found.update(zip(keys, values))
+def segment_name(kind: str, share: int, shares: int) -> str:
+    return f"{kind}-{shares}-{share}-{uuid.uuid4().hex}.parquet"
+
+
+def parse_segment_name(path: str) -> tuple[str, int, int] | None:
+    """``(kind, shares, share)`` of a segment's file name; None for any other name (a segment of
+    an older layout: never read)."""
+    parts = path.rsplit("/", 1)[-1].split("-")
+    if len(parts) != 4 or parts[0] not in KINDS or not parts[3].endswith(".parquet"):
+        return None
+    try:
+        shares, share = int(parts[1]), int(parts[2])
+    except ValueError:
+        return None
+    return (parts[0], shares, share) if 0 <= share < shares else None
+
+
+def pack(entries: Mapping[bytes, bytes]) -> bytes:
+    """``entries`` (16-byte key -> value) as one ``bytes``: each key, its value's length
+    (4 bytes, little-endian) and the value, what ``Document.memo`` carries."""
+    return b"".join(key + len(value).to_bytes(_LENGTH, "little") + value
+                    for key, value in entries.items())
+
+
+def unpack(packed: bytes) -> dict[bytes, bytes]:
+    """:func:`pack`'s entries back; ValueError for bytes it did not make."""
+    found, at = {}, 0
+    while at < len(packed):
+        size = int.from_bytes(packed[at + 16:at + 16 + _LENGTH], "little")
+        end = at + 16 + _LENGTH + size
+        if end > len(packed):
+            raise ValueError("a damaged packed memo")
+        found[packed[at:at + 16]] = packed[at + 16 + _LENGTH:end]
+        at = end
     return found
 
 
-def segment_table(entries: Mapping[bytes, bytes]) -> pa.Table:
-    keys = sorted(entries)  # the same results give the same file
-    return pa.table({"key": pa.array(keys, pa.binary(16)),
-                     "value": pa.array([entries[key] for key in keys], pa.binary())},
+def packed_value(packed: bytes, key: bytes) -> bytes | None:
+    """The value under ``key`` in :func:`pack`'s bytes, or None (also for damaged bytes): a
+    document carries a handful of entries, scanned in place."""
+    at = 0
+    while at + 16 + _LENGTH <= len(packed):
+        size = int.from_bytes(packed[at + 16:at + 16 + _LENGTH], "little")
+        end = at + 16 + _LENGTH + size
+        if end > len(packed):
+            return None
+        if packed[at:at + 16] == key:
+            return packed[at + 16 + _LENGTH:end]
+        at = end
+    return None
+
+
+def read_segment(path: str, open_file) -> pa.Table | None:
+    """One segment read with ``open_file(path)`` (Beam's ``FileSystems.open``, or
+    ``open(path, "rb")``); None, logged, for one that cannot be read."""
+    try:
+        with open_file(path) as handle:
+            # Page checksums (written with every segment): a flipped bit is a damaged
+            # segment, skipped, never a wrong result recalled.
+            table = pq.read_table(handle, page_checksum_verification=True)
+        if table.schema != memo_schema():
+            raise ValueError(f"columns {table.schema.names}")
+        return table
+    except Exception as exc:  # noqa: BLE001 - a damaged segment raises whatever arrow raises
+        log.warning("memo: %s unreadable (%s: %s); its texts are computed again",
+                    path, type(exc).__name__, exc)
+        return None
+
+
+def segment_table(rows: Mapping[tuple[bytes, bytes], bytes]) -> pa.Table:
+    """``(doc, key) -> value`` as a segment's table, sorted: the same results give the same file."""
+    ordered = sorted(rows)
+    return pa.table({"key": pa.array([key for _, key in ordered], pa.binary(16)),
+                     "value": pa.array([rows[place] for place in ordered], pa.binary()),
+                     "doc": pa.array([doc for doc, _ in ordered], pa.binary(16))},
                     schema=memo_schema())
 
 
-def write_segment(entries: Mapping[bytes, bytes], kind: str, handle) -> None:
-    """``entries`` as a segment of ``kind`` to the open file ``handle``: page checksums (a flipped
+def write_segment(rows: Mapping[tuple[bytes, bytes], bytes], kind: str, handle) -> None:
+    """``rows`` as a segment of ``kind`` to the open file ``handle``: page checksums (a flipped
     bit is a skipped segment, never a wrong result), no dictionary or statistics (every key
     differs, and no reader filters on them), compressed only for :data:`COMPRESSED_KINDS`."""
-    pq.write_table(segment_table(entries), handle,
+    pq.write_table(segment_table(rows), handle,
                    compression="zstd" if kind in COMPRESSED_KINDS else "none",
                    use_dictionary=False, write_statistics=False, write_page_checksum=True)
 
 
-def segment_name(kind: str) -> str:
-    return f"{kind}-{uuid.uuid4().hex}.parquet"
+@dataclass
+class Recalled:
+    """One share of the previous run's memo: each document's entries packed (:func:`pack`),
+    by :func:`doc_ref`, and the read kind's entries by key."""
+
+    by_doc: dict[bytes, bytes] = field(default_factory=dict)
+    read: dict[bytes, bytes] = field(default_factory=dict)
+    size: int = 0  # bytes held, about
 
 
-class Known(dict):
-    """The previous run's results of one kind, shared by every DoFn of a process, and this run's
-    own within ``room`` more bytes (:data:`SHARED_KINDS`; none for the other kinds)."""
+def load_share(paths: Iterable[str], open_file) -> Recalled:
+    """The entries of the segments at ``paths`` (one share's), unreadable ones skipped."""
+    docs: dict[bytes, dict[bytes, bytes]] = {}
+    read: dict[bytes, bytes] = {}
+    size = 0
+    for path in paths:
+        named = parse_segment_name(path)
+        table = read_segment(path, open_file) if named is not None else None
+        if table is None:
+            continue
+        size += table.nbytes
+        keys, values = table.column("key").to_pylist(), table.column("value").to_pylist()
+        if named[0] == READ:
+            read.update(zip(keys, values))
+            continue
+        for doc, key, value in zip(table.column("doc").to_pylist(), keys, values):
+            entries = docs.get(doc)
+            if entries is None:
+                docs[doc] = entries = {}
+            entries[key] = value
+    return Recalled({doc: pack(entries) for doc, entries in docs.items()}, read, size)
 
-    def __init__(self, entries: Mapping[bytes, bytes] = (), room: int = 0) -> None:
-        super().__init__(entries)
-        self.room = room
+
+class RecalledShares:
+    """The previous memo's shares a reader asks for, loaded when first asked and held while
+    they fit :data:`SHARES_HELD` (the least recently asked let go first): the pieces of one share
+    are read one after another (``transforms/read.py`` spreads them by share), so each share is
+    loaded about once."""
+
+    def __init__(self, source: MemoSource, open_file, held: int = SHARES_HELD) -> None:
+        self.source, self.open_file, self.held = source, open_file, held
+        self.shares = source.previous_shares
+        self._loaded: OrderedDict[int, Recalled] = OrderedDict()
+        self.loads = 0
+
+    def share(self, uri: str, position: int) -> Recalled | None:
+        """The loaded share of the unit at ``uri`` and ``position``; None without a memo."""
+        if self.shares is None:
+            return None
+        share = unit_share(uri, position, self.shares)
+        found = self._loaded.get(share)
+        if found is None:
+            found = load_share(self.source.segments_of(share), self.open_file)
+            self.loads += 1
+            self._loaded[share] = found
+            while len(self._loaded) > self.held:
+                self._loaded.popitem(last=False)
+        else:
+            self._loaded.move_to_end(share)
+        return found
+
+    def entries_of(self, uri: str, position: int) -> bytes:
+        """The packed previous entries of the document read at ``position`` of ``uri`` (b"":
+        none)."""
+        found = self.share(uri, position)
+        return found.by_doc.get(doc_ref(uri, position), b"") if found is not None else b""
+
+
+class Placed(Protocol):
+    """A document as the memo sees it: where it was read (``uri``, ``position``) and the
+    previous results it carries (``memo``, :func:`pack`'s bytes)."""
+
+    uri: str
+    position: int
+    memo: bytes
+
+
+Rows = dict[tuple[bytes, bytes], bytes]  # (doc ref, key) -> value
 
 
 @dataclass
 class Memo:
-    """One worker's view of a memo kind: the previous results in segments this run keeps
-    referencing (``known``, shared by every DoFn of the process that asks for the same
-    segments), those in segments it no longer references (``expiring``), and what this bundle
-    must write (``used``: what it computed, and what it recalled from ``expiring``; written as a
-    segment when the bundle ends, or handed to ``spill`` once it holds
-    :data:`SEGMENT_ENTRIES`)."""
+    """One stage's view of a memo kind: results are recalled from what a document carries
+    (``Document.memo``, or a loaded share's read entries), and what a bundle used, found or
+    computed, is recorded by document and share (``used``), handed to ``spill`` (a segment per
+    share) once it holds :data:`SEGMENT_ENTRIES` and when the bundle ends."""
 
     kind: str
     settings: str
-    known: Known
-    used: dict[bytes, bytes] = field(default_factory=dict)
+    shares: int = MIN_SHARES  # this run's
+    spill: Callable[[dict[int, Rows]], None] | None = None
+    used: dict[int, Rows] = field(default_factory=dict)
+    held: int = 0
     hits: int = 0
     misses: int = 0
-    spill: Callable[[dict[bytes, bytes]], None] | None = None
-    expiring: Mapping[bytes, bytes] = field(default_factory=dict)
+    _last: tuple[tuple[str, int], bytes, int] | None = None
 
     def key(self, text: str, *more: str) -> bytes:
         return memo_key(self.kind, self.settings, text, *more)
 
-    def get(self, key: bytes, width: int | None = None) -> bytes | None:
-        """The result under ``key``, or None (counted as a miss); ``width``: its length must be a
-        multiple of it, else it is taken for damage and computed again."""
-        value = self.used.get(key)
-        if value is None:
-            value = self.known.get(key)
-            if value is not None and not (width and len(value) % width):
-                self.hits += 1
-                return value  # a referenced segment holds it (or this run wrote it): not again
-            value = self.expiring.get(key)
-            if value is None or (width and len(value) % width):
-                self.misses += 1
-                return None
-            self.used[key] = value
-            self._spill_when_full()
+    def get(self, key: bytes, carried: bytes | Mapping[bytes, bytes], at: tuple[str, int],
+            width: int | None = None) -> bytes | None:
+        """The result under ``key`` in ``carried`` (packed entries, or a mapping), or None
+        (counted as a miss); ``width``: its length must be a multiple of it, else it is taken for
+        damage and computed again. ``at``: the ``(uri, position)`` it is recorded under."""
+        value = packed_value(carried, key) if isinstance(carried, bytes) else carried.get(key)
+        if value is None or (width and len(value) % width):
+            self.misses += 1
+            return None
         self.hits += 1
+        self.put(key, value, at)
         return value
 
-    def put(self, key: bytes, value: bytes) -> None:
-        self.used[key] = value
-        known = self.known
-        if known.room > 0 and key not in known:
-            known[key] = value  # another stage of this process may ask for it
-            known.room -= len(value) + ENTRY_BYTES
-        self._spill_when_full()
+    def recall(self, doc: Placed, key: bytes, width: int | None = None) -> bytes | None:
+        """:meth:`get` from what ``doc`` carries (``Document.memo``)."""
+        return self.get(key, doc.memo, (doc.uri, doc.position), width)
 
-    def _spill_when_full(self) -> None:
-        if self.spill is not None and len(self.used) >= SEGMENT_ENTRIES:
+    def keep(self, doc: Placed, key: bytes, value: bytes) -> None:
+        """:meth:`put` for ``doc``."""
+        self.put(key, value, (doc.uri, doc.position))
+
+    def put(self, key: bytes, value: bytes, at: tuple[str, int]) -> None:
+        """Record ``value`` under ``key`` for the document (or piece) at ``(uri, position)``."""
+        if self._last is not None and self._last[0] == at:
+            ref, share = self._last[1], self._last[2]
+        else:
+            ref, share = doc_ref(*at), unit_share(*at, self.shares)
+            self._last = (at, ref, share)
+        rows = self.used.get(share)
+        if rows is None:
+            self.used[share] = rows = {}
+        if (ref, key) not in rows:
+            self.held += 1
+        rows[ref, key] = value
+        if self.spill is not None and self.held >= SEGMENT_ENTRIES:
             self.spill(self.take_used())
 
-    def take_used(self) -> dict[bytes, bytes]:
-        used, self.used = self.used, {}
+    def take_used(self) -> dict[int, Rows]:
+        used, self.used, self.held = self.used, {}, 0
         return used
-
-
-_LOADED: dict[tuple[str, tuple[str, ...]], Known] = {}
-_LOADING = threading.Lock()
-
-
-def load_known(kind: str, settings: str, paths: tuple[str, ...], open_file, shared: bool = True) -> Known:
-    """The previous ``kind`` results of the segments at ``paths``, read once per process: every
-    DoFn and thread that asks for the same segments shares one dict, to which (``shared``)
-    this run's own results of the :data:`SHARED_KINDS` are added as they are computed, within
-    :data:`SHARED_BYTES` (a key names its text, settings and code, so old and new never
-    clash)."""
-    cache_key = (kind + "\0" + settings, paths, shared)
-    with _LOADING:
-        if cache_key not in _LOADED:
-            _LOADED[cache_key] = Known(read_segments(paths, open_file),
-                                       SHARED_BYTES if shared and kind in SHARED_KINDS else 0)
-        return _LOADED[cache_key]

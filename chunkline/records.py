@@ -63,6 +63,10 @@ class Document:
     # Who may read it (``chunkline.access.principals_of``: sorted, each once), set by the access
     # stage before dedupe; None: access control is off for the run.
     principals: tuple[str, ...] | None = None
+    # The previous run's results for this document, packed (``chunkline.memo.pack``): set where
+    # it is read, read by the stages that would compute them, dropped before it is parked for
+    # the split. Never a credential's value (``chunkline.memo``'s kinds); not content.
+    memo: bytes = field(default=b"", compare=False, repr=False)
 
     def all_metadata(self) -> MetadataPairs:
         """The file's facts (``source_uri``, ``file_size``, ``file_modified``) under the

@@ -123,11 +123,18 @@ def term_counts(text: str, options: SparseOptions = SparseOptions()) -> tuple[tu
 @dataclass(frozen=True)
 class CorpusStats:
     """What BM25 needs of the whole corpus: chunks, their summed length, each term's document
-    frequency (by term id)."""
+    frequency (by term id). ``vocabulary``: how many terms have a df, when ``df`` is not held
+    here (a pipeline keeps the frequencies in shares of the term space, never in one object)."""
 
     documents: int
     total_length: int
     df: Mapping[int, int]
+    vocabulary: int | None = None
+
+    @property
+    def terms(self) -> int:
+        """Distinct terms of the corpus."""
+        return self.vocabulary if self.vocabulary is not None else len(self.df)
 
     @property
     def avgdl(self) -> float:

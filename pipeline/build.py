@@ -63,7 +63,7 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
         follow_symlinks=config.input.follow_symlinks, exclude=(config.output.path,),
         ocr_cache=ocr_cache_dir(config) if stages.read.ocr.mode != "never" else None,
         trusted=plan.memo if config.input.trust_file_metadata else None, shares=plan.join_shares,
-        credentials=stages.credentials)
+        credentials=stages.credentials, memo=plan.memo)
     documents, rejected_parts = read.documents, [read.rejected]
     # Clean, then drop corpus boilerplate, then dedupe: duplicates are judged on the text that
     # is chunked, and the documents table stores exactly the text chunk offsets refer to.
@@ -163,22 +163,24 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
 
     weigh, weights = {}, None
     if stages.sparse is not None:
-        from transforms.sparse import BM25Weights, SparseCounts, WriteStats, WriteTerms, lengths_only
+        from transforms.sparse import BM25Weights, SparseCounts, WriteStats, WriteTerms
 
-        sparse = ((chunks, carried.stats) if carried is not None else chunks) | "Sparse" >> SparseCounts(stages.sparse)
+        # The document frequencies are combined per share of the term space, one terms file
+        # each, as many as the chunks' files: no worker holds the corpus's vocabulary.
+        term_shares = config.output.chunk_shards
+        sparse = (((chunks, carried.stats) if carried is not None else chunks)
+                  | "Sparse" >> SparseCounts(stages.sparse, term_shares))
         chunks = sparse.chunks
         # Weights need the whole run's statistics: applied as each shard is written, so the
         # chunks wait in their part files rather than in memory.
         weights = BM25Weights(stages.sparse, plan.bm25_reference)
         # The stored weights need the corpus's chunk count and summed length, never its document
-        # frequencies: a side input without them is a few bytes, where the whole term table is a
-        # dict the worker's side-input cache walks object by object to size (Beam's statecache).
-        weigh = {"finish": weights,
-                 "finish_input": sparse.stats | "Lengths" >> beam.Map(lengths_only)}
+        # frequencies: the statistics hold none, so the side input is a few bytes.
+        weigh = {"finish": weights, "finish_input": sparse.stats}
         sparse.stats | "WriteBm25Stats" >> beam.ParDo(
             WriteStats(plan.run_dir, stages.sparse, plan.bm25_reference))
-        # From the statistics in one piece: a term is never an element of its own.
-        sparse.stats | "WriteTerms" >> beam.ParDo(WriteTerms(plan.run_dir, plan.previous_terms))
+        # A file per share of the term space: a term is never an element of its own.
+        sparse.terms | "WriteTerms" >> beam.ParDo(WriteTerms(plan.run_dir, term_shares, plan.previous_terms))
 
     schema = chunk_schema(plan.dim, config.output.vector_dtype, principals=plan.access is not None)
     merge = ({"carried": carried.parts, "sort_columns": ("doc_id", "chunk_index"),

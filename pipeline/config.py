@@ -115,7 +115,9 @@ InputConfig = options_section(
 class OutputConfig(_Section):
     path: str = Field("out", min_length=1, pattern=r"\S",
                       description="Directory (local or gs://) that receives <run_id>/.")
-    chunk_shards: int = Field(4, ge=1, le=10_000, description="Number of chunk Parquet files.")
+    chunk_shards: int = Field(4, ge=1, le=10_000, description=(
+        "Number of chunk Parquet files; also of BM25 terms files, each a range of the term "
+        "space whose document frequencies one worker combines."))
     document_shards: int = Field(
         1, ge=1, le=10_000, description="Number of documents Parquet files. Each is sorted in "
         "one worker's memory and holds about the corpus's text over this number: raise it for "

@@ -24,7 +24,7 @@ from chunkline.carry import CARRY_TABLE
 from chunkline.context import context_reserve, resolve_api_key
 from chunkline.index.layout import CACHE, LATEST, PROBE, format_run_id
 from chunkline.index.tables import has_table, live_files
-from chunkline.memo import MAX_LOAD_BYTES, MEMO_DIR, MEMO_GENERATIONS, MEMO_TABLE, MemoSource
+from chunkline.memo import MEMO_DIR, MemoSource, shares_for
 from chunkline.sizers import model_fingerprint
 from chunkline.splitting.options import split_budget
 from pipeline.config import Config, to_dict
@@ -70,7 +70,7 @@ class Plan:
     join_shares: int = 1024
     # The terms file of the run this one follows (output.carry on): referenced when this run's
     # document frequencies are the same.
-    previous_terms: str | None = None
+    previous_terms: tuple[str, ...] = ()
 
 
 class PreflightError(ValueError):
@@ -223,37 +223,14 @@ def memo_settings() -> str:
     return json.dumps({"code": source_fingerprint(), "libraries": versions}, sort_keys=True)
 
 
-def _memo_segments(previous: str) -> list[tuple[str, str, int]]:
-    """(path, run folder, bytes) of each memo segment the run ``previous`` reads from, oldest
-    run first: its manifest's ``memo`` table (its own segments and those it references), or,
-    for a run before that table, its own memo folder."""
-    try:
-        manifest = load_manifest(previous)
-    except ManifestError:
-        return []
-    if has_table(manifest, MEMO_TABLE):
-        return [(file.path, file.folder, file.bytes or 0)
-                for file in live_files(previous, manifest, MEMO_TABLE)]
-    try:
-        found = FileSystems.match([FileSystems.join(previous, MEMO_DIR, "*.parquet")])[0]
-        files = found.metadata_list
-    except Exception:  # noqa: BLE001 - no memo (an older run): everything is computed
-        return []
-    folder = previous.rstrip("/").rsplit("/", 1)[-1]
-    return [(f.path, folder, f.size_in_bytes) for f in sorted(files, key=lambda f: f.path)]
-
-
 def memo_source(config: Config, run_dir: str) -> MemoSource | None:
-    """This run's memo folder, and the segments the previous run read from (the run carry
-    follows), unless they weigh more than ``chunkline.memo.MAX_LOAD_BYTES``: then every text
-    is computed. Of those, the segments of the last ``MEMO_GENERATIONS - 1`` runs that wrote
-    any, in this output, are kept referenced (what is recalled from them is not written
-    again); the others are read once more and what is still used is written again."""
+    """This run's memo folder, and the previous run's segments (the run carry follows), at any
+    size: each reader loads only the shares of what it reads (``chunkline.memo``). This run's
+    memo is cut into shares for the previous one's size (``shares_for``)."""
     if not config.output.carry:
         return None
     write_dir = FileSystems.join(run_dir, MEMO_DIR)
-    segments: tuple[str, ...] = ()
-    kept: tuple[str, ...] = ()
+    files: list = []
     if config.output.previous or config.output.reuse_latest:
         try:
             previous = (resolve_run(config.output.previous) if config.output.previous
@@ -261,18 +238,14 @@ def memo_source(config: Config, run_dir: str) -> MemoSource | None:
         except ManifestError:
             previous = None
         if previous is not None:
-            files = _memo_segments(previous)
-            if sum(size for _, _, size in files) <= MAX_LOAD_BYTES:
-                segments = tuple(sorted(path for path, _, _ in files))
-                folders = list(dict.fromkeys(folder for _, folder, _ in files))
-                recent = set(folders[-(MEMO_GENERATIONS - 1):])
-                kept = tuple(sorted(path for path, folder, _ in files
-                                    if folder in recent and same_output(path.rsplit("/", 1)[0], write_dir)))
-            else:
-                log.warning("the previous run's memo weighs more than %d MB: every text's "
-                            "boilerplate keys, signature and credential scan are computed",
-                            MAX_LOAD_BYTES >> 20)
-    return MemoSource(write_dir, segments, memo_settings(), kept)
+            try:
+                found = FileSystems.match([FileSystems.join(previous, MEMO_DIR, "*.parquet")])[0]
+                files = found.metadata_list
+            except Exception:  # noqa: BLE001 - no memo (an older run): everything is computed
+                files = []
+    segments = tuple(sorted(f.path for f in files))
+    return MemoSource(write_dir, segments, memo_settings(),
+                      shares_for(sum(f.size_in_bytes for f in files)))
 
 
 def carry_pairs(config: Config, signature: str
@@ -320,20 +293,21 @@ def carry_pairs(config: Config, signature: str
     return pairs, documents, None, deleted
 
 
-def previous_terms(config: Config) -> str | None:
-    """The BM25 terms file of the run carry follows (one file, none of its rows deleted), which
-    this run references when its terms are the same; None with carry or sparse vectors off."""
+def previous_terms(config: Config) -> tuple[str, ...]:
+    """The BM25 terms files of the run carry follows (those with none of their rows deleted),
+    each of which this run references where its share's terms are the same; none with carry or
+    sparse vectors off."""
     if not config.output.carry or config.sparse is None:
-        return None
+        return ()
     if not (config.output.previous or config.output.reuse_latest):
-        return None
+        return ()
     try:
         run_dir = (resolve_run(config.output.previous) if config.output.previous
                    else latest_run(config.output.path))
         files = live_files(run_dir, load_manifest(run_dir), "terms") if run_dir is not None else []
     except ManifestError:
-        return None
-    return files[0].path if len(files) == 1 and not files[0].deleted else None
+        return ()
+    return tuple(file.path for file in files if not file.deleted)
 
 
 def reusable_files(run_dir: str, signature: str, dim: int) -> tuple[list[str], list[str]]:

@@ -173,10 +173,9 @@ def run_tables(run_dir: str, tables: Sequence[str]) -> dict[str, list[dict[str, 
     return found
 
 
-def memo_table(output: str, run_dir: str, kept: Sequence[str]) -> list[dict[str, Any]]:
-    """The manifest's ``memo`` table (``chunkline.memo.MEMO_TABLE``): the earlier segments this
-    run keeps referencing (``kept``), then its own, each with its rows and size, oldest run
-    first (``pipeline.plan.memo_source`` counts generations in that order)."""
+def memo_table(output: str, run_dir: str) -> list[dict[str, Any]]:
+    """The manifest's ``memo`` table (``chunkline.memo.MEMO_TABLE``): the run's own segments,
+    each with its rows and size (no reader's rows; ``gc`` keeps what a kept run lists)."""
     try:
         own = sorted(m.path for m in FileSystems.match(
             [FileSystems.join(run_dir, MEMO_DIR, "*.parquet")])[0].metadata_list)
@@ -184,7 +183,7 @@ def memo_table(output: str, run_dir: str, kept: Sequence[str]) -> list[dict[str,
         own = []
     entries = []
     prefix = output.rstrip("/") + "/"
-    for path in [*kept, *own]:
+    for path in own:
         try:
             with FileSystems.open(path) as handle:
                 rows = pq.ParquetFile(handle).metadata.num_rows
@@ -470,7 +469,7 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
         # Format 2 (chunkline.index.tables): each table's files relative to OUTPUT, an earlier
         # run's among them where this run keeps rows of it, with the positions no longer live.
         "format": FORMAT,
-        "tables": {**files, **({MEMO_TABLE: memo_table(config.output.path, job.run_dir, job.memo.kept)}
+        "tables": {**files, **({MEMO_TABLE: memo_table(config.output.path, job.run_dir)}
                                if job.memo is not None else {})},
     }
     publishable = not problems and not held_back

@@ -278,9 +278,10 @@ def test_key_counts_in_arrays_are_documents_per_key(key_sets, cut) -> None:
 
     import numpy as np
 
-    from transforms.clean import _KeyCounts, key_array, key_text
+    from transforms.clean import key_array, key_text
+    from transforms.tally import KeyCounts
 
-    combine = _KeyCounts()
+    combine = KeyCounts()
     arrays = [np.frombuffer(key_array({key_text(k) for k in keys}), dtype="<u8") for keys in key_sets]
     halves = [arrays[:cut], arrays[cut:]]
     accumulators = []

@@ -198,6 +198,7 @@ def test_beam_stage_weighs_every_chunk_with_corpus_statistics(previous: float | 
         out = p | beam.Create(chunks) | SparseVectors(options, previous)
         assert_that(out.chunks | beam.Map(lambda c: (c.chunk_id, c.sparse_indices, c.sparse_values)),
                     equal_to(expected), label="Weights")
-        assert_that(out.stats | beam.Map(lambda s: (s.documents, s.total_length, s.df)),
-                    equal_to([(stats.documents, stats.total_length, stats.df)]), label="Stats")
-        assert_that(out.terms, equal_to(sorted(stats.df.items())), label="Terms")
+        assert_that(out.stats | beam.Map(lambda s: (s.documents, s.total_length, s.terms)),
+                    equal_to([(stats.documents, stats.total_length, len(stats.df))]), label="Stats")
+        assert_that(out.terms | beam.FlatMap(lambda kv: zip(kv[1][0].tolist(), kv[1][1].tolist())),
+                    equal_to(sorted(stats.df.items())), label="Terms")

@@ -29,14 +29,16 @@ from chunkline.boilerplate import (
     remove_boilerplate_found,
 )
 from chunkline.clean import CleanOptions, clean_marked, line_indexes, without_lines_marked
-from chunkline.memo import CLEAN, DOC_HASH, LINE_KEYS, STRIP, MemoSource
+from chunkline.memo import CLEAN, DOC_HASH, LINE_KEYS, STRIP, MemoSource, packed_value
 from chunkline.records import Document, Rejected
-from transforms.memo import MemoUse, recalled_doc_hash
+from transforms.memo import MemoUse, carrying, recalled_doc_hash
 from transforms.spill import RemoveParts, SpillRecords, coder_of, default_spill_dir, read_part
 from transforms.shares import GroupInShares
+from transforms.tally import KeyCounts
 
 REJECTED = "rejected"
 REMOVED = "removed"
+KEYS = "keys"
 EMPTY_AFTER_CLEANING = "empty after cleaning"
 EMPTY_AFTER_BOILERPLATE = "empty after boilerplate removal"
 
@@ -82,14 +84,14 @@ class _Clean(beam.DoFn):
         memo, key = self._memo.memo, None
         if memo is not None:
             key = memo.key(doc.text, repr(doc.page_starts))
-            if memo.get(key) is not None:
+            if memo.recall(doc, key) is not None:
                 yield doc
                 return
         # A PDF's page starts move with the lines cleaning drops.
         text, page_starts = clean_marked(doc.text, doc.page_starts, self._options)
         if key is not None and text == doc.text and page_starts == tuple(doc.page_starts) \
                 and text.strip():
-            memo.put(key, b"")
+            memo.keep(doc, key, b"")
         if not text.strip():
             self._rejected.inc()
             yield TaggedOutput(REJECTED, Rejected(doc.uri, doc.doc_id, EMPTY_AFTER_CLEANING))
@@ -169,8 +171,9 @@ class _Strip(beam.DoFn):
         memo = self._memo.memo
         if memo is None:
             return None
-        # Looked up without counting: the keys were recorded where they were computed.
-        keys = memo.known.get(memo.key(doc.text))
+        # Looked up without counting: the keys were recorded where they were computed, and the
+        # document carries them from there (transforms/memo.py, ``carrying``).
+        keys = packed_value(doc.memo, memo.key(doc.text))
         if keys is None or len(keys) % 8:
             return None
         held = np.frombuffer(keys, dtype="<u8")
@@ -195,10 +198,10 @@ class _Strip(beam.DoFn):
         # line indexes, and the text cut here as the function would cut it.
         key = memo.key(doc.text, held.tobytes().hex())
         lines = doc.text.split("\n")
-        recalled = _recalled_drop(memo.get(key), len(lines))
+        recalled = _recalled_drop(memo.recall(doc, key), len(lines))
         if recalled is None:
             lines, drop, found = boilerplate_lines(doc.text, frequent, self._options)
-            memo.put(key, json.dumps({"drop": [i for i, gone in enumerate(drop) if gone],
+            memo.keep(doc, key, json.dumps({"drop": [i for i, gone in enumerate(drop) if gone],
                                       "found": found}, ensure_ascii=False).encode("utf-8"))
         else:
             drop, found = recalled
@@ -232,8 +235,12 @@ class _Strip(beam.DoFn):
             return
         yield dataclasses.replace(doc, text=text, page_starts=page_starts)
 
-# Frequent-key counting is spread over this many combine keys (each a share of the key space).
+# Frequent-key counting is spread over combine keys, each a bucket of the key space, as many as
+# the run's key-space shares over this (``pipeline.plan.join_shares``, which scale with the
+# corpus: 64 for a first run, 4,096 past 17 M documents), never fewer than KEY_BUCKETS: a bucket's
+# count holds that bucket's distinct keys alone, and each bucket can be counted on another worker.
 KEY_BUCKETS = 16
+SHARES_PER_BUCKET = 16
 # Fewest shares the key sets are parked in (more for a corpus whose previous run was bigger):
 # each is grouped by text in one worker's memory.
 KEY_SET_SHARES = 16
@@ -252,8 +259,9 @@ def key_text(key: int) -> str:
 
 
 class _KeysOfText(beam.DoFn):
-    """A document -> ``(doc_hash, its candidate keys as key_array bytes)``; the keys of a text
-    the previous run saw are recalled (``chunkline.memo``), not computed."""
+    """A document -> ``(doc_hash, its candidate keys as key_array bytes)`` (``keys``) and the
+    document itself, carrying what was computed (main); the keys of a text the previous run saw
+    are recalled (``chunkline.memo``), not computed."""
 
     def __init__(self, options: BoilerplateOptions, memo: MemoSource | None = None) -> None:
         self._options = options
@@ -268,20 +276,34 @@ class _KeysOfText(beam.DoFn):
         self._memo.flush()
         self._hashes.flush()
 
-    def process(self, doc: Document) -> Iterable[tuple[str, bytes]]:
+    def process(self, doc: Document) -> Iterable[Document | TaggedOutput[Literal["keys"], tuple[str, bytes]]]:
         memo = self._memo.memo
         key = memo.key(doc.text) if memo is not None else None
-        keys = memo.get(key, width=8) if memo is not None else None
+        keys = memo.recall(doc, key, width=8) if memo is not None else None
+        fresh: dict[bytes, bytes] = {}
         if keys is None:
             keys = key_array(line_keys(doc.text, self._options))
             if memo is not None:
-                memo.put(key, keys)
-        yield recalled_doc_hash(self._hashes.memo, doc.text), keys
+                memo.keep(doc, key, keys)
+                fresh[key] = keys
+        hashed = recalled_doc_hash(self._hashes.memo, doc, fresh)
+        yield TaggedOutput(KEYS, (hashed, keys))
+        # What was computed here travels on with the document: the strip reads its keys and
+        # dedupe its hash, in whatever worker process they run.
+        yield carrying(doc, fresh)
+
+
+def key_buckets(shares: int) -> int:
+    """How many buckets the line keys are counted in for a run of ``shares`` key-space shares."""
+    return max(KEY_BUCKETS, shares // SHARES_PER_BUCKET)
 
 
 class _BucketKeys(beam.DoFn):
     """Key sets -> ``(bucket, uint64 array)``: a bundle's keys concatenated and split by bucket,
     so one element carries many documents' keys."""
+
+    def __init__(self, buckets: int = KEY_BUCKETS) -> None:
+        self.buckets = buckets
 
     def start_bundle(self) -> None:
         self.pending: list[np.ndarray] = []
@@ -303,38 +325,8 @@ class _BucketKeys(beam.DoFn):
             return []
         keys = np.concatenate(self.pending)
         self.pending, self.held = [], 0
-        buckets = keys % np.uint64(KEY_BUCKETS)
+        buckets = keys % np.uint64(self.buckets)
         return [(int(bucket), keys[buckets == bucket]) for bucket in np.unique(buckets)]
-
-
-def _compact(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-    if not parts:
-        return np.empty(0, dtype="<u8"), np.empty(0, dtype=np.int64)
-    keys, inverse = np.unique(np.concatenate([keys for keys, _ in parts]), return_inverse=True)
-    counts = np.bincount(inverse, weights=np.concatenate([counts for _, counts in parts]),
-                         minlength=len(keys)).astype(np.int64)
-    return keys, counts
-
-
-class _KeyCounts(beam.CombineFn):
-    """uint64 key arrays (each key once per document) -> ``(keys, documents holding each)``,
-    both sorted numpy arrays."""
-
-    def create_accumulator(self) -> list[tuple[np.ndarray, np.ndarray]]:
-        return []
-
-    def add_input(self, accumulator, keys: np.ndarray):
-        accumulator.append((keys, np.ones(len(keys), dtype=np.int64)))
-        return [_compact(accumulator)] if len(accumulator) > 64 else accumulator
-
-    def merge_accumulators(self, accumulators):
-        return [_compact([part for accumulator in accumulators for part in accumulator])]
-
-    def compact(self, accumulator):
-        return [_compact(accumulator)]
-
-    def extract_output(self, accumulator) -> tuple[np.ndarray, np.ndarray]:
-        return _compact(accumulator)
 
 
 class _CountWithSample(beam.CombineFn):
@@ -381,7 +373,7 @@ class RemoveBoilerplate(beam.PTransform):
     """``PCollection[Document]`` -> :class:`BoilerplateOutputs`: lines and short blocks that occur in
     at least ``frequency_floor(n_documents, options)`` documents removed from every document.
 
-    The count is a Beam combine per bucket of the key space (:data:`KEY_BUCKETS`) over uint64
+    The count is a Beam combine per bucket of the key space (:func:`key_buckets`) over uint64
     arrays, each a bundle's key sets together, summed with numpy, lifted before the shuffle; the
     frequent keys reach the documents as one side input (a frozenset:
     only the frequent keys, not the corpus's lines). Counters ``boilerplate/frequent_keys``,
@@ -411,9 +403,11 @@ class RemoveBoilerplate(beam.PTransform):
         # One set of keys per distinct text: exact copies count once. There is a set per record
         # of a dump of any size: past a bundle's first 65,536 they wait in part files, in a few
         # large shares.
+        keyed = documents | "KeysByText" >> beam.ParDo(_KeysOfText(options, self._memo)).with_outputs(
+            KEYS, main="documents")
+        documents = keyed.documents
         key_sets = (
-            documents
-            | "KeysByText" >> beam.ParDo(_KeysOfText(options, self._memo))
+            keyed[KEYS]
             | "ByText" >> GroupInShares(max(KEY_SET_SHARES, self._shares // 64),
                                         park=parked.rstrip("/") + "-keys")
             # Equal hashes: (nearly always) equal sets; the smallest, whatever the order.
@@ -431,8 +425,8 @@ class RemoveBoilerplate(beam.PTransform):
         # never an element of its own, and each bucket's counts can sit on another worker.
         frequent = (
             key_sets
-            | "BucketKeys" >> beam.ParDo(_BucketKeys())
-            | "CountKeys" >> beam.CombinePerKey(_KeyCounts())
+            | "BucketKeys" >> beam.ParDo(_BucketKeys(key_buckets(self._shares)))
+            | "CountKeys" >> beam.CombinePerKey(KeyCounts())
             | "KeepFrequent" >> beam.FlatMap(
                 lambda kv, f: kv[1][0][kv[1][1] >= f].tolist(), AsSingleton(floor))
             | "Collect" >> beam.combiners.ToList()

@@ -89,7 +89,7 @@ class _ScanDocument(beam.DoFn):
         memo, key = self.memo.memo, None
         if memo is not None:
             key = memo.key(doc.text, file_name(doc.uri), repr(doc.metadata))
-            value = memo.get(key)
+            value = memo.recall(doc, key)
             if value is not None:
                 try:
                     return _recorded(value)
@@ -97,7 +97,7 @@ class _ScanDocument(beam.DoFn):
                     pass  # a damaged entry: scanned again
         findings, in_metadata = scan_document(doc, self.options)
         if key is not None:
-            memo.put(key, b"" if not findings and not in_metadata else json.dumps(
+            memo.keep(doc, key, b"" if not findings and not in_metadata else json.dumps(
                 {"text": _as_json(findings),
                  "metadata": [[k, _as_json(fs)] for k, fs in in_metadata]}).encode("utf-8"))
         return findings, in_metadata

@@ -6,7 +6,7 @@ Near duplicates, as a graph of shuffles (no step ever sees all documents at once
     documents -> signatures (batched numpy MinHash)             (node, signature)
               -> band keys -> GroupByKey per band key            candidate pairs per bucket
               -> join each pair with both signatures             verified: est. Jaccard >= threshold
-              -> edges only -> union-find combine                node -> smallest node of its component
+              -> edges only -> star rounds, grouped by node      node -> smallest node of its component
               -> join with the exact stage's statuses            kept | duplicate_of = final survivor
 
 A node is ``chunkline.minhash.survivor_key(...)``: a sortable tuple ending with the doc_id, so
@@ -40,6 +40,7 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
 from chunkline.access import access_digest
+from chunkline.graph import final_root, label, large_star, settled, small_star, unsettled_edges
 from chunkline.minhash import (
     Components,
     MinHasher,
@@ -64,7 +65,7 @@ from chunkline.records import (
 from chunkline.memo import DOC_HASH, SIGNATURE, MemoSource
 from transforms import coders  # noqa: F401 - registers the record coders these shuffles use
 from transforms.shares import GroupInShares, JoinInShares
-from transforms.memo import MemoUse, recalled_doc_hash
+from transforms.memo import MemoUse, recalled_doc_hash, without_memo
 from transforms.memory import release_after
 from transforms.spill import PartWriter, RemoveParts, coder_of, default_spill_dir, read_part
 
@@ -107,8 +108,8 @@ class _Summary(NamedTuple):
 
 def _summarize(doc: Document, occurrence: Occurrence,
                carry_keys: Callable[[Document], str] | None = None,
-               hash_of: Callable[[str], str] = doc_hash) -> _Summary:
-    return _Summary(doc.doc_id, doc.uri, doc.position, text_digest(doc.text), hash_of(doc.text),
+               hash_of: Callable[[Document], str] = lambda doc: doc_hash(doc.text)) -> _Summary:
+    return _Summary(doc.doc_id, doc.uri, doc.position, text_digest(doc.text), hash_of(doc),
                     occurrence, carry_keys(doc) if carry_keys is not None else "",
                     doc.input_digest,
                     access_digest(doc.principals) if doc.principals is not None else "")
@@ -304,7 +305,8 @@ class _ParkAndSummarize(beam.DoFn):
         memo = self._memo.memo
         keys = [memo.key(doc.text) for doc in batch] if memo is not None else [None] * len(batch)
         width = 4 * self._near.num_perm  # a whole signature, or b"" (no shingles)
-        found = [memo.get(key) if memo is not None else None for key in keys]
+        found = [memo.recall(doc, key) if memo is not None else None
+                 for doc, key in zip(batch, keys, strict=True)]
         found = [data if data is None or len(data) in (0, width) else None for data in found]
         missing = [index for index, data in enumerate(found) if data is None]
         if missing:
@@ -313,13 +315,14 @@ class _ParkAndSummarize(beam.DoFn):
                 data = b"" if is_empty(signature) else signature.astype(_SIGNATURE_DTYPE).tobytes()
                 found[index] = data
                 if memo is not None:
-                    memo.put(keys[index], data)
+                    memo.keep(batch[index], keys[index], data)
         return found
 
     def process(self, batch: list[Document]):
         hashes = self._hashes.memo
-        summaries = [_summarize(doc, self._parts.add(doc), self._carry_keys,
-                                lambda text: recalled_doc_hash(hashes, text)) for doc in batch]
+        # Parked without what it carries: nothing after dedupe reads the memo.
+        summaries = [_summarize(doc, self._parts.add(without_memo(doc)), self._carry_keys,
+                                lambda doc: recalled_doc_hash(hashes, doc)) for doc in batch]
         for summary in summaries:
             yield summary.doc_id, summary
         if self._hasher is None:
@@ -462,7 +465,8 @@ class _Verify(beam.DoFn):
 
 class _ComponentsFn(beam.CombineFn):
     """Edges -> {node: smallest node of its component}. Partial union-finds merge, so edges
-    combine before the shuffle; only the nodes that have an edge are ever held."""
+    combine before the shuffle; only the nodes that have an edge are ever held: here, those the
+    star rounds left unsettled and their neighbours' labels."""
 
     def create_accumulator(self) -> Components:
         return Components()
@@ -488,6 +492,143 @@ def _duplicate_links(roots: dict) -> Iterable[tuple[str, str]]:
             yield node[-1], root[-1]
 
 
+# Alternations of large-star and small-star (chunkline/graph.py) before the check. Each bundle's
+# edges are contracted first (a star per component it saw), so what is left to join is where
+# bundles overlap; a path of 16 nodes in random order settles in 3 (tests/test_graph.py). The
+# check reads the last small-star's grouping, its input: the graph after rounds - 1 alternations
+# and a large-star (chunkline.graph.star_components).
+STAR_ROUNDS = 2
+_CONTRACT_NODES = 1 << 16  # nodes a bundle's union-find holds before it sends its stars on
+
+
+class _ContractBundle(beam.DoFn):
+    """Edges -> ``(node, smallest node)`` for each node of a bundle's components but their
+    smallest: the same components, each a star already (a union-find per bundle, as a lifted
+    combine pre-combines: Beam's ``PartialGroupByKeyCombiningValues``), at most
+    :data:`_CONTRACT_NODES` nodes held."""
+
+    def start_bundle(self) -> None:
+        self._found = Components()
+
+    def process(self, edge: tuple[tuple, tuple]) -> Iterable[tuple[tuple, tuple]]:
+        self._found.union(*edge)
+        if len(self._found.parent) >= _CONTRACT_NODES:
+            yield from self._flush()
+
+    def finish_bundle(self) -> Iterable[WindowedValue]:
+        for edge in self._flush():
+            yield WindowedValue(edge, 0, [GlobalWindow()])
+
+    def _flush(self) -> list[tuple[tuple, tuple]]:
+        roots, self._found = self._found.roots(), Components()
+        return [(node, root) for node, root in sorted(roots.items()) if node != root]
+
+
+def _both_ways(edge: tuple[tuple, tuple]) -> Iterable[tuple[tuple, tuple]]:
+    a, b = edge
+    yield a, b
+    yield b, a
+
+
+class _Star(beam.DoFn):
+    """A node and its neighbours -> the edges large-star (``large``) or small-star makes there."""
+
+    def __init__(self, large: bool) -> None:
+        self.large = large
+
+    def process(self, keyed: tuple[tuple, Iterable[tuple]]) -> Iterable[tuple[tuple, tuple]]:
+        node, adjacent = keyed
+        yield from (large_star if self.large else small_star)(node, adjacent)
+
+
+class _Labels(beam.DoFn):
+    """A node and its neighbours -> ``(sender, its label)`` to itself and to each neighbour."""
+
+    def process(self, keyed: tuple[tuple, Iterable[tuple]]) -> Iterable[tuple[tuple, tuple[tuple, tuple]]]:
+        node, adjacent = keyed
+        adjacent = set(adjacent)
+        own = label(node, adjacent)
+        yield node, (node, own)
+        for other in sorted(adjacent):
+            yield other, (node, own)
+
+
+class _Settled(beam.DoFn):
+    """A node, its label and its neighbours' -> ``(node, label, settled)``; an unsettled one
+    (a neighbour has another label; counter ``dedupe/near_unsettled``) also sends its
+    ``chunkline.graph.unsettled_edges``, tagged ``pending``, to the union-find."""
+
+    def __init__(self) -> None:
+        self._unsettled = Metrics.counter("dedupe", "near_unsettled")
+
+    def process(self, keyed: tuple[tuple, Iterable[tuple[tuple, tuple]]]):
+        node, told = keyed
+        told = set(told)
+        (own,) = [found for sender, found in told if sender == node]
+        around = [(sender, found) for sender, found in told if sender != node]
+        is_settled = settled(own, (found for _, found in around))
+        yield node, own, is_settled
+        if not is_settled:
+            self._unsettled.inc()
+            for edge in unsettled_edges(node, around):
+                yield beam.pvalue.TaggedOutput("pending", edge)
+
+
+def _linked(labelled: tuple[tuple, tuple, bool], roots: dict) -> Iterable[tuple[str, str]]:
+    """``(node, label, settled)`` -> ``(doc_id, survivor doc_id)`` unless it is its own root."""
+    node, own, is_settled = labelled
+    root = final_root(node, own, is_settled, roots)
+    if root != node:
+        yield node[-1], root[-1]
+
+
+class StarComponents(beam.PTransform):
+    """``PCollection[(node, node)]`` edges -> ``(doc_id, survivor doc_id)`` for every node not
+    the smallest of its connected component (nodes end with their doc_id).
+
+    Each bundle's edges become a star per component it saw (``contract``), then ``rounds``
+    alternations of large-star and small-star (``chunkline.graph``, Kiveris et al., SoCC 2014),
+    each a grouping by node: a worker holds one share of the nodes and their neighbours at a
+    time, never the graph. Then each node's label is checked against its neighbours'; a
+    settled node's label is its root (the rule on real near-duplicate graphs). The unsettled
+    nodes' neighbourhoods go to one union-find (:class:`_ComponentsFn`, counter
+    ``dedupe/near_unsettled``), whose roots, a side input as small as they are, finish their
+    components: the same answer as a union-find over every edge
+    (``chunkline.graph.star_components``)."""
+
+    def __init__(self, rounds: int = STAR_ROUNDS, shares: int = 1024, contract: bool = True) -> None:
+        super().__init__()
+        self.rounds, self.shares, self.contract = rounds, shares, contract
+
+    def _grouped(self, edges: PCollection, label: str) -> PCollection:
+        return (edges
+                | f"BothWays{label}" >> beam.FlatMap(_both_ways)
+                | f"ByNode{label}" >> GroupInShares(self.shares))
+
+    def expand(self, edges: PCollection):
+        if self.contract:
+            edges = edges | "ContractBundle" >> beam.ParDo(_ContractBundle())
+        grouped = None
+        for round_number in range(self.rounds):
+            for large in (True, False):
+                step = f"{'Large' if large else 'Small'}{round_number}"
+                grouped = self._grouped(edges, step)
+                edges = grouped | f"{step}Star" >> beam.ParDo(_Star(large))
+        # The labels of the last small-star's input, from its own grouping (one grouping less):
+        # settled there, they are the answer; else its output holds the same components.
+        checked = (
+            (grouped if grouped is not None else self._grouped(edges, "Labels"))
+            | "Labels" >> beam.ParDo(_Labels())
+            | "ByLabelled" >> GroupInShares(self.shares)
+            | "Settled" >> beam.ParDo(_Settled()).with_outputs("pending", main="labels")
+        )
+        # Only the unsettled nodes' neighbourhoods: none where every component is a star. No
+        # combine default: Beam would inject it through a side input of its own.
+        roots = checked.pending | "Unsettled" >> beam.CombineGlobally(_ComponentsFn()).without_defaults()
+        return checked.labels | "Links" >> beam.FlatMap(
+            _linked, beam.pvalue.AsSingleton(roots, default_value={}))
+
+
 class NearDuplicates(beam.PTransform):
     """``PCollection[(node, signature bytes)]`` -> ``PCollection[tuple[doc_id, survivor doc_id]]``:
     one pair for every document that is a near duplicate, the survivor being the smallest node
@@ -495,7 +636,7 @@ class NearDuplicates(beam.PTransform):
     documents without a near duplicate yield nothing.
 
     Counters: ``dedupe/candidate_pairs`` (distinct pairs compared), ``dedupe/verified_pairs``,
-    ``dedupe/near_buckets_shared``.
+    ``dedupe/near_buckets_shared``, ``dedupe/near_unsettled`` (:class:`StarComponents`).
     """
 
     def __init__(self, options: MinHashOptions, access: bool = False, shares: int = 1024) -> None:
@@ -524,11 +665,7 @@ class NearDuplicates(beam.PTransform):
             | "JoinSecond" >> JoinInShares(self._shares)
             | "Verify" >> beam.ParDo(_Verify(options.threshold, self._access))
         )
-        return (
-            edges
-            | "Components" >> beam.CombineGlobally(_ComponentsFn())
-            | "DuplicateLinks" >> beam.FlatMap(_duplicate_links)
-        )
+        return edges | "Components" >> StarComponents(STAR_ROUNDS, self._shares)
 
 
 class _ApplySurvivors(beam.DoFn):

@@ -1,17 +1,18 @@
-"""A DoFn's memo (``chunkline.memo``): the previous run's results loaded once per worker process
-when the DoFn is set up, and the results a bundle used written as one segment when it ends,
-before the bundle commits. Counters (namespace ``memo``): ``<kind>_computed`` and
-``<kind>_recalled``."""
+"""A DoFn's memo (``chunkline.memo``): results recalled from what each document carries (the
+reader hands it the previous run's entries, :class:`RecalledShares`), and the results a bundle
+used written as segments, one per share, as they accumulate and when the bundle ends, before
+the bundle commits. Counters (namespace ``memo``): ``<kind>_computed`` and ``<kind>_recalled``."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from chunkline.memo import Memo, MemoSource, load_known, segment_name, write_segment
-from chunkline.records import doc_hash
+from chunkline.memo import Memo, MemoSource, RecalledShares, Rows, pack, segment_name, write_segment
+from chunkline.records import Document, doc_hash
 
 log = logging.getLogger("chunkline.memo")
 
@@ -32,10 +33,7 @@ class MemoUse:
     def setup(self) -> None:
         if self.source is None:
             return
-        known = load_known(self.kind, self.settings, self.source.kept_segments(self.kind), FileSystems.open)
-        expiring = load_known(self.kind, self.settings, self.source.expiring_segments(self.kind),
-                              FileSystems.open, shared=False)
-        self.memo = Memo(self.kind, self.settings, known, spill=self._write, expiring=expiring)
+        self.memo = Memo(self.kind, self.settings, self.source.shares, spill=self._write)
 
     def flush(self) -> None:
         memo = self.memo
@@ -46,27 +44,51 @@ class MemoUse:
         memo.hits = memo.misses = 0
         self._write(memo.take_used())
 
-    def _write(self, used: dict[bytes, bytes]) -> None:
-        """One segment. A retried bundle may leave its first attempt's segment beside the
-        retry's: the same keys with the same values, harmless to the next run."""
-        if not used:
-            return
-        path = FileSystems.join(self.source.write_dir, segment_name(self.kind))
-        try:
-            with FileSystems.create(path) as handle:
-                write_segment(used, self.kind, handle)
-        except Exception as exc:  # noqa: BLE001 - a memo that cannot be kept costs the next run time
-            log.warning("memo: could not write %s (%s: %s); the next run computes these again",
-                        path, type(exc).__name__, exc)
+    def _write(self, used: dict[int, Rows]) -> None:
+        """A segment per share. A retried bundle may leave its first attempt's segments beside
+        the retry's: the same rows, harmless to the next run."""
+        for share, rows in sorted(used.items()):
+            if not rows:
+                continue
+            path = FileSystems.join(self.source.write_dir,
+                                    segment_name(self.kind, share, self.source.shares))
+            try:
+                with FileSystems.create(path) as handle:
+                    write_segment(rows, self.kind, handle)
+            except Exception as exc:  # noqa: BLE001 - a memo that cannot be kept costs time
+                log.warning("memo: could not write %s (%s: %s); the next run computes these "
+                            "again", path, type(exc).__name__, exc)
 
 
-def recalled_doc_hash(memo: Memo | None, text: str) -> str:
-    """``chunkline.records.doc_hash(text)``, recalled when the memo holds it."""
+def recalled_shares(source: MemoSource | None) -> RecalledShares | None:
+    """The previous memo's shares as the reader loads them; None without a previous memo."""
+    if source is None or source.previous_shares is None:
+        return None
+    return RecalledShares(source, FileSystems.open)
+
+
+def carrying(doc: Document, fresh: dict[bytes, bytes]) -> Document:
+    """``doc`` carrying the results ``fresh`` too, for a later stage that asks for them (in
+    whatever worker process it runs)."""
+    return dataclasses.replace(doc, memo=doc.memo + pack(fresh)) if fresh else doc
+
+
+def without_memo(doc: Document) -> Document:
+    """``doc`` without the results it carries: for where nothing after reads them."""
+    return dataclasses.replace(doc, memo=b"") if doc.memo else doc
+
+
+def recalled_doc_hash(memo: Memo | None, doc: Document,
+                      fresh: dict[bytes, bytes] | None = None) -> str:
+    """``chunkline.records.doc_hash(doc.text)``, recalled when ``doc`` carries it; one computed
+    is also put in ``fresh`` (key -> value), for a stage that passes it on (:func:`carrying`)."""
     if memo is None:
-        return doc_hash(text)
-    key = memo.key(text)
-    value = memo.get(key, width=32)
+        return doc_hash(doc.text)
+    key = memo.key(doc.text)
+    value = memo.recall(doc, key, width=32)
     if value is None or len(value) != 32:
-        value = bytes.fromhex(doc_hash(text))
-        memo.put(key, value)
+        value = bytes.fromhex(doc_hash(doc.text))
+        memo.keep(doc, key, value)
+        if fresh is not None:
+            fresh[key] = value
     return value.hex()

@@ -47,9 +47,9 @@ from chunkline.readers import (
     stream_file,
     streams,
 )
-from chunkline.memo import READ, MemoSource
+from chunkline.memo import READ, MemoSource, unit_share
 from chunkline.records import Document, Rejected, input_digest
-from transforms.memo import MemoUse
+from transforms.memo import MemoUse, recalled_shares
 from transforms.spill import coder_of
 from transforms.progress import PIECES_MATCHED, PIECES_READ, progress_counter, tally
 from transforms.counters import READ_DOCUMENTS, READ_REJECTED, READ_SLICES
@@ -84,7 +84,8 @@ class _DecodeFile(beam.DoFn):
 
     def __init__(self, root: str, options: ReadOptions, ocr_cache: str | None = None,
                  trusted: MemoSource | None = None,
-                 credentials: CredentialOptions = CredentialOptions()) -> None:
+                 credentials: CredentialOptions = CredentialOptions(),
+                 memo: MemoSource | None = None) -> None:
         self._root = root
         self._options = options
         self._ocr_cache_dir = ocr_cache
@@ -94,11 +95,16 @@ class _DecodeFile(beam.DoFn):
         # The credential options are part of every key: entries kept under other options (or,
         # unscreened, by an earlier version) are never recalled.
         self._memo = MemoUse(trusted, READ, repr(options) + "\0" + screening_key(credentials))
+        self._source = memo if memo is not None else trusted
+        self._recalled = None  # set up per worker (setup)
 
     def setup(self) -> None:
         self._ocr_cache = (OcrPageCache(self._ocr_cache_dir, self._credentials)
                            if self._ocr_cache_dir is not None else None)
         self._memo.setup()
+        # The previous memo's shares, loaded as the pieces that need them are read: each
+        # document leaves with its own previous results (chunkline/memo.py).
+        self._recalled = recalled_shares(self._source)
         self._coders = (coder_of(Document), coder_of(Rejected))
 
     def finish_bundle(self) -> None:
@@ -114,16 +120,18 @@ class _DecodeFile(beam.DoFn):
         facts = (uri, str(found.metadata.size_in_bytes),
                  repr(found.metadata.last_updated_in_seconds), repr(part))
         key = memo.key(*facts)
-        value = memo.get(key)
+        at = (uri, first_position(part))
+        share = self._recalled.share(*at) if self._recalled is not None else None
+        value = memo.get(key, share.read if share is not None else {}, at)
         if value is not None:
             try:
                 return _records_from(value, *self._coders)
             except Exception:  # noqa: BLE001 - a damaged entry: the file is read again
                 pass
-        return self._remembered(self._read_and_decode(found, uri, part), memo, key)
+        return self._remembered(self._read_and_decode(found, uri, part), memo, key, at)
 
-    def _remembered(self, records: Iterable[Document | Rejected], memo, key: bytes
-                    ) -> Iterator[Document | Rejected]:
+    def _remembered(self, records: Iterable[Document | Rejected], memo, key: bytes,
+                    at: tuple[str, int]) -> Iterator[Document | Rejected]:
         """``records`` passed on as they come, and kept encoded for the memo while they fit in
         :data:`READ_MEMO_BYTES`: a bigger piece is read again next time, never held."""
         value: bytearray | None = bytearray()
@@ -140,7 +148,7 @@ class _DecodeFile(beam.DoFn):
                         value = None
             yield record
         if value is not None:
-            memo.put(key, bytes(value))
+            memo.put(key, bytes(value), at)
 
     def process(self, found: ReadableFile | Rejected | tuple[ReadableFile, ParquetSlice | LineSlice]
                 ) -> Iterable[Document | TaggedOutput[Literal["rejected"], Rejected]]:
@@ -163,10 +171,13 @@ class _DecodeFile(beam.DoFn):
             early = reject_before_reading(uri, self._root, found.metadata.size_in_bytes,
                                           self._options)
             records = [early] if early else self._recalled_or_read(found, uri, part)
+        recalled = self._recalled
         for record in records:
             if isinstance(record, Document):
                 self._documents.inc()
-                yield dataclasses.replace(record, input_digest=input_digest(record))
+                yield dataclasses.replace(
+                    record, input_digest=input_digest(record),
+                    memo=recalled.entries_of(record.uri, record.position) if recalled else b"")
             else:
                 self._rejected.inc()
                 yield TaggedOutput(REJECTED, record)
@@ -372,12 +383,26 @@ def _open_local(path: str) -> tuple[BinaryIO, float, int]:
     return handle, found.st_mtime, found.st_size
 
 
+def first_position(part: ParquetSlice | LineSlice | None) -> int:
+    """The position (``Document.position``) of a piece's first record; 0 for a whole file."""
+    if isinstance(part, LineSlice):
+        return part.first_line
+    if isinstance(part, ParquetSlice):
+        return part.first_row
+    return 0
+
+
 def _spread_key(found: ReadableFile | Rejected | tuple[ReadableFile, ParquetSlice | LineSlice],
-                shares: int) -> tuple[int, Any]:
+                shares: int, memo_shares: int | None = None) -> tuple[int, Any]:
     """``(share, piece)``: a file by its path, a slice of one by its path and place, so one big
-    file's slices go to many shares (and workers)."""
+    file's slices go to many shares (and workers). With a previous memo, by the memo's share of
+    the piece (``chunkline.memo.unit_share``): the pieces whose documents' results sit in one
+    share of the memo are read one after another, and the share is loaded once."""
     if isinstance(found, Rejected):
         name = found.uri
+    elif memo_shares is not None:
+        whole, part = found if isinstance(found, tuple) else (found, None)
+        return unit_share(whole.metadata.path, first_position(part), memo_shares), found
     elif isinstance(found, tuple):
         name = f"{found[0].metadata.path}#{found[1]!r}"
     else:
@@ -391,9 +416,10 @@ class _ReadPattern(beam.PTransform):
     def __init__(
         self, pattern: str, options: ReadOptions, follow_symlinks: bool, exclude: tuple[str, ...],
         ocr_cache: str | None = None, trusted: MemoSource | None = None, shares: int = 1024,
-        credentials: CredentialOptions = CredentialOptions(),
+        credentials: CredentialOptions = CredentialOptions(), memo: MemoSource | None = None,
     ) -> None:
         super().__init__()
+        self._memo = memo if memo is not None else trusted
         self._shares = shares
         self._trusted = trusted
         self._credentials = credentials
@@ -404,6 +430,7 @@ class _ReadPattern(beam.PTransform):
         self._ocr_cache = ocr_cache
 
     def expand(self, begin: PBegin):
+        memo_shares = self._memo.previous_shares if self._memo is not None else None
         decoded = (
             begin
             | "Match" >> MatchPattern(self._pattern, self._follow, self._exclude)
@@ -411,11 +438,12 @@ class _ReadPattern(beam.PTransform):
             # Matching runs on one worker; without a shuffle every file would be read there too.
             # Spread by a share of each piece's name, a list per share (transforms/shares.py):
             # not an element per file through a shuffle.
-            | "ByShare" >> beam.Map(_spread_key, self._shares).with_output_types(tuple[int, Any])
+            | "ByShare" >> beam.Map(_spread_key, self._shares, memo_shares).with_output_types(tuple[int, Any])
             | "Spread" >> GroupInShares(self._shares)
             | "Unspread" >> beam.FlatMap(lambda shared: shared[1]).with_output_types(Any)
             | "Decode" >> beam.ParDo(_DecodeFile(input_root(self._pattern), self._options,
-                                                 self._ocr_cache, self._trusted, self._credentials))
+                                                 self._ocr_cache, self._trusted, self._credentials,
+                                                 self._memo))
             .with_input_types(Union[ReadableFile, Rejected,
                                     tuple[ReadableFile, Union[ParquetSlice, LineSlice]]])
             .with_output_types(Document, rejected=Rejected)
@@ -440,7 +468,9 @@ class ReadDocuments(beam.PTransform):
     ``read/excluded``. ``ocr_cache``: a directory (local or gs://) keeping each OCR'd page's
     text by its pixels (:class:`OcrPageCache`), so an unchanged scan is read by OCR once.
     ``trusted``: a memo source: a file whose listed size and time are what the previous run
-    read is not opened, its records recalled (``input.trust_file_metadata``). ``credentials``:
+    read is not opened, its records recalled (``input.trust_file_metadata``). ``memo``: the
+    run's memo source (``trusted``'s when not given): each document leaves the reader carrying
+    the previous run's results for it (``Document.memo``). ``credentials``:
     the credential stage's options, which screen what the OCR cache and the memo keep (the
     default: the stage's defaults, never nothing).
 
@@ -458,10 +488,12 @@ class ReadDocuments(beam.PTransform):
         trusted: MemoSource | None = None,
         shares: int = 1024,
         credentials: CredentialOptions = CredentialOptions(),
+        memo: MemoSource | None = None,
     ) -> None:
         super().__init__()
         self._shares = shares
         self._trusted = trusted
+        self._memo = memo
         self._credentials = credentials
         self._ocr_cache = ocr_cache
         self._patterns = (patterns,) if isinstance(patterns, str) else tuple(patterns)
@@ -478,7 +510,7 @@ class ReadDocuments(beam.PTransform):
         branches = [
             begin | f"Pattern{index}" >> _ReadPattern(pattern, self._options, self._follow,
                                                       self._exclude, self._ocr_cache, self._trusted,
-                                                      self._shares, self._credentials)
+                                                      self._shares, self._credentials, self._memo)
             for index, pattern in enumerate(self._patterns)
         ]
         documents = (

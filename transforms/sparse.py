@@ -1,5 +1,5 @@
-"""SPARSE: BM25 weights of every chunk's search text, from corpus statistics computed by a Beam
-combine over the run's chunks (``chunkline.sparse``).
+"""SPARSE: BM25 weights of every chunk's search text, from corpus statistics computed by Beam
+combines over the run's chunks (``chunkline.sparse``).
 
 Each chunk is analyzed once: its term ids and counts ride on the record (``sparse_indices``,
 ``sparse_values`` holding the counts) into the combine and on to the weighting, which reads the
@@ -9,21 +9,27 @@ previous run's, given when the graph is built, kept or re-based by the statistic
 (``chunkline.sparse.reference_length``): every worker decides alike. The statistics leave the
 job as ``bm25.json`` (chunks, total length, the reference, the options) and a ``terms`` table
 (term_id, df), what a query needs for IDF.
+
+No worker holds the corpus's vocabulary: the document frequencies are combined per share of the
+term space (a range of term ids, :func:`term_share`), each bundle sending one partial array per
+share, and each share is one file of the terms table; the global statistics (chunks, total
+length, distinct terms) are three numbers in a tiny global combine.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections import Counter
-from typing import Any, Iterable, NamedTuple
+from typing import Any, Iterable, NamedTuple, Sequence
 
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.pvalue import AsSingleton, PCollection
+from apache_beam.pvalue import AsSingleton, PCollection, TaggedOutput
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.windowed_value import WindowedValue
 
 from chunkline.records import ChunkRecord
 from chunkline.sparse import (
@@ -36,11 +42,13 @@ from chunkline.sparse import (
 )
 from transforms.coders import ChunkRecordCoder  # noqa: F401 - registered: how chunks shuffle
 from transforms.elementwise import MapWith
+from transforms.tally import KeyCounts
 
 STATS_FILE = "bm25.json"
 # What ``sparse_values`` hold, as bm25.json says: "tf", the saturated term frequencies (IDF at
 # query time). Indexes written before the split have no "weights" key: full BM25 weights.
 WEIGHTS = "tf"
+LENGTHS = "lengths"
 
 
 def terms_schema() -> pa.Schema:
@@ -50,48 +58,99 @@ def terms_schema() -> pa.Schema:
 
 class SparseOutputs(NamedTuple):
     chunks: PCollection[ChunkRecord]  # sparse_indices / sparse_values: BM25 weights
-    terms: PCollection[tuple[int, int]]  # (term_id, df), one per term of the corpus
-    stats: PCollection[CorpusStats]  # one element
+    # (share, (term ids ascending, their df)): every term of the corpus, once, in the share of
+    # the term space its id falls in (term_share); every share present, an empty one too.
+    terms: PCollection[tuple[int, tuple[np.ndarray, np.ndarray]]]
+    stats: PCollection[CorpusStats]  # one element: chunks, total length, vocabulary; no df
 
 
-class _CorpusStatsFn(beam.CombineFn):
-    """Chunks, summed length and document frequencies; lifted before the shuffle, so each
-    worker sends one partial Counter, not a row per chunk."""
+# Term ids a bundle holds before it sends them on, summed by id and split by share.
+_FLUSH_TERMS = 1 << 18
 
-    def create_accumulator(self) -> list[Any]:
-        return [0, 0, Counter()]
 
-    def add_input(self, accumulator: list[Any], chunk: ChunkRecord | CorpusStats) -> list[Any]:
-        if isinstance(chunk, CorpusStats):  # the statistics of chunks counted elsewhere
-            accumulator[0] += chunk.documents
-            accumulator[1] += chunk.total_length
-            accumulator[2].update(chunk.df)
-            return accumulator
-        accumulator[0] += 1
-        accumulator[1] += int(sum(chunk.sparse_values))
-        accumulator[2].update(chunk.sparse_indices)
-        return accumulator
+def term_share(ids: np.ndarray, shares: int) -> np.ndarray:
+    """The share of the term space each id falls in: contiguous ranges, so the terms table's
+    shards, read in name order, hold the ids ascending."""
+    return ids.astype(np.int64) * shares // TERM_SPACE
 
-    def merge_accumulators(self, accumulators: Iterable[list[Any]]) -> list[Any]:
-        merged = self.create_accumulator()
-        for documents, length, df in accumulators:
-            merged[0] += documents
-            merged[1] += length
-            merged[2].update(df)
-        return merged
 
-    def extract_output(self, accumulator: list[Any]) -> CorpusStats:
-        return CorpusStats(accumulator[0], accumulator[1], dict(accumulator[2]))
+def _by_share(ids: np.ndarray, counts: np.ndarray, shares: int) -> list[tuple[int, tuple]]:
+    """Ids ascending and their counts -> ``(share, (ids, counts))`` for each share they touch."""
+    cuts = np.searchsorted(term_share(ids, shares), np.arange(1, shares))
+    found = []
+    for share, (low, high) in enumerate(zip(np.concatenate(([0], cuts)), np.concatenate((cuts, [len(ids)])))):
+        if high > low:
+            found.append((share, (ids[low:high], counts[low:high])))
+    return found
+
+
+class _ShareTerms(beam.DoFn):
+    """Counted chunks (or the :class:`CorpusStats` of chunks counted elsewhere) -> each term's
+    document frequency among them, summed over a bundle (in-mapper combining: Lin & Dyer,
+    "Data-Intensive Text Processing with MapReduce", 2010, section 3.1) and sent as
+    ``(share, (ids, counts))`` per share of the term space; tagged ``lengths``, the
+    ``(chunks, summed length, 0)`` of what it sent. A term is never an element of its own, and
+    what a bundle holds is bounded (:data:`_FLUSH_TERMS`)."""
+
+    def __init__(self, shares: int) -> None:
+        self.shares = shares
+
+    def start_bundle(self) -> None:
+        self._ids: list[int] = []
+        self._documents = self._length = 0
+
+    def process(self, counted: ChunkRecord | CorpusStats):
+        if isinstance(counted, CorpusStats):  # the statistics of chunks counted elsewhere
+            ids = np.fromiter(counted.df.keys(), dtype=np.int64, count=len(counted.df))
+            dfs = np.fromiter(counted.df.values(), dtype=np.int64, count=len(counted.df))
+            order = np.argsort(ids, kind="stable")
+            yield from _by_share(ids[order], dfs[order], self.shares)
+            yield TaggedOutput(LENGTHS, (counted.documents, counted.total_length, 0))
+            return
+        self._ids.extend(counted.sparse_indices)  # each id once per chunk (term_counts)
+        self._documents += 1
+        self._length += int(sum(counted.sparse_values))
+        if len(self._ids) >= _FLUSH_TERMS:
+            yield from self._flush()
+
+    def finish_bundle(self):
+        for found in self._flush():
+            if isinstance(found, TaggedOutput):
+                yield TaggedOutput(found.tag, WindowedValue(found.value, 0, [GlobalWindow()]))
+            else:
+                yield WindowedValue(found, 0, [GlobalWindow()])
+
+    def _flush(self) -> list:
+        if not self._documents:
+            return []
+        ids, counts = np.unique(np.array(self._ids, dtype=np.int64), return_counts=True)
+        found: list = _by_share(ids, counts.astype(np.int64), self.shares)
+        found.append(TaggedOutput(LENGTHS, (self._documents, self._length, 0)))
+        self._ids, self._documents, self._length = [], 0, 0
+        return found
+
+
+class _Totals(beam.CombineFn):
+    """``(chunks, length, terms)`` partials -> one :class:`CorpusStats` without its df: three
+    numbers, whatever the corpus."""
+
+    def create_accumulator(self) -> tuple[int, int, int]:
+        return 0, 0, 0
+
+    def add_input(self, accumulator, partial):
+        return tuple(a + b for a, b in zip(accumulator, partial))
+
+    def merge_accumulators(self, accumulators):
+        return tuple(map(sum, zip(*accumulators))) if accumulators else (0, 0, 0)
+
+    def extract_output(self, accumulator) -> CorpusStats:
+        documents, length, vocabulary = accumulator
+        return CorpusStats(documents, length, {}, vocabulary)
 
 
 def _with_counts(chunk: ChunkRecord, options: SparseOptions) -> ChunkRecord:
     ids, counts = term_counts(chunk.search_text, options)
     return dataclasses.replace(chunk, sparse_indices=ids, sparse_values=tuple(map(float, counts)))
-
-
-def lengths_only(stats: CorpusStats) -> CorpusStats:
-    """The statistics without document frequencies: all a document's stored weights depend on."""
-    return CorpusStats(stats.documents, stats.total_length, {})
 
 
 class BM25Weights:
@@ -125,29 +184,48 @@ class SparseCounts(beam.PTransform):
     in its shard writer). Given ``(chunks, counted)``, the ``counted`` chunks (carried from a
     previous run, their counts on them) enter the statistics as they are; ``chunks`` in the
     outputs are the newly counted ones only. ``counted`` may instead hold
-    :class:`CorpusStats` of chunks counted elsewhere (the carried rows, summed per shard read)."""
+    :class:`CorpusStats` of chunks counted elsewhere (the carried rows, summed per shard read).
 
-    def __init__(self, options: SparseOptions | None = None) -> None:
+    Document frequencies are combined per share of the term space (``shares``, one terms file
+    each): a share's accumulator holds only its own terms, and each can sit on another worker.
+    The global statistics are three numbers."""
+
+    def __init__(self, options: SparseOptions | None = None, shares: int = 4) -> None:
         super().__init__()
         self.options = options if options is not None else SparseOptions()
+        self.shares = shares
 
     def expand(self, chunks):
         # (chunks, counted): chunks carried from the previous run hold their counts already.
         chunks, *already = chunks if isinstance(chunks, (tuple, list)) else (chunks,)
         counted = chunks | "CountTerms" >> beam.ParDo(MapWith(_with_counts, self.options)).with_output_types(
             ChunkRecord)
-        # Summed where they are counted (the combine is lifted into that stage): flattened with
-        # statistics made elsewhere first, every chunk would wait whole in the in-process
-        # runner's buffer for the flatten (at 100 MB of text, hundreds of MB).
-        summed = counted | "ChunkStats" >> beam.CombineGlobally(_CorpusStatsFn()).without_defaults()
-        # Empty statistics always enter the final combine, so it needs no default for a corpus
-        # without chunks: Beam injects that default through a side input of the combined value,
-        # which the worker's state cache weighs object by object (the whole term table, ~0.2 s
-        # at 80 MB of text, in every run).
-        nothing = chunks.pipeline | "NoChunks" >> beam.Create([CorpusStats(0, 0, {})])
-        every = (summed, *already, nothing) | "EveryStats" >> beam.Flatten()
-        stats = every | "CorpusStats" >> beam.CombineGlobally(_CorpusStatsFn()).without_defaults()
-        terms = stats | "Terms" >> beam.FlatMap(lambda s: sorted(s.df.items()))
+        # Summed where they are counted (fused with the counting): flattened with statistics
+        # made elsewhere first, every chunk would wait whole in the in-process runner's buffer
+        # for the flatten (at 100 MB of text, hundreds of MB).
+        partials = [counted | "ChunkTerms" >> beam.ParDo(_ShareTerms(self.shares)).with_outputs(
+            LENGTHS, main="terms")]
+        for index, earlier in enumerate(already):
+            partials.append(earlier | f"CountedTerms{index}" >> beam.ParDo(
+                _ShareTerms(self.shares)).with_outputs(LENGTHS, main="terms"))
+        pipeline = chunks.pipeline
+        # Every share gets a file, an empty one too: the table's files are its shares.
+        empty = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
+        every_share = pipeline | "EveryShare" >> beam.Create([(share, empty) for share in range(self.shares)])
+        terms = (
+            (*(found.terms for found in partials), every_share)
+            | "TermPartials" >> beam.Flatten()
+            | "DocumentFrequencies" >> beam.CombinePerKey(KeyCounts("<i8"))
+        )
+        # A zero always enters the final combine, so it needs no default for a corpus without
+        # chunks (Beam would inject that through a side input of the combined value).
+        nothing = pipeline | "NoChunks" >> beam.Create([(0, 0, 0)])
+        vocabulary = terms | "Vocabulary" >> beam.Map(lambda kv: (0, 0, len(kv[1][0])))
+        stats = (
+            (*(found[LENGTHS] for found in partials), vocabulary, nothing)
+            | "EveryTotal" >> beam.Flatten()
+            | "CorpusStats" >> beam.CombineGlobally(_Totals()).without_defaults()
+        )
         return SparseOutputs(counted, terms, stats)
 
 
@@ -176,7 +254,7 @@ def stats_json(stats: CorpusStats, options: SparseOptions,
     reference, rebased = reference_length(stats.avgdl, previous_reference, options.reference_drift)
     return {
         "chunks": stats.documents, "total_length": stats.total_length, "avgdl": stats.avgdl,
-        "terms": len(stats.df), "k1": options.k1, "b": options.b, "method": "lucene",
+        "terms": stats.terms, "k1": options.k1, "b": options.b, "method": "lucene",
         "stemmer": options.stemmer, "stop_words": options.stop_words,
         "term_ids": f"blake2b-64 little-endian mod {TERM_SPACE}", "term_space": TERM_SPACE,
         "analyzer": "lowercase, \\b\\w\\w+\\b words, stop words, Snowball stemmer",
@@ -199,36 +277,39 @@ class WriteStats(beam.DoFn):
 
 
 class WriteTerms(beam.DoFn):
-    """The statistics -> the ``terms`` table (term_id ascending, df), written in one go with
-    Arrow as ``terms-00000-of-00001.parquet``: ``(table, path, rows)``; or, when ``previous``
-    (the previous run's terms file, of this output) holds exactly these rows, that file,
-    referenced rather than written again (listed for the manifest either way:
-    ``transforms.write.write_listing``)."""
+    """One share of the terms -> its file of the ``terms`` table (term_id ascending, df),
+    ``terms-SSSSS-of-NNNNN.parquet``: ``(table, path, rows)``. The shares are ranges of the
+    term space (:func:`term_share`): the files in name order hold the ids ascending, each once.
+    When ``previous`` (the terms files of the run carry follows, of this output) holds a file
+    of the same name with exactly these rows, that file is referenced rather than written again
+    (listed for the manifest either way: ``transforms.write.write_listing``)."""
 
-    def __init__(self, run_dir: str, previous: str | None = None) -> None:
-        self.run_dir, self.previous = run_dir, previous
+    def __init__(self, run_dir: str, shares: int, previous: Sequence[str] = ()) -> None:
+        self.run_dir, self.shares, self.previous = run_dir, shares, tuple(previous)
 
-    def process(self, stats: CorpusStats) -> Iterable[tuple[str, str, int]]:
+    def process(self, share_terms: tuple[int, tuple[np.ndarray, np.ndarray]]) -> Iterable[tuple[str, str, int]]:
         from transforms.write import ROW_GROUP, same_output, shard_path, write_listing
 
-        ids = np.fromiter(stats.df.keys(), dtype=np.int64, count=len(stats.df))
-        dfs = np.fromiter(stats.df.values(), dtype=np.int64, count=len(stats.df))
-        order = np.argsort(ids, kind="stable")
-        table = pa.table({"term_id": pa.array(ids[order], pa.int32()), "df": pa.array(dfs[order], pa.int64())},
+        share, (ids, dfs) = share_terms
+        table = pa.table({"term_id": pa.array(ids, pa.int32()), "df": pa.array(dfs, pa.int64())},
                          schema=terms_schema())
-        path = shard_path(self.run_dir, "terms", 0, 1)
-        if self.previous is not None and same_output(self.previous, path) and self._holds(table):
-            write_listing(self.run_dir, "terms", 0, [(self.previous, table.num_rows, ())])
-            yield "terms", self.previous, table.num_rows
-            return
+        path = shard_path(self.run_dir, "terms", share, self.shares)
+        name = path.replace("\\", "/").rsplit("/", 1)[-1]
+        for earlier in self.previous:
+            if earlier.replace("\\", "/").rsplit("/", 1)[-1] == name and same_output(earlier, path) \
+                    and self._holds(earlier, table):
+                write_listing(self.run_dir, "terms", share, [(earlier, table.num_rows, ())])
+                yield "terms", earlier, table.num_rows
+                return
         with FileSystems.create(path) as handle:
             pq.write_table(table, handle, row_group_size=ROW_GROUP, compression="zstd")
-        write_listing(self.run_dir, "terms", 0, [(path, table.num_rows, ())])
+        write_listing(self.run_dir, "terms", share, [(path, table.num_rows, ())])
         yield "terms", path, table.num_rows
 
-    def _holds(self, table: pa.Table) -> bool:
+    @staticmethod
+    def _holds(previous: str, table: pa.Table) -> bool:
         try:
-            with FileSystems.open(self.previous) as handle:
+            with FileSystems.open(previous) as handle:
                 return pq.read_table(handle).equals(table)
         except Exception:  # noqa: BLE001 - unreadable now: written again
             return False

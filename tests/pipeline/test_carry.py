@@ -330,3 +330,38 @@ def test_a_file_too_big_to_remember_is_read_again_not_held(tmp_path, monkeypatch
     assert (read["recalled"], read["computed"]) == (others, 1)
     assert_tables_equal(first.run_dir, second.run_dir)
     assert table(second.run_dir, "documents").num_rows == others + 40
+
+
+def test_two_worker_processes_recall_what_either_computed(tmp_path, monkeypatch) -> None:
+    """The memo is loaded where each piece is read and travels with its documents: a rerun by
+    two SDK worker processes, each reading some of the pieces, computes nothing again, whichever
+    process computed a result the night before."""
+    from transforms.progress import PIECES_READ, PROGRESS_ENV
+
+    corpus = tmp_path / "corpus"
+    write_corpus(corpus, count=6)
+    rng = random.Random(3)
+    with (corpus / "tickets.jsonl").open("w", encoding="utf-8") as handle:
+        for n in range(60):
+            handle.write(json.dumps({"id": f"t{n}", "text": f"Ticket {n}. {paragraph(rng, 2)}"}) + "\n")
+    two = ("--direct_num_workers=2", "--direct_running_mode=multi_processing")
+    settings = [f"input.pattern={corpus}/**", f"output.path={tmp_path / 'index'}", "embed=null",
+                "input.jsonl.slice_bytes=2000"]
+    first = run(load_config(ROOT / "configs" / "local.yaml", settings), two)
+    # Within the run: dedupe recalls every hash the boilerplate stage computed (no line is
+    # stripped here, so the texts are the same), in whichever process each stage ran.
+    hashes = memo_counts(first.run_dir)["doc_hash"]
+    assert hashes["recalled"] == hashes["computed"] == first.counts["documents"], hashes
+    tallies = tmp_path / "tallies"
+    tallies.mkdir()
+    monkeypatch.setenv(PROGRESS_ENV, str(tallies))  # the worker processes inherit it
+    second = run(load_config(ROOT / "configs" / "local.yaml", settings), two)
+    readers = [path for path in tallies.glob("*.json")
+               if json.loads(path.read_text(encoding="utf-8")).get(PIECES_READ)]
+    assert len(readers) >= 2, readers
+    memo = memo_counts(second.run_dir)
+    memo.pop("read")
+    assert all(kind["computed"] == 0 for kind in memo.values()), memo
+    # Every kind recalled (no line is frequent enough here for a strip decision).
+    assert all(kind["recalled"] > 0 for name, kind in memo.items() if name != "strip"), memo
+    assert_tables_equal(first.run_dir, second.run_dir)

@@ -39,7 +39,7 @@ CHUNKS = st.builds(
 DOCUMENTS = st.builds(
     Document, doc_id=TEXT, uri=TEXT, text=TEXT,
     metadata=st.lists(st.tuples(TEXT, TEXT), max_size=3).map(tuple), position=INTS, encoding=TEXT,
-    input_digest=TEXT, principals=PRINCIPALS)
+    input_digest=TEXT, principals=PRINCIPALS, memo=st.binary(max_size=40))
 
 
 def same_fields(a, b) -> bool:

@@ -1,15 +1,17 @@
 """The corpus statistics are one element whatever the input: none of the chunks (every document
-rejected), some, or chunks and statistics carried from a previous run."""
+rejected), some, or chunks and statistics carried from a previous run; the document frequencies
+come per share of the term space, every share once, each term in its own share."""
 
 from __future__ import annotations
 
 import apache_beam as beam
+import numpy as np
 from apache_beam.testing.util import assert_that, equal_to
 
 from chunkline.records import ChunkRecord
 from chunkline.sparse import CorpusStats, SparseOptions, term_counts
 from tests.beam_helpers import fnapi_pipeline
-from transforms.sparse import SparseCounts
+from transforms.sparse import SparseCounts, term_share
 
 
 def _chunk(text: str, index: int) -> ChunkRecord:
@@ -18,14 +20,21 @@ def _chunk(text: str, index: int) -> ChunkRecord:
 
 
 def _as_tuple(stats: CorpusStats) -> tuple:
-    return stats.documents, stats.total_length, sorted(stats.df.items())
+    return stats.documents, stats.total_length, stats.terms
+
+
+def _share_rows(share_terms) -> list[tuple[int, int, int]]:
+    share, (ids, dfs) = share_terms
+    return [(share, int(i), int(d)) for i, d in zip(ids, dfs)] or [(share, -1, -1)]
 
 
 def test_statistics_of_no_chunks_are_one_empty_element() -> None:
     with fnapi_pipeline() as pipeline:
         none = pipeline | beam.Create([]).with_output_types(ChunkRecord)
-        stats = none | SparseCounts(SparseOptions())
-        assert_that(stats.stats | beam.Map(_as_tuple), equal_to([(0, 0, [])]))
+        stats = none | SparseCounts(SparseOptions(), shares=3)
+        assert_that(stats.stats | beam.Map(_as_tuple), equal_to([(0, 0, 0)]), label="Stats")
+        assert_that(stats.terms | beam.FlatMap(_share_rows),
+                    equal_to([(0, -1, -1), (1, -1, -1), (2, -1, -1)]), label="Shares")
 
 
 def test_statistics_sum_new_and_carried_chunks() -> None:
@@ -41,6 +50,10 @@ def test_statistics_sum_new_and_carried_chunks() -> None:
     with fnapi_pipeline() as pipeline:
         chunks = pipeline | "Chunks" >> beam.Create([_chunk(t, i) for i, t in enumerate(texts)])
         earlier = pipeline | "Carried" >> beam.Create([carried])
-        stats = (chunks, earlier) | SparseCounts(SparseOptions())
+        stats = (chunks, earlier) | SparseCounts(SparseOptions(), shares=5)
         assert_that(stats.stats | beam.Map(_as_tuple),
-                    equal_to([(4, length, sorted(expected_df.items()))]))
+                    equal_to([(4, length, len(expected_df))]), label="Stats")
+        rows = [(int(term_share(np.array([t]), 5)[0]), t, df) for t, df in expected_df.items()]
+        present = {share for share, _, _ in rows}
+        assert_that(stats.terms | beam.FlatMap(_share_rows),
+                    equal_to(rows + [(s, -1, -1) for s in range(5) if s not in present]), label="Shares")
