@@ -39,7 +39,7 @@ from datasketch import MinHash  # noqa: E402
 
 from chunkline.minhash import MinHasher, MinHashOptions, words  # noqa: E402
 from chunkline.records import Document  # noqa: E402
-from transforms.dedupe import Dedupe  # noqa: E402
+from chunkline.transforms.dedupe import Dedupe  # noqa: E402
 
 SHINGLE = 5
 

@@ -16,7 +16,7 @@ starts a real chunkline process through this script's child mode, kills it insid
 stage, checks the output from the files alone, runs `chunkline run` again to completion and
 checks again.
 
-Child mode (``--child STAGE AT --report FILE -- <chunkline args>``) runs ``pipeline.cli.main``
+Child mode (``--child STAGE AT --report FILE -- <chunkline args>``) runs ``chunkline.pipeline.cli.main``
 in this process. The job runs in-process (FnApiRunner), so every stage's code runs here:
 
 - read, split, embed, write: a daemon thread polls ``sys._current_frames()`` every 2 ms for a
@@ -25,7 +25,7 @@ in this process. The job runs in-process (FnApiRunner), so every stage's code ru
   ``AT`` seconds (time between polls that both found it), it SIGKILLs the process at a poll that
   finds the stage's frame on a stack. ``AT`` is uniform over 85% of the observed run's work.
 - publish (the manifest write through ``publish()`` returning, under a millisecond and so too
-  short to poll): ``pipeline.run._write_text`` and ``pipeline.run.publish`` are wrapped in this
+  short to poll): ``chunkline.pipeline.run._write_text`` and ``chunkline.pipeline.run.publish`` are wrapped in this
   process only; from the manifest write on, a profile hook counts Python and C calls and returns
   on the driver thread and SIGKILLs at the ``AT``-th. The trials cycle through the four states
   the files pass through (no manifest; manifest open; manifest complete, old LATEST; LATEST
@@ -136,7 +136,7 @@ class _Child:
             time.sleep(POLL_S)
 
     def wrap_publish(self) -> None:
-        import pipeline.run as run_module
+        import chunkline.pipeline.run as run_module
 
         write_text, publish = run_module._write_text, run_module.publish
         child = self
@@ -178,7 +178,7 @@ class _Child:
         sys.path.insert(0, str(ROOT))
         self.wrap_publish()
         threading.Thread(target=self.watch, name="kill-bench-watch", daemon=True).start()
-        from pipeline.cli import main
+        from chunkline.pipeline.cli import main
 
         rc = main(argv)
         self.done.set()

@@ -5,7 +5,7 @@
 The corpus (generated, seeded): one JSONL dump of ``--docs`` small records (a few sentences
 each from a fixed vocabulary; one in ten ends with a shared footer line, so boilerplate finds
 it; one in two hundred is an exact copy of another) plus ``--files`` Markdown files. Every run
-is ``pipeline.run.run`` in this one process (configs/local.yaml, ``embed: null``, the
+is ``chunkline.pipeline.run.run`` in this one process (configs/local.yaml, ``embed: null``, the
 in-process FnApiRunner), timed by the manifest's pipeline seconds; in order, after a warm-up
 run: the floor (a one-document corpus: its full run and its unchanged rerun, the fixed cost of
 a run), the full run, a rerun with nothing changed, and a rerun with 1 % of the records and
@@ -29,8 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline.config import load_config  # noqa: E402
-from pipeline.run import run  # noqa: E402
+from chunkline.pipeline.config import load_config  # noqa: E402
+from chunkline.pipeline.run import run  # noqa: E402
 
 WORDS = ("robot arm calibration sensor firmware battery dock mission route map lidar torque "
          "encoder gripper payload controller network latency safety zone charger floor aisle "

@@ -17,7 +17,7 @@ config, reuse on) then a sync into each store:
 6. nothing changed.
 
 "expected" counts the rows whose (chunk_id, row digest) is not in the previous run and the
-chunk ids gone, from the runs' Parquet (``pipeline.sync.rows.load_rows``).
+chunk ids gone, from the runs' Parquet (``chunkline.pipeline.sync.rows.load_rows``).
 
     python bench/nightly_sync_bench.py [--mb 1.5] [--records 200] [--stores lancedb,pgvector,qdrant] [--demo]
 """
@@ -40,13 +40,13 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from chunkline.sparse import TERM_SPACE, SparseOptions, query_terms, query_weights  # noqa: E402
-from pipeline.config import load_config  # noqa: E402
-from pipeline.manifest import load_manifest  # noqa: E402
-from pipeline.query import search  # noqa: E402
-from pipeline.run import run  # noqa: E402
-from pipeline.sync.core import sync  # noqa: E402
-from pipeline.sync.rows import load_rows, terms_table  # noqa: E402
-from pipeline.sync.uri import open_store  # noqa: E402
+from chunkline.pipeline.config import load_config  # noqa: E402
+from chunkline.pipeline.manifest import load_manifest  # noqa: E402
+from chunkline.pipeline.query import search  # noqa: E402
+from chunkline.pipeline.run import run  # noqa: E402
+from chunkline.pipeline.sync.core import sync  # noqa: E402
+from chunkline.pipeline.sync.rows import load_rows, terms_table  # noqa: E402
+from chunkline.pipeline.sync.uri import open_store  # noqa: E402
 from pipeline_peers import readme_corpus  # noqa: E402
 from tests.bm25_reference import reference_scores  # noqa: E402
 

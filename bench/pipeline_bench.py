@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 from chunkline import get_tokenizer  # noqa: E402
 from chunkline.embedder import EmbedOptions, embed_texts, load_model, resolve_model_dir  # noqa: E402
 from chunkline.splitting.text import heading_prefix  # noqa: E402
-from pipeline.config import load_config  # noqa: E402
+from chunkline.pipeline.config import load_config  # noqa: E402
 
 WORDS = (
     "the robot arm joint torque sensor calibration controller firmware update network "
@@ -96,7 +96,7 @@ def bench(corpus: Path, dtype: str, batch_size: int, out_dir: Path) -> dict:
     """Both sides in fresh processes, so each pays its own imports and model load."""
     overrides = [f"input.pattern={corpus}/**", f"output.path={out_dir}",
                  f"embed.dtype={dtype}", f"embed.batch_size={batch_size}"]
-    command = [sys.executable, "-m", "pipeline.cli", "run", "--config", "configs/local.yaml"]
+    command = [sys.executable, "-m", "chunkline.pipeline.cli", "run", "--config", "configs/local.yaml"]
     for item in overrides:
         command += ["--set", item]
     pipeline_seconds = timed(command)

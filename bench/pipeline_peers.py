@@ -16,7 +16,7 @@ this project did not write, Markdown and reStructuredText mixed as it comes.
 Systems, every one at a budget of 256 all-MiniLM-L6-v2 tokens per embedded text (special
 tokens and chunkline's heading prefix included), batches of 64, float32 unless named:
 
-- ``chunkline-*``: ``python -m pipeline.cli run`` with configs/local.yaml (read, clean, dedupe,
+- ``chunkline-*``: ``python -m chunkline.pipeline.cli run`` with configs/local.yaml (read, clean, dedupe,
   split at 222 + 32 reserved for the heading path, BM25 sparse vectors, embed, Parquet), its
   ``embed.backend``/``embed.dtype`` as named, ``embed.threads`` = ``--threads``.
 - ``llamaindex``: ``IngestionPipeline([SentenceSplitter(254, 0), HuggingFaceEmbedding])``
@@ -137,7 +137,7 @@ def run_chunkline(system: str, corpus: Path, threads: int) -> dict:
     backend, dtype = CHUNKLINE[system]
     with tempfile.TemporaryDirectory() as output:
         subprocess.run(
-            [sys.executable, "-m", "pipeline.cli", "run", "--config", "configs/local.yaml",
+            [sys.executable, "-m", "chunkline.pipeline.cli", "run", "--config", "configs/local.yaml",
              "--input", f"{corpus}/**", "--output", output,
              "--set", f"embed.backend={backend}", "--set", f"embed.dtype={dtype}",
              "--set", f"embed.threads={threads}", "--set", f"embed.batch_size={BATCH}"],

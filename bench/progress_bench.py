@@ -30,7 +30,7 @@ from bench.scale_bench import generate  # noqa: E402
 
 def run_under_terminal(corpus: Path, output: Path, quiet: bool) -> tuple[float, float]:
     """(CPU seconds, wall seconds) of one run whose terminal is a pty read here."""
-    command = [sys.executable, "-c", "import sys; from pipeline.cli import main; sys.exit(main())",
+    command = [sys.executable, "-c", "import sys; from chunkline.pipeline.cli import main; sys.exit(main())",
                "run", "--config", "configs/local.yaml", "--input", f"{corpus}/**",
                "--output", str(output), "--set", "embed=null", *(["--quiet"] if quiet else [])]
     master, slave = pty.openpty()

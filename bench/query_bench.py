@@ -3,7 +3,7 @@
 Builds the demo index (``configs/local.yaml`` on examples/corpus) once, then copies its chunk
 rows until there are ``--chunks`` of them (each copy under new doc and chunk ids; same vectors
 and sparse weights), written back as the run's shards, and times each step of
-``pipeline.query.search`` in one process: loading the shards, the BM25 scores, the dense
+``chunkline.pipeline.query.search`` in one process: loading the shards, the BM25 scores, the dense
 scores (the question embedded by the index's model: its load is reported apart), the fusion
 and the top k. Best of ``--repeats``.
 
@@ -28,10 +28,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from chunkline.index.tables import live_files, read_table  # noqa: E402
-from pipeline.config import load_config  # noqa: E402
-from pipeline.manifest import load_manifest  # noqa: E402
-from pipeline.query import dense_scores, fused, load_chunks, search, sparse_scores  # noqa: E402
-from pipeline.run import run  # noqa: E402
+from chunkline.pipeline.config import load_config  # noqa: E402
+from chunkline.pipeline.manifest import load_manifest  # noqa: E402
+from chunkline.pipeline.query import dense_scores, fused, load_chunks, search, sparse_scores  # noqa: E402
+from chunkline.pipeline.run import run  # noqa: E402
 
 QUESTION = "how long should the arm warm up before calibration?"
 

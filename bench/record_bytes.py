@@ -21,7 +21,7 @@ import apache_beam as beam
 import pyarrow.parquet as pq
 
 from chunkline.records import ChunkRecord
-from transforms.coders import ChunkRecordCoder
+from chunkline.transforms.coders import ChunkRecordCoder
 
 TARGET = 2200  # bytes per record (2.2 KB), mean, with the demo config
 

@@ -77,8 +77,8 @@ def write_corpus(root: Path, docs: int, seed: int) -> None:
 def timed_run(corpus: Path, output: Path, *overrides: str):
     # Imported here: --nightly runs the pipeline in child processes only, so this process
     # neither pays for nor depends on importing it.
-    from pipeline.config import load_config
-    from pipeline.run import run
+    from chunkline.pipeline.config import load_config
+    from chunkline.pipeline.run import run
 
     config = load_config(ROOT / "configs" / "local.yaml", [
         f"input.pattern={corpus}/**", f"output.path={output}", *overrides])
@@ -239,7 +239,7 @@ def run_process(corpus: Path, output: Path, overrides: list[str]) -> Measured:
     """One fresh `chunkline run` process (bench/scale_bench.py's run_once, with CPU time, the
     manifest's pipeline time and the run directory's size)."""
     command = [
-        sys.executable, "-c", "import sys; from pipeline.cli import main; sys.exit(main())",
+        sys.executable, "-c", "import sys; from chunkline.pipeline.cli import main; sys.exit(main())",
         "run", "--config", "configs/local.yaml",
         "--set", f"input.pattern={corpus}/**", "--set", f"output.path={output}",
         *[part for override in overrides for part in ("--set", override)], "--allow-shrink",

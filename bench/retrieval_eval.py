@@ -20,7 +20,7 @@ documents by cosine similarity:
   (``chunkline.late``: 254-token windows, stride 127), and the same for the semantic chunks.
 - sparse / hybrid: the recursive + heading path chunks ranked by BM25 over their embedded text
   (``chunkline.sparse``: the weights the pipeline writes, statistics over these chunks), and by
-  reciprocal rank fusion of the dense and BM25 rankings (``pipeline.query.fused``, k = 60), as
+  reciprocal rank fusion of the dense and BM25 rankings (``chunkline.pipeline.query.fused``, k = 60), as
   ``chunkline query --mode sparse`` / ``--mode hybrid`` rank.
 - LangChain: ``RecursiveCharacterTextSplitter.from_huggingface_tokenizer`` with the MiniLM
   tokenizer and the same budget, overlap 0; offsets from its ``add_start_index`` (``str.find``
@@ -64,7 +64,7 @@ from chunkline.sparse import (  # noqa: E402
     term_counts,
 )
 from chunkline.quantize import dequantized, stored  # noqa: E402
-from pipeline.query import fused  # noqa: E402
+from chunkline.pipeline.query import fused  # noqa: E402
 
 LABELS = ROOT / "retrieval"
 MODEL = "all-MiniLM-L6-v2"

@@ -92,7 +92,7 @@ def generate(directory: Path, megabytes: float, seed: int = 11) -> tuple[int, in
 
 def run_once(repo: Path, corpus: Path, output: Path) -> dict:
     command = [
-        sys.executable, "-c", "import sys; from pipeline.cli import main; sys.exit(main())",
+        sys.executable, "-c", "import sys; from chunkline.pipeline.cli import main; sys.exit(main())",
         "run", "--config", "configs/local.yaml",
         "--set", f"input.pattern={corpus}/**", "--set", f"output.path={output}",
         "--set", "embed=null", "--allow-shrink",

@@ -1,4 +1,4 @@
-"""A search service's latency: ``pipeline.search.Index`` opened once over 100,000 chunks.
+"""A search service's latency: ``chunkline.pipeline.search.Index`` opened once over 100,000 chunks.
 
 The setup is bench/query_bench.py's: the demo index (``configs/local.yaml`` on examples/corpus)
 with its chunk rows copied under new ids to ``--chunks`` rows. Then, in one process:
@@ -12,7 +12,7 @@ with its chunk rows copied under new ids to ``--chunks`` rows. Then, in one proc
 - end to end again in a child process started with ``OMP_WAIT_POLICY=PASSIVE``: PyTorch's
   OpenMP threads otherwise spin after each forward pass, and on a machine with few cores they
   hold the cores OpenBLAS's threads want for the dense product that follows;
-- the per-question path for comparison (``pipeline.query.search_result``, what one
+- the per-question path for comparison (``chunkline.pipeline.query.search_result``, what one
   ``chunkline query`` does: the index opened and the model loaded for the question), over
   ``--per-question`` questions.
 
@@ -44,10 +44,10 @@ sys.path.insert(0, str(ROOT / "bench"))
 from chunkline.metadata import matches, parse_condition  # noqa: E402
 from chunkline.index.manifest import load_manifest  # noqa: E402
 from chunkline.index.tables import read_table  # noqa: E402
-from pipeline.config import load_config  # noqa: E402
-from pipeline.query import search_result  # noqa: E402
-from pipeline.run import run  # noqa: E402
-from pipeline.search import Index  # noqa: E402
+from chunkline.pipeline.config import load_config  # noqa: E402
+from chunkline.pipeline.query import search_result  # noqa: E402
+from chunkline.pipeline.run import run  # noqa: E402
+from chunkline.pipeline.search import Index  # noqa: E402
 from query_bench import QUESTION, grow  # noqa: E402
 
 WHERE = "status=closed"

@@ -69,7 +69,7 @@ class StageMemory:
 def main(argv: list[str]) -> int:
     sys.path.insert(0, str(ROOT))
     probe = StageMemory()
-    from pipeline.cli import main as chunkline
+    from chunkline.pipeline.cli import main as chunkline
 
     try:
         status = chunkline(argv)

@@ -31,12 +31,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from pipeline.config import load_config  # noqa: E402
-from pipeline.manifest import load_manifest  # noqa: E402
-from pipeline.run import run  # noqa: E402
-from pipeline.sync.core import sync  # noqa: E402
-from pipeline.sync.rows import load_rows  # noqa: E402
-from pipeline.sync.uri import open_store  # noqa: E402
+from chunkline.pipeline.config import load_config  # noqa: E402
+from chunkline.pipeline.manifest import load_manifest  # noqa: E402
+from chunkline.pipeline.run import run  # noqa: E402
+from chunkline.pipeline.sync.core import sync  # noqa: E402
+from chunkline.pipeline.sync.rows import load_rows  # noqa: E402
+from chunkline.pipeline.sync.uri import open_store  # noqa: E402
 from chunkline.index.tables import live_files  # noqa: E402
 from query_bench import grow, restate  # noqa: E402
 

@@ -25,8 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline.config import load_config  # noqa: E402
-from pipeline.run import run  # noqa: E402
+from chunkline.pipeline.config import load_config  # noqa: E402
+from chunkline.pipeline.run import run  # noqa: E402
 from tests.pipeline.sync_cases import cli, parquet_rows, race  # noqa: E402
 from tests.pipeline.test_reindex import write_corpus  # noqa: E402
 

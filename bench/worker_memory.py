@@ -25,7 +25,7 @@ from bench.scale_bench import generate  # noqa: E402
 from chunkline.boilerplate import BoilerplateOptions, line_keys  # noqa: E402
 from chunkline.minhash import LONGEST, survivor_key  # noqa: E402
 from chunkline.sparse import TERM_SPACE, SparseOptions, term_counts  # noqa: E402
-from transforms.clean import key_buckets  # noqa: E402
+from chunkline.transforms.clean import key_buckets  # noqa: E402
 
 
 def deep_size(value) -> int:
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mb", type=float, default=4.0)
     parser.add_argument("--documents", type=int, default=100_000_000)
     parser.add_argument("--near-share", type=float, default=0.2)
-    parser.add_argument("--shares", type=int, default=65_536, help="pipeline.plan.join_shares at that size")
+    parser.add_argument("--shares", type=int, default=65_536, help="chunkline.pipeline.plan.join_shares at that size")
     parser.add_argument("--term-shares", type=int, default=256, help="output.chunk_shards")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as directory:

@@ -335,7 +335,7 @@ def chunk_id(doc_id: str, start: int, end: int) -> str:
 
 def content_key(embedding_signature: str, embedded_text: str) -> str:
     """Key of a vector: what made it (model, weights, dtype, mode; see
-    ``pipeline.run.embedding_signature``) and exactly what it read. Equal keys give equal vectors,
+    ``chunkline.pipeline.run.embedding_signature``) and exactly what it read. Equal keys give equal vectors,
     so a reindex reuses the previous run's vector instead of embedding again."""
     digest = hashlib.sha256()
     digest.update(embedding_signature.encode("utf-8"))

@@ -1,4 +1,4 @@
-"""Write docs/configuration.md from the config schema (``pipeline.config.Config``): one table per
+"""Write docs/configuration.md from the config schema (``chunkline.pipeline.config.Config``): one table per
 section, each key's type, bounds, default and help text, as pydantic holds them (the help texts
 of the library's options dataclasses, ``field(metadata=help_text(...))``, and the pipeline's own
 ``Field(description=...)``).
@@ -181,7 +181,7 @@ def _slug(key: str) -> str:
 
 
 def render() -> str:
-    from pipeline.config import Config
+    from chunkline.pipeline.config import Config
 
     lines = [HEADER, *_top(Config)]
     return "\n".join(lines).rstrip("\n") + "\n"

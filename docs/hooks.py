@@ -8,11 +8,19 @@ there is one copy of each.
   angle-bracketed name outside code (``<frozen posixpath>`` in a traceback column) is shown as
   text rather than read as an HTML tag, and a list right under its paragraph gets the blank
   line Python-Markdown needs to see a list (GitHub needs none).
+
+The API reference is read from the code statically (mkdocstrings' griffe, from the folders
+mkdocs.yml's ``paths`` names). The installed layout, pipeline/ and transforms/ as
+chunkline.pipeline and chunkline.transforms (pyproject.toml's package-dir), exists only once
+installed, so ``on_config`` copies the sources in that layout under build/namespace (griffe
+follows a symbolic link to its target's folder, which would lose the mapping): the reference
+names each object as users import it.
 """
 
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 from mkdocs.structure.files import File
@@ -22,6 +30,20 @@ ROOT = Path(__file__).resolve().parents[1]
 HTML_TAGS = r"(?!/?(?:details|summary|br|sub|sup)\b)"
 LIST_ITEM = re.compile(r"(?:[-*]|\d+\.) ")
 LINKS = ((re.compile(r"\]\(docs/"), "]("), (re.compile(r"\]\(bench/RESULTS\.md"), "](results.md"))
+
+
+NAMESPACE = ROOT / "build" / "namespace"
+MAPPED = {"pipeline": ROOT / "pipeline", "transforms": ROOT / "transforms"}
+
+
+def on_config(config):
+    package = NAMESPACE / "chunkline"
+    shutil.rmtree(NAMESPACE, ignore_errors=True)
+    sources = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(ROOT / "chunkline", package, ignore=sources)
+    for name, folder in MAPPED.items():
+        shutil.copytree(folder, package / name, ignore=sources)
+    return config
 
 
 def readme_page() -> str:

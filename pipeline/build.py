@@ -19,25 +19,25 @@ from chunkline.records import (
     document_schema,
     rejected_schema,
 )
-from pipeline.config import Config
-from pipeline.options import stage_options
-from pipeline.plan import Plan
-from transforms.access import AssignPrincipals
-from transforms.clean import CleanDocuments, RemoveBoilerplate, WriteRemovedLines
-from transforms.credentials import ScanCredentials
-from transforms.dedupe import Dedupe, UniqueRejectedIds
-from transforms.read import ReadDocuments
-from transforms.reuse import (
+from chunkline.pipeline.config import Config
+from chunkline.pipeline.options import stage_options
+from chunkline.pipeline.plan import Plan
+from chunkline.transforms.access import AssignPrincipals
+from chunkline.transforms.clean import CleanDocuments, RemoveBoilerplate, WriteRemovedLines
+from chunkline.transforms.credentials import ScanCredentials
+from chunkline.transforms.dedupe import Dedupe, UniqueRejectedIds
+from chunkline.transforms.read import ReadDocuments
+from chunkline.transforms.reuse import (
     ContentKeys,
     LateContentKeys,
     ReuseForDocuments,
     ReusePreviousEmbeddings,
 )
-from transforms.coders import statuses_table
-from transforms.carry import CarriedRows, CarriedShards, CarryIndex, CarryKeys, SetCarryKeys
-from transforms.spill import spill_dir
-from transforms.split import FlattenChunks, SplitDocuments
-from transforms.write import Sidecar, WriteParquetShards, shard_of
+from chunkline.transforms.coders import statuses_table
+from chunkline.transforms.carry import CarriedRows, CarriedShards, CarryIndex, CarryKeys, SetCarryKeys
+from chunkline.transforms.spill import spill_dir
+from chunkline.transforms.split import FlattenChunks, SplitDocuments
+from chunkline.transforms.write import Sidecar, WriteParquetShards, shard_of
 
 
 def _rejected_status(record: Rejected) -> DocumentStatus:
@@ -122,7 +122,7 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
                         if config.output.chunk_metadata is not None else None),
     )
     if stages.context is not None:
-        from transforms.context import ContextualHeaders  # the LLM SDKs load only when on
+        from chunkline.transforms.context import ContextualHeaders  # the LLM SDKs load only when on
 
         split = split | "Context" >> ContextualHeaders(
             stages.context, context_cache_dir(config), plan.run_dir.rstrip("/").rsplit("/", 1)[-1],
@@ -133,7 +133,7 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
     options = stages.embed
     if options is not None and stages.late is not None:
         # Late chunking reads each chunk's whole document: reuse and embed on the elements.
-        from transforms.late_embed import LateEmbedChunks  # torch loads only when embedding is on
+        from chunkline.transforms.late_embed import LateEmbedChunks  # torch loads only when embedding is on
 
         split = split | "ContentKey" >> LateContentKeys(plan.embedding_signature)
         if plan.previous_files:
@@ -142,7 +142,7 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
     else:
         chunks = split | "ContentKey" >> ContentKeys(plan.embedding_signature) | "Chunks" >> FlattenChunks()
         if options is not None:
-            from transforms.embed import EmbedChunks  # torch loads only when embedding is on
+            from chunkline.transforms.embed import EmbedChunks  # torch loads only when embedding is on
 
             to_embed = chunks
             if plan.previous_files:
@@ -163,7 +163,7 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
 
     weigh, weights = {}, None
     if stages.sparse is not None:
-        from transforms.sparse import BM25Weights, SparseCounts, WriteStats, WriteTerms
+        from chunkline.transforms.sparse import BM25Weights, SparseCounts, WriteStats, WriteTerms
 
         # The document frequencies are combined per share of the term space, one terms file
         # each, as many as the chunks' files: no worker holds the corpus's vocabulary.

@@ -19,7 +19,7 @@ from chunkline import (
     split_code,
 )
 
-from pipeline import exits
+from chunkline.pipeline import exits
 
 DEFAULT_TOKENIZER = "hf:all-MiniLM-L6-v2"
 # Another run holds the output's lease: try again later (sysexits.h EX_TEMPFAIL).
@@ -114,8 +114,8 @@ def runner_option(beam_args: Sequence[str]) -> tuple[str | None, list[str]]:
 
 
 def _run_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from pipeline.config import ConfigError, load_config
-    from pipeline.redact import redacted
+    from chunkline.pipeline.config import ConfigError, load_config
+    from chunkline.pipeline.redact import redacted
 
     overrides = list(args.set or [])
     # `is not None`: an empty --output "" is a mistake to report, not a flag to ignore.
@@ -139,10 +139,10 @@ def _run_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                         datefmt="%H:%M:%S")
     logging.getLogger("chunkline").setLevel(logging.WARNING if args.quiet else logging.INFO)
     from chunkline.embedder import ModelNotAvailable
-    from pipeline.lease import LeaseHeld
-    from pipeline.progress import RunProgress, progress_mode
-    from pipeline.run import run
-    from pipeline.summary import format_summary
+    from chunkline.pipeline.lease import LeaseHeld
+    from chunkline.pipeline.progress import RunProgress, progress_mode
+    from chunkline.pipeline.run import run
+    from chunkline.pipeline.summary import format_summary
 
     try:
         with RunProgress(err, progress_mode(err, args.quiet), args.progress_interval):
@@ -165,7 +165,7 @@ def _run_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     # The index is published either way; a store left behind is its own status (not "not
     # published", not "bad input"), and a rerun of `chunkline sync` (or of the run, which
     # reuses every vector) completes it.
-    from pipeline.sync.command import run_args as sync_command
+    from chunkline.pipeline.sync.command import run_args as sync_command
 
     sync_args = argparse.Namespace(
         output=config.output.path, to=config.sink.to, run=summary.run_id, unpublished=False,
@@ -231,7 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "(default 10)")
     run_parser.set_defaults(handler=_run_command, beam_args=[])
 
-    from pipeline.query_command import add_arguments as add_query_arguments, query_command
+    from chunkline.pipeline.query_command import add_arguments as add_query_arguments, query_command
 
     query_parser = commands.add_parser(
         "query", help="search an index's Parquet shards with the index's own model",
@@ -239,7 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_query_arguments(query_parser)
     query_parser.set_defaults(handler=query_command)
 
-    from pipeline.sync.command import add_arguments as add_sync_arguments, run_args as sync_command
+    from chunkline.pipeline.sync.command import add_arguments as add_sync_arguments, run_args as sync_command
 
     sync_parser = commands.add_parser(
         "sync", help="make a vector store (LanceDB, PostgreSQL + pgvector, Qdrant) equal to the "
@@ -247,7 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_sync_arguments(sync_parser)
     sync_parser.set_defaults(handler=sync_command)
 
-    from pipeline.sync.command import add_grant_arguments, grant_args
+    from chunkline.pipeline.sync.command import add_grant_arguments, grant_args
 
     grant_parser = commands.add_parser(
         "grant", help="set, revoke or list a PostgreSQL reader role's principals (the grants "
@@ -255,7 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_grant_arguments(grant_parser)
     grant_parser.set_defaults(handler=grant_args)
 
-    from pipeline.report import add_arguments as add_report_arguments, report_command
+    from chunkline.pipeline.report import add_arguments as add_report_arguments, report_command
 
     report_parser = commands.add_parser(
         "report", help="write a run's report.html: funnel, rejections, duplicates, boilerplate, "
@@ -263,7 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_report_arguments(report_parser)
     report_parser.set_defaults(handler=report_command)
 
-    from pipeline import runs
+    from chunkline.pipeline import runs
 
     runs_parser = commands.add_parser(
         "runs", help="list an output's runs: id, start, status (LATEST, complete, held-back, "

@@ -17,7 +17,7 @@ from chunkline.minhash import MinHashOptions
 from chunkline.readers import ReadOptions
 from chunkline.sparse import SparseOptions
 from chunkline.splitting.semantic import SemanticOptions
-from pipeline.config import Config
+from chunkline.pipeline.config import Config
 
 
 @dataclass(frozen=True)

@@ -27,12 +27,11 @@ from chunkline.index.tables import has_table, live_files
 from chunkline.memo import MEMO_DIR, MemoSource, shares_for
 from chunkline.sizers import model_fingerprint
 from chunkline.splitting.options import split_budget
-from pipeline.config import Config, to_dict
-from pipeline.manifest import (ManifestError, complete_runs, latest_run, load_manifest, resolve_run,
+from chunkline.pipeline.config import Config, to_dict
+from chunkline.pipeline.manifest import (ManifestError, complete_runs, latest_run, load_manifest, resolve_run,
                                table_files)
-from pipeline.options import StageOptions, stage_options
-from transforms.carry import CarrySource
-from transforms.write import same_output
+from chunkline.pipeline.options import StageOptions, stage_options
+from chunkline.transforms.carry import CarrySource
 
 log = logging.getLogger("chunkline.run")
 
@@ -437,7 +436,7 @@ def preflight(config: Config, run_id: str, start_over: bool = False) -> None:
     tokenizer spec loads, the device exists, the output is writable, a lost LATEST is not taken
     for a first run. (The model and the budget are checked by :func:`plan`.)"""
     from chunkline import TokenizerNotAvailable, get_tokenizer
-    from transforms.model_cache import local_tokenizer_spec
+    from chunkline.transforms.model_cache import local_tokenizer_spec
 
     check_input(config.input.pattern)
     check_output_apart(config.input.pattern, config.output.path)
@@ -502,7 +501,7 @@ def plan(config: Config, run_id: str) -> Plan:
     """Decide the split tokenizer and budget from the embedder, on the driver, before the job:
     budget = model max input - its special tokens - the heading reserve."""
     from chunkline.embedder import EmbedOptions, model_info, resolve_dtype, resolve_model_dir
-    from transforms.model_cache import local_model_dir
+    from chunkline.transforms.model_cache import local_model_dir
 
     stages = stage_options(config)
     if stages.embed is not None:  # dtype auto decided here, once, for every worker

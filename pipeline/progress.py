@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Literal, TextIO
 
-from transforms.counters import (
+from chunkline.transforms.counters import (
     CHUNKS_CARRIED,
     CHUNKS_EMBEDDED,
     CHUNKS_REUSED,
@@ -29,7 +29,7 @@ from transforms.counters import (
     READ_REJECTED,
     TOKENS_EMBEDDED,
 )
-from transforms.progress import PIECES_MATCHED, PIECES_READ, PROGRESS_ENV, WRITTEN, flush_progress
+from chunkline.transforms.progress import PIECES_MATCHED, PIECES_READ, PROGRESS_ENV, WRITTEN, flush_progress
 
 log = logging.getLogger("chunkline.progress")
 Mode = Literal["live", "lines", "off"]

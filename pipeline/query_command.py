@@ -1,4 +1,4 @@
-"""``chunkline query OUTPUT QUESTION``: the command around ``pipeline.query.search_result``.
+"""``chunkline query OUTPUT QUESTION``: the command around ``chunkline.pipeline.query.search_result``.
 
 The hits go to stdout; the result's notes (no hits and why, a hybrid search that ranked by one
 side) to stderr, one line each, or into the JSON object with ``--json``. Exit 0 whenever the
@@ -18,7 +18,7 @@ import argparse
 from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
-    from pipeline.query import Hit
+    from chunkline.pipeline.query import Hit
 
 # What a terminal acts on rather than shows: C0 and C1 controls and DEL, the line and paragraph
 # separators, and the bidirectional embeddings, overrides and isolates that reorder the rest of
@@ -80,7 +80,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def query_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from pipeline.query import search_result
+    from chunkline.pipeline.query import search_result
 
     if args.k < 1:
         print(f"chunkline query: -k must be at least 1, got {args.k}", file=err)

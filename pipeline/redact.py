@@ -65,7 +65,7 @@ def _redact_uri_rest(rest: str) -> str:
 
 
 def redacted_config(value: Any) -> Any:
-    """A config as plain data (``pipeline.config.to_dict``) with every string redacted: what
+    """A config as plain data (``chunkline.pipeline.config.to_dict``) with every string redacted: what
     the manifest records."""
     if isinstance(value, str):
         return redacted(value) if "://" in value else value

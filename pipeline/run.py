@@ -24,21 +24,21 @@ from chunkline.context import METRICS_NAMESPACE as CONTEXT_NAMESPACE
 from chunkline.context import estimate_cost, over_failure_budget, summary_lines
 from chunkline.index.layout import LATEST, MANIFEST, STAGED_LATEST
 from chunkline.index.tables import FORMAT, read_table, relative_path
-from pipeline.build import build
-from pipeline.config import Config, to_dict
-from pipeline.lease import OutputLease
-from pipeline.manifest import ManifestError, latest_run, load_manifest, resolve_run
-from pipeline.plan import absolute_paths, new_run_id, plan, preflight
-from pipeline.redact import redacted, redacted_config
-from pipeline.summary import RunSummary, access_lines, bm25_lines, credential_lines, ocr_lines
-from pipeline.timing import stage_seconds
-from transforms.memory import release_freed_memory
-from transforms.spill import remove_dead_spills, remove_spill
-from transforms.write import LISTING_DIR
-from transforms.memo import NAMESPACE as MEMO_NAMESPACE
+from chunkline.pipeline.build import build
+from chunkline.pipeline.config import Config, to_dict
+from chunkline.pipeline.lease import OutputLease
+from chunkline.pipeline.manifest import ManifestError, latest_run, load_manifest, resolve_run
+from chunkline.pipeline.plan import absolute_paths, new_run_id, plan, preflight
+from chunkline.pipeline.redact import redacted, redacted_config
+from chunkline.pipeline.summary import RunSummary, access_lines, bm25_lines, credential_lines, ocr_lines
+from chunkline.pipeline.timing import stage_seconds
+from chunkline.transforms.memory import release_freed_memory
+from chunkline.transforms.spill import remove_dead_spills, remove_spill
+from chunkline.transforms.write import LISTING_DIR
+from chunkline.transforms.memo import NAMESPACE as MEMO_NAMESPACE
 from chunkline.memo import KINDS as MEMO_KINDS, MEMO_DIR, MEMO_TABLE
 from chunkline.carry import CARRY_TABLE
-from transforms.counters import (
+from chunkline.transforms.counters import (
     CARRY_COUNTERS, CHUNKS_CARRIED, CHUNKS_EMBEDDED, CHUNKS_REUSED, READ_DOCUMENTS, READ_REJECTED, REUSE_REJECTED, TOKENS_EMBEDDED,
     TOKENS_PADDED,
 )
@@ -75,7 +75,7 @@ def shrink_guard(counts: dict[str, int], output: str, max_shrink: float,
 
 def _baseline(config: Config) -> str | None:
     """The run ``--previous`` names, when no LATEST exists: what a run after a lost LATEST is
-    compared with (``pipeline.plan.check_latest``)."""
+    compared with (``chunkline.pipeline.plan.check_latest``)."""
     if not config.output.previous:
         return None
     try:
@@ -149,7 +149,7 @@ def _size(path: str) -> int:
 
 def run_tables(run_dir: str, tables: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
     """Each of ``tables`` as the manifest (format 2, ``chunkline.index.tables``) lists it: the
-    files its shard writers listed (``transforms.write.write_listing``: this run's own, and
+    files its shard writers listed (``chunkline.transforms.write.write_listing``: this run's own, and
     earlier runs' files whose rows it keeps, with the positions no longer live), in shard
     order; a table written otherwise (the BM25 terms), its files in the run folder, every row
     live. Each file with its size."""
@@ -208,7 +208,7 @@ def _live_rows(tables: dict[str, list[dict[str, Any]]], table: str) -> int:
 def _credentials(result, mode: str) -> dict[str, Any]:
     """What the credentials stage found: documents flagged, rejected and redacted, credentials
     found, and how many of each kind (never a value: the counters hold names and numbers)."""
-    from transforms.credentials import KIND_PREFIX, NAMESPACE, outcomes
+    from chunkline.transforms.credentials import KIND_PREFIX, NAMESPACE, outcomes
 
     found: dict[str, int] = {}
     try:
@@ -323,7 +323,7 @@ def _write_report(run_dir: str) -> str | None:
     """``report.html`` beside the manifest, before LATEST names the run; its path, or None when
     it failed. The index is complete without it, so a report that fails is a warning, and
     ``chunkline report`` rebuilds it."""
-    from pipeline.report import write_report
+    from chunkline.pipeline.report import write_report
 
     try:
         return write_report(run_dir)
@@ -390,7 +390,7 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
                                                   config.sparse is not None, job.carry is not None)
     bm25 = None
     if config.sparse is not None:
-        from transforms.sparse import STATS_FILE
+        from chunkline.transforms.sparse import STATS_FILE
 
         with FileSystems.open(FileSystems.join(job.run_dir, STATS_FILE)) as handle:
             bm25 = json.loads(handle.read())
@@ -398,7 +398,7 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
             problems.append(f"BM25 statistics count {bm25['chunks']} chunks, the shards {counts['chunks']}")
     boilerplate = None
     if config.boilerplate is not None:
-        from transforms.clean import BOILERPLATE_FILE
+        from chunkline.transforms.clean import BOILERPLATE_FILE
 
         with FileSystems.open(FileSystems.join(job.run_dir, BOILERPLATE_FILE)) as handle:
             boilerplate = {"top_removed": json.loads(handle.read()), **{

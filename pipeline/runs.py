@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any, Iterator, TextIO
 
 from chunkline.index.layout import LATEST, MANIFEST, PROBE, RUN_ID, STAGED_LATEST
-from pipeline import exits
-from pipeline.lease import Holder, LeaseHeld, LeaseLost, OutputLease
+from chunkline.pipeline import exits
+from chunkline.pipeline.lease import Holder, LeaseHeld, LeaseLost, OutputLease
 
 GCS = "gs://"
 
@@ -55,7 +55,7 @@ class OutputBusy(RuntimeError):
 def lease_timeout() -> float:
     """The default ``output.lease_timeout_s``: how stale another holder's lease must be before
     it counts as dead (the holder renews it every minute at most)."""
-    from pipeline.config import OutputConfig
+    from chunkline.pipeline.config import OutputConfig
 
     return float(OutputConfig.model_fields["lease_timeout_s"].default)
 
@@ -163,7 +163,7 @@ class LocalOutput:
         return [entry.name for entry in os.scandir(self.root) if _is_run_dir(entry)]
 
     def has_manifest(self, name: str) -> bool:
-        from pipeline.manifest import MANIFEST
+        from chunkline.pipeline.manifest import MANIFEST
 
         return os.path.exists(os.path.join(self.root, name, MANIFEST))
 
@@ -239,7 +239,7 @@ class BucketOutput:
         return f"{self.output}/{name}"
 
     def run_names(self) -> list[str]:
-        from pipeline.manifest import MANIFEST
+        from chunkline.pipeline.manifest import MANIFEST
 
         # The prefixes right under the output, as a local output's directories; the same rule
         # as _is_run_dir (no symlinks to tell apart here).
@@ -248,7 +248,7 @@ class BucketOutput:
                 and (RUN_ID.fullmatch(name) is not None or f"{name}/{MANIFEST}" in self.objects)]
 
     def has_manifest(self, name: str) -> bool:
-        from pipeline.manifest import MANIFEST
+        from chunkline.pipeline.manifest import MANIFEST
 
         return f"{name}/{MANIFEST}" in self.objects
 
@@ -332,7 +332,7 @@ def _is_run_dir(entry: os.DirEntry) -> bool:
 
 def _judge(run_dir: str, has_manifest: bool) -> tuple[str, dict | None, tuple[str, ...]]:
     """(status from the directory alone, its manifest, why) for a run no live lease writes."""
-    from pipeline.manifest import ManifestError, load_manifest
+    from chunkline.pipeline.manifest import ManifestError, load_manifest
 
     if not has_manifest:
         return INCOMPLETE, None, ("no manifest.json: killed before it finished",)
@@ -459,12 +459,12 @@ def check_run_id(output: str, run_id: str) -> None:
 
 def publishable(output: str, run_id: str, allow_held_back: bool = False) -> dict[str, Any]:
     """The manifest of ``output``'s run ``run_id`` when LATEST may name it: its manifest valid
-    (``pipeline.manifest.load_manifest``), reconciled, not held back by the publish guard
+    (``chunkline.pipeline.manifest.load_manifest``), reconciled, not held back by the publish guard
     (unless ``allow_held_back``), every file it lists there with the rows it states. RunsError
     naming the run otherwise."""
     from apache_beam.io.filesystems import FileSystems
 
-    from pipeline.manifest import MANIFEST, ManifestError, load_manifest
+    from chunkline.pipeline.manifest import MANIFEST, ManifestError, load_manifest
 
     check_run_id(output, run_id)
     run_dir = FileSystems.join(output, run_id)
@@ -523,11 +523,11 @@ def publish_run(output: str, run_id: str, allow_held_back: bool = False,
                 timeout: float | None = None) -> Published:
     """Point ``output``'s LATEST at ``run_id``, under the output's lease (LeaseHeld when another
     process holds it), after :func:`publishable` verified it; LATEST is replaced atomically by
-    ``pipeline.run.publish``, as a run replaces it."""
+    ``chunkline.pipeline.run.publish``, as a run replaces it."""
     from apache_beam.io.filesystems import FileSystems
 
-    from pipeline.manifest import ManifestError, load_manifest
-    from pipeline.run import publish
+    from chunkline.pipeline.manifest import ManifestError, load_manifest
+    from chunkline.pipeline.run import publish
 
     check_run_id(output, run_id)  # before the lease, whose staged file is named after it
     if output.startswith(GCS):
@@ -584,7 +584,7 @@ def _referenced(tree: LocalOutput | BucketOutput, latest: str | None) -> set[str
     ``previous``): a next run with the same config reads it again. Without ``output.previous``
     the manifest's ``previous`` is only history (the LATEST of its day, whose reused vectors
     and carried rows were copied into the run's own shards), so it keeps nothing."""
-    from pipeline.manifest import ManifestError, load_manifest
+    from chunkline.pipeline.manifest import ManifestError, load_manifest
 
     if latest is None:
         return set()
@@ -612,7 +612,7 @@ def _folders_in_use(tree: LocalOutput | BucketOutput, kept: list[str], doomed: s
     the run. Followed to the end: a folder kept so is itself a run whose files must stay whole
     (it may be published again)."""
     from chunkline.index.tables import live_files, table_names
-    from pipeline.manifest import ManifestError, load_manifest
+    from chunkline.pipeline.manifest import ManifestError, load_manifest
 
     found: list[tuple[str, str]] = []
     todo, seen = list(kept), set(kept)
@@ -637,7 +637,7 @@ def _leftovers(tree: LocalOutput | BucketOutput, runs: list[Run], doomed: set[st
     """Files killed processes leave: LATEST staged beside itself, write probes older than the
     lease timeout (a run in preflight, before its lease, may be writing one now), and the
     ``_spill`` parts of a run that is kept."""
-    from transforms.spill import SPILL_DIR
+    from chunkline.transforms.spill import SPILL_DIR
 
     found = []
     for name, size, modified in tree.files((STAGED_LATEST, PROBE)):
@@ -844,7 +844,7 @@ def _sink_target(args: argparse.Namespace) -> tuple[str, int] | None:
         return args.to, 1000
     if args.config is None:
         return None
-    from pipeline.config import ConfigError, load_config
+    from chunkline.pipeline.config import ConfigError, load_config
 
     try:
         config = load_config(args.config, [])
@@ -858,7 +858,7 @@ def _sink_target(args: argparse.Namespace) -> tuple[str, int] | None:
 def _sync_published(args: argparse.Namespace, target: tuple[str, int], out: TextIO,
                     err: TextIO) -> int:
     """Sync the store to the run LATEST now names, as `chunkline run` does after a publish."""
-    from pipeline.sync.command import run_args as sync_command
+    from chunkline.pipeline.sync.command import run_args as sync_command
 
     to, batch_size = target
     sync_args = argparse.Namespace(
@@ -875,7 +875,7 @@ def _sync_published(args: argparse.Namespace, target: tuple[str, int], out: Text
 
 
 def publish_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from pipeline.redact import redacted
+    from chunkline.pipeline.redact import redacted
 
     try:
         # Before the publish: a config without a sink is a usage error, not a half-done rollback.

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.manifest import ManifestError, latest_run
+from chunkline.pipeline.manifest import ManifestError, latest_run
 
 
 @dataclass

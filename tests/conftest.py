@@ -41,8 +41,8 @@ def _tree_digest(root: Path) -> str:
 
 
 def _build_demo_index(where: Path):
-    from pipeline.config import load_config
-    from pipeline.run import run
+    from chunkline.pipeline.config import load_config
+    from chunkline.pipeline.run import run
 
     config = load_config(ROOT / "configs" / "local.yaml",
                          [f"input.pattern={ROOT}/examples/corpus/**", f"output.path={where / 'index'}"])

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from transforms.storage import EMULATOR_ENV, use_emulator_credentials
+from chunkline.transforms.storage import EMULATOR_ENV, use_emulator_credentials
 
 
 def free_port() -> int:

@@ -25,7 +25,7 @@ from chunkline.access import (
 )
 from chunkline.metadata import metadata_pairs
 from chunkline.records import Document
-from pipeline.config import ConfigError, load_config
+from chunkline.pipeline.config import ConfigError, load_config
 
 NAMES = st.text(alphabet="abcdefghijklmnopqrstuvwxyz-_:@.0123456789", min_size=1, max_size=12)
 

@@ -20,9 +20,9 @@ from chunkline.boilerplate import (
 )
 from chunkline.records import Document, Rejected
 from tests.beam_helpers import fnapi_pipeline
-import transforms.shares
-from transforms.clean import EMPTY_AFTER_BOILERPLATE, TOP_REMOVED, RemoveBoilerplate
-from transforms.split import SplitDocuments
+from chunkline.transforms import shares as shares_module
+from chunkline.transforms.clean import EMPTY_AFTER_BOILERPLATE, TOP_REMOVED, RemoveBoilerplate
+from chunkline.transforms.split import SplitDocuments
 
 OPTIONS = BoilerplateOptions(min_docs=3, min_fraction=0.0)
 
@@ -162,8 +162,8 @@ def check_chunks_against(documents: dict[str, str]):
 @pytest.mark.parametrize("inline", [65_536, 0], ids=["sets-in-the-grouping", "sets-parked"])
 def test_boilerplate_corpus(inline, monkeypatch) -> None:
     # Parked: every key set waits in part files (a dump's millions do, past the first 65,536).
-    monkeypatch.setattr(transforms.shares, "INLINE_ELEMENTS", inline)
-    monkeypatch.setattr(transforms.shares, "PARKED_ELEMENTS", 2)
+    monkeypatch.setattr(shares_module, "INLINE_ELEMENTS", inline)
+    monkeypatch.setattr(shares_module, "PARKED_ELEMENTS", 2)
     with fnapi_pipeline() as p:
         out = p | beam.Create(CORPUS) | RemoveBoilerplate(OPTIONS)
         assert_that(out.documents | beam.Map(lambda d: (d.doc_id, d.text)),
@@ -278,8 +278,8 @@ def test_key_counts_in_arrays_are_documents_per_key(key_sets, cut) -> None:
 
     import numpy as np
 
-    from transforms.clean import key_array, key_text
-    from transforms.tally import KeyCounts
+    from chunkline.transforms.clean import key_array, key_text
+    from chunkline.transforms.tally import KeyCounts
 
     combine = KeyCounts()
     arrays = [np.frombuffer(key_array({key_text(k) for k in keys}), dtype="<u8") for keys in key_sets]

@@ -20,7 +20,7 @@ from chunkline.clean import (
 )
 from chunkline.records import Document, Rejected
 from tests.beam_helpers import fnapi_pipeline
-from transforms.clean import EMPTY_AFTER_CLEANING, CleanDocuments
+from chunkline.transforms.clean import EMPTY_AFTER_CLEANING, CleanDocuments
 
 OFF = CleanOptions(nfc=False, drop_control=False, drop_page_numbers=False)
 

@@ -23,9 +23,9 @@ from chunkline.credentials import (
     rejecting,
 )
 from chunkline.records import Document
-from pipeline.config import ConfigError, load_config
+from chunkline.pipeline.config import ConfigError, load_config
 from tests.credential_cases import credentials, lookalikes, missed, spared
-from transforms.credentials import _ScanDocument
+from chunkline.transforms.credentials import _ScanDocument
 
 SCANNER = Scanner(CredentialOptions())
 

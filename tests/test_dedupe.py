@@ -22,7 +22,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from chunkline.minhash import MinHasher, MinHashOptions, estimate_jaccard
 from chunkline.records import DUPLICATE, KEPT, Document, Rejected, doc_hash
 from tests.beam_helpers import fnapi_pipeline
-from transforms.dedupe import Dedupe, ExactDedupe
+from chunkline.transforms.dedupe import Dedupe, ExactDedupe
 
 THRESHOLD = 0.8
 NEAR = MinHashOptions(threshold=THRESHOLD)

@@ -154,7 +154,7 @@ COMMAND_SOURCES = [ROOT / "README.md", *PAGES]
 
 
 def test_every_chunkline_command_in_the_docs_exists():
-    from pipeline.cli import build_parser
+    from chunkline.pipeline.cli import build_parser
 
     commands = build_parser()._subparsers._group_actions[0].choices
     problems, seen = [], 0
@@ -215,7 +215,7 @@ def test_configuration_page_holds_every_key():
     """Every key of every section has its row, under its section's heading."""
     from pydantic import BaseModel
 
-    from pipeline.config import Config
+    from chunkline.pipeline.config import Config
 
     page = (DOCS / "configuration.md").read_text(encoding="utf-8")
 
@@ -250,4 +250,4 @@ def test_docs_build_strict(tmp_path):
     assert "pip install" in home and 'href="configuration/"' in home  # the README, links rewritten
     assert (tmp_path / "site" / "results" / "index.html").exists()  # bench/RESULTS.md
     api = (tmp_path / "site" / "api" / "index.html").read_text(encoding="utf-8")
-    assert 'id="transforms.chunk.ChunkTexts"' in api and 'class="language-pycon"' in api
+    assert 'id="chunkline.transforms.chunk.ChunkTexts"' in api and 'class="language-pycon"' in api

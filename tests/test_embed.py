@@ -23,7 +23,7 @@ from chunkline.embedder import (
     token_lengths,
 )
 from chunkline.records import ChunkRecord
-from transforms.embed import METRICS_NAMESPACE, EmbedChunks
+from chunkline.transforms.embed import METRICS_NAMESPACE, EmbedChunks
 
 pytestmark = pytest.mark.slow
 

@@ -65,7 +65,7 @@ def _graph(seed: int) -> list[tuple[tuple, tuple]]:
 def test_pipeline_components_with_nodes_left_unsettled_match_a_union_find() -> None:
     """The all-settled path runs in every near-duplicate test (tests/test_dedupe.py asserts no
     node is left unsettled there); here one uncontracted round leaves some unsettled."""
-    from transforms.dedupe import StarComponents
+    from chunkline.transforms.dedupe import StarComponents
 
     edges = _graph(0)
     expected = sorted((node[-1], root[-1]) for node, root in components(edges).items() if node != root)

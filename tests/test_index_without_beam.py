@@ -126,7 +126,7 @@ CLI = NO_BEAM + r'''
 import io
 from contextlib import redirect_stdout
 
-from pipeline.cli import main
+from chunkline.pipeline.cli import main
 
 out, err = io.StringIO(), io.StringIO()
 with redirect_stdout(out):
@@ -181,7 +181,7 @@ def test_a_model_on_gcs_is_fetched_into_the_copy_the_workers_use(tmp_path) -> No
     """The query side fetches a gs:// model without Beam, into the same cache entry (same
     digest of the listing) as the workers' Beam-based fetch, so one machine holds one copy."""
     from chunkline.index.models import local_model_dir
-    from transforms import model_cache
+    from chunkline.transforms import model_cache
 
     model = tmp_path / "model"
     (model / "sub").mkdir(parents=True)
@@ -210,8 +210,8 @@ def test_importing_the_read_side_costs_a_fraction_of_beam() -> None:
 
     # Best of two each, alternated: the machine is shared and one import can be held up.
     # The pipeline's modules of the same names are re-exports: as cheap, and as free of Beam.
-    read_side = ("chunkline.index.search", "chunkline.index.query", "pipeline.search",
-                 "pipeline.query", "pipeline.manifest")
+    read_side = ("chunkline.index.search", "chunkline.index.query", "chunkline.pipeline.search",
+                 "chunkline.pipeline.query", "chunkline.pipeline.manifest")
     index = [cost(*read_side) for _ in range(2)]
     beam = [cost("apache_beam.io.filesystems") for _ in range(2)]
     assert not any(b for *_, b in index) and all(b for *_, b in beam)

@@ -268,8 +268,8 @@ def test_late_embed_chunks_sets_each_chunk_to_its_documents_late_vector(model):
 
     from chunkline.embedder import EmbedOptions
     from chunkline.records import ChunkRecord, Document, DocumentChunks, chunk_id
-    from transforms.late_embed import METRICS_NAMESPACE, LateEmbedChunks
-    from transforms.split import FlattenChunks
+    from chunkline.transforms.late_embed import METRICS_NAMESPACE, LateEmbedChunks
+    from chunkline.transforms.split import FlattenChunks
 
     documents = [Document("berlin.md", "berlin.md", DOC), Document("steps.txt", "steps.txt", LONG),
                  Document("blank.txt", "blank.txt", "   ")]  # made no chunk: passes, counts nothing

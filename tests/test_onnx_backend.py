@@ -15,8 +15,8 @@ from chunkline import get_tokenizer, split
 from chunkline.embedder import EmbedOptions, embed_by_tokens, embed_texts, load_model, resolve_model_dir
 from chunkline.onnx_encoder import cache_dirs, exported_model
 from chunkline.splitting.text import heading_prefix
-from pipeline.config import ConfigError, load_config
-from pipeline.plan import embedding_signature
+from chunkline.pipeline.config import ConfigError, load_config
+from chunkline.pipeline.plan import embedding_signature
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -147,7 +147,7 @@ def test_config_rejects_a_backend_dtype_mismatch_with_the_field_named() -> None:
 
 
 def test_late_mode_refuses_the_onnx_backend(tmp_path) -> None:
-    from pipeline.plan import plan
+    from chunkline.pipeline.plan import plan
 
     config = load_config(ROOT / "configs" / "local.yaml", [
         "embed.backend=onnx", "embed.mode=late", f"output.path={tmp_path}",
@@ -169,7 +169,7 @@ def test_threads_option_sets_torch_threads() -> None:
 
 def test_auto_dtype_is_decided_once_on_the_driver_and_recorded(tmp_path) -> None:
     from chunkline.embedder import native_bfloat16, resolve_dtype
-    from pipeline.plan import plan
+    from chunkline.pipeline.plan import plan
 
     expected = "bfloat16" if native_bfloat16("cpu") else "float32"
     assert resolve_dtype(EmbedOptions()) == expected

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline import exits
-from pipeline.cli import build_parser
-from pipeline.config import load_config
+from chunkline.pipeline import exits
+from chunkline.pipeline.cli import build_parser
+from chunkline.pipeline.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEDULE = ROOT / "examples" / "schedule"

@@ -30,7 +30,7 @@ from chunkline.sparse import (
 )
 from tests.bm25_reference import reference_scores
 from tests.beam_helpers import fnapi_pipeline
-from transforms.sparse import SparseVectors
+from chunkline.transforms.sparse import SparseVectors
 
 CORPUS = [
     "The NR-7 arm must warm up for 30 minutes before calibration.",

@@ -1,5 +1,5 @@
 """Beam stages: one composite PTransform per module, thin DoFns over ``chunkline``."""
 
-from transforms.storage import use_emulator_credentials
+from chunkline.transforms.storage import use_emulator_credentials
 
 use_emulator_credentials()

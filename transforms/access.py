@@ -15,7 +15,7 @@ from apache_beam.pvalue import PCollection, TaggedOutput
 
 from chunkline.access import AccessError, AccessPolicy, principals_of
 from chunkline.records import Document, Rejected
-from transforms.coders import DocumentCoder  # noqa: F401 - registered: how elements shuffle
+from chunkline.transforms.coders import DocumentCoder  # noqa: F401 - registered: how elements shuffle
 
 REJECTED = "rejected"
 

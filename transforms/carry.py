@@ -39,8 +39,8 @@ from chunkline.context.writer import CACHED, FAILED, OK
 from chunkline.quantize import UNIT_TOLERANCE, dequantized
 from chunkline.records import KEPT, DocumentChunks
 from chunkline.sparse import CorpusStats, SparseOptions
-from transforms.progress import progress_counter
-from transforms.counters import (
+from chunkline.transforms.progress import progress_counter
+from chunkline.transforms.counters import (
     DOCUMENTS_CHANGED,
     DOCUMENTS_REDONE,
     CHUNKS_CARRIED,
@@ -50,11 +50,11 @@ from transforms.counters import (
     DOCUMENTS_RECOMPUTED,
     CARRY_REJECTED,
 )
-from transforms.reuse import stored_dtype
-from transforms.elementwise import MapWith
-from transforms.shares import GroupInShares
-from transforms import write as shard_writer  # the compaction bounds, read where applied
-from transforms.write import SHARD_DIGEST_KEY, file_digest, same_output
+from chunkline.transforms.reuse import stored_dtype
+from chunkline.transforms.elementwise import MapWith
+from chunkline.transforms.shares import GroupInShares
+from chunkline.transforms import write as shard_writer  # the compaction bounds, read where applied
+from chunkline.transforms.write import SHARD_DIGEST_KEY, file_digest, same_output
 
 log = logging.getLogger("chunkline.carry")
 
@@ -118,7 +118,7 @@ def _prefix_problems(chunks: pa.Table) -> np.ndarray:
 
 def _vector_problems(chunks: pa.Table, dim: int, normalize: bool) -> list[str | None]:
     """Per row: why its stored vector may not be carried (None: it may), as
-    ``transforms.reuse.vector_problem`` says it, for the whole column at once."""
+    ``chunkline.transforms.reuse.vector_problem`` says it, for the whole column at once."""
     rows = chunks.num_rows
     if "embedding" not in chunks.schema.names:
         return ["no vector"] * rows
@@ -483,7 +483,7 @@ class CarriedRows:
     pairs, their alignment checked again, a header written by an earlier run marked as one the cache gave back (``cached``, as a
     rebuild reading the same cache marks it), and their BM25 weights computed afresh from the
     sidecar's term counts against this run's reference (``weigh``: the shard writer's
-    :class:`transforms.sparse.BM25Weights`, with the statistics as ``side``)."""
+    :class:`chunkline.transforms.sparse.BM25Weights`, with the statistics as ``side``)."""
 
     def __init__(self, source: CarrySource, schema: pa.Schema, side_schema: pa.Schema,
                  weights: Any = None) -> None:
@@ -499,8 +499,8 @@ class CarriedRows:
         are what this run would write: no header to mark ``cached`` and every stored weight what
         this run computes (a re-based BM25 reference changes every row: every pair is written
         again, once). Compaction, in the run that finds it: a pair more than
-        ``transforms.write.MOST_DEAD`` of whose rows would be deleted is written again; and a
-        shard lists at most ``transforms.write.MOST_FILES`` files: when it would list more,
+        ``chunkline.transforms.write.MOST_DEAD`` of whose rows would be deleted is written again; and a
+        shard lists at most ``chunkline.transforms.write.MOST_FILES`` files: when it would list more,
         every referenced pair but the one with the most live rows is merged into this run's
         file."""
         by_pair: dict[int, set[str]] = {}

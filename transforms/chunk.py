@@ -3,7 +3,7 @@
     from chunkline.embedder import EmbedOptions
     from chunkline.records import chunk_row
     from chunkline.splitting.options import SplitOptions
-    from transforms.chunk import ChunkTexts
+    from chunkline.transforms.chunk import ChunkTexts
 
     chunker = ChunkTexts(SplitOptions(overlap=16), EmbedOptions(model="all-MiniLM-L6-v2"))
     schema = chunker.schema()
@@ -39,8 +39,8 @@ from chunkline.embedder import EmbedOptions
 from chunkline.readers.elements import DICT_FIELDS, ElementFields, document_of, element_id
 from chunkline.records import ChunkRecord, Document, Rejected, chunk_schema
 from chunkline.splitting.options import SplitBudget, SplitOptions, split_budget
-from transforms.coders import DocumentCoder, RejectedCoder  # noqa: F401 - registered: how elements shuffle
-from transforms.split import FlattenChunks, SplitDocuments
+from chunkline.transforms.coders import DocumentCoder, RejectedCoder  # noqa: F401 - registered: how elements shuffle
+from chunkline.transforms.split import FlattenChunks, SplitDocuments
 
 log = logging.getLogger("chunkline.chunk")
 
@@ -164,7 +164,7 @@ class ChunkTexts(beam.PTransform):
             self._budget = SplitBudget(split.tokenizer, split.max_tokens)
             return
         from chunkline.embedder import model_info, resolve_dtype
-        from transforms.model_cache import local_model_dir
+        from chunkline.transforms.model_cache import local_model_dir
 
         model = self.embed or self.budget_model or EmbedOptions()
         # A gs:// model is read through this process's copy, as the run's plan reads it.
@@ -198,7 +198,7 @@ class ChunkTexts(beam.PTransform):
                       merge_sections_below=split.merge_sections_below)
                   | "Chunks" >> FlattenChunks())
         if embed is not None:
-            from transforms.embed import EmbedChunks  # torch loads only when embedding is on
+            from chunkline.transforms.embed import EmbedChunks  # torch loads only when embedding is on
 
             chunks = chunks | "Embed" >> EmbedChunks(embed)
         if self._with_rejected:

@@ -31,10 +31,10 @@ from chunkline.boilerplate import (
 from chunkline.clean import CleanOptions, clean_marked, line_indexes, without_lines_marked
 from chunkline.memo import CLEAN, DOC_HASH, LINE_KEYS, STRIP, MemoSource, packed_value
 from chunkline.records import Document, Rejected
-from transforms.memo import MemoUse, carrying, recalled_doc_hash
-from transforms.spill import RemoveParts, SpillRecords, coder_of, default_spill_dir, read_part
-from transforms.shares import GroupInShares
-from transforms.tally import KeyCounts
+from chunkline.transforms.memo import MemoUse, carrying, recalled_doc_hash
+from chunkline.transforms.spill import RemoveParts, SpillRecords, coder_of, default_spill_dir, read_part
+from chunkline.transforms.shares import GroupInShares
+from chunkline.transforms.tally import KeyCounts
 
 REJECTED = "rejected"
 REMOVED = "removed"
@@ -236,7 +236,7 @@ class _Strip(beam.DoFn):
         yield dataclasses.replace(doc, text=text, page_starts=page_starts)
 
 # Frequent-key counting is spread over combine keys, each a bucket of the key space, as many as
-# the run's key-space shares over this (``pipeline.plan.join_shares``, which scale with the
+# the run's key-space shares over this (``chunkline.pipeline.plan.join_shares``, which scale with the
 # corpus: 64 for a first run, 4,096 past 17 M documents), never fewer than KEY_BUCKETS: a bucket's
 # count holds that bucket's distinct keys alone, and each bucket can be counted on another worker.
 KEY_BUCKETS = 16

@@ -47,9 +47,9 @@ from chunkline.context import (
 )
 from chunkline.records import ChunkRecord, DocumentChunks, doc_hash
 from chunkline.sizers import get_tokenizer
-from transforms.coders import JoinByKey
-from transforms.model_cache import local_tokenizer_spec
-from transforms.write import shard_of
+from chunkline.transforms.coders import JoinByKey
+from chunkline.transforms.model_cache import local_tokenizer_spec
+from chunkline.transforms.write import shard_of
 
 log = logging.getLogger("chunkline.context")
 

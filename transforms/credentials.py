@@ -27,8 +27,8 @@ from chunkline.credentials import CredentialOptions, Finding, rules_digest, scan
 from chunkline.memo import CREDENTIALS, MemoSource
 from chunkline.records import Document, Rejected
 from chunkline.screening import decide, file_name, scan_document
-from transforms.clean import CleanOutputs
-from transforms.memo import MemoUse
+from chunkline.transforms.clean import CleanOutputs
+from chunkline.transforms.memo import MemoUse
 
 NAMESPACE = "credentials"
 KIND_PREFIX = "kind:"

@@ -63,11 +63,11 @@ from chunkline.records import (
     text_digest,
 )
 from chunkline.memo import DOC_HASH, SIGNATURE, MemoSource
-from transforms import coders  # noqa: F401 - registers the record coders these shuffles use
-from transforms.shares import GroupInShares, JoinInShares
-from transforms.memo import MemoUse, recalled_doc_hash, without_memo
-from transforms.memory import release_after
-from transforms.spill import PartWriter, RemoveParts, coder_of, default_spill_dir, read_part
+from chunkline.transforms import coders  # noqa: F401 - registers the record coders these shuffles use
+from chunkline.transforms.shares import GroupInShares, JoinInShares
+from chunkline.transforms.memo import MemoUse, recalled_doc_hash, without_memo
+from chunkline.transforms.memory import release_after
+from chunkline.transforms.spill import PartWriter, RemoveParts, coder_of, default_spill_dir, read_part
 
 # Documents per signature batch: numpy's per-call overhead is paid once per batch (~2.5x the
 # throughput of one document per call, bench/dedupe_bench.py).
@@ -802,7 +802,7 @@ class Dedupe(beam.PTransform):
             )
         carried = None
         if self.carry_index is not None:
-            from transforms.carry import CarryDecisions
+            from chunkline.transforms.carry import CarryDecisions
 
             marked = (
                 {"decision": decisions | "KeyDecisionById" >> beam.Map(

@@ -22,9 +22,9 @@ from apache_beam.ml.inference.base import KeyedModelHandler, ModelHandler, RunIn
 
 from chunkline.embedder import EmbedOptions, embed_by_tokens, load_model
 from chunkline.records import ChunkRecord
-from transforms.progress import progress_counter
-from transforms.counters import CHUNKS_EMBEDDED, TOKENS_EMBEDDED, TOKENS_PADDED
-from transforms.model_cache import local_model_dir
+from chunkline.transforms.progress import progress_counter
+from chunkline.transforms.counters import CHUNKS_EMBEDDED, TOKENS_EMBEDDED, TOKENS_PADDED
+from chunkline.transforms.model_cache import local_model_dir
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer

@@ -21,10 +21,10 @@ from apache_beam.utils.shared import Shared
 from chunkline.embedder import EmbedOptions, load_model
 from chunkline.late import LateChunker, LateOptions
 from chunkline.records import DocumentChunks
-from transforms import coders  # noqa: F401 - registers DocumentChunksCoder
-from transforms.progress import progress_counter
-from transforms.counters import CHUNKS_EMBEDDED, TOKENS_EMBEDDED
-from transforms.model_cache import local_model_dir
+from chunkline.transforms import coders  # noqa: F401 - registers DocumentChunksCoder
+from chunkline.transforms.progress import progress_counter
+from chunkline.transforms.counters import CHUNKS_EMBEDDED, TOKENS_EMBEDDED
+from chunkline.transforms.model_cache import local_model_dir
 
 # The same namespace and counter names as the standard embed stage, so a run reports
 # "tokens embedded" whichever mode made the vectors.

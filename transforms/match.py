@@ -26,7 +26,7 @@ from apache_beam.pvalue import PBegin, PCollection
 from chunkline.readers import input_root
 from chunkline.records import Rejected
 from chunkline.walk import Excluded, Matched, look_up, walk
-from transforms.counters import READ_EXCLUDED
+from chunkline.transforms.counters import READ_EXCLUDED
 
 _LOG = logging.getLogger(__name__)
 # What Beam's FileSystem.match takes for the part of a pattern before any glob character.

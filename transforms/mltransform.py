@@ -12,7 +12,7 @@ take ``LangChainChunker``'s (https://beam.apache.org/documentation/ml/rag/ ; the
                   .with_transform(ChunklineChunker(SplitOptions(), metadata_fields=("team",)))
                   .with_transform(HuggingfaceTextEmbeddings(model_name=...)))
 
-The splitting is :class:`transforms.chunk.ChunkTexts`' (the run's split stage); this module
+The splitting is :class:`chunkline.transforms.chunk.ChunkTexts`' (the run's split stage); this module
 only maps its records onto Beam's type.
 """
 
@@ -29,7 +29,7 @@ from chunkline.embedder import EmbedOptions
 from chunkline.readers.elements import ElementFields
 from chunkline.records import ChunkRecord
 from chunkline.splitting.options import SplitOptions
-from transforms.chunk import ChunkTexts
+from chunkline.transforms.chunk import ChunkTexts
 
 # Keys chunkline sets in each Chunk's metadata, over a document metadata key of the same name:
 # where the chunk sits in its document, so a store row points back into the source.
@@ -86,7 +86,7 @@ class ChunklineChunker(ChunkingTransformProvider):
 
     ``split``: chunkline's split options (the config's ``split:`` section); ``mode: semantic``
     is not offered here (it needs the embedding model inside the splitter: use
-    :class:`transforms.chunk.ChunkTexts`). ``model``: the embedding model the chunks are
+    :class:`chunkline.transforms.chunk.ChunkTexts`). ``model``: the embedding model the chunks are
     made for: its tokenizer counts and its max input bounds the budget when ``split`` leaves
     them None (None: chunkline's default, all-MiniLM-L6-v2); nothing is embedded here.
     ``text_field``, ``id_field`` (absent: the text's digest, ``chunkline.readers.elements

@@ -1,6 +1,6 @@
 """READ: file patterns to ``Document``s, with a ``Rejected`` for everything that is not one.
 
-Matching is ``transforms.match`` (a walk of the input root for local patterns, Beam's match for
+Matching is ``chunkline.transforms.match`` (a walk of the input root for local patterns, Beam's match for
 ``gs://``); reading uses Beam's filesystems for ``gs://`` and opens local files directly, checked
 again at open (a path swapped for a FIFO after the walk must not hang the job); decoding is
 ``chunkline.readers.decode_file``.
@@ -49,12 +49,12 @@ from chunkline.readers import (
 )
 from chunkline.memo import READ, MemoSource, unit_share
 from chunkline.records import Document, Rejected, input_digest
-from transforms.memo import MemoUse, recalled_shares
-from transforms.spill import coder_of
-from transforms.progress import PIECES_MATCHED, PIECES_READ, progress_counter, tally
-from transforms.counters import READ_DOCUMENTS, READ_REJECTED, READ_SLICES
-from transforms.match import MatchPattern, is_local
-from transforms.shares import GroupInShares, share_of
+from chunkline.transforms.memo import MemoUse, recalled_shares
+from chunkline.transforms.spill import coder_of
+from chunkline.transforms.progress import PIECES_MATCHED, PIECES_READ, progress_counter, tally
+from chunkline.transforms.counters import READ_DOCUMENTS, READ_REJECTED, READ_SLICES
+from chunkline.transforms.match import MatchPattern, is_local
+from chunkline.transforms.shares import GroupInShares, share_of
 
 log = logging.getLogger("chunkline.read")
 

@@ -25,10 +25,10 @@ from apache_beam.pvalue import PCollection, TaggedOutput
 from chunkline.quantize import UNIT_TOLERANCE as QUANTIZED_UNIT_TOLERANCE
 from chunkline.quantize import dequantized
 from chunkline.records import ChunkRecord, DocumentChunks, content_key, doc_hash
-from transforms.coders import JoinByKey
-from transforms.elementwise import MapWith
-from transforms.progress import progress_counter
-from transforms.counters import CHUNKS_REUSED, REUSE_REJECTED
+from chunkline.transforms.coders import JoinByKey
+from chunkline.transforms.elementwise import MapWith
+from chunkline.transforms.progress import progress_counter
+from chunkline.transforms.counters import CHUNKS_REUSED, REUSE_REJECTED
 
 NAMESPACE = CHUNKS_REUSED.namespace  # one home for the namespace: transforms/counters.py
 PREVIOUS_COLUMNS = ["content_key", "chunk_id", "embedding"]

@@ -6,13 +6,13 @@ is received, and on the in-process runner that cost, not the work, is most of a 
 carries everything (bench/RESULTS.md, "A nightly rerun"). Here each bundle holds its elements by
 ``share_of(key) % shares`` and sends one list per share it saw; the receiving side groups a
 share's lists by key and hands on exactly what ``beam.GroupByKey`` (or
-``transforms.coders.JoinByKey``) would: one ``(key, values)`` per key, in the same fused stage,
+``chunkline.transforms.coders.JoinByKey``) would: one ``(key, values)`` per key, in the same fused stage,
 so no element per key crosses a shuffle. The band keys of near-duplicate detection are batched
 the same way (``transforms/dedupe.py``, ``_ShareBands``).
 
 ``shares`` only trades the number of lists for their size; the output does not depend on it.
 A share's keys are grouped in memory where it is received: choose shares so that a share holds
-thousands of keys, not millions (``pipeline.plan.join_shares``).
+thousands of keys, not millions (``chunkline.pipeline.plan.join_shares``).
 
 A grouping with an element per record of an input of any size (boilerplate's key sets, one per
 text of a dump of millions of records) parks its lists instead (``park``): past the first
@@ -32,7 +32,7 @@ import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
-from transforms.spill import RemoveParts, part_path, read_packed, write_packed
+from chunkline.transforms.spill import RemoveParts, part_path, read_packed, write_packed
 
 # Elements a bundle holds before it sends what it has: its memory stays bounded.
 HELD_ELEMENTS = 8192
@@ -163,7 +163,7 @@ class GroupInShares(beam.PTransform):
 
 class JoinInShares(beam.PTransform):
     """``{tag: PCollection[tuple[K, V_tag]]}`` -> ``PCollection[tuple[K, dict[tag, list[V_tag]]]]``,
-    as ``transforms.coders.JoinByKey``."""
+    as ``chunkline.transforms.coders.JoinByKey``."""
 
     def __init__(self, shares: int) -> None:
         super().__init__()

@@ -40,9 +40,9 @@ from chunkline.sparse import (
     reference_length,
     term_counts,
 )
-from transforms.coders import ChunkRecordCoder  # noqa: F401 - registered: how chunks shuffle
-from transforms.elementwise import MapWith
-from transforms.tally import KeyCounts
+from chunkline.transforms.coders import ChunkRecordCoder  # noqa: F401 - registered: how chunks shuffle
+from chunkline.transforms.elementwise import MapWith
+from chunkline.transforms.tally import KeyCounts
 
 STATS_FILE = "bm25.json"
 # What ``sparse_values`` hold, as bm25.json says: "tf", the saturated term frequencies (IDF at
@@ -282,13 +282,13 @@ class WriteTerms(beam.DoFn):
     term space (:func:`term_share`): the files in name order hold the ids ascending, each once.
     When ``previous`` (the terms files of the run carry follows, of this output) holds a file
     of the same name with exactly these rows, that file is referenced rather than written again
-    (listed for the manifest either way: ``transforms.write.write_listing``)."""
+    (listed for the manifest either way: ``chunkline.transforms.write.write_listing``)."""
 
     def __init__(self, run_dir: str, shares: int, previous: Sequence[str] = ()) -> None:
         self.run_dir, self.shares, self.previous = run_dir, shares, tuple(previous)
 
     def process(self, share_terms: tuple[int, tuple[np.ndarray, np.ndarray]]) -> Iterable[tuple[str, str, int]]:
-        from transforms.write import ROW_GROUP, same_output, shard_path, write_listing
+        from chunkline.transforms.write import ROW_GROUP, same_output, shard_path, write_listing
 
         share, (ids, dfs) = share_terms
         table = pa.table({"term_id": pa.array(ids, pa.int32()), "df": pa.array(dfs, pa.int64())},

@@ -31,9 +31,9 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
-from transforms import coders  # noqa: F401 - registers the record coders parts are written with
-from transforms.match import is_local
-from transforms.memory import release_after
+from chunkline.transforms import coders  # noqa: F401 - registers the record coders parts are written with
+from chunkline.transforms.match import is_local
+from chunkline.transforms.memory import release_after
 
 SPILL_DIR = "_spill"
 # A part is written once it holds this much: a bundle's memory stays bounded. The buffer a part

@@ -21,9 +21,9 @@ from chunkline.records import ChunkRecord, Document, DocumentChunks, chunk_id
 from chunkline.splitting.core import Chunk
 from chunkline.splitting.semantic import SemanticOptions, model_embed, semantic_split
 from chunkline.splitting.text import heading_prefix
-from transforms.coders import DocumentChunksCoder  # noqa: F401 - registered: how elements shuffle
-from transforms.model_cache import local_model_dir, local_tokenizer_spec
-from transforms.progress import progress_counter
+from chunkline.transforms.coders import DocumentChunksCoder  # noqa: F401 - registered: how elements shuffle
+from chunkline.transforms.model_cache import local_model_dir, local_tokenizer_spec
+from chunkline.transforms.progress import progress_counter
 
 log = logging.getLogger("chunkline.split")
 

@@ -35,10 +35,10 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from chunkline.index.tables import SORT_ORDER, relative_path
 from chunkline.records import as_row, framed_state
-from transforms.progress import WRITTEN, tally
-from transforms.match import is_local
-from transforms.memory import release_after
-from transforms.spill import PartWriter, RemoveParts, coder_of, read_part, spill_dir
+from chunkline.transforms.progress import WRITTEN, tally
+from chunkline.transforms.match import is_local
+from chunkline.transforms.memory import release_after
+from chunkline.transforms.spill import PartWriter, RemoveParts, coder_of, read_part, spill_dir
 
 # Every shard's part is written once the bundle's buffers hold this much together: memory stays
 # bounded whatever the number of shards.
@@ -589,7 +589,7 @@ class WriteParquetShards(beam.PTransform):
     as the shard's file) instead of written. Each shard's files are listed for the manifest
     (:func:`write_listing`): this run's, and the previous files whose rows it keeps, with the
     positions no longer live; with ``carried_rows`` that has ``referenced`` (merge-on-read,
-    ``transforms.carry.CarriedRows``), carried rows stay in the previous files that hold them
+    ``chunkline.transforms.carry.CarriedRows``), carried rows stay in the previous files that hold them
     and only the others are written. ``to_table(encoded records, schema)``: the rows
     of a row group made from the encoded records directly (None: decoded and converted one by
     one, as without it)."""

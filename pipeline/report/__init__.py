@@ -15,9 +15,9 @@ import sys
 from typing import TextIO
 
 from chunkline.index import storage
-from pipeline.manifest import ManifestError, resolve_run
-from pipeline.report.gather import ShardError, gather
-from pipeline.report.render import render
+from chunkline.pipeline.manifest import ManifestError, resolve_run
+from chunkline.pipeline.report.gather import ShardError, gather
+from chunkline.pipeline.report.render import render
 
 REPORT = "report.html"
 

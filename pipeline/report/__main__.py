@@ -1,7 +1,7 @@
-"""``python -m pipeline.report OUTPUT [--run RUN_ID]``: the run report, without the CLI wiring."""
+"""``python -m chunkline.pipeline.report OUTPUT [--run RUN_ID]``: the run report, without the CLI wiring."""
 
 import sys
 
-from pipeline.report import main
+from chunkline.pipeline.report import main
 
 sys.exit(main())

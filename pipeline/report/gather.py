@@ -21,7 +21,7 @@ from chunkline.index.tables import LiveFile, TableFileError, live_files, read_fi
 from chunkline.minhash import MinHasher, MinHashOptions, estimate_jaccard
 from chunkline.readers import FORMATS, extension
 from chunkline.records import DUPLICATE, KEPT, REJECTED
-from pipeline.manifest import load_manifest
+from chunkline.pipeline.manifest import load_manifest
 
 # Caps: a run of a million documents still makes a report of a few megabytes.
 MAX_REASON_KINDS = 30

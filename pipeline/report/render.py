@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-from pipeline.report.gather import ReportData, Sample, SampleChunk, clip, counted
-from pipeline.report.svg import BAR_COLOUR, OUTCOME_COLOURS, escape, histogram_svg, stacked_bars
+from chunkline.pipeline.report.gather import ReportData, Sample, SampleChunk, clip, counted
+from chunkline.pipeline.report.svg import BAR_COLOUR, OUTCOME_COLOURS, escape, histogram_svg, stacked_bars
 
 OUTCOMES = ("kept", "duplicate", "rejected")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 from typing import Sequence
 
-from pipeline.report.gather import Histogram, counted
+from chunkline.pipeline.report.gather import Histogram, counted
 
 # Colours of the three document outcomes, shared by the chart and the table's legend.
 OUTCOME_COLOURS = {"kept": "#2e7d32", "duplicate": "#f9a825", "rejected": "#c62828"}

@@ -1,6 +1,6 @@
-"""``chunkline sync OUTPUT --to URI``: the command around ``pipeline.sync.core.sync``.
+"""``chunkline sync OUTPUT --to URI``: the command around ``chunkline.pipeline.sync.core.sync``.
 
-Exit status (``pipeline.exits``): 0 when the store equals the run (verified); 1 when
+Exit status (``chunkline.pipeline.exits``): 0 when the store equals the run (verified); 1 when
 verification found a difference (named on stderr); 2 for a usage error (no such run, a run
 not published without ``--unpublished``, an unknown URI, a store that cannot hold the run, a
 damaged index file); 69 when the store cannot be reached or a write failed (retry: the next sync
@@ -8,7 +8,7 @@ resumes); 75 when another sync holds the store (retry later).
 
 ``chunkline grant URI --role NAME --principals a,b`` (``--revoke``; no ``--role``: list) sets
 what a PostgreSQL reader role reads, its row of the grants table row-level security reads
-(``pipeline.sync.pgvector``). Exit status: 0 done; 2 a usage error (not PostgreSQL, no such
+(``chunkline.pipeline.sync.pgvector``). Exit status: 0 done; 2 a usage error (not PostgreSQL, no such
 role, a malformed principal, a role that may not write grants); 69 the store unreachable.
 """
 
@@ -22,7 +22,7 @@ import threading
 from typing import TYPE_CHECKING, Callable, Iterator, TextIO
 
 if TYPE_CHECKING:
-    from pipeline.sync.core import Report
+    from chunkline.pipeline.sync.core import Report
 
 
 def parser() -> argparse.ArgumentParser:
@@ -61,16 +61,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_args(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
-    """Run a sync from parsed ``add_arguments`` options; the exit status (``pipeline.exits``)."""
+    """Run a sync from parsed ``add_arguments`` options; the exit status (``chunkline.pipeline.exits``)."""
     # Imported here, not above: the chunkline CLI builds this parser for every command, and
     # Beam's filesystems and the store clients take seconds to import.
-    from pipeline import exits
-    from pipeline.manifest import ManifestError
-    from pipeline.redact import redacted
-    from pipeline.sync.core import StoreBusy, check, stderr_progress, sync
-    from pipeline.sync.generations import signature_of
-    from pipeline.sync.rows import load_rows, terms_table
-    from pipeline.sync.uri import open_store
+    from chunkline.pipeline import exits
+    from chunkline.pipeline.manifest import ManifestError
+    from chunkline.pipeline.redact import redacted
+    from chunkline.pipeline.sync.core import StoreBusy, check, stderr_progress, sync
+    from chunkline.pipeline.sync.generations import signature_of
+    from chunkline.pipeline.sync.rows import load_rows, terms_table
+    from chunkline.pipeline.sync.uri import open_store
 
     if args.batch_size < 1:
         print(f"error: --batch-size must be >= 1, got {args.batch_size}", file=err)
@@ -173,7 +173,7 @@ def select_run(output: str, run: str | None, unpublished: bool = False) -> tuple
     was not published needs ``unpublished``; ManifestError naming what is wrong otherwise."""
     from apache_beam.io.filesystems import FileSystems
 
-    from pipeline.manifest import MANIFEST, ManifestError, complete_runs, latest_run, load_manifest, resolve_run
+    from chunkline.pipeline.manifest import MANIFEST, ManifestError, complete_runs, latest_run, load_manifest, resolve_run
 
     latest = None
     if run is not None:
@@ -218,8 +218,8 @@ def signature_lookup(run_dir: str) -> Callable[[str], str | None]:
     signature of a generation synced before signatures were recorded."""
     from apache_beam.io.filesystems import FileSystems
 
-    from pipeline.manifest import MANIFEST, ManifestError, load_manifest
-    from pipeline.sync.generations import signature_of
+    from chunkline.pipeline.manifest import MANIFEST, ManifestError, load_manifest
+    from chunkline.pipeline.sync.generations import signature_of
 
     root = run_dir.rstrip("/").rsplit("/", 1)[0]
 
@@ -237,13 +237,13 @@ def signature_lookup(run_dir: str) -> Callable[[str], str | None]:
 
 def store_name(store, uri: str) -> str:
     """The store in words, for every message: which table where (passwords masked)."""
-    from pipeline.redact import redacted
+    from chunkline.pipeline.redact import redacted
 
     return getattr(store, "where", None) or redacted(uri)
 
 
 def _one_line(exc: BaseException) -> str:
-    from pipeline.sync.core import StoreError
+    from chunkline.pipeline.sync.core import StoreError
 
     text = " ".join(str(exc).split())
     if isinstance(exc, StoreError) and text:
@@ -254,7 +254,7 @@ def _one_line(exc: BaseException) -> str:
 def _store_failure(exc: BaseException) -> bool:
     """A failure of the store or its client (a connection dropped, a disk full, a refused
     write), as opposed to a bug of ours: reported in one line, worth a retry."""
-    from pipeline.sync.core import StoreError
+    from chunkline.pipeline.sync.core import StoreError
 
     module = type(exc).__module__.split(".")[0]
     return (isinstance(exc, (StoreError, OSError, RuntimeError))
@@ -262,7 +262,7 @@ def _store_failure(exc: BaseException) -> bool:
 
 
 def summary(report: Report, where: str = "") -> str:
-    from pipeline.sync.rows import ROW_FORMAT
+    from chunkline.pipeline.sync.rows import ROW_FORMAT
 
     resumed = " (resumed an unfinished sync)" if report.resumed else ""
     into = f" into {where}" if where else ""
@@ -301,7 +301,7 @@ def generation_lines(report: Report) -> list[str]:
 
 
 def add_grant_arguments(parser: argparse.ArgumentParser) -> None:
-    """``chunkline grant``: a PostgreSQL reader role's principals (``pipeline.sync.pgvector``)."""
+    """``chunkline grant``: a PostgreSQL reader role's principals (``chunkline.pipeline.sync.pgvector``)."""
     parser.add_argument("to", metavar="URI",
                         help="the PostgreSQL store, as given to `chunkline sync --to` "
                              "(postgresql://...; ?table=NAME, default chunks)")
@@ -317,9 +317,9 @@ def add_grant_arguments(parser: argparse.ArgumentParser) -> None:
 
 def grant_args(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     """Run ``chunkline grant`` from parsed ``add_grant_arguments`` options; its exit status."""
-    from pipeline import exits
-    from pipeline.redact import redacted
-    from pipeline.sync.uri import open_store, scheme_and_rest, split_table
+    from chunkline.pipeline import exits
+    from chunkline.pipeline.redact import redacted
+    from chunkline.pipeline.sync.uri import open_store, scheme_and_rest, split_table
 
     if (args.role is None) != (args.principals is None and not args.revoke):
         print("error: --role NAME goes with --principals P[,P...] or --revoke (alone, no option "

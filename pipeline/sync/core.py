@@ -7,8 +7,8 @@ computed in: ``SyncState``), and a lock held by the sync writing it. A sync:
 
 1. takes the store's lock (``Store.lock``): a second sync fails at once with ``StoreBusy``;
    a lock whose holder died is taken over (each store's module says how);
-2. reads the run's rows and their digests (``pipeline.sync.rows``);
-3. plans against the digests the store holds (``pipeline.sync.plan``): a sync killed between
+2. reads the run's rows and their digests (``chunkline.pipeline.sync.rows``);
+3. plans against the digests the store holds (``chunkline.pipeline.sync.plan``): a sync killed between
    (or inside) batches left only whole rows with their own digests, so the next sync writes
    exactly what is still missing: it resumes;
 4. marks the state as syncing that run (still naming the last verified one), deletes and upserts
@@ -17,7 +17,7 @@ computed in: ``SyncState``), and a lock held by the sync writing it. A sync:
    edited, deleted or duplicated behind the tool's back, or a lost write, is found; only then
    does the state name the run. A crash anywhere before leaves the state naming the previous run.
 
-Given the run's embedding signature (``pipeline.sync.generations``), steps 3 to 5 act on the
+Given the run's embedding signature (``chunkline.pipeline.sync.generations``), steps 3 to 5 act on the
 generation of that signature: the one readers get now when the signature is the same (only the
 changed rows are written, as above), else another one, found or made; once it verifies, the
 store's alias moves to it (``Generations.switch``), and only then.
@@ -33,9 +33,9 @@ from typing import Callable, Iterable, Protocol, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.sync.generations import generation_name
-from pipeline.sync.plan import Plan, batches, make_plan
-from pipeline.sync.rows import (
+from chunkline.pipeline.sync.generations import generation_name
+from chunkline.pipeline.sync.plan import Plan, batches, make_plan
+from chunkline.pipeline.sync.rows import (
     DIGEST,
     ROW_FORMAT,
     VALUES_FORMAT,
@@ -384,7 +384,7 @@ def sync(store: Store, run_id: str, run: pa.Table, batch_size: int, sparse: bool
 
     ``signature``: the run's embedding signature (``generations.signature_of``): the rows go to
     the generation of that signature and the alias moves to it once verified (see
-    ``pipeline.sync.generations``); ``lookup(run_id)`` gives the signature of another run of the
+    ``chunkline.pipeline.sync.generations``); ``lookup(run_id)`` gives the signature of another run of the
     index, for a generation synced before signatures were recorded; ``drop_old`` removes every
     other generation once the alias gives the run. Without ``signature`` the rows go to the
     generation the alias gives (or the plain table of an empty store)."""

@@ -11,16 +11,16 @@ Naming: the user's table name (``?table=NAME``, default ``chunks``) is the *alia
 The first generation is the plain table ``NAME``, as every store synced before generations is
 (nothing changes for a store whose signature never changes); every other generation is
 ``NAME_g`` + the first 7 hex digits of the signature's BLAKE2b digest (``generation_name``).
-How each store aliases (``pipeline.sync.lance``, ``pgvector``, ``qdrant``):
+How each store aliases (``chunkline.pipeline.sync.lance``, ``pgvector``, ``qdrant``):
 
 - PostgreSQL: views (``NAME``, ``NAME_sync``, ``NAME_terms``) over the generation's tables; the
   first switch renames the plain tables to their generation's name in the same transaction;
 - Qdrant: a collection alias ``NAME``; the first switch copies the plain collection to its
   generation's name (Qdrant cannot rename), then deletes it and creates the alias;
 - LanceDB: a one-row pointer table ``NAME_alias`` naming the generation, which a reader follows
-  (``pipeline.sync.lance.open_current``).
+  (``chunkline.pipeline.sync.lance.open_current``).
 
-The signature is the run's own ``embedding_signature`` (``pipeline.plan.embedding_signature``,
+The signature is the run's own ``embedding_signature`` (``chunkline.pipeline.plan.embedding_signature``,
 recorded in its manifest: what decides a vector besides the text) with the width the run's
 vectors have (``dim``), as canonical JSON. Each generation records it in its sync state
 (``SyncState.signature``), so a second machine syncing the store finds the generation of its run.
@@ -33,7 +33,7 @@ import json
 import re
 from typing import Protocol
 
-from pipeline.redact import redacted
+from chunkline.pipeline.redact import redacted
 
 # "_g" and 7 hex digits: NAME (at most ``uri.MAX_TABLE_NAME`` = 48 characters) + 9 keeps
 # PostgreSQL's longest derived name, ``<generation>_terms``, within its 63-byte identifiers.

@@ -1,6 +1,6 @@
 """LanceDB (embedded, a directory of Lance files): the store for a local user.
 
-One table holds the rows (``pipeline.sync.rows.schema``: ``vector`` a fixed-size float32 list,
+One table holds the rows (``chunkline.pipeline.sync.rows.schema``: ``vector`` a fixed-size float32 list,
 ``metadata`` JSON text, the BM25 sparse vector as two list columns), another (``<table>_sync``)
 the one-row sync state. Every write is one Lance commit (a new table version), so a batch is
 all or nothing. After writing: a full-text index on ``search_text`` (Lance's own inverted
@@ -9,13 +9,13 @@ cosine metric; new rows reach both with ``optimize()``, and rows not yet indexed
 searched, exhaustively (LanceDB docs, "Vector indexes" and "Full-text search").
 
 One sync at a time: a sync holds ``<table>.sync-lock`` in the directory, the lease
-``pipeline.lease`` gives a run's output (created atomically with ``link(2)``, renewed every
+``chunkline.pipeline.lease`` gives a run's output (created atomically with ``link(2)``, renewed every
 minute, taken over at once when its holder's process on this host is gone, or after
 ``LOCK_TIMEOUT_S`` without renewal for a holder on another machine). Lance itself would let two
 writers interleave their commits (each ``merge_insert`` is a valid commit of its own), which is
 how two syncs at once left 409 rows for 309 chunks.
 
-Generations (``pipeline.sync.generations``): LanceDB has no views or aliases, so the alias is a
+Generations (``chunkline.pipeline.sync.generations``): LanceDB has no views or aliases, so the alias is a
 pointer: the one-row table ``<table>_alias`` (column ``generation``) names the table readers
 should open. It is written only once the generation it names is complete and verified, as one
 overwrite, which is one Lance commit (a new version of the pointer table): a reader opening it
@@ -48,10 +48,10 @@ import lancedb
 import pyarrow as pa
 from lancedb.index import FTS, LabelList
 
-from pipeline.lease import LeaseHeld, OutputLease
-from pipeline.sync.core import StoreBusy, SyncState
-from pipeline.sync.generations import is_generation
-from pipeline.sync.rows import DIGEST, PRINCIPALS, canonical_metadata, schema
+from chunkline.pipeline.lease import LeaseHeld, OutputLease
+from chunkline.pipeline.sync.core import StoreBusy, SyncState
+from chunkline.pipeline.sync.generations import is_generation
+from chunkline.pipeline.sync.rows import DIGEST, PRINCIPALS, canonical_metadata, schema
 
 # IVF-PQ trains k-means over the vectors (256 centroids per sub-vector for PQ, ~sqrt(rows)
 # partitions for IVF); on fewer rows its centroids are poor and a flat scan (a few ms for ten

@@ -1,6 +1,6 @@
 """PostgreSQL with pgvector: rows in a table, written with psycopg 3 in one transaction a batch.
 
-Columns: the ``pipeline.sync.rows`` names, with ``embedding vector(dim)`` (an HNSW index with
+Columns: the ``chunkline.pipeline.sync.rows`` names, with ``embedding vector(dim)`` (an HNSW index with
 ``vector_cosine_ops`` once rows are in: pgvector builds it faster over loaded rows than row by
 row), ``metadata jsonb`` and the BM25 vector as ``sparse sparsevec(TERM_SPACE)``.
 
@@ -28,7 +28,7 @@ sync's connection included (the server sees the socket close), so a dead holder 
 the next. Its connection's ``application_name`` names the run being synced, which is how a
 second sync names the holder.
 
-Generations (``pipeline.sync.generations``): the alias is a view. A store whose embedding
+Generations (``chunkline.pipeline.sync.generations``): the alias is a view. A store whose embedding
 signature never changed holds the plain tables ``<table>``, ``<table>_sync``, ``<table>_terms``, as
 before. The first sync of another signature writes ``<table>_g<digest>`` (and its ``_sync``,
 ``_terms``) beside them, and once it verifies, one transaction renames the plain tables to their
@@ -131,10 +131,10 @@ from psycopg.pq import Format
 from psycopg.types import TypeInfo
 
 from chunkline.sparse import TERM_SPACE
-from pipeline.redact import redacted
-from pipeline.sync.core import StoreBusy, StoreError, SyncState
-from pipeline.sync.generations import is_generation
-from pipeline.sync.rows import DIGEST, PRINCIPALS, canonical_metadata, schema, vector_matrix
+from chunkline.pipeline.redact import redacted
+from chunkline.pipeline.sync.core import StoreBusy, StoreError, SyncState
+from chunkline.pipeline.sync.generations import is_generation
+from chunkline.pipeline.sync.rows import DIGEST, PRINCIPALS, canonical_metadata, schema, vector_matrix
 
 _SCALARS = ("chunk_id", "doc_id", "chunk_index", "start", "end", "headings", "text", "search_text",
             "tokens", "metadata", "page_start", "page_end", "content_key")

@@ -1,7 +1,7 @@
 """Qdrant, through qdrant-client: its local mode (a directory, no server) or a server by URL.
 
 One point per chunk: the named dense vector ``dense`` (distance ``Dot``: the synced vectors
-have unit length (``pipeline.sync.rows``), so the dot product is the cosine, and Qdrant keeps
+have unit length (``chunkline.pipeline.sync.rows``), so the dot product is the cosine, and Qdrant keeps
 them as given, where ``Cosine`` would normalize them again on insert), the named sparse vector
 ``bm25`` (term ids and IDF-free BM25 weights, ``chunkline.sparse``), ranked with
 ``Modifier.IDF``: Qdrant multiplies each query term by ``ln(1 + (N - df + 0.5) / (df + 0.5))``,
@@ -21,7 +21,7 @@ as long as a client has it open, and the operating system drops the lock with th
 the second sync is told the store is busy. A server has no compare-and-set to build a lock on,
 so two syncs into one server collection are not kept apart: schedule one per collection.
 
-Generations (``pipeline.sync.generations``): the alias is a collection alias (Qdrant docs,
+Generations (``chunkline.pipeline.sync.generations``): the alias is a collection alias (Qdrant docs,
 "Collections: aliases"), which every read and write by name resolves. A store whose embedding
 signature never changed holds the plain collection ``<name>``, as before. The first sync of
 another signature writes ``<name>_g<digest>``; once it verifies, the plain collection is copied
@@ -57,9 +57,9 @@ import numpy as np
 import pyarrow as pa
 from qdrant_client import QdrantClient, models
 
-from pipeline.sync.core import StoreBusy, StoreError, SyncState
-from pipeline.sync.generations import is_generation
-from pipeline.sync.rows import DIGEST, PRINCIPALS, canonical_metadata, schema, vector_matrix
+from chunkline.pipeline.sync.core import StoreBusy, StoreError, SyncState
+from chunkline.pipeline.sync.generations import is_generation
+from chunkline.pipeline.sync.rows import DIGEST, PRINCIPALS, canonical_metadata, schema, vector_matrix
 
 CHUNK_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "chunkline:chunk_id")
 _PAYLOAD = ("chunk_id", "doc_id", "chunk_index", "start", "end", "headings", "text", "search_text",

@@ -4,7 +4,7 @@ One canonical table (``SCHEMA``) is what every store writes and what every store
 for verification, so a row's digest is computed one way, from values, whatever the store:
 
 - ``vector``: the stored embedding as float32 (``chunkline.quantize.dequantized``), scaled to
-  unit length exactly when ``pipeline.query`` would (a run not normalized, or stored as
+  unit length exactly when ``chunkline.pipeline.query`` would (a run not normalized, or stored as
   float16/int8), so that inner product, cosine and L2 order the rows as ``chunkline query``
   does in every store, and a store that normalizes on insert (Qdrant's Cosine) is never
   needed;
@@ -27,7 +27,7 @@ The digest (BLAKE2b, RFC 7693, 16 bytes) covers every synced column of a row wit
 and a length before each value, so no two different rows encode to the same bytes.
 
 ``ROW_FORMAT`` names how digests are computed; a store records the format its digests are in
-(``pipeline.sync.core.SyncState``), so a store written by an older chunkline is recognised and
+(``chunkline.pipeline.sync.core.SyncState``), so a store written by an older chunkline is recognised and
 rewritten once instead of being reported as drift. Formats: 1, metadata numbers as Python's
 ``json`` wrote them; 2, canonical JSON numbers; 3, BM25 weights without IDF and no file facts
 (``file_size``, ``file_modified``) in a chunk's metadata. A store of format 2 or older holds
@@ -48,7 +48,7 @@ import pyarrow.compute as pc
 from chunkline.index.tables import TableFileError, read_table
 from chunkline.metadata import canonical_json
 from chunkline.quantize import dequantized
-from pipeline.manifest import ManifestError
+from chunkline.pipeline.manifest import ManifestError
 
 ROW_FORMAT = 3
 # The first format whose values (not only digests) are this version's: a store of an older one
@@ -152,7 +152,7 @@ def load_rows(run_dir: str, manifest: dict) -> pa.Table:
     scales = (table.column("embedding_scale").to_numpy(zero_copy_only=False)
               if "embedding_scale" in table.column_names else None)
     matrix = dequantized(stored, scales)
-    # The rule pipeline.query.dense_scores ranks by: cosine, whatever was stored.
+    # The rule chunkline.pipeline.query.dense_scores ranks by: cosine, whatever was stored.
     if not embed.get("normalize", True) or stored.dtype != np.float32:
         norms = np.linalg.norm(matrix, axis=1, keepdims=True).astype(np.float32)
         matrix = (matrix / np.maximum(norms, np.float32(1e-12))).astype(np.float32)

@@ -23,8 +23,8 @@ import os
 import re
 from urllib.parse import parse_qsl, urlencode
 
-from pipeline.redact import redacted
-from pipeline.sync.core import Store
+from chunkline.pipeline.redact import redacted
+from chunkline.pipeline.sync.core import Store
 
 DEFAULT_TABLE = "chunks"
 MAX_TABLE_NAME = 63 - len("_embedding_hnsw")
@@ -90,6 +90,6 @@ def open_store(uri: str) -> Store:
 def _module(name: str, client: str):
     """A store's module, imported only when a URI names it: each needs its own client."""
     try:
-        return importlib.import_module(f"pipeline.sync.{name}")
+        return importlib.import_module(f"chunkline.pipeline.sync.{name}")
     except ModuleNotFoundError as exc:
         raise ValueError(f"this store needs {client} ({exc}): pip install 'chunkline[sync]'") from None

@@ -15,10 +15,10 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from chunkline.readers import BINARY, ReadOptions, decode_file
 from chunkline.records import Document, Rejected
-from pipeline.config import load_config
-from pipeline.run import run
+from chunkline.pipeline.config import load_config
+from chunkline.pipeline.run import run
 from tests.beam_helpers import fnapi_pipeline
-from transforms.dedupe import ExactDedupe
+from chunkline.transforms.dedupe import ExactDedupe
 
 ROOT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "local.yaml"
 ROOT = "/corpus"

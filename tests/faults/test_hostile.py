@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 
 from chunkline.metadata import canonical_json
 from chunkline.readers import decode_text
-from pipeline.cli import main
-from pipeline.query import Hit
-from pipeline.query_command import hit_lines
+from chunkline.pipeline.cli import main
+from chunkline.pipeline.query import Hit
+from chunkline.pipeline.query_command import hit_lines
 
 pytestmark = pytest.mark.slow  # runs Beam pipelines or builds job graphs (make test-fast skips it)
 
@@ -82,7 +82,7 @@ def test_a_file_swapped_for_a_fifo_after_the_walk_does_not_hang_the_read(tmp_pat
         "from apache_beam.io.fileio import ReadableFile\n"
         "from apache_beam.io.filesystem import FileMetadata\n"
         "from chunkline.readers import ReadOptions\n"
-        "from transforms.read import _DecodeFile\n"
+        "from chunkline.transforms.read import _DecodeFile\n"
         "found = ReadableFile(FileMetadata(sys.argv[1], 20, 0.0))\n"
         "out = list(_DecodeFile(sys.argv[2], ReadOptions()).process(found))\n"
         "print(out[0].value.reason)\n"

@@ -26,7 +26,7 @@ from apache_beam.metrics.metric import MetricsFilter
 
 from chunkline.readers import ReadOptions
 from tests.beam_helpers import fnapi_pipeline
-from transforms.read import ReadDocuments
+from chunkline.transforms.read import ReadDocuments
 
 pytestmark = pytest.mark.slow  # runs Beam pipelines or builds job graphs (make test-fast skips it)
 
@@ -126,7 +126,7 @@ def unprivileged() -> bool:
     if shutil.which("setpriv") is None:
         pytest.skip("running as root, where chmod 000 stops nothing, and setpriv is missing")
     probe = subprocess.run(
-        [*_as_nobody(True), sys.executable, "-c", "import transforms.read"],
+        [*_as_nobody(True), sys.executable, "-c", "import chunkline.transforms.read"],
         cwd=REPO, env={**os.environ, "HOME": "/tmp"}, capture_output=True, text=True,
     )
     if probe.returncode != 0:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.lease import LEASE_NAME, LeaseHeld, LeaseLost, OutputLease
+from chunkline.pipeline.lease import LEASE_NAME, LeaseHeld, LeaseLost, OutputLease
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -88,7 +88,7 @@ def test_concurrent_takeovers_leave_one_holder(tmp_path) -> None:
     write_holder(tmp_path, host="another-machine", pid=1, age_s=700)
     script = (
         "import sys, time\n"
-        "from pipeline.lease import OutputLease, LeaseHeld\n"
+        "from chunkline.pipeline.lease import OutputLease, LeaseHeld\n"
         "lease = OutputLease(sys.argv[1], sys.argv[2], timeout=600)\n"
         "time.sleep(max(0.0, float(sys.argv[3]) - time.time()))\n"
         "try:\n"
@@ -106,7 +106,7 @@ def test_concurrent_takeovers_leave_one_holder(tmp_path) -> None:
 
 
 def run_cli(*argv: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "pipeline.cli", "run", *argv], cwd=ROOT,
+    return subprocess.Popen([sys.executable, "-m", "chunkline.pipeline.cli", "run", *argv], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.cli import main
-from pipeline.config import ConfigError, load_config
-from pipeline.plan import PreflightError
-from pipeline.run import run
+from chunkline.pipeline.cli import main
+from chunkline.pipeline.config import ConfigError, load_config
+from chunkline.pipeline.plan import PreflightError
+from chunkline.pipeline.run import run
 
 pytestmark = pytest.mark.slow  # runs Beam pipelines or builds job graphs (make test-fast skips it)
 
@@ -160,13 +160,13 @@ def test_read_only_output_fails_before_the_job(published) -> None:
         (base / "out").mkdir(mode=0o555)
         os.chmod(base / "out", 0o555)  # read-only to everyone but root
         probe = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                                sys.executable, "-c", "import pipeline.run"],
+                                sys.executable, "-c", "import chunkline.pipeline.run"],
                                cwd=ROOT, capture_output=True, text=True)
         if probe.returncode != 0:
             pytest.skip(f"the project is not importable as nobody: {probe.stderr[-300:]}")
         result = subprocess.run(
             ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-m",
-             "pipeline.cli", "run", "--config", CONFIG, "--input", f"{base / 'corpus'}/**",
+             "chunkline.pipeline.cli", "run", "--config", CONFIG, "--input", f"{base / 'corpus'}/**",
              "--output", str(base / "out"), "--set", NO_VECTORS],
             cwd=ROOT, capture_output=True, text=True, timeout=300,
             env={**os.environ, "HOME": str(base)})

@@ -13,9 +13,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.cli import main
-from pipeline.config import load_config
-from pipeline.run import run
+from chunkline.pipeline.cli import main
+from chunkline.pipeline.config import load_config
+from chunkline.pipeline.run import run
 from tests.helpers import run_rows
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -101,7 +101,7 @@ def leaks(output: Path, printed: str) -> list[str]:
 
 def chunkline_run(corpus: Path, output: Path, mode: str, trust: bool = True) -> str:
     done = subprocess.run(
-        [sys.executable, "-m", "pipeline.cli", "run", "--config", str(ROOT / "configs" / "local.yaml"),
+        [sys.executable, "-m", "chunkline.pipeline.cli", "run", "--config", str(ROOT / "configs" / "local.yaml"),
          "--input", f"{corpus}/**", "--output", str(output), "--set", "embed=null",
          "--set", f"input.trust_file_metadata={str(trust).lower()}", "--set", f"secrets.mode={mode}",
          "--set", "output.max_shrink=1"],

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import load_config
-from pipeline.run import run
+from chunkline.pipeline.config import load_config
+from chunkline.pipeline.run import run
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -120,7 +120,7 @@ def write_odd_corpus(corpus: Path) -> None:
 def odd_run(tmp_path_factory) -> OddRun:
     """The odd corpus through `chunkline run`, with a sink whose URI carries a password and
     names a PostgreSQL socket directory that does not exist: the run publishes, the sink fails."""
-    from pipeline.cli import main
+    from chunkline.pipeline.cli import main
 
     base = tmp_path_factory.mktemp("odd")
     write_odd_corpus(base / "corpus")

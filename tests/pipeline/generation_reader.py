@@ -4,7 +4,7 @@ alias in a loop while syncs move it, and writes one JSON line a query to its log
 ``python -m tests.pipeline.generation_reader STORE TARGET KNOWN LOG STOP``:
 
 - STORE ``lance`` (TARGET: the LanceDB directory; the reader follows the pointer with
-  ``pipeline.sync.lance.open_current``) or ``pg`` (TARGET: a libpq URI; the reader queries the
+  ``chunkline.pipeline.sync.lance.open_current``) or ``pg`` (TARGET: a libpq URI; the reader queries the
   view ``chunks``);
 - KNOWN: an ``.npz`` of every generation's vectors (``<label>/ids`` and ``<label>/vectors``),
   from which each row a query returns is told to be of exactly one generation;
@@ -50,7 +50,7 @@ def classify(rows: list[tuple[str, np.ndarray]], known: dict[str, dict[str, np.n
 
 
 def lance_query(target: str, probe: str) -> list[tuple[str, np.ndarray]]:
-    from pipeline.sync.lance import open_current
+    from chunkline.pipeline.sync.lance import open_current
 
     table = open_current(target, "chunks")  # one version of one generation from here on
     found = table.search().where(f"chunk_id = '{probe}'").select(["vector"]).limit(1).to_arrow()

@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 from hypothesis import strategies as st
 
-from pipeline.manifest import load_manifest
-from pipeline.query import search
-from pipeline.sync.command import main
-from pipeline.sync.core import Report, sync
-from pipeline.sync.rows import load_rows, terms_table
-from pipeline.sync.uri import open_store
+from chunkline.pipeline.manifest import load_manifest
+from chunkline.pipeline.query import search
+from chunkline.pipeline.sync.command import main
+from chunkline.pipeline.sync.core import Report, sync
+from chunkline.pipeline.sync.rows import load_rows, terms_table
+from chunkline.pipeline.sync.uri import open_store
 from tests.helpers import run_rows
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,7 +42,7 @@ QUESTIONS = (
 
 def cli(*argv: str) -> tuple[int, str, str]:
     """``chunkline sync`` in process: (exit status, stdout, stderr)."""
-    from pipeline.sync.command import parser, run_args
+    from chunkline.pipeline.sync.command import parser, run_args
 
     out, err = io.StringIO(), io.StringIO()
     code = run_args(parser().parse_args(list(argv)), out, err)
@@ -160,7 +160,7 @@ def check_crash_then_resume(uri: str, run_dir: str, progress: Callable[[str], in
     ``progress(uri)``: rows the store holds now, read with the store's own client."""
     chunks = len(parquet_rows(run_dir))
     process = subprocess.Popen(
-        [sys.executable, "-m", "pipeline.sync.command", str(Path(run_dir).parent), "--to", uri,
+        [sys.executable, "-m", "chunkline.pipeline.sync.command", str(Path(run_dir).parent), "--to", uri,
          "--batch-size", "8"],
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=subprocess.PIPE, text=True)
     for line in process.stderr:
@@ -215,10 +215,10 @@ def check_edits_behind_the_back(uri: str, run_dir: str, edit: Callable[[str, str
 
 
 def question_vectors(run_dir: str, questions: tuple[str, ...] = QUESTIONS) -> np.ndarray:
-    """The questions embedded as ``pipeline.query.dense_scores`` embeds one: the index's model
+    """The questions embedded as ``chunkline.pipeline.query.dense_scores`` embeds one: the index's model
     and options, from its manifest."""
     from chunkline.embedder import EmbedOptions, embed_texts, load_model
-    from transforms.model_cache import local_model_dir
+    from chunkline.transforms.model_cache import local_model_dir
 
     embed = load_manifest(run_dir)["config"]["embed"]
     options = EmbedOptions(**{f.name: embed[f.name] for f in dataclasses.fields(EmbedOptions) if f.name in embed})
@@ -227,7 +227,7 @@ def question_vectors(run_dir: str, questions: tuple[str, ...] = QUESTIONS) -> np
 
 
 def check_exact_dense_search(uri: str, run_dir: str, nearest: Callable[[str, np.ndarray], str]) -> None:
-    """The store's exact nearest chunk is ``pipeline.query``'s dense top hit, for each question.
+    """The store's exact nearest chunk is ``chunkline.pipeline.query``'s dense top hit, for each question.
     ``nearest(uri, vector)``: the chunk_id the store's own client ranks first."""
     assert synced(uri, run_dir).verification.ok
     output = str(Path(run_dir).parent)
@@ -266,8 +266,8 @@ def race(argv: list[str], contenders: int, logs: Path) -> list[tuple[int, str, s
     import multiprocessing
 
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["pipeline.sync.command", "pipeline.sync.rows",
-                                    "pipeline.sync.lance", "pipeline.sync.pgvector",
+    context.set_forkserver_preload(["chunkline.pipeline.sync.command", "chunkline.pipeline.sync.rows",
+                                    "chunkline.pipeline.sync.lance", "chunkline.pipeline.sync.pgvector",
                                     "tests.pipeline.sync_cases"])
     barrier = context.Barrier(contenders)
     logs.mkdir(parents=True, exist_ok=True)
@@ -354,7 +354,7 @@ def check_metadata_round_trips(uri: str, run_dir: str, examples: int = 25) -> No
     from hypothesis import HealthCheck, given, settings
 
     from chunkline.metadata import metadata_json, metadata_pairs
-    from pipeline.sync.rows import DIGEST, canonical_metadata, row_digests
+    from chunkline.pipeline.sync.rows import DIGEST, canonical_metadata, row_digests
 
     manifest = load_manifest(run_dir)
     template = load_rows(run_dir, manifest).slice(0, 3).drop_columns([DIGEST])
@@ -407,8 +407,8 @@ def check_an_old_format_store_is_rewritten_once(uri: str, odd, age: Callable[[st
     import pyarrow as pa
 
     from chunkline.sparse import idf
-    from pipeline.sync.core import SyncState
-    from pipeline.sync.rows import DIGEST, row_digests
+    from chunkline.pipeline.sync.core import SyncState
+    from chunkline.pipeline.sync.rows import DIGEST, row_digests
 
     output, run_id = str(odd.output), Path(odd.run_dir).name
     manifest = load_manifest(odd.run_dir)

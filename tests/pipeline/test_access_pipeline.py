@@ -22,14 +22,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.cli import main
-from pipeline.config import load_config
+from chunkline.pipeline.cli import main
+from chunkline.pipeline.config import load_config
 from chunkline.index.tables import read_table
-from pipeline.manifest import load_manifest
-from pipeline.query import (descending, embed_options, fused, load_chunks, sparse_scores,
+from chunkline.pipeline.manifest import load_manifest
+from chunkline.pipeline.query import (descending, embed_options, fused, load_chunks, sparse_scores,
                             stored_vectors)
-from pipeline.run import run
-from pipeline.search import AccessRequired, Index
+from chunkline.pipeline.run import run
+from chunkline.pipeline.search import AccessRequired, Index
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -132,7 +132,7 @@ def index(protected) -> Index:
 
 @dataclasses.dataclass
 class Reference:
-    """The run read again by the per-question functions of ``pipeline.query``: each chunk's
+    """The run read again by the per-question functions of ``chunkline.pipeline.query``: each chunk's
     principals, dense and BM25 scores over every chunk, and the documents' text."""
 
     chunk_ids: list[str]
@@ -237,7 +237,7 @@ def test_chunkline_query_as_a_caller_in_sparse_mode(protected, reference, caller
 def test_chunkline_query_as_a_caller_in_the_model_modes(protected, reference, caller, question, mode,
                                                         k, expand) -> None:
     # Each call opens the index as a fresh `chunkline query` does; the model loads once per
-    # process (pipeline.search._loaded_model).
+    # process (chunkline.pipeline.search._loaded_model).
     code, found, err = cli(protected.output.as_posix(), question, "--json", "--mode", mode, "-k",
                            str(k), "--expand", str(expand), "--as", ",".join(caller))
     assert code == 0, err
@@ -271,7 +271,7 @@ def test_rows_carry_the_principals_each_source_gave(protected) -> None:
 
 
 def test_the_summary_says_the_index_is_protected(protected) -> None:
-    from pipeline.summary import access_lines
+    from chunkline.pipeline.summary import access_lines
 
     lines = access_lines(load_manifest(protected.run_dir)["access"])
     assert lines[0].startswith("protected") and "readable by nobody" in lines[1]
@@ -436,9 +436,9 @@ STORE_CASES = dict(max_examples=200, deadline=None, suppress_health_check=[Healt
 
 
 def synced_rows(uri: str, run_dir: str):
-    from pipeline.sync.core import sync
-    from pipeline.sync.rows import load_rows, terms_table
-    from pipeline.sync.uri import open_store
+    from chunkline.pipeline.sync.core import sync
+    from chunkline.pipeline.sync.rows import load_rows, terms_table
+    from chunkline.pipeline.sync.uri import open_store
 
     manifest = load_manifest(run_dir)
     store = open_store(uri)
@@ -453,7 +453,7 @@ def synced_rows(uri: str, run_dir: str):
 
 @pytest.fixture(scope="module")
 def lance_reader(protected, tmp_path_factory):
-    from pipeline.sync.lance import open_current, search_as
+    from chunkline.pipeline.sync.lance import open_current, search_as
 
     path = tmp_path_factory.mktemp("lance") / "store"
     synced_rows(str(path), protected.run_dir)
@@ -467,7 +467,7 @@ def lance_reader(protected, tmp_path_factory):
 def qdrant_reader(protected, tmp_path_factory):
     from qdrant_client import QdrantClient
 
-    from pipeline.sync.qdrant import search_as
+    from chunkline.pipeline.sync.qdrant import search_as
 
     path = tmp_path_factory.mktemp("qdrant") / "store"
     synced_rows(f"qdrant://{path}", protected.run_dir)
@@ -496,7 +496,7 @@ def pg_reader(protected, pg_server):
     SELECT on the alias views and their tables, as the module docstring of pgvector.py says."""
     import psycopg
 
-    from pipeline.sync.pgvector import search_as
+    from chunkline.pipeline.sync.pgvector import search_as
 
     uri = pg_server
     synced_rows(f"{uri}&table=chunks&principals_from=application", protected.run_dir)
@@ -550,8 +550,8 @@ def test_postgres_row_security_shows_a_reader_role_only_readable_rows(
 
 
 def test_the_report_for_an_audience_shows_only_what_it_may_read(protected, tmp_path) -> None:
-    from pipeline.report.gather import gather
-    from pipeline.report.render import render
+    from chunkline.pipeline.report.gather import gather
+    from chunkline.pipeline.report.render import render
 
     everything = gather(protected.run_dir)
     # Under its own name: the manifest names its files by run folder, relative to the output.
@@ -576,7 +576,7 @@ def test_the_report_for_an_audience_shows_only_what_it_may_read(protected, tmp_p
 
 
 def test_report_audience_needs_access_and_valid_names() -> None:
-    from pipeline.config import ConfigError
+    from chunkline.pipeline.config import ConfigError
 
     with pytest.raises(ConfigError, match="report.audience needs access control"):
         load_config(None, ["report.audience=[eng]"])
@@ -590,7 +590,7 @@ def test_postgres_a_syncing_role_that_is_no_superuser_reads_its_rows_back(
     policy lets a plain owner role write, read back and verify every row."""
     import psycopg
 
-    from pipeline.sync.pgvector import search_as
+    from chunkline.pipeline.sync.pgvector import search_as
 
     with psycopg.connect(pg_server, autocommit=True) as admin:
         admin.execute("CREATE ROLE chunkline_sync LOGIN")
@@ -630,7 +630,7 @@ def test_revoking_a_group_takes_its_chunks_out_of_every_store_after_sync(protect
     import psycopg
     from qdrant_client import QdrantClient
 
-    from pipeline.sync import lance, pgvector, qdrant
+    from chunkline.pipeline.sync import lance, pgvector, qdrant
 
     rerun = rerun_without_sales(protected, tmp_path / "index")
     assert rerun.published and load_manifest(rerun.run_dir)["counts"]["embedded"] == 0

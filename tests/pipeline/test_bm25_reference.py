@@ -1,4 +1,4 @@
-"""Which reference mean length a run's BM25 weights carry on (``pipeline.plan.bm25_reference``),
+"""Which reference mean length a run's BM25 weights carry on (``chunkline.pipeline.plan.bm25_reference``),
 read from the published run's manifest, and how a query weighs an index of either kind."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import load_config
-from pipeline.manifest import ManifestError, load_manifest
-from pipeline.plan import bm25_reference
-from pipeline.query import idf_of
+from chunkline.pipeline.config import load_config
+from chunkline.pipeline.manifest import ManifestError, load_manifest
+from chunkline.pipeline.plan import bm25_reference
+from chunkline.pipeline.query import idf_of
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 from chunkline.carry import embedding_prefix
 from chunkline.index.manifest import load_manifest
 from chunkline.index.tables import LiveFile, live_files, read_table
-from pipeline.config import load_config
-from pipeline.run import run
-from pipeline.summary import format_summary
+from chunkline.pipeline.config import load_config
+from chunkline.pipeline.run import run
+from chunkline.pipeline.summary import format_summary
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -207,8 +207,8 @@ def test_a_shard_with_its_recorded_digest_is_not_decoded_to_be_trusted(carried, 
                                                                          monkeypatch) -> None:
     import hashlib
 
-    from transforms import carry
-    from transforms.write import SHARD_DIGEST_KEY
+    from chunkline.transforms import carry
+    from chunkline.transforms.write import SHARD_DIGEST_KEY
 
     _, corpus, first, second, rebuild = carried
     # Every sidecar names its shard's bytes.
@@ -314,14 +314,14 @@ def test_a_file_too_big_to_remember_is_read_again_not_held(tmp_path, monkeypatch
     """Records stream through the reader; what a file made is remembered only while it fits
     ``READ_MEMO_BYTES``: a bigger one (a dump's piece) is read again by a trusted rerun, with
     the same tables."""
-    import transforms.read
+    from chunkline.transforms import read as read_stage
 
     corpus = tmp_path / "corpus"
     write_corpus(corpus, count=6)
     lines = [json.dumps({"id": f"t{n}", "text": f"Ticket {n}: the pump on line {n} stalls again."})
              for n in range(40)]
     (corpus / "tickets.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    monkeypatch.setattr(transforms.read, "READ_MEMO_BYTES", 2_000)  # the dump's 40 records, not a page
+    monkeypatch.setattr(read_stage, "READ_MEMO_BYTES", 2_000)  # the dump's 40 records, not a page
     trust = "input.trust_file_metadata=true"
     first = job(corpus, tmp_path / "index", trust)
     second = job(corpus, tmp_path / "index", trust)
@@ -336,7 +336,7 @@ def test_two_worker_processes_recall_what_either_computed(tmp_path, monkeypatch)
     """The memo is loaded where each piece is read and travels with its documents: a rerun by
     two SDK worker processes, each reading some of the pieces, computes nothing again, whichever
     process computed a result the night before."""
-    from transforms.progress import PIECES_READ, PROGRESS_ENV
+    from chunkline.transforms.progress import PIECES_READ, PROGRESS_ENV
 
     corpus = tmp_path / "corpus"
     write_corpus(corpus, count=6)

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from pipeline.cli import main
+from chunkline.pipeline.cli import main
 
 
 def run(argv: list[str]) -> tuple[int, str, str]:
@@ -85,7 +85,7 @@ def test_console_script_is_installed(tmp_path) -> None:
     path = tmp_path / "doc.md"
     path.write_text("# Hello\nworld\n", encoding="utf-8")
     result = subprocess.run(
-        [sys.executable, "-m", "pipeline.cli", "split", str(path), "--tokenizer", "words"],
+        [sys.executable, "-m", "chunkline.pipeline.cli", "split", str(path), "--tokenizer", "words"],
         capture_output=True, text=True, check=True,
     )
     assert json.loads(result.stdout)["headings"] == ["Hello"]
@@ -95,7 +95,7 @@ def test_console_script_is_installed(tmp_path) -> None:
 def test_beams_runner_flag_names_the_runner_the_job_is_built_for(tmp_path) -> None:
     """`-- --runner=X` was passed to Beam's options and ignored: the job ran on the config's
     runner. Now it is runner.name, checked with the config."""
-    from pipeline.cli import runner_option
+    from chunkline.pipeline.cli import runner_option
 
     assert runner_option(["--runner=PortableRunner", "--x=1"]) == ("PortableRunner", ["--x=1"])
     assert runner_option(["--a", "--runner", "FlinkRunner"]) == ("FlinkRunner", ["--a"])

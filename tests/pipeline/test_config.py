@@ -20,7 +20,7 @@ from chunkline.minhash import MinHashOptions
 from chunkline.readers import JsonlOptions, ParquetOptions, ReadOptions
 from chunkline.splitting.semantic import SemanticOptions
 
-from pipeline.config import Config, ConfigError, load_config, validate
+from chunkline.pipeline.config import Config, ConfigError, load_config, validate
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from pipeline.config import load_config
-from pipeline.run import run
+from chunkline.pipeline.config import load_config
+from chunkline.pipeline.run import run
 from tests.helpers import run_table
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from chunkline.embedder import EmbedOptions, load_model, token_lengths
-from pipeline.config import load_config
-from pipeline.run import run
+from chunkline.pipeline.config import load_config
+from chunkline.pipeline.run import run
 from tests.helpers import run_rows
 from tests.llm_server import Fault, LLMServer
 

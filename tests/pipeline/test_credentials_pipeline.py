@@ -18,11 +18,11 @@ import pytest
 
 from chunkline.credentials import CONFIDENCE, CONFIRMED, CredentialOptions
 from chunkline.records import Document
-from pipeline.cli import main
+from chunkline.pipeline.cli import main
 from tests.beam_helpers import fnapi_pipeline
 from tests.credential_cases import credentials, lookalikes, missed
 from tests.llm_server import LLMServer
-from transforms.credentials import KIND_PREFIX, NAMESPACE, ScanCredentials, outcomes
+from chunkline.transforms.credentials import KIND_PREFIX, NAMESPACE, ScanCredentials, outcomes
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "local.yaml"

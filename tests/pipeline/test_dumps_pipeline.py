@@ -11,9 +11,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.config import load_config
-from pipeline.run import run
-from transforms.progress import PIECES_READ, PROGRESS_ENV
+from chunkline.pipeline.config import load_config
+from chunkline.pipeline.run import run
+from chunkline.transforms.progress import PIECES_READ, PROGRESS_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow

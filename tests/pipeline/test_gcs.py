@@ -10,9 +10,9 @@ import pytest
 from apache_beam.io.filesystems import FileSystems
 
 from chunkline.embedder import resolve_model_dir
-from pipeline.config import load_config
-from pipeline.query import search
-from pipeline.run import run
+from chunkline.pipeline.config import load_config
+from chunkline.pipeline.query import search
+from chunkline.pipeline.run import run
 from tests.gcs_emulator import storage_emulator, upload_tree
 
 ROOT = Path(__file__).resolve().parents[2]

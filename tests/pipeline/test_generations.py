@@ -1,4 +1,4 @@
-"""Index generations (``pipeline.sync.generations``): a run of another embedding signature goes
+"""Index generations (``chunkline.pipeline.sync.generations``): a run of another embedding signature goes
 to a generation of its own and the store's alias moves to it once verified.
 
 One index, four runs of one small corpus: all-MiniLM-L6-v2 (``a``), the same model storing int8
@@ -25,10 +25,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.manifest import load_manifest
-from pipeline.sync.generations import generation_name, signature_of
-from pipeline.sync.rows import load_rows
-from pipeline.sync.uri import open_store
+from chunkline.pipeline.manifest import load_manifest
+from chunkline.pipeline.sync.generations import generation_name, signature_of
+from chunkline.pipeline.sync.rows import load_rows
+from chunkline.pipeline.sync.uri import open_store
 from tests.pipeline import sync_cases as cases
 from tests.pipeline.generation_reader import K, classify
 
@@ -48,8 +48,8 @@ class Runs:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> Runs:
-    from pipeline.config import load_config
-    from pipeline.run import run
+    from chunkline.pipeline.config import load_config
+    from chunkline.pipeline.run import run
     from tests.pipeline.test_reindex import write_corpus
 
     base = tmp_path_factory.mktemp("generations")
@@ -157,7 +157,7 @@ def check_switches_under_a_reader(runs: Runs, uri: str, reader: Reader) -> list[
 def check_no_change_rollback_and_drop(runs: Runs, uri: str, a_gen: str) -> None:
     """After ``c``: the no-change run, a ``--check`` of ``a``, the rollback to ``a`` by
     ``chunkline publish``, the drop. ``a_gen``: the generation holding ``a``."""
-    from pipeline.cli import main
+    from chunkline.pipeline.cli import main
 
     current, held = layout(uri)
     assert current == gen(runs.c) and held == sorted([a_gen, gen(runs.b), gen(runs.c)])
@@ -196,7 +196,7 @@ def forget_signatures(uri: str) -> None:
 def test_lance_generations_switch_under_a_reader_roll_back_and_drop(runs, tmp_path) -> None:
     import lancedb
 
-    from pipeline.sync.lance import open_current
+    from chunkline.pipeline.sync.lance import open_current
 
     path = tmp_path / "lance"
     uri = f"lancedb://{path}?table=chunks"
@@ -237,7 +237,7 @@ def test_pgvector_generations_switch_under_a_reader_roll_back_and_drop(runs, pg_
                                                                       monkeypatch) -> None:
     import psycopg
 
-    from pipeline.sync.pgvector import PgvectorStore
+    from chunkline.pipeline.sync.pgvector import PgvectorStore
 
     # Each view of a switch held for 0.2 s inside its transaction: the reader's queries meet
     # the switch's locks for certain, and must wait for it, then read the new generation.

@@ -21,9 +21,9 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.pipeline import PipelineVisitor
 from pydantic import BaseModel
 
-from pipeline.build import build
-from pipeline.config import Config, load_config
-from pipeline.plan import plan
+from chunkline.pipeline.build import build
+from chunkline.pipeline.config import Config, load_config
+from chunkline.pipeline.plan import plan
 
 pytestmark = pytest.mark.slow  # runs Beam pipelines or builds job graphs (make test-fast skips it)
 

@@ -24,10 +24,10 @@ from chunkline.index.query import search_result
 from chunkline.index.ranking import load_chunks
 from chunkline.index.search import Index
 from chunkline.index.tables import live_files
-from pipeline.cli import main
-from pipeline.report.gather import gather
-from pipeline.runs import collect, file_problems, publishable
-from pipeline.sync.rows import load_rows, terms_table
+from chunkline.pipeline.cli import main
+from chunkline.pipeline.report.gather import gather
+from chunkline.pipeline.runs import collect, file_problems, publishable
+from chunkline.pipeline.sync.rows import load_rows, terms_table
 from tests.pipeline.sync_cases import synced
 
 pytestmark = pytest.mark.slow
@@ -157,8 +157,8 @@ def tiny_document(n: int) -> str:
 
 
 def tiny_job(corpus: Path, output: Path, *overrides: str):
-    from pipeline.config import load_config
-    from pipeline.run import run
+    from chunkline.pipeline.config import load_config
+    from chunkline.pipeline.run import run
 
     # With the model (a store needs vectors); a rerun embeds only new text, the rebuild none.
     return run(load_config(Path(__file__).resolve().parents[2] / "configs" / "local.yaml", [
@@ -195,7 +195,7 @@ def test_a_rerun_that_writes_only_what_changed_reads_as_a_full_rebuild(changes) 
     import tempfile
     from unittest import mock
 
-    from transforms import write
+    from chunkline.transforms import write
 
     with tempfile.TemporaryDirectory(prefix="merge-on-read-") as scratch:
         root = Path(scratch)

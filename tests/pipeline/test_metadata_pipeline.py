@@ -13,8 +13,8 @@ import pyarrow.parquet as pq
 import pypdfium2 as pdfium
 import pytest
 
-from pipeline.config import load_config
-from pipeline.run import run
+from chunkline.pipeline.config import load_config
+from chunkline.pipeline.run import run
 from tests.helpers import run_rows
 from tests.pdfs import make_pdf
 
@@ -234,7 +234,7 @@ def test_a_metadata_change_reuses_vectors_and_updates_rows(reindexed) -> None:
 
 
 def test_query_filters_by_metadata_before_ranking(reindexed) -> None:
-    from pipeline.query import search
+    from chunkline.pipeline.query import search
 
     output, _, _ = reindexed
     unfiltered = search(str(output), "mount the arm on a base plate", k=1)
@@ -249,7 +249,7 @@ def test_query_filters_by_metadata_before_ranking(reindexed) -> None:
 def test_query_cli_where(reindexed) -> None:
     import io
 
-    from pipeline.cli import main
+    from chunkline.pipeline.cli import main
 
     output, _, _ = reindexed
     out, err = io.StringIO(), io.StringIO()

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from chunkline import get_tokenizer
-from pipeline.config import load_config
-from pipeline.run import run
+from chunkline.pipeline.config import load_config
+from chunkline.pipeline.run import run
 from tests.helpers import run_rows
 
 ROOT = Path(__file__).resolve().parents[2]

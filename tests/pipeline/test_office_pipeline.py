@@ -12,8 +12,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.config import load_config
-from pipeline.run import run
+from chunkline.pipeline.config import load_config
+from chunkline.pipeline.run import run
 from tests.readers.helpers import (
     LIBREOFFICE_BULLETS, docx_bytes, epub_bytes, manual_docx, message, notebook_bytes, pptx_bytes,
     quarterly_deck, untitled_slide_deck, xlsx_bytes, zip_bytes,

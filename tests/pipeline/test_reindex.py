@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.config import load_config
+from chunkline.pipeline.config import load_config
 from tests.helpers import run_rows
-from pipeline.run import run
+from chunkline.pipeline.run import run
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -113,7 +113,7 @@ def test_deleted_document_is_gone(reindexed) -> None:
 def stored_weights_hold(rows: list[dict], run_dir: str) -> None:
     """Every chunk's stored BM25 weights are those of its own search text against the run's
     recorded reference mean length: nothing else of the corpus."""
-    from pipeline.manifest import load_manifest
+    from chunkline.pipeline.manifest import load_manifest
     from chunkline.sparse import SparseOptions, document_weights, term_counts
 
     bm25 = load_manifest(run_dir)["bm25"]
@@ -143,7 +143,7 @@ def test_a_mean_length_past_the_bound_rebases_every_row_once(tmp_path) -> None:
     """Short documents added until the corpus's mean chunk length moves past the bound (5 %):
     the run says it re-based, every row changes and the store takes each once; the next run
     with nothing changed writes nothing."""
-    from pipeline.summary import format_summary
+    from chunkline.pipeline.summary import format_summary
     from tests.pipeline.sync_cases import synced
 
     corpus, output, store = tmp_path / "corpus", tmp_path / "index", str(tmp_path / "lance")
@@ -184,8 +184,8 @@ def test_a_rerun_with_nothing_to_embed_never_loads_the_model(reindexed) -> None:
     _, corpus, output, _, _, _ = reindexed
     script = (
         "import sys\n"
-        "from pipeline.config import load_config\n"
-        "from pipeline.run import run\n"
+        "from chunkline.pipeline.config import load_config\n"
+        "from chunkline.pipeline.run import run\n"
         f"config = load_config({str(ROOT / 'configs' / 'local.yaml')!r}, ["
         f"'input.pattern={corpus}/**', 'output.path={output}', 'dedupe.exact=false', 'embed.dtype=float32'])\n"
         "summary = run(config)\n"
@@ -213,7 +213,7 @@ def test_killed_run_leaves_latest_on_the_last_complete_run(reindexed, tmp_path) 
     runs_before = {p.name for p in output.iterdir() if p.is_dir()}
     # Reuse off, so the job still has real work to do when it is killed mid-way.
     process = subprocess.Popen(
-        [sys.executable, "-m", "pipeline.cli", "run", "--config", str(ROOT / "configs" / "local.yaml"),
+        [sys.executable, "-m", "chunkline.pipeline.cli", "run", "--config", str(ROOT / "configs" / "local.yaml"),
          "--input", f"{corpus}/**", "--output", str(output), "--set", "output.reuse_latest=false"],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )

@@ -1,4 +1,4 @@
-"""pipeline.report: gathering a run (from Parquet shards written with the real schemas and a
+"""chunkline.pipeline.report: gathering a run (from Parquet shards written with the real schemas and a
 manifest), rendering it (escaping, caps, chunk boundaries drawn over the exact text), and the
 command."""
 
@@ -22,13 +22,13 @@ from chunkline.records import (
     DUPLICATE, KEPT, REJECTED, ChunkRecord, DocumentStatus, Rejected, as_row, chunk_row, chunk_schema,
     doc_hash, document_schema, rejected_schema,
 )
-from pipeline.cli import main as cli
-from pipeline.report import REPORT, main, write_report
-from pipeline.report.gather import (
+from chunkline.pipeline.cli import main as cli
+from chunkline.pipeline.report import REPORT, main, write_report
+from chunkline.pipeline.report.gather import (
     MAX_CLUSTERS, MAX_REASON_KINDS, SAMPLE_CHARS, SampleChunk, gather, histogram, reason_kind,
 )
-from pipeline.report.render import render, sample_html, segments
-from pipeline.report.svg import escape
+from chunkline.pipeline.report.render import render, sample_html, segments
+from chunkline.pipeline.report.svg import escape
 from tests.helpers import damage as damage_file
 
 HOSTILE = "</pre></style><script>alert('x')</script><img src=x onerror=alert(1)> \"q\" & ü 🙂 \r\n"
@@ -168,7 +168,7 @@ def test_segments_cover_the_text_once_in_order(case) -> None:
 
 @given(text_and_spans())
 def test_drawn_spans_give_back_the_text(case) -> None:
-    from pipeline.report.gather import Sample
+    from chunkline.pipeline.report.gather import Sample
 
     text, chunks = case
     drawn = sample_html(Sample("markdown", "d", "d.md", text, len(text), tuple(chunks), len(chunks)))
@@ -176,7 +176,7 @@ def test_drawn_spans_give_back_the_text(case) -> None:
 
 
 def test_each_chunk_start_is_labelled_with_its_heading_path() -> None:
-    from pipeline.report.gather import Sample
+    from chunkline.pipeline.report.gather import Sample
 
     chunks = (SampleChunk(0, 0, 4, 2, ("Guide", "<Setup>")), SampleChunk(1, 4, 8, 3, ()))
     drawn = sample_html(Sample("markdown", "d", "d.md", "abcdefgh", 8, chunks, 2))

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from chunkline.index.tables import read_table
-from pipeline.config import load_config
-from pipeline.report import REPORT
-from pipeline.report.gather import SAMPLE_CHARS
-from pipeline.run import run
+from chunkline.pipeline.config import load_config
+from chunkline.pipeline.report import REPORT
+from chunkline.pipeline.report.gather import SAMPLE_CHARS
+from chunkline.pipeline.run import run
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install selenium)")
 from selenium.webdriver.chrome.service import Service  # noqa: E402

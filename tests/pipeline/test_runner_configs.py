@@ -25,10 +25,10 @@ from apache_beam.options.pipeline_options import (
 from apache_beam.options.pipeline_options_validator import PipelineOptionsValidator
 
 from chunkline.embedder import EmbedOptions, model_info
-from pipeline.build import build
-from pipeline.plan import Plan
-from pipeline.config import load_config
-from pipeline.run import run
+from chunkline.pipeline.build import build
+from chunkline.pipeline.plan import Plan
+from chunkline.pipeline.config import load_config
+from chunkline.pipeline.run import run
 from tests.gcs_emulator import free_port, wait_for_port
 
 pytestmark = pytest.mark.slow  # runs Beam pipelines or builds job graphs (make test-fast skips it)
@@ -151,6 +151,6 @@ def test_relative_paths_reach_workers_that_run_in_another_directory(tmp_path, mo
     assert summary.reconciled and summary.published and summary.counts["documents"] == 2
     assert Path(summary.run_dir) == driver / "out" / Path(summary.run_dir).name
     assert not (pool_dir / "out").exists()
-    from pipeline.summary import format_summary
+    from chunkline.pipeline.summary import format_summary
 
     assert "(named in out/LATEST)" in format_summary(summary)

@@ -23,9 +23,9 @@ import pytest
 
 from chunkline.index.manifest import load_manifest
 from chunkline.index.tables import live_files, table_names
-from pipeline.cli import main
-from pipeline.config import load_config
-from pipeline.run import run
+from chunkline.pipeline.cli import main
+from chunkline.pipeline.config import load_config
+from chunkline.pipeline.run import run
 from tests.helpers import run_table
 from tests.llm_server import Fault, LLMServer
 from tests.pipeline.test_carry import write_corpus
@@ -65,14 +65,14 @@ def latest(output: Path) -> str:
 
 
 def new_run_id() -> str:
-    """A run id of pipeline.plan.new_run_id's form, for the directory a lease holder writes."""
+    """A run id of chunkline.pipeline.plan.new_run_id's form, for the directory a lease holder writes."""
     return f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}Z-{'0' * 8}-{secrets.token_hex(3)}"
 
 
 HOLDER = """
 import sys, time
 from pathlib import Path
-from pipeline.lease import OutputLease
+from chunkline.pipeline.lease import OutputLease
 output, run_id = sys.argv[1], sys.argv[2]
 OutputLease(output, run_id, timeout=600).acquire()
 if " " not in run_id:  # a run: it writes its directory, its parts first
@@ -103,7 +103,7 @@ def killed_run(corpus: Path, output: Path) -> str:
     directory without a manifest, its parts and its lease (of a dead pid) left behind."""
     before = set(os.listdir(output))
     child = subprocess.Popen(
-        [sys.executable, "-m", "pipeline.cli", "run", "--config", str(CONFIG), "--input",
+        [sys.executable, "-m", "chunkline.pipeline.cli", "run", "--config", str(CONFIG), "--input",
          f"{corpus}/**", "--output", str(output), "--set", "embed=null"],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline, found = time.monotonic() + 120, []

@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 from apache_beam.io.filesystems import FileSystems
 
-from pipeline.cli import main
-from pipeline.config import load_config
-from pipeline.lease import OutputLease
-from pipeline.run import run
-from pipeline.runs import collect
+from chunkline.pipeline.cli import main
+from chunkline.pipeline.config import load_config
+from chunkline.pipeline.lease import OutputLease
+from chunkline.pipeline.run import run
+from chunkline.pipeline.runs import collect
 from tests.gcs_emulator import storage_emulator
 from tests.pipeline.test_carry import write_corpus
 
@@ -60,7 +60,7 @@ def latest(output: str) -> str:
 
 
 def new_run_id() -> str:
-    """A run id of pipeline.plan.new_run_id's form, newer than every run built so far."""
+    """A run id of chunkline.pipeline.plan.new_run_id's form, newer than every run built so far."""
     return f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}Z-{'0' * 8}-{secrets.token_hex(3)}"
 
 

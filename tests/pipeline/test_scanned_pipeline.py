@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import load_config
-from pipeline.run import run
+from chunkline.pipeline.config import load_config
+from chunkline.pipeline.run import run
 from tests.helpers import run_rows
 from tests.ocr_pages import render_page, text_and_scan_pdf
 

@@ -1,4 +1,4 @@
-"""``pipeline.search.Index``: a run opened once gives, question after question, what the
+"""``chunkline.pipeline.search.Index``: a run opened once gives, question after question, what the
 per-question path gave (hits, scores to the bit, notes, ranking, expansion), from any number of
 threads at once; a damaged run fails to open with the one-line errors ``chunkline query`` prints.
 
@@ -30,11 +30,11 @@ from chunkline.index.tables import read_table
 from chunkline.metadata import matches, parse_condition
 from chunkline.quantize import quantize_int8
 from chunkline.sparse import SparseOptions, query_terms, query_weights
-from pipeline.cli import main
-from pipeline.manifest import ManifestError, load_manifest
-from pipeline.query import (Hit, dense_scores, embed_options, fused, load_chunks, run_dir_of,
+from chunkline.pipeline.cli import main
+from chunkline.pipeline.manifest import ManifestError, load_manifest
+from chunkline.pipeline.query import (Hit, dense_scores, embed_options, fused, load_chunks, run_dir_of,
                             search_result, sparse_scores)
-from pipeline.search import Index
+from chunkline.pipeline.search import Index
 from tests.helpers import damage as damage_file
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -243,7 +243,7 @@ def test_bad_arguments_are_refused_as_before(index, arguments, message) -> None:
 
 def test_int8_vectors_rank_as_the_per_table_scores(demo, questions, tmp_path) -> None:
     """A run storing int8 vectors with a scale per row: the Index dequantizes and re-normalizes
-    them once at open, and ranks as ``pipeline.query``'s per-table scores (dense_scores,
+    them once at open, and ranks as ``chunkline.pipeline.query``'s per-table scores (dense_scores,
     sparse_scores, fused) do, recomputed here for each question."""
     copy = tmp_path / "out"
     shutil.copytree(demo, copy)

@@ -9,7 +9,7 @@ import pytest
 
 from chunkline.splitting.options import SplitOptions, split_budget
 from chunkline.splitting.semantic import SemanticOptions
-from pipeline.config import ConfigError, load_config
+from chunkline.pipeline.config import ConfigError, load_config
 
 
 def test_the_split_section_is_generated_from_the_library_options() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.summary import RunSummary, format_summary
+from chunkline.pipeline.summary import RunSummary, format_summary
 
 COUNTS = {"documents": 3, "kept": 2, "duplicate": 0, "rejected": 1, "chunks": 4, "tokens": 90,
           "embedded": 4, "reused": 0}

@@ -1,6 +1,6 @@
 """``chunkline run`` and ``chunkline sync`` used as a hostile but realistic operator would: a
 password in the sink URI, odd metadata, a path that is a file, someone else's table, a run the
-guard held back, a damaged shard, Ctrl-C. Each ends in the exit status of ``pipeline.exits``
+guard held back, a damaged shard, Ctrl-C. Each ends in the exit status of ``chunkline.pipeline.exits``
 and one line naming what is wrong, never a traceback and never a secret."""
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ def test_a_truncated_shard_is_named(demo_copy, tmp_path) -> None:
 
 
 def _sync_process(*argv: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "pipeline.cli", "sync", *argv], cwd=ROOT,
+    return subprocess.Popen([sys.executable, "-m", "chunkline.pipeline.cli", "sync", *argv], cwd=ROOT,
                             env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
@@ -152,7 +152,7 @@ def test_quiet_is_quiet(sync_runs, tmp_path) -> None:
 def test_a_config_error_about_a_uri_hides_its_password() -> None:
     import io
 
-    from pipeline.cli import main
+    from chunkline.pipeline.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     code = main(["run", "--config", str(ROOT / "configs" / "local.yaml"), "--set",

@@ -67,7 +67,7 @@ def test_run_with_a_sink_publishes_then_syncs_and_a_rerun_writes_nothing(tmp_pat
 
     import pyarrow.parquet as pq
 
-    from pipeline.cli import main
+    from chunkline.pipeline.cli import main
     from tests.pipeline.test_reindex import write_corpus
 
     corpus, output = tmp_path / "corpus", tmp_path / "index"
@@ -91,7 +91,7 @@ def test_run_with_a_sink_publishes_then_syncs_and_a_rerun_writes_nothing(tmp_pat
 
 
 def test_a_sink_without_vectors_is_a_config_error(tmp_path) -> None:
-    from pipeline.config import ConfigError, load_config
+    from chunkline.pipeline.config import ConfigError, load_config
 
     with pytest.raises(ConfigError, match="sink needs vectors"):
         load_config("configs/local.yaml", ["embed=null", f"sink.to={tmp_path}/store"])

@@ -8,7 +8,7 @@ import psycopg
 import pytest
 
 from chunkline.sparse import TERM_SPACE, SparseOptions, query_terms, query_weights
-from pipeline.manifest import load_manifest
+from chunkline.pipeline.manifest import load_manifest
 from tests.pipeline import sync_cases as cases
 
 pytestmark = pytest.mark.slow
@@ -110,7 +110,7 @@ def test_sparsevec_inner_product_is_chunkline_bm25(uri, sync_runs) -> None:
 def test_terms_table_takes_only_changed_document_frequencies(uri, sync_runs) -> None:
     """The store's BM25 terms follow the run's: the second run rewrites only the terms whose
     df changed (those of the edited, deleted and added documents)."""
-    from pipeline.sync.rows import terms_table
+    from chunkline.pipeline.sync.rows import terms_table
 
     first, second = (terms_table(r, load_manifest(r)) for r in (sync_runs.first, sync_runs.second))
     before = dict(zip(first.column("term_id").to_pylist(), first.column("df").to_pylist()))

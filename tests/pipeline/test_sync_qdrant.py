@@ -8,7 +8,7 @@ import pytest
 from qdrant_client import QdrantClient, models
 
 from chunkline.sparse import SparseOptions, query_terms
-from pipeline.sync.qdrant import point_id
+from chunkline.pipeline.sync.qdrant import point_id
 from tests.pipeline import sync_cases as cases
 
 pytestmark = pytest.mark.slow

@@ -12,11 +12,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.sync.pgvector import parse_sparse, parse_vector, sparse_bytes, vector_bytes
-from pipeline.sync.plan import batches, make_plan
-from pipeline.sync.qdrant import point_id
-from pipeline.sync.rows import DIGEST, canonical_metadata, row_digests, schema, set_digest
-from pipeline.sync.uri import open_store, redacted, split_table
+from chunkline.pipeline.sync.pgvector import parse_sparse, parse_vector, sparse_bytes, vector_bytes
+from chunkline.pipeline.sync.plan import batches, make_plan
+from chunkline.pipeline.sync.qdrant import point_id
+from chunkline.pipeline.sync.rows import DIGEST, canonical_metadata, row_digests, schema, set_digest
+from chunkline.pipeline.sync.uri import open_store, redacted, split_table
 
 DIM = 4
 text = st.text(max_size=12)
@@ -195,7 +195,7 @@ def test_an_older_format_row_is_outdated_only_where_the_format_explains_it(row, 
     """A store of row format 2 holds IDF inside its weights and the file facts in metadata: a
     row that differs only there is outdated, not drift; one whose text differs is drift; a file
     fact the run's row carries itself (``output.chunk_metadata`` names it) must match."""
-    from pipeline.sync.core import _format_only
+    from chunkline.pipeline.sync.core import _format_only
 
     facts = {"file_size": 10, "file_modified": "2026-01-01T00:00:00Z"}
     now = dict(row, chunk_id="c", metadata=canonical_metadata(json.dumps(

@@ -11,9 +11,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.config import load_config
-from pipeline.query import search
-from pipeline.run import run
+from chunkline.pipeline.config import load_config
+from chunkline.pipeline.query import search
+from chunkline.pipeline.run import run
 from tests.pipeline.test_reindex import write_corpus
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -108,7 +108,7 @@ def test_the_dims_probe_is_measured_once_per_signature(runs, tmp_path, caplog) -
     import json
     import logging
 
-    from pipeline.plan import dims_probe_path, plan
+    from chunkline.pipeline.plan import dims_probe_path, plan
 
     corpus, _, _ = runs
     config = load_config(ROOT / "configs" / "local.yaml", [

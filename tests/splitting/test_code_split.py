@@ -481,7 +481,7 @@ def test_split_documents_dispatches_code_and_tables() -> None:
 
     from chunkline.records import Document
     from tests.beam_helpers import fnapi_pipeline
-    from transforms.split import FlattenChunks, SplitDocuments
+    from chunkline.transforms.split import FlattenChunks, SplitDocuments
 
     py_text = NESTED["python"][0] + "# not a heading\nx = 1\n"
     header = "| Robot | Zone |\n|---|---|\n"

@@ -10,7 +10,7 @@ from chunkline.access import AccessPolicy
 from chunkline.metadata import metadata_pairs
 from chunkline.records import Document
 from tests.beam_helpers import fnapi_pipeline
-from transforms.access import AssignPrincipals
+from chunkline.transforms.access import AssignPrincipals
 
 
 def test_each_document_gets_its_principals_or_is_rejected() -> None:

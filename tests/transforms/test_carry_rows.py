@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from chunkline.sparse import SparseOptions, document_weights
-from transforms.carry import stored_weights
-from transforms.write import in_order
+from chunkline.transforms.carry import stored_weights
+from chunkline.transforms.write import in_order
 
 counts_lists = st.lists(st.lists(st.integers(1, 40), max_size=12), max_size=20)
 

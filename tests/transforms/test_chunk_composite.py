@@ -23,11 +23,11 @@ from apache_beam.testing.util import assert_that, equal_to
 from chunkline.readers.elements import text_id
 from chunkline.records import Document, chunk_row
 from chunkline.splitting.options import SplitOptions
-from pipeline.config import load_config
-from pipeline.run import run
+from chunkline.pipeline.config import load_config
+from chunkline.pipeline.run import run
 from tests.beam_helpers import fnapi_pipeline
-from transforms.chunk import ChunkTexts
-from transforms.mltransform import ChunklineChunker
+from chunkline.transforms.chunk import ChunkTexts
+from chunkline.transforms.mltransform import ChunklineChunker
 
 pytestmark = pytest.mark.slow  # runs Beam pipelines and a chunkline run
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from chunkline.records import ChunkRecord, Document, DocumentChunks, DocumentStatus, Rejected, chunk_id
 from tests.beam_helpers import fnapi_pipeline
-from transforms.coders import (
+from chunkline.transforms.coders import (
     ChunkRecordCoder,
     DocumentChunksCoder,
     DocumentCoder,

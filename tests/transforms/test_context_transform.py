@@ -22,8 +22,8 @@ from chunkline.records import ChunkRecord, Document, DocumentChunks, chunk_id
 from tests.beam_helpers import fnapi_pipeline
 from tests.helpers import tokenizer
 from tests.llm_server import Fault, LLMServer, answer_for
-from transforms.context import ContextualHeaders
-from transforms.split import FlattenChunks, SplitDocuments
+from chunkline.transforms.context import ContextualHeaders
+from chunkline.transforms.split import FlattenChunks, SplitDocuments
 
 pytestmark = pytest.mark.slow  # runs Beam pipelines or builds job graphs (make test-fast skips it)
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import apache_beam as beam
 from apache_beam.runners.common import DoFnContext, DoFnInvoker, DoFnSignature, SimpleInvoker
 
-from transforms import memory
-from transforms.elementwise import MapWith
-from transforms.write import _row_groups
+from chunkline.transforms import memory
+from chunkline.transforms.elementwise import MapWith
+from chunkline.transforms.write import _row_groups
 
 
 def test_release_is_called_only_after_a_large_bundle(monkeypatch) -> None:
@@ -39,7 +39,7 @@ def test_map_with_a_setting_runs_with_beams_simple_invoker() -> None:
 
 
 def test_row_groups_take_their_records_out_as_they_go(monkeypatch) -> None:
-    from transforms import write
+    from chunkline.transforms import write
 
     monkeypatch.setattr(write, "ROW_GROUP", 3)
     encoded = [bytes([n]) * n for n in range(1, 9)]

@@ -19,8 +19,8 @@ from apache_beam.testing.util import BeamAssertException, assert_that, equal_to
 from chunkline.readers import ReadOptions
 from chunkline.records import Document, Rejected
 from chunkline.walk import walk
-from transforms.match import BeamGlob
-from transforms.read import ReadDocuments
+from chunkline.transforms.match import BeamGlob
+from chunkline.transforms.read import ReadDocuments
 
 PAGE = "<html><head><title>T</title></head><body><h1>Page</h1><p>Hello &amp; bye.</p></body></html>"
 LIMIT = 200

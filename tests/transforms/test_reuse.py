@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from chunkline.records import ChunkRecord
 from tests.beam_helpers import fnapi_pipeline
-from transforms.reuse import ReusePreviousEmbeddings, _Candidates, _pick
+from chunkline.transforms.reuse import ReusePreviousEmbeddings, _Candidates, _pick
 
 
 def unit(angle: float) -> tuple[float, float]:

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.beam_helpers import fnapi_pipeline
-from transforms import shares
-from transforms.shares import GroupInShares, JoinInShares, share_of
+from chunkline.transforms import shares
+from chunkline.transforms.shares import GroupInShares, JoinInShares, share_of
 
 pytestmark = pytest.mark.slow  # runs Beam pipelines or builds job graphs (make test-fast skips it)
 
@@ -85,7 +85,7 @@ def test_a_key_has_one_share_in_every_process() -> None:
     import subprocess
     import sys
 
-    probe = "from transforms.shares import share_of; print([share_of(k, 1024) for k in ('doc-1', ('a', 3))])"
+    probe = "from chunkline.transforms.shares import share_of; print([share_of(k, 1024) for k in ('doc-1', ('a', 3))])"
     seen = {subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
                            env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2")}
     assert seen == {f"{[share_of('doc-1', 1024), share_of(('a', 3), 1024)]}\n"}

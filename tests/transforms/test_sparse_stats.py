@@ -11,7 +11,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from chunkline.records import ChunkRecord
 from chunkline.sparse import CorpusStats, SparseOptions, term_counts
 from tests.beam_helpers import fnapi_pipeline
-from transforms.sparse import SparseCounts, term_share
+from chunkline.transforms.sparse import SparseCounts, term_share
 
 
 def _chunk(text: str, index: int) -> ChunkRecord:

@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 
 from chunkline.records import ChunkRecord, Document, chunk_schema
 from tests.beam_helpers import fnapi_pipeline
-from transforms import spill
-from transforms.dedupe import Dedupe
-from transforms.spill import PartWriter, ReadSpilled, RemoveParts, SpillRecords, coder_of, read_part
-from transforms.write import WriteParquetShards
+from chunkline.transforms import spill
+from chunkline.transforms.dedupe import Dedupe
+from chunkline.transforms.spill import PartWriter, ReadSpilled, RemoveParts, SpillRecords, coder_of, read_part
+from chunkline.transforms.write import WriteParquetShards
 
 texts = st.text(st.characters(blacklist_categories=("Cs",)), max_size=60)
 
@@ -86,7 +86,7 @@ def test_shard_writer_finishes_each_record_with_the_side_input(tmp_path) -> None
 def test_shard_writer_spreads_many_parts_over_row_groups(tmp_path, monkeypatch) -> None:
     # Small parts and row groups: a shard is read back from many parts and written in groups,
     # and the file is still one sorted shard.
-    from transforms import write
+    from chunkline.transforms import write
 
     monkeypatch.setattr(spill, "PART_BYTES", 200)
     monkeypatch.setattr(write, "ROW_GROUP", 7)
@@ -121,7 +121,7 @@ def test_dedupe_releases_every_parked_document_and_removes_its_parts(tmp_path) -
 def test_shard_writer_bounded_by_its_bundle_budget_loses_nothing(tmp_path, monkeypatch) -> None:
     # Parts written whenever the bundle's buffers together reach a tiny budget: every record
     # still lands once, in its shard, sorted; no part is left behind.
-    from transforms import write
+    from chunkline.transforms import write
 
     monkeypatch.setattr(write, "BUFFERED_BYTES", 300)
     records = [ChunkRecord(f"d{i % 11}", f"d{i % 11}#{i}", i, i, i + 1, (), f"text {i}", 1)
@@ -143,7 +143,7 @@ def test_shard_writer_bounded_by_its_bundle_budget_loses_nothing(tmp_path, monke
 
 
 def test_the_driver_removes_what_failed_and_killed_runs_parked(tmp_path) -> None:
-    from transforms.spill import remove_dead_spills, remove_spill
+    from chunkline.transforms.spill import remove_dead_spills, remove_spill
 
     def park(run: str, stage: str) -> None:
         writer = PartWriter(spill.spill_dir(str(tmp_path / run), stage), coder_of(str))

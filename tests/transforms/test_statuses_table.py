@@ -1,4 +1,4 @@
-"""The documents writer's columnar conversion (transforms.coders.statuses_table): the same
+"""The documents writer's columnar conversion (chunkline.transforms.coders.statuses_table): the same
 table as decoding each record and converting its row."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chunkline.records import DocumentStatus, as_row, document_schema
-from transforms.coders import DocumentStatusCoder, statuses_table
+from chunkline.transforms.coders import DocumentStatusCoder, statuses_table
 
 texts = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
 statuses = st.builds(

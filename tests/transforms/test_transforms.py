@@ -18,9 +18,9 @@ from chunkline.records import (
 )
 from tests.beam_helpers import fnapi_pipeline
 from tests.helpers import tokenizer
-from transforms.dedupe import ExactDedupe
-from transforms.split import FlattenChunks, SplitDocuments
-from transforms.write import WriteParquetShards, shard_of
+from chunkline.transforms.dedupe import ExactDedupe
+from chunkline.transforms.split import FlattenChunks, SplitDocuments
+from chunkline.transforms.write import WriteParquetShards, shard_of
 
 
 def doc(doc_id: str, text: str, uri: str | None = None) -> Document:

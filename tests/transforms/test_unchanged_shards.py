@@ -18,8 +18,8 @@ import pytest
 from chunkline.index.tables import read_table
 from chunkline.records import DocumentStatus, document_schema
 from tests.beam_helpers import fnapi_pipeline
-from transforms.coders import statuses_table
-from transforms.write import ROWS_DIGEST_KEY, WriteParquetShards
+from chunkline.transforms.coders import statuses_table
+from chunkline.transforms.write import ROWS_DIGEST_KEY, WriteParquetShards
 
 pytestmark = pytest.mark.slow  # runs Beam pipelines or builds job graphs (make test-fast skips it)
 
@@ -56,7 +56,7 @@ def shard(directory: Path, index: int) -> Path:
 
 
 def listing(directory: Path, index: int) -> list[dict]:
-    """The shard's files as its listing names them (``transforms.write.write_listing``): this
+    """The shard's files as its listing names them (``chunkline.transforms.write.write_listing``): this
     run's own and the previous run's, paths relative to their common parent, with deletions."""
     return json.loads((directory / "_listing" / f"documents-{index:05d}.json").read_text())
 
@@ -95,7 +95,7 @@ def test_unchanged_shards_are_referenced_and_equal_a_fresh_write(first, tmp_path
 def test_a_changed_record_is_written_alone_the_old_row_deleted(first, tmp_path) -> None:
     """Merge-on-read by row: the touched shard keeps the previous file with the edited row's
     position deleted, and this run's file holds that one row; read, it is the fresh shard."""
-    from transforms.write import shard_of
+    from chunkline.transforms.write import shard_of
 
     edited = 7
     write(tmp_path / "second", statuses(edited=edited), previous_run=first)
@@ -179,7 +179,7 @@ def test_compaction_keeps_each_shard_in_few_mostly_live_files(first, tmp_path) -
     more than MOST_FILES: then all but the largest are merged into the run's file. Reruns that
     each edit another document of shard 0 delete rows of the base file until more than MOST_DEAD
     of them are dead: then its live rows are written again. Every run reads as a fresh write."""
-    from transforms.write import MOST_DEAD, MOST_FILES, shard_of
+    from chunkline.transforms.write import MOST_DEAD, MOST_FILES, shard_of
 
     records = statuses()
     added = [f"n{i:03d}" for i in range(300) if shard_of(f"n{i:03d}", SHARDS) == 0][:MOST_FILES + 1]

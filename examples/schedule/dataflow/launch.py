@@ -1,5 +1,5 @@
 """The template's entry point (FLEX_TEMPLATE_PYTHON_PY_FILE): its parameters as a
-``chunkline run`` command line, run by chunkline's own CLI (``pipeline.cli.main``), whose exit
+``chunkline run`` command line, run by chunkline's own CLI (``chunkline.pipeline.cli.main``), whose exit
 status it exits with (pipeline/exits.py).
 
 Each parameter of metadata.json is a ``chunkline run`` option or a ``--set`` config override
@@ -25,7 +25,7 @@ import argparse
 import sys
 from typing import Callable, Sequence
 
-from pipeline import exits
+from chunkline.pipeline import exits
 
 DEFAULT_CONFIG = "/template/configs/dataflow.yaml"
 
@@ -81,7 +81,7 @@ def main(argv: Sequence[str] | None = None, run: Callable[[list[str]], int] | No
         print(f"chunkline launch: {exc}", file=sys.stderr)
         return exits.USAGE
     if run is None:
-        from pipeline.cli import main as run
+        from chunkline.pipeline.cli import main as run
     return run(args)
 
 
