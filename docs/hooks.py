@@ -23,6 +23,7 @@ import re
 import shutil
 from pathlib import Path
 
+from mkdocs.plugins import event_priority
 from mkdocs.structure.files import File
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,6 +37,9 @@ NAMESPACE = ROOT / "build" / "namespace"
 MAPPED = {"pipeline": ROOT / "pipeline", "transforms": ROOT / "transforms"}
 
 
+# Before every plugin's on_config (priority 0 by default): mkdocstrings-python keeps only the
+# `paths` that exist when it is configured, so on a fresh clone the layout must be there first.
+@event_priority(100)
 def on_config(config):
     package = NAMESPACE / "chunkline"
     shutil.rmtree(NAMESPACE, ignore_errors=True)

@@ -204,14 +204,13 @@ def _rows_at(shard: pq.ParquetFile, positions: np.ndarray, columns: list[str] | 
     hold one of them."""
     sizes = [shard.metadata.row_group(g).num_rows for g in range(shard.metadata.num_row_groups)]
     starts = np.concatenate(([0], np.cumsum(sizes, dtype=np.int64)))
-    groups = sorted(set(np.searchsorted(starts, positions, side="right").tolist()))
-    groups = [g - 1 for g in groups]
+    group_of = np.searchsorted(starts, positions, side="right") - 1
+    groups = np.unique(group_of).tolist()
     if not groups:
         return shard.schema_arrow.empty_table().select(columns) if columns is not None \
             else shard.schema_arrow.empty_table()
     read = shard.read_row_groups(groups, columns=columns)
     offsets = np.concatenate(([0], np.cumsum([sizes[g] for g in groups], dtype=np.int64)))
-    group_of = np.searchsorted(starts, positions, side="right") - 1
     local = positions - starts[group_of] + offsets[np.searchsorted(groups, group_of)]
     return read.take(pa.array(local, type=pa.int64()))
 
