@@ -23,7 +23,7 @@ from chunkline.context import COUNTERS as CONTEXT_COUNTERS
 from chunkline.context import METRICS_NAMESPACE as CONTEXT_NAMESPACE
 from chunkline.context import estimate_cost, over_failure_budget, summary_lines
 from chunkline.index.layout import LATEST, MANIFEST, STAGED_LATEST
-from chunkline.index.tables import FORMAT, read_table, relative_path
+from chunkline.index.tables import FORMAT, INLINE_FORMAT, read_table, relative_path, with_deletion_files
 from chunkline.pipeline.build import build
 from chunkline.pipeline.config import Config, to_dict
 from chunkline.pipeline.lease import OutputLease
@@ -197,7 +197,7 @@ def memo_table(output: str, run_dir: str) -> list[dict[str, Any]]:
 
 def _read_column(run_dir: str, tables: dict[str, list[dict[str, Any]]], table: str,
                  column: str) -> list[Any]:
-    read = read_table(run_dir, {"format": FORMAT, "tables": tables}, table, [column])
+    read = read_table(run_dir, {"format": INLINE_FORMAT, "tables": tables}, table, [column])
     return [] if read is None else read.column(column).to_pylist()
 
 
@@ -314,9 +314,24 @@ def account(run_dir: str, result, embedding: bool = True, sparse: bool = False,
     return counts, files, problems, unverified
 
 
+def _remove_listings(run_dir: str) -> None:
+    """The shard writers' listings, once the manifest holds what they list (their deleted
+    positions would otherwise stay in the run's folder beside the deletion files)."""
+    try:
+        found = FileSystems.match([FileSystems.join(run_dir, LISTING_DIR, "*.json")])[0].metadata_list
+        if found:
+            FileSystems.delete([m.path for m in found])
+    except Exception as exc:  # noqa: BLE001 - a leftover listing is a few bytes no reader reads
+        log.warning("could not remove %s/%s: %s", run_dir, LISTING_DIR, exc)
+
+
 def _write_text(path: str, text: str) -> None:
+    _write_bytes(path, text.encode("utf-8"))
+
+
+def _write_bytes(path: str, data: bytes) -> None:
     with FileSystems.create(path) as handle:
-        handle.write(text.encode("utf-8"))
+        handle.write(data)
 
 
 def _write_report(run_dir: str) -> str | None:
@@ -431,6 +446,10 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
         model = {"name": redacted(config.embed.model), "dim": job.dim, "dtype": job.options.embed.dtype,
                  "normalize": config.embed.normalize, "max_seq_length": config.embed.max_seq_length,
                  "vector_dtype": config.output.vector_dtype}
+    # Many deleted positions go to one deletion file per table (chunkline.index.tables), not
+    # into the manifest every reader parses whole.
+    listed, deletes = with_deletion_files(run_id, files, lambda path, data: _write_bytes(
+        FileSystems.join(config.output.path, *path.split("/")), data))
     manifest = {
         "run_id": run_id,
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -467,10 +486,12 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
         "unverified": unverified,
         "held_back": held_back,
         # Format 2 (chunkline.index.tables): each table's files relative to OUTPUT, an earlier
-        # run's among them where this run keeps rows of it, with the positions no longer live.
-        "format": FORMAT,
-        "tables": {**files, **({MEMO_TABLE: memo_table(config.output.path, job.run_dir)}
-                               if job.memo is not None else {})},
+        # run's among them where this run keeps rows of it, with the positions no longer live:
+        # inline while few, else in the table's deletion file (format 3).
+        "format": FORMAT if deletes else INLINE_FORMAT,
+        "tables": {**listed, **({MEMO_TABLE: memo_table(config.output.path, job.run_dir)}
+                                if job.memo is not None else {})},
+        **({"deletes": deletes} if deletes else {}),
     }
     publishable = not problems and not held_back
     if publishable:
@@ -478,6 +499,7 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
     # Manifest last among the run's files, LATEST after it, and only for a run that accounts for
     # every document and passes the guard: otherwise LATEST stays on the previous good run.
     _write_text(FileSystems.join(job.run_dir, MANIFEST), json.dumps(manifest, indent=2) + "\n")
+    _remove_listings(job.run_dir)
     report = None
     if publishable:
         report = _write_report(job.run_dir)

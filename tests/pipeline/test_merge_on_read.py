@@ -23,7 +23,7 @@ from chunkline.index.manifest import latest_run, load_manifest
 from chunkline.index.query import search_result
 from chunkline.index.ranking import load_chunks
 from chunkline.index.search import Index
-from chunkline.index.tables import live_files
+from chunkline.index.tables import listed_paths, live_files
 from chunkline.pipeline.cli import main
 from chunkline.pipeline.report.gather import gather
 from chunkline.pipeline.runs import collect, file_problems, publishable
@@ -129,18 +129,24 @@ def test_the_report_and_publish_count_the_live_rows(outputs) -> None:
     assert publishable(str(output), MERGED)["run_id"] == MERGED
 
 
-def test_gc_keeps_the_folder_whose_files_the_published_run_references(outputs, tmp_path) -> None:
+def test_gc_keeps_exactly_the_files_the_published_run_references(outputs, tmp_path) -> None:
     output, base, _ = outputs
     copy = tmp_path / "index"
     shutil.copytree(output, copy)
-    done = collect(str(copy), keep=0)
-    assert {r.name for r in done.removed} == {WHOLE}
-    assert any(k.name == base and MERGED in k.why for k in done.kept)
-    assert Index.open(str(copy)).search(QUESTIONS[1], 3, mode="sparse") == \
-        Index.open(str(output / MERGED)).search(QUESTIONS[1], 3, mode="sparse")
     out, err = io.StringIO(), io.StringIO()
     assert main(["publish", str(copy), base], out, err) == 0, err.getvalue()  # rollback, then back
     assert main(["publish", str(copy), MERGED], out, err) == 0, err.getvalue()
+    listed = {path.split("/", 1)[1] for path in listed_paths(str(copy / MERGED), load_manifest(str(copy / MERGED)))
+              if path.split("/", 1)[0] == base}
+    done = collect(str(copy), keep=0)
+    # The base run is not kept: of its folder only the files the published run lists stay.
+    assert {r.name for r in done.removed} == {WHOLE, base}
+    assert any(k.name == base and MERGED in k.why for k in done.kept)
+    assert {p.relative_to(copy / base).as_posix() for p in (copy / base).rglob("*") if p.is_file()} == listed
+    assert Index.open(str(copy)).search(QUESTIONS[1], 3, mode="sparse") == \
+        Index.open(str(output / MERGED)).search(QUESTIONS[1], 3, mode="sparse")
+    assert main(["publish", str(copy), MERGED], out, err) == 0, err.getvalue()
+    assert main(["publish", str(copy), base], out, err) != 0  # no longer a run
 
 
 # --- what the job writes: a property over sequences of changes ------------------------------
@@ -190,7 +196,8 @@ def test_a_rerun_that_writes_only_what_changed_reads_as_a_full_rebuild(changes) 
     deleted there): the last run reads, in every reader, as a full rebuild of the same corpus
     (the same reference length): the same tables row for row and in order, the same hits from
     the index and ``query``, and a store synced from the rebuild takes it as unchanged; and
-    ``publish`` rolls back to the first run, which reads as it did."""
+    ``publish`` rolls back to the first run, which reads as it did. Each rerun's deletions are in
+    its deletion files (the inline bound set to none)."""
     import contextlib
     import tempfile
     from unittest import mock
@@ -222,9 +229,14 @@ def test_a_rerun_that_writes_only_what_changed_reads_as_a_full_rebuild(changes) 
             # A compaction: every file with a deleted row rewritten, a shard kept in one file.
             compacting = (mock.patch.multiple(write, MOST_DEAD=0.0, MOST_FILES=1) if change == "compact"
                           else contextlib.nullcontext())
-            with compacting:
+            # Every deleted position in the table's deletion file (format 3), none inline.
+            with compacting, mock.patch("chunkline.index.tables.INLINE_DELETES", 0):
                 runs.append(tiny_job(corpus, output))
             assert runs[-1].published, runs[-1].problems
+            manifest = load_manifest(runs[-1].run_dir)
+            assert not any(entry.get("deleted") for entries in manifest["tables"].values() for entry in entries)
+            assert bool(manifest.get("deletes")) == any(
+                f.deleted for table in ("chunks", "documents") for f in live_files(runs[-1].run_dir, manifest, table))
         last = runs[-1]
         rebuild = tiny_job(corpus, root / "rebuild", "output.carry=false", f"output.previous={last.run_dir}")
         assert_same_tables(tables_of(last.run_dir), tables_of(rebuild.run_dir))

@@ -22,7 +22,7 @@ from typing import Iterator
 import pytest
 
 from chunkline.index.manifest import load_manifest
-from chunkline.index.tables import live_files, table_names
+from chunkline.index.tables import listed_paths, live_files, table_names
 from chunkline.pipeline.cli import main
 from chunkline.pipeline.config import load_config
 from chunkline.pipeline.run import run
@@ -258,10 +258,16 @@ def test_publish_waits_for_the_lease(built, tmp_path) -> None:
 
 def referenced_by(run_dir: Path) -> set[str]:
     """The other run folders whose files the run's manifest lists (a rerun keeps its unchanged
-    rows in the earlier run's files): gc keeps them while the run is kept."""
+    rows in the earlier run's files): gc keeps those files while the run is kept."""
     manifest = load_manifest(str(run_dir))
     return {file.folder for table in table_names(manifest)
             for file in live_files(str(run_dir), manifest, table)} - {run_dir.name}
+
+
+def listed_in(run_dir: Path, folder: str) -> set[str]:
+    """The names within ``folder`` of the files the run's manifest lists there."""
+    return {path.split("/", 1)[1] for path in listed_paths(str(run_dir), load_manifest(str(run_dir)))
+            if path.split("/", 1)[0] == folder}
 
 
 def test_gc_beside_a_running_run_leaves_it_alone(built, tmp_path) -> None:
@@ -269,12 +275,15 @@ def test_gc_beside_a_running_run_leaves_it_alone(built, tmp_path) -> None:
     staged = output / f".LATEST.{built.held_back.run_id}"
     staged.write_text(built.held_back.run_id + "\n")  # hand-made: as a publish killed mid-rename
     running = new_run_id()
-    kept = referenced_by(output / built.published.run_id)
+    published = output / built.published.run_id
+    kept = referenced_by(published)
     assert kept <= {built.older.run_id}  # the run the published one followed, nothing else
-    doomed = {built.older.run_id, built.held_back.run_id, built.failed.run_id, built.killed} - kept
+    # Of a folder whose files the published run lists, all but those go (its manifest too).
+    doomed = {built.older.run_id, built.held_back.run_id, built.failed.run_id, built.killed}
     with holding(output, running):
         before = {name: files_of(output / name) for name in (running, built.published.run_id)}
-        sizes = {name: sum(files_of(output / name).values()) for name in doomed}
+        sizes = {name: sum(size for file, size in files_of(output / name).items()
+                           if file not in listed_in(published, name)) for name in doomed}
         code, out, err = cli("gc", str(output), "--keep", "1", "--dry-run")
         assert code == 0, err
         listed = {line.split()[2]: line for line in out.splitlines() if line.startswith("would remove")}
@@ -285,7 +294,8 @@ def test_gc_beside_a_running_run_leaves_it_alone(built, tmp_path) -> None:
         assert code == 0, err
         assert "freed" in out and f"({sum(sizes.values()):,} bytes) in {len(doomed)} entries" in out
         assert {name: files_of(output / name) for name in before} == before
-    assert not any((output / name).exists() for name in doomed)
+    assert not any((output / name).exists() for name in doomed - kept)
+    assert all(set(files_of(output / name)) == listed_in(published, name) for name in kept)
     assert staged.exists()
     assert sorted(p.name for p in output.iterdir() if p.is_dir()) == \
         sorted([built.published.run_id, running, "_cache", *kept])
@@ -304,8 +314,11 @@ def test_gc_under_its_lease_then_a_rerun_carries_every_document(built, tmp_path)
     code, out, err = cli("gc", str(output), "--keep", "1")
     assert code == 0, err
     removed = {line.split()[1] for line in out.splitlines() if line.startswith("removed")}
+    # A folder whose files the published run lists is removed but for those.
     assert removed == {built.older.run_id, built.held_back.run_id, built.failed.run_id,
-                       built.killed, staged.name, probe.name} - kept
+                       built.killed, staged.name, probe.name}
+    assert all(set(files_of(output / name)) == listed_in(output / built.published.run_id, name)
+               for name in kept)
     # The killed run's lease was taken over by gc and released with it.
     assert sorted(p.name for p in output.iterdir()) == sorted(["LATEST", built.published.run_id, "_cache", *kept])
     assert files_of(output / "_cache") == files_of(built.output / "_cache")
