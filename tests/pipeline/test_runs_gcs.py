@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 from apache_beam.io.filesystems import FileSystems
 
+from chunkline.index.manifest import load_manifest
+from chunkline.index.tables import listed_paths
 from chunkline.pipeline.cli import main
 from chunkline.pipeline.config import load_config
 from chunkline.pipeline.lease import OutputLease
@@ -195,18 +197,25 @@ def test_gc_under_its_lease_removes_runs_and_leftovers(built) -> None:
     probe_written = time.time()
     put(f"{output}/{built.published.run_id}/_spill/chunks/1.part", b"y" * 500)
     kept = objects(f"{output}/{built.published.run_id}")
-    # The published run keeps its unchanged rows in the older run's files (merge-on-read): gc
-    # keeps that folder whole while the published run is kept.
-    older = [f"{built.older.run_id}/{n}" for n in objects(f"{output}/{built.older.run_id}")]
+    # The published run keeps its unchanged rows in the older run's files (merge-on-read): of
+    # that folder gc keeps exactly the files the published run lists, the rest (its manifest
+    # among them) goes.
+    published = f"{output}/{built.published.run_id}"
+    listed = set(listed_paths(published, load_manifest(published)))
+    older = [f"{built.older.run_id}/{n}" for n in objects(f"{output}/{built.older.run_id}")
+             if f"{built.older.run_id}/{n}" in listed]
+    assert older
     sizes = {name: sum(objects(f"{output}/{name}").values()) for name in (killed, held)}
+    sizes[built.older.run_id] = sum(size for n, size in objects(f"{output}/{built.older.run_id}").items()
+                                    if f"{built.older.run_id}/{n}" not in listed)
 
     code, out, err = cli("gc", output, "--keep", "1")
     assert code == 0, err
     removed = {line.split()[1]: line for line in out.splitlines() if line.startswith("removed")}
-    assert set(removed) == {killed, held, staged, f"{built.published.run_id}/_spill"}
+    assert set(removed) == {killed, held, staged, f"{built.published.run_id}/_spill", built.older.run_id}
     assert f"{built.published.run_id}  LATEST names it" in out
     total = sum(sizes.values()) + len(f"{held}\n") + 500
-    assert f"({total:,} bytes) in 4 entries" in out
+    assert f"({total:,} bytes) in 5 entries" in out
     # The probe is younger than the lease timeout: a preflight may be writing it now.
     assert sorted(objects(output)) == sorted(
         ["LATEST", probe, *older, *(f"{built.published.run_id}/{n}" for n in kept if not n.startswith("_spill/"))])
@@ -253,7 +262,9 @@ def test_gc_beside_a_live_run_plans_around_it(built) -> None:
         code, out, err = cli("gc", output, "--keep", "1", "--dry-run")
         assert code == 0, err
         planned = [line.split()[2] for line in out.splitlines() if line.startswith("would remove")]
-        assert planned == []  # the older run's files are the published run's unchanged rows
+        # Of the older run, all but its files the published run lists (its unchanged rows).
+        assert planned == [built.older.run_id]
+        assert f"complete, all but the files run {built.published.run_id} lists" in out
         assert f"kept         {running}  writing: run {running}" in out
         assert set(objects(output)) == names
     finally:

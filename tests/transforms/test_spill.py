@@ -133,7 +133,7 @@ def test_shard_writer_bounded_by_its_bundle_budget_loses_nothing(tmp_path, monke
                                 shard_key=lambda r: r.doc_id,
                                 sort_key=lambda r: (r.doc_id, r.chunk_index),
                                 record_type=ChunkRecord))
-    files = sorted(tmp_path.iterdir())
+    files = sorted(tmp_path.glob("chunks-*"))  # beside them, the shards' listings (_listing/)
     assert [f.name for f in files] == [f"chunks-0000{i}-of-00005.parquet" for i in range(5)]
     for path in files:
         rows = [(r["doc_id"], r["chunk_index"]) for r in pq.read_table(path).to_pylist()]
