@@ -267,7 +267,8 @@ def mutate(root: Path, rng: random.Random, trial: int, edits: tuple[int, int]) -
 def check_run(run_dir: Path) -> list[str]:
     """Problems with a run directory as a reader would use it (empty: complete, reconciled)."""
     import numpy as np
-    import pyarrow.parquet as pq
+
+    from chunkline.index.tables import read_table
 
     try:
         manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
@@ -283,13 +284,14 @@ def check_run(run_dir: Path) -> list[str]:
     counts = manifest.get("counts", {})
     tables = {}
     for table in ("chunks", "documents", "rejected"):
-        parts = []
-        for name in manifest.get("files", {}).get(table, []):
-            try:
-                parts.append(pq.read_table(run_dir / name))
-            except Exception as exc:  # noqa: BLE001 - missing or torn: both are the finding
-                problems.append(f"{name}: unreadable ({type(exc).__name__}: {exc})")
-        tables[table] = parts
+        # Through the manifest (chunkline.index.tables): a rerun's rows may lie in earlier
+        # runs' files, some of their rows deleted.
+        try:
+            read = read_table(str(run_dir), manifest, table)
+        except Exception as exc:  # noqa: BLE001 - missing or torn: both are the finding
+            problems.append(f"{table}: unreadable ({type(exc).__name__}: {exc})")
+            continue
+        tables[table] = [read] if read is not None else []
     if problems:
         return problems
     import pyarrow as pa

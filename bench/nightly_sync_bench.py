@@ -109,11 +109,11 @@ def qdrant_top(uri: str, question: str, k: int) -> list[tuple[str, float]]:
 
 def ranking(output: Path, run_dir: str, tops: dict) -> dict[str, str]:
     """Per ranker: top-10 agreement with ``chunkline query --mode sparse`` over QUESTIONS."""
-    import pyarrow.parquet as pq
 
     bm25 = load_manifest(run_dir)["bm25"]
-    chunks = [r for f in sorted(Path(run_dir).glob("chunks-*.parquet"))
-              for r in pq.read_table(f, columns=["chunk_id", "search_text"]).to_pylist()]
+    from chunkline.index.tables import read_table
+
+    chunks = read_table(run_dir, load_manifest(run_dir), "chunks", ["chunk_id", "search_text"]).to_pylist()
     ids = [c["chunk_id"] for c in chunks]
     reference = reference_scores([c["search_text"] for c in chunks], QUESTIONS,
                                  avgdl=bm25["reference_avgdl"], k1=bm25["k1"], b=bm25["b"])

@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from chunkline.index.tables import live_files, read_table  # noqa: E402
 from chunkline.pipeline.config import load_config  # noqa: E402
 from chunkline.pipeline.manifest import load_manifest  # noqa: E402
 from chunkline.pipeline.query import dense_scores, fused, load_chunks, search, sparse_scores  # noqa: E402
@@ -36,8 +37,11 @@ QUESTION = "how long should the arm warm up before calibration?"
 
 
 def grow(run_dir: Path, target: int) -> int:
-    shards = sorted(run_dir.glob("chunks-*.parquet"))
-    base = pa.concat_tables([pq.read_table(path) for path in shards])
+    """The run's chunks copied (doc and chunk ids suffixed) to ``target`` rows, written over its
+    chunk files (as many as it lists), and its manifest made to state them."""
+    manifest = load_manifest(str(run_dir))
+    shards = [Path(file.path) for file in live_files(str(run_dir), manifest, "chunks")]
+    base = read_table(str(run_dir), manifest, "chunks")
     copies = -(-target // len(base))
     tables = []
     for copy in range(copies):
@@ -51,7 +55,20 @@ def grow(run_dir: Path, target: int) -> int:
     per_shard = -(-len(grown) // len(shards))
     for index, path in enumerate(shards):
         pq.write_table(grown.slice(index * per_shard, per_shard), path, compression="zstd")
+    restate(run_dir, "chunks")
     return len(grown)
+
+
+def restate(run_dir: Path, table: str) -> None:
+    """The run's manifest made to state the rows and bytes its ``table`` files hold now (a
+    bench rewrote them in place), none deleted."""
+    path = run_dir / "manifest.json"
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    for entry, file in zip(manifest["tables"][table], live_files(str(run_dir), manifest, table)):
+        entry.update(rows=pq.read_metadata(file.path).num_rows, bytes=Path(file.path).stat().st_size,
+                     deleted=[])
+        entry.pop("digest", None)
+    path.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
 
 
 def timed(step, repeats: int):

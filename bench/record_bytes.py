@@ -31,21 +31,33 @@ def run_dir(path: Path) -> Path:
     return path / latest.read_text().strip() if latest.is_file() else path
 
 
-def records(directory: Path):
+def _rows(directory: Path):
+    """The run's chunk rows through its manifest (a rerun's may lie in earlier runs' files), or
+    a folder of chunk Parquet files (``chunks/*.parquet`` or ``chunks*.parquet``)."""
+    if (directory / "manifest.json").is_file():
+        from chunkline.index.manifest import load_manifest
+        from chunkline.index.tables import read_table
+
+        yield from read_table(str(directory), load_manifest(str(directory)), "chunks").to_pylist()
+        return
     for shard in sorted((directory / "chunks").glob("*.parquet")) or sorted(directory.glob("chunks*.parquet")):
-        for row in pq.read_table(shard).to_pylist():
-            context = row["context"] + "\n\n" if row["context"] else ""
-            suffix = context + row["table_header"] + row["text"]
-            search = row["search_text"]
-            assert search.endswith(suffix), row["chunk_id"]
-            vector = row["embedding"]
-            yield ChunkRecord(
-                doc_id=row["doc_id"], chunk_id=row["chunk_id"], chunk_index=row["chunk_index"],
-                start=row["start"], end=row["end"], headings=tuple(row["headings"]), text=row["text"],
-                tokens=row["tokens"], embedding=tuple(vector) if vector is not None else None,
-                prefix=search[: len(search) - len(suffix)], context=row["context"],
-                context_status=row["context_status"], table_header=row["table_header"],
-                content_key=row["content_key"])
+        yield from pq.read_table(shard).to_pylist()
+
+
+def records(directory: Path):
+    for row in _rows(directory):
+        context = row["context"] + "\n\n" if row["context"] else ""
+        suffix = context + row["table_header"] + row["text"]
+        search = row["search_text"]
+        assert search.endswith(suffix), row["chunk_id"]
+        vector = row["embedding"]
+        yield ChunkRecord(
+            doc_id=row["doc_id"], chunk_id=row["chunk_id"], chunk_index=row["chunk_index"],
+            start=row["start"], end=row["end"], headings=tuple(row["headings"]), text=row["text"],
+            tokens=row["tokens"], embedding=tuple(vector) if vector is not None else None,
+            prefix=search[: len(search) - len(suffix)], context=row["context"],
+            context_status=row["context_status"], table_header=row["table_header"],
+            content_key=row["content_key"])
 
 
 def main(argv: list[str] | None = None) -> int:

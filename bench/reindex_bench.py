@@ -25,8 +25,21 @@ descriptions of the venv's installed distributions (plus README files in site-pa
 `--mb` (default 1.5) MB, embedded with the real model; `scale` is bench/scale_bench.py's corpus
 at each `--mb` (default 20 80), with `embed=null`. Pipeline time is the manifest's
 `wall_seconds`; wall, CPU (user + system) and peak RSS are the process's (wait4); run dir MB is
-the run folder's size, written MB the part of it the run wrote (less the shards it hard-linked
-from the run before).
+the run folder's size, written MB the part of it the run wrote (less any shard hard-linked
+from the run before), index MB the size of every file the run's manifest lists (a rerun lists
+earlier runs' files for its unchanged rows), written / index their ratio (issue 49's targets:
+<= 0.02 with nothing changed, <= 0.05 with 1 %).
+
+`--nights N` (with `--nightly`) measures what merge-on-read leaves behind: a full run, then N
+successive 1 % nights into the same output (each a fresh seeded sample, one run each), then a
+full rebuild of the last night's corpus into a fresh output (carry off, the last run as
+`output.previous`, so it takes the same BM25 reference length). It checks that the last run's
+live rows are the rebuild's, row for row (chunks, documents, rejected, terms), and reports the
+bytes of the files the last run's manifest lists (its tables and deletion files, the memo
+aside: a rebuild without carry keeps none) over the rebuild's (issue 49: <= 1.3), with what
+each night wrote:
+
+    python bench/reindex_bench.py --nightly --corpus scale --mb 20 --nights 30
 """
 
 from __future__ import annotations
@@ -102,6 +115,7 @@ class Measured:
     peak_rss_mb: float
     run_dir_mb: float
     written_mb: float = 0.0
+    index_mb: float = 0.0  # the run's tables: every file its manifest lists, wherever it lies
     counts: dict = field(default_factory=dict)
     each: list = field(default_factory=list)  # every repetition's pipeline s (--repeat)
 
@@ -214,11 +228,26 @@ def directory_bytes(directory: Path) -> int:
 
 
 def written_bytes(directory: Path) -> int:
-    """What the run wrote: its files less those it hard-linked from the run before (a shard
-    whose rows did not change), which share their bytes with that run's."""
+    """What the run wrote: its folder's files (a rerun references the files that hold its
+    unchanged rows, in earlier runs' folders), less any hard-linked from the run before (an
+    older chunkline linked a shard whose rows did not change)."""
     return sum(stat.st_size for stat in (path.stat() for path in directory.rglob("*")
                                          if path.is_file() and not path.is_symlink())
                if stat.st_nlink == 1)
+
+
+def index_bytes(output: Path, run_id: str, manifest: dict, skip: tuple[str, ...] = ()) -> int:
+    """The bytes of every file the run's manifest lists (format 2: relative to OUTPUT, an
+    earlier run's folder included, and its deletion files; format 1: its own folder), the
+    tables of ``skip`` aside."""
+    if manifest.get("format", 1) >= 2:
+        return sum((output / entry["path"]).stat().st_size
+                   for table, entries in manifest["tables"].items() if table not in skip
+                   for entry in entries) + \
+            sum((output / described["path"]).stat().st_size
+                for table, described in (manifest.get("deletes") or {}).items() if table not in skip)
+    return sum((output / run_id / name).stat().st_size
+               for table, names in manifest["files"].items() if table not in skip for name in names)
 
 
 def run_process(corpus: Path, output: Path, overrides: list[str]) -> Measured:
@@ -247,7 +276,8 @@ def run_process(corpus: Path, output: Path, overrides: list[str]) -> Measured:
         pipeline_s=float(manifest["wall_seconds"]), wall_s=wall,
         cpu_s=usage.ru_utime + usage.ru_stime, peak_rss_mb=usage.ru_maxrss / 1024,
         run_dir_mb=directory_bytes(output / run_id) / 1e6,
-        written_mb=written_bytes(output / run_id) / 1e6, counts=manifest.get("counts", {}))
+        written_mb=written_bytes(output / run_id) / 1e6,
+        index_mb=index_bytes(output, run_id, manifest) / 1e6, counts=manifest.get("counts", {}))
 
 
 def median_of(runs: list[Measured]) -> Measured:
@@ -321,11 +351,13 @@ def ratio(numerator: float, denominator: float) -> str:
 def nightly_report(title: str, command: str, rows: list[tuple[str, Measured]]) -> str:
     lines = [f"### {title}", "", f"`{command}`", "",
              "| run | pipeline s | wall s | outside pipeline s | CPU s | peak RSS MB | run dir MB "
-             "| written MB | documents carried | chunks embedded | pipeline s of each repetition |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "| written MB | index MB | written / index | documents carried | chunks embedded "
+             "| pipeline s of each repetition |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for name, m in rows:
         lines.append(f"| {name} | {m.pipeline_s:.2f} | {m.wall_s:.2f} | {m.outside_s:.2f} | "
                      f"{m.cpu_s:.1f} | {m.peak_rss_mb:.0f} | {m.run_dir_mb:.2f} | {m.written_mb:.2f} | "
+                     f"{m.index_mb:.2f} | {ratio(m.written_mb, m.index_mb)} | "
                      f"{count(m.counts, 'documents_carried')} | {count(m.counts, 'embedded')} | "
                      + " ".join(f"{each:.2f}" for each in m.each) + " |")
     lines += ["", "| run | " + " | ".join(COUNT_KEYS) + " |",
@@ -396,6 +428,91 @@ def nightly(args: argparse.Namespace) -> None:
             handle.write("\n\n".join(reports) + "\n\n")
 
 
+def manifest_of(output: Path) -> tuple[str, dict]:
+    run_id = (output / "LATEST").read_text().strip()
+    return run_id, json.loads((output / run_id / "manifest.json").read_text())
+
+
+def live_tables(output: Path) -> dict:
+    """The published run's live rows per table, as every reader reads them."""
+    from chunkline.index.manifest import load_manifest
+    from chunkline.index.tables import read_table
+
+    run_dir = str(output / (output / "LATEST").read_text().strip())
+    manifest = load_manifest(run_dir)
+    return {table: read_table(run_dir, manifest, table) for table in ("chunks", "documents", "rejected", "terms")}
+
+
+def nights(args: argparse.Namespace) -> None:
+    """A full run, ``args.nights`` successive 1 % nights, then a full rebuild: the last night's
+    live rows against the rebuild's, and the bytes its manifest lists against the rebuild's."""
+    command = "python bench/reindex_bench.py " + shlex.join(sys.argv[1:])
+    megabytes = (args.mb or [20.0])[0]
+    overrides = ["embed=null"] if args.corpus == "scale" else []
+    if args.work_dir is not None:
+        args.work_dir.mkdir(parents=True, exist_ok=True)
+    base = Path(tempfile.mkdtemp(prefix="chunkline-nights-", dir=args.work_dir))
+    try:
+        corpus, output = base / "corpus", base / "out"
+        if args.corpus == "scale":
+            docs, size = generate(corpus, megabytes)
+        else:
+            docs, size = write_readmes(corpus, megabytes)
+        full = run_process(corpus, output, overrides)
+        print(f"{docs} documents, {size / 1e6:.2f} MB; full: {full.pipeline_s:.1f} s, "
+              f"{full.index_mb:.2f} MB", flush=True)
+        written, seconds = [], []
+        for night in range(1, args.nights + 1):
+            change_documents(corpus, 0.01, args.seed + 100 + night, f"night{night}")
+            m = run_process(corpus, output, overrides)
+            written.append(m.written_mb)
+            seconds.append(m.pipeline_s)
+            print(f"  night {night}: {m.pipeline_s:.1f} s, wrote {m.written_mb:.2f} MB, index "
+                  f"{m.index_mb:.2f} MB", flush=True)
+        run_id, manifest = manifest_of(output)
+        rebuild = base / "rebuild"
+        run_process(corpus, rebuild, [*overrides, "output.carry=false",
+                                      f"output.previous={output / run_id}"])
+        rebuilt_id, rebuilt = manifest_of(rebuild)
+        skip = ("memo",)
+        last_bytes = index_bytes(output, run_id, manifest, skip)
+        rebuild_bytes = index_bytes(rebuild, rebuilt_id, rebuilt, skip)
+        ours, theirs = live_tables(output), live_tables(rebuild)
+        same = {table: (ours[table] is None and theirs[table] is None) or
+                (ours[table] is not None and theirs[table] is not None and ours[table].equals(theirs[table]))
+                for table in ours}
+        files = {table: len(entries) for table, entries in manifest["tables"].items() if table not in skip}
+        deleted = sum(entry.get("deleted_rows", len(entry.get("deleted") or ()))
+                      for table, entries in manifest["tables"].items() for entry in entries)
+        folders = len({entry["path"].split("/", 1)[0] for entries in manifest["tables"].values()
+                       for entry in entries})
+        ordered = sorted(written)
+        line = (f"| {args.corpus} {megabytes:g} MB ({docs:,} documents), {args.nights} nights of 1 % "
+                f"| {'yes' if all(same.values()) else 'NO: ' + ', '.join(t for t, ok in same.items() if not ok)} "
+                f"| {last_bytes / 1e6:.2f} | {rebuild_bytes / 1e6:.2f} | **{last_bytes / rebuild_bytes:.3f}** "
+                f"| {ordered[len(ordered) // 2]:.2f} ({min(written):.2f}-{max(written):.2f}) "
+                f"| {sum(written):.2f} | {deleted:,} | {folders} | "
+                + ", ".join(f"{t} {n}" for t, n in files.items())
+                + f" | `{command}` | {git_describe()} |")
+        print("\n| corpus | live rows = rebuild's | index MB (tables + deletion files) | rebuild MB "
+              "| index / rebuild | written MB per night, median (range) | written MB, all nights "
+              "| rows deleted | run folders referenced | files per table | command | commit |")
+        print("|---|---|---:|---:|---:|---|---:|---:|---:|---|---|---|")
+        print(line, flush=True)
+        print(f"pipeline s per night: median {sorted(seconds)[len(seconds) // 2]:.1f}, "
+              f"range {min(seconds):.1f}-{max(seconds):.1f}", flush=True)
+        if args.out:
+            with args.out.open("a", encoding="utf-8") as handle:
+                handle.write(line + "\n")
+        if not all(same.values()):
+            raise SystemExit("the last night's live rows differ from the rebuild's")
+    finally:
+        if args.keep:
+            print(f"kept {base}")
+        else:
+            shutil.rmtree(base, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--docs", type=int, default=400)
@@ -413,7 +530,13 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="--nightly: keep the corpora and outputs")
     parser.add_argument("--repeat", type=int, default=3,
                         help="--nightly: each row is the median of this many runs from the same state")
+    parser.add_argument("--nights", type=int, default=0,
+                        help="--nightly: a full run, this many successive 1 %% nights and a full "
+                        "rebuild: live rows and the index's bytes against the rebuild's (see above)")
     args = parser.parse_args()
+    if args.nightly and args.nights:
+        nights(args)
+        return
     if args.nightly:
         nightly(args)
         return

@@ -36,13 +36,14 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from chunkline.metadata import matches, parse_condition  # noqa: E402
+from chunkline.index.manifest import load_manifest  # noqa: E402
+from chunkline.index.tables import read_table  # noqa: E402
 from chunkline.pipeline.config import load_config  # noqa: E402
 from chunkline.pipeline.query import search_result  # noqa: E402
 from chunkline.pipeline.run import run  # noqa: E402
@@ -53,8 +54,7 @@ WHERE = "status=closed"
 
 
 def questions_from(run_dir: Path, count: int, seed: int = 7) -> list[str]:
-    texts = [text for path in sorted(run_dir.glob("chunks-*.parquet"))
-             for text in pq.read_table(path, columns=["text"]).column("text").to_pylist()]
+    texts = read_table(str(run_dir), load_manifest(str(run_dir)), "chunks", ["text"]).column("text").to_pylist()
     rng = random.Random(seed)
     picked = [" ".join(rng.choice(texts).split()[:rng.randint(4, 12)]) for _ in range(count - 1)]
     return [QUESTION] + [q for q in picked if q.strip()]
@@ -139,8 +139,8 @@ def main(argv: list[str] | None = None) -> int:
         fresh = json.loads(passive)
         rows += [(label + ", OMP_WAIT_POLICY=PASSIVE", tuple(p)) for label, p in fresh["rows"]]
         t_old = each(lambda q: search_result(str(output), q, 5), questions[: args.per_question])
-        metadata = [m for path in sorted(run_dir.glob("chunks-*.parquet"))
-                    for m in pq.read_table(path, columns=["metadata"]).column("metadata").to_pylist()]
+        metadata = read_table(str(run_dir), load_manifest(str(run_dir)), "chunks",
+                              ["metadata"]).column("metadata").to_pylist()
         share = float(np.mean([matches(m, where) for m in metadata]))
         same = [h.chunk_id for h in index.search(QUESTION, 5).hits] == \
                [h.chunk_id for h in search_result(str(output), QUESTION, 5).hits]

@@ -37,7 +37,8 @@ from chunkline.pipeline.run import run  # noqa: E402
 from chunkline.pipeline.sync.core import sync  # noqa: E402
 from chunkline.pipeline.sync.rows import load_rows  # noqa: E402
 from chunkline.pipeline.sync.uri import open_store  # noqa: E402
-from query_bench import grow  # noqa: E402
+from chunkline.index.tables import live_files  # noqa: E402
+from query_bench import grow, restate  # noqa: E402
 
 
 def timed_sync(uri: str, run_id: str, run_dir: str, batch_size: int, sparse: bool):
@@ -55,9 +56,11 @@ def timed_sync(uri: str, run_id: str, run_dir: str, batch_size: int, sparse: boo
 
 
 def edit_every(run_dir: Path, step: int) -> int:
-    """Append to the text and search_text of every ``step``-th chunk of each shard; how many."""
+    """Append to the text and search_text of every ``step``-th chunk of each file the run's
+    manifest lists (in place; the manifest restated); how many."""
     edited = 0
-    for path in sorted(run_dir.glob("chunks-*.parquet")):
+    for file in live_files(str(run_dir), load_manifest(str(run_dir)), "chunks"):
+        path = file.path
         table = pq.read_table(path)
         hit = pa.array([i % step == 0 for i in range(len(table))])
         edited += sum(hit.to_pylist())
@@ -66,6 +69,7 @@ def edit_every(run_dir: Path, step: int) -> int:
             table = table.set_column(table.schema.get_field_index(column), column,
                                      pc.if_else(hit, pc.binary_join_element_wise(values, " (edited)", ""), values))
         pq.write_table(table, path, compression="zstd")
+    restate(run_dir, "chunks")
     return edited
 
 

@@ -45,6 +45,9 @@ from chunkline.records import framed_digest_bytes, text_digest
 log = logging.getLogger("chunkline.memo")
 
 MEMO_DIR = "memo"
+# The manifest's table listing the run's memo segments (no reader's rows: publish does not
+# require them, gc keeps them with their run).
+MEMO_TABLE = "memo"
 
 CREDENTIALS = "credentials"  # value b"": the scan found nothing; else JSON of each finding's kind
                              # and place (never the value)

@@ -180,7 +180,7 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
         sparse.stats | "WriteBm25Stats" >> beam.ParDo(
             WriteStats(plan.run_dir, stages.sparse, plan.bm25_reference))
         # A file per share of the term space: a term is never an element of its own.
-        sparse.terms | "WriteTerms" >> beam.ParDo(WriteTerms(plan.run_dir, term_shares))
+        sparse.terms | "WriteTerms" >> beam.ParDo(WriteTerms(plan.run_dir, term_shares, plan.previous_terms))
 
     schema = chunk_schema(plan.dim, config.output.vector_dtype, principals=plan.access is not None)
     merge = ({"carried": carried.parts, "sort_columns": ("doc_id", "chunk_index"),
@@ -199,8 +199,9 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
         record_type=DocumentStatus,
         shard_key=lambda r: r.doc_id, sort_key=lambda r: (r.doc_id, r.uri, r.status),
         # A shard whose rows are the previous run's (a rerun where nothing in it changed) is
-        # linked, not encoded and compressed again.
-        previous=(carry.signature, carry.documents) if carry is not None else None,
+        # referenced, not encoded and compressed again; of one where some changed, only the
+        # changed rows are written (merge-on-read by row).
+        previous=(carry.signature, carry.document_files()) if carry is not None else None,
         # The text, most of the table, goes to Arrow as the UTF-8 its records hold.
         to_table=statuses_table,
     )

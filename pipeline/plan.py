@@ -67,6 +67,9 @@ class Plan:
     # Key-space shares of the per-document groupings (transforms/shares.py), from the size of
     # the run this one follows.
     join_shares: int = 1024
+    # The terms file of the run this one follows (output.carry on): referenced when this run's
+    # document frequencies are the same.
+    previous_terms: tuple[str, ...] = ()
 
 
 class PreflightError(ValueError):
@@ -244,44 +247,66 @@ def memo_source(config: Config, run_dir: str) -> MemoSource | None:
                       shares_for(sum(f.size_in_bytes for f in files)))
 
 
-def carry_pairs(config: Config, signature: str) -> tuple[list[tuple[str, str]], list[str], str | None]:
+def carry_pairs(config: Config, signature: str
+                ) -> tuple[list[tuple[str, str]], list[tuple[str, tuple[int, ...]]], str | None,
+                           list[tuple[int, ...]]]:
     """(the (chunk shard, carry sidecar) pairs of the run this one follows whose rows may be
-    carried, that run's documents shards, why there are no pairs): the published run
-    (``output.previous``'s when given, none with ``reuse_latest`` off); pairs only when it was
-    made under the same processing signature. Every row is checked again in the job; the
-    documents tell an edited document from one only a corpus-wide change moved."""
+    carried, that run's documents shards with their deleted row positions, why there are no
+    pairs, each pair's deleted row positions): the published run (``output.previous``'s when given, none with
+    ``reuse_latest`` off); pairs only when it was made under the same processing signature.
+    A pair may lie in an earlier run's folder, and some of its rows may be deleted (a
+    format-2 manifest, ``chunkline.index.tables``): they are never carried. Every row is
+    checked again in the job; the documents tell an edited document from one only a
+    corpus-wide change moved."""
     if not config.output.carry:
-        return [], [], None
+        return [], [], None, []
     if not (config.output.previous or config.output.reuse_latest):
-        return [], [], None
+        return [], [], None, []
     try:
         run_dir = (resolve_run(config.output.previous) if config.output.previous
                    else latest_run(config.output.path))
         manifest = load_manifest(run_dir) if run_dir is not None else None
     except ManifestError:
-        return [], [], None  # reuse and the publish guard say what is wrong with it
+        return [], [], None, []  # reuse and the publish guard say what is wrong with it
     if manifest is None:
-        return [], [], None
+        return [], [], None, []
     name = run_dir.rstrip("/").rsplit("/", 1)[-1]
-    # A file with deleted rows is left out until the carry index reads deletions: its documents
-    # are computed again (correct, only slower), never carried from a row that is gone.
-    documents = [file.path for file in live_files(run_dir, manifest, "documents") if not file.deleted]
+    documents = [(file.path, file.deleted) for file in live_files(run_dir, manifest, "documents")]
     sidecars = live_files(run_dir, manifest, CARRY_TABLE)
     if not sidecars:
-        return [], documents, f"{name} has no carry sidecars (an older chunkline): every document is computed"
+        return [], documents, f"{name} has no carry sidecars (an older chunkline): every document is computed", []
     if manifest.get("carry_signature") != signature:
         return [], documents, (f"{name} was made with other processing (split, context, embed or "
-                               f"BM25 settings, or the code): every document is computed")
-    # A sidecar is carry-SSSSS-of-NNNNN.parquet beside its chunks-SSSSS-of-NNNNN.parquet.
+                               f"BM25 settings, or the code): every document is computed"), []
+    # A sidecar is carry-SSSSS-of-NNNNN.parquet beside its chunks-SSSSS-of-NNNNN.parquet, its
+    # rows aligned with the shard's: the same positions are deleted in both.
     by_shard = {(side.folder, side.name.rsplit("/", 1)[-1].split("-", 1)[1]): side
-                for side in sidecars if "-" in side.name.rsplit("/", 1)[-1] and not side.deleted}
-    pairs = []
+                for side in sidecars if "-" in side.name.rsplit("/", 1)[-1]}
+    pairs, deleted = [], []
     for chunks in live_files(run_dir, manifest, "chunks"):
         base = chunks.name.rsplit("/", 1)[-1]
         side = by_shard.get((chunks.folder, base.split("-", 1)[1])) if "-" in base else None
-        if side is not None and not chunks.deleted:
+        if side is not None and side.deleted == chunks.deleted:
             pairs.append((chunks.path, side.path))
-    return pairs, documents, None
+            deleted.append(chunks.deleted)
+    return pairs, documents, None, deleted
+
+
+def previous_terms(config: Config) -> tuple[str, ...]:
+    """The BM25 terms files of the run carry follows (those with none of their rows deleted),
+    each of which this run references where its share's terms are the same; none with carry or
+    sparse vectors off."""
+    if not config.output.carry or config.sparse is None:
+        return ()
+    if not (config.output.previous or config.output.reuse_latest):
+        return ()
+    try:
+        run_dir = (resolve_run(config.output.previous) if config.output.previous
+                   else latest_run(config.output.path))
+        files = live_files(run_dir, load_manifest(run_dir), "terms") if run_dir is not None else []
+    except ManifestError:
+        return ()
+    return tuple(file.path for file in files if not file.deleted)
 
 
 def reusable_files(run_dir: str, signature: str, dim: int) -> tuple[list[str], list[str]]:
@@ -520,15 +545,18 @@ def plan(config: Config, run_id: str) -> Plan:
     stored_dim = dim if config.embed is not None else None
     normalize = config.embed.normalize if config.embed is not None else False
     carry_key_signature = carry_signature(config, tokenizer_spec, max_tokens, signature, stored_dim)
-    pairs, previous_documents, carry_note = carry_pairs(config, carry_key_signature)
+    pairs, previous_documents, carry_note, deleted = carry_pairs(config, carry_key_signature)
     carry = CarrySource(tuple(pairs), carry_key_signature,
                         tuple(config.output.chunk_metadata)
                         if config.output.chunk_metadata is not None else None,
-                        stored_dim, normalize, tuple(previous_documents))
+                        stored_dim, normalize, documents=tuple(path for path, _ in previous_documents),
+                        deleted=tuple(deleted) if any(deleted) else (),
+                        documents_deleted=tuple(gone for _, gone in previous_documents)
+                        if any(gone for _, gone in previous_documents) else ())
     return Plan(run_dir, tokenizer_spec, max_tokens, stored_dim,
                 signature, previous, tuple(files), tuple(skipped), normalize, stages,
                 reference, reference_note, carry, carry_note, memo_source(config, run_dir),
-                access_policy(config), join_shares(config))
+                access_policy(config), join_shares(config), previous_terms(config))
 
 
 # Documents per share of a per-document grouping: a share's keys are grouped in one worker's

@@ -22,6 +22,7 @@ from chunkline.context import COUNTERS as CONTEXT_COUNTERS
 from chunkline.context import METRICS_NAMESPACE as CONTEXT_NAMESPACE
 from chunkline.context import estimate_cost, over_failure_budget, summary_lines
 from chunkline.index.layout import LATEST, MANIFEST, STAGED_LATEST
+from chunkline.index.tables import FORMAT, INLINE_FORMAT, read_table, relative_path, with_deletion_files
 from chunkline.pipeline.beam_options import job_options
 from chunkline.pipeline.build import build
 from chunkline.pipeline.config import Config, to_dict
@@ -33,8 +34,9 @@ from chunkline.pipeline.summary import RunSummary, access_lines, bm25_lines, cre
 from chunkline.pipeline.timing import stage_seconds
 from chunkline.transforms.memory import release_freed_memory
 from chunkline.transforms.spill import remove_dead_spills, remove_spill
+from chunkline.transforms.write import LISTING_DIR
 from chunkline.transforms.memo import NAMESPACE as MEMO_NAMESPACE
-from chunkline.memo import KINDS as MEMO_KINDS
+from chunkline.memo import KINDS as MEMO_KINDS, MEMO_DIR, MEMO_TABLE
 from chunkline.carry import CARRY_TABLE
 from chunkline.transforms.counters import (
     CARRY_COUNTERS, CHUNKS_CARRIED, CHUNKS_EMBEDDED, CHUNKS_REUSED, READ_DOCUMENTS, READ_REJECTED, REUSE_REJECTED, TOKENS_EMBEDDED,
@@ -141,9 +143,66 @@ def _files(run_dir: str, table: str) -> list[str]:
     return sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
 
 
-def _read_column(path: str, column: str) -> list[Any]:
-    with FileSystems.open(path) as handle:
-        return pq.read_table(handle, columns=[column]).column(column).to_pylist()
+def _size(path: str) -> int:
+    return FileSystems.match([path])[0].metadata_list[0].size_in_bytes
+
+
+def run_tables(run_dir: str, tables: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+    """Each of ``tables`` as the manifest (format 2, ``chunkline.index.tables``) lists it: the
+    files its shard writers listed (``chunkline.transforms.write.write_listing``: this run's own, and
+    earlier runs' files whose rows it keeps, with the positions no longer live), in shard
+    order; a table written otherwise (the BM25 terms), its files in the run folder, every row
+    live. Each file with its size."""
+    output = run_dir.rstrip("/").rsplit("/", 1)[0]
+    found: dict[str, list[dict[str, Any]]] = {}
+    for table in tables:
+        pattern = FileSystems.join(run_dir, LISTING_DIR, f"{table}-*.json")
+        listings = sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
+        entries: list[dict[str, Any]] = []
+        for listing in listings:
+            with FileSystems.open(listing) as handle:
+                entries.extend(json.loads(handle.read()))
+        if not listings:
+            for path in _files(run_dir, table):
+                with FileSystems.open(path) as handle:
+                    rows = pq.ParquetFile(handle).metadata.num_rows
+                entries.append({"path": relative_path(path), "rows": rows, "deleted": []})
+        for entry in entries:
+            entry["bytes"] = _size(FileSystems.join(output, *entry["path"].split("/")))
+        found[table] = entries
+    return found
+
+
+def memo_table(output: str, run_dir: str) -> list[dict[str, Any]]:
+    """The manifest's ``memo`` table (``chunkline.memo.MEMO_TABLE``): the run's own segments,
+    each with its rows and size (no reader's rows; ``gc`` keeps what a kept run lists)."""
+    try:
+        own = sorted(m.path for m in FileSystems.match(
+            [FileSystems.join(run_dir, MEMO_DIR, "*.parquet")])[0].metadata_list)
+    except Exception:  # noqa: BLE001 - no memo written (nothing computed): none of its own
+        own = []
+    entries = []
+    prefix = output.rstrip("/") + "/"
+    for path in own:
+        try:
+            with FileSystems.open(path) as handle:
+                rows = pq.ParquetFile(handle).metadata.num_rows
+            size = _size(path)
+        except Exception:  # noqa: BLE001 - a segment gone or damaged costs the next run time only
+            continue
+        entries.append({"path": path[len(prefix):] if path.startswith(prefix) else path,
+                        "rows": rows, "bytes": size})
+    return entries
+
+
+def _read_column(run_dir: str, tables: dict[str, list[dict[str, Any]]], table: str,
+                 column: str) -> list[Any]:
+    read = read_table(run_dir, {"format": INLINE_FORMAT, "tables": tables}, table, [column])
+    return [] if read is None else read.column(column).to_pylist()
+
+
+def _live_rows(tables: dict[str, list[dict[str, Any]]], table: str) -> int:
+    return sum(entry["rows"] - len(entry["deleted"]) for entry in tables[table])
 
 
 def _credentials(result, mode: str) -> dict[str, Any]:
@@ -191,16 +250,17 @@ def reports_metrics(result) -> bool:
 
 def account(run_dir: str, result, embedding: bool = True, sparse: bool = False,
             job_carries: bool = False
-            ) -> tuple[dict[str, int], dict[str, list[str]], list[str], list[str]]:
-    """Counts from the files actually written (and the read stage's counters): documents in =
-    kept + duplicate + rejected, checked; with ``job_carries`` (the graph had a carry index),
-    kept = carried + recomputed + new too. The fourth value names what could not be checked
-    (a runner that reports no metrics): the counts are then the files' alone, and say so."""
-    tables = ("chunks", "documents", "rejected") + (("terms",) if sparse else ()) + (CARRY_TABLE,)
-    files = {table: _files(run_dir, table) for table in tables}
-    statuses = [s for path in files["documents"] for s in _read_column(path, "status")]
-    tokens = [t for path in files["chunks"] for t in _read_column(path, "tokens")]
-    rejected_rows = sum(pq.ParquetFile(FileSystems.open(p)).metadata.num_rows for p in files["rejected"])
+            ) -> tuple[dict[str, int], dict[str, list[dict[str, Any]]], list[str], list[str]]:
+    """Counts from the live rows of the files the run lists (:func:`run_tables`, its second
+    value; and the read stage's counters): documents in = kept + duplicate + rejected, checked;
+    with ``job_carries`` (the graph had a carry index), kept = carried + recomputed + new too.
+    The fourth value names what could not be checked (a runner that reports no metrics): the
+    counts are then the files' alone, and say so."""
+    names = ("chunks", "documents", "rejected") + (("terms",) if sparse else ()) + (CARRY_TABLE,)
+    files = run_tables(run_dir, names)
+    statuses = _read_column(run_dir, files, "documents", "status")
+    tokens = _read_column(run_dir, files, "chunks", "tokens")
+    rejected_rows = _live_rows(files, "rejected")
     counts = {
         "documents": len(statuses),
         "kept": statuses.count(KEPT),
@@ -248,15 +308,30 @@ def account(run_dir: str, result, embedding: bool = True, sparse: bool = False,
             problems.append(f"{counts['chunks']} chunks written but {embedded} embedded + "
                             f"{reused} reused + {carried} carried")
     if files[CARRY_TABLE]:
-        side_rows = sum(pq.ParquetFile(FileSystems.open(p)).metadata.num_rows for p in files[CARRY_TABLE])
+        side_rows = _live_rows(files, CARRY_TABLE)
         if side_rows != counts["chunks"]:
             problems.append(f"{side_rows} carry sidecar rows but {counts['chunks']} chunks")
     return counts, files, problems, unverified
 
 
+def _remove_listings(run_dir: str) -> None:
+    """The shard writers' listings, once the manifest holds what they list (their deleted
+    positions would otherwise stay in the run's folder beside the deletion files)."""
+    try:
+        found = FileSystems.match([FileSystems.join(run_dir, LISTING_DIR, "*.json")])[0].metadata_list
+        if found:
+            FileSystems.delete([m.path for m in found])
+    except Exception as exc:  # noqa: BLE001 - a leftover listing is a few bytes no reader reads
+        log.warning("could not remove %s/%s: %s", run_dir, LISTING_DIR, exc)
+
+
 def _write_text(path: str, text: str) -> None:
+    _write_bytes(path, text.encode("utf-8"))
+
+
+def _write_bytes(path: str, data: bytes) -> None:
     with FileSystems.create(path) as handle:
-        handle.write(text.encode("utf-8"))
+        handle.write(data)
 
 
 def _write_report(run_dir: str) -> str | None:
@@ -371,6 +446,10 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
         model = {"name": redacted(config.embed.model), "dim": job.dim, "dtype": job.options.embed.dtype,
                  "normalize": config.embed.normalize, "max_seq_length": config.embed.max_seq_length,
                  "vector_dtype": config.output.vector_dtype}
+    # Many deleted positions go to one deletion file per table (chunkline.index.tables), not
+    # into the manifest every reader parses whole.
+    listed, deletes = with_deletion_files(run_id, files, lambda path, data: _write_bytes(
+        FileSystems.join(config.output.path, *path.split("/")), data))
     manifest = {
         "run_id": run_id,
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -406,7 +485,13 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
         "problems": problems,
         "unverified": unverified,
         "held_back": held_back,
-        "files": {table: [p.rsplit("/", 1)[-1] for p in paths] for table, paths in files.items()},
+        # Format 2 (chunkline.index.tables): each table's files relative to OUTPUT, an earlier
+        # run's among them where this run keeps rows of it, with the positions no longer live:
+        # inline while few, else in the table's deletion file (format 3).
+        "format": FORMAT if deletes else INLINE_FORMAT,
+        "tables": {**listed, **({MEMO_TABLE: memo_table(config.output.path, job.run_dir)}
+                                if job.memo is not None else {})},
+        **({"deletes": deletes} if deletes else {}),
     }
     publishable = not problems and not held_back
     if publishable:
@@ -414,12 +499,15 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
     # Manifest last among the run's files, LATEST after it, and only for a run that accounts for
     # every document and passes the guard: otherwise LATEST stays on the previous good run.
     _write_text(FileSystems.join(job.run_dir, MANIFEST), json.dumps(manifest, indent=2) + "\n")
+    _remove_listings(job.run_dir)
     report = None
     if publishable:
         report = _write_report(job.run_dir)
         publish(config.output.path, run_id)
+    paths = {table: [FileSystems.join(config.output.path, *entry["path"].split("/"))
+                     for entry in entries] for table, entries in files.items()}
     return RunSummary(run_id, job.run_dir, config.output.path, config.runner.name,
-                      time.monotonic() - started, counts, files, not problems, problems, model,
+                      time.monotonic() - started, counts, paths, not problems, problems, model,
                       job.previous_run, publishable, context["summary"] if context else [],
                       held_back, list(job.reuse_skipped), report, bm25_lines(bm25, job.bm25_note),
                       job.carry_note, credential_lines(credentials, counts),

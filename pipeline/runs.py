@@ -195,6 +195,23 @@ class LocalOutput:
     def remove(self, name: str) -> None:
         _remove(self.root / name)
 
+    def files_under(self, name: str) -> dict[str, int]:
+        """Each file under the folder ``name``, by its path within it, with its size."""
+        folder = self.root / name
+        return {p.relative_to(folder).as_posix(): p.stat().st_size
+                for p in folder.rglob("*") if p.is_file() or p.is_symlink()}
+
+    def remove_except(self, name: str, keep: frozenset[str]) -> None:
+        """Every file under the folder ``name`` but those at ``keep`` (paths within it), then
+        the folders left empty."""
+        folder = self.root / name
+        for relative in self.files_under(name):
+            if relative not in keep:
+                (folder / relative).unlink(missing_ok=True)
+        for path in sorted(folder.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+            if path.is_dir() and not path.is_symlink() and not any(path.iterdir()):
+                path.rmdir()
+
 
 class BucketOutput:
     """A ``gs://`` output: what it holds is read from one listing of every object under it,
@@ -275,6 +292,19 @@ class BucketOutput:
 
         is_prefix = any(key.startswith(f"{name}/") for key in self.objects)
         FileSystems.delete([self._pattern(name) if is_prefix else _literal(self.path(name))])
+
+    def files_under(self, name: str) -> dict[str, int]:
+        start = len(name) + 1
+        return {key[start:]: meta.size_in_bytes for key, meta in self.objects.items()
+                if key.startswith(f"{name}/")}
+
+    def remove_except(self, name: str, keep: frozenset[str]) -> None:
+        from apache_beam.io.filesystems import FileSystems
+
+        doomed = [self.path(f"{name}/{relative}") for relative in self.files_under(name)
+                  if relative not in keep]
+        if doomed:
+            FileSystems.delete(doomed)
 
 
 def latest_name(output: str) -> tuple[str | None, str | None]:
@@ -417,14 +447,22 @@ def file_problems(run_dir: str, manifest: dict[str, Any]) -> list[str]:
     import pyarrow.parquet as pq
 
     from chunkline.index import storage
-    from chunkline.index.tables import live_files, table_names
+    from chunkline.index.tables import TableFileError, live_files, table_names
+    from chunkline.memo import MEMO_TABLE
 
     problems = []
     expected = _expected_rows(manifest)
     dim = (manifest.get("model") or {}).get("dim")
     for table in table_names(manifest):
+        if table == MEMO_TABLE:
+            continue  # a lost memo segment costs the next run time, never a wrong row
         rows = 0
-        for file in live_files(run_dir, manifest, table):
+        try:
+            files = live_files(run_dir, manifest, table)
+        except TableFileError as exc:  # its deletion file missing or damaged
+            problems.append(str(exc))
+            continue
+        for file in files:
             name = file.name
             try:
                 with storage.parquet_source(file.path) as source:
@@ -556,6 +594,8 @@ class Removal:
     name: str  # relative to the output
     what: str  # a run's status, or the kind of leftover file
     size: int
+    # Names within the folder ``name`` that stay (files a kept run lists); empty: all goes.
+    keep: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -601,31 +641,30 @@ def _referenced(tree: LocalOutput | BucketOutput, latest: str | None) -> set[str
     return found
 
 
-def _folders_in_use(tree: LocalOutput | BucketOutput, kept: list[str], doomed: set[str]
-                    ) -> list[tuple[str, str]]:
-    """(folder, the kept run whose manifest lists a file in it) for each of the ``doomed`` run
-    folders that a kept run still reads: a rerun references an earlier run's unchanged files
-    instead of copying them (``chunkline.index.tables``), so removing that folder would break
-    the run. Followed to the end: a folder kept so is itself a run whose files must stay whole
-    (it may be published again)."""
-    from chunkline.index.tables import live_files, table_names
+def _files_in_use(tree: LocalOutput | BucketOutput, kept: list[str], doomed: set[str]
+                  ) -> dict[str, tuple[set[str], list[str]]]:
+    """For each of the ``doomed`` run folders that a kept run still reads: (the names within it
+    that kept runs' manifests list, those runs). A rerun references an earlier run's unchanged
+    files instead of copying them (``chunkline.index.tables``): exactly those stay, the rest of
+    the folder (its manifest among it: it is no longer a run) goes. A manifest lists every file
+    its run reads, so nothing is followed further."""
+    from chunkline.index.tables import listed_paths
     from chunkline.pipeline.manifest import ManifestError, load_manifest
 
-    found: list[tuple[str, str]] = []
-    todo, seen = list(kept), set(kept)
-    while todo:
-        user = todo.pop()
+    found: dict[str, tuple[set[str], list[str]]] = {}
+    for user in kept:
         try:
             run_dir = tree.path(user)
             manifest = load_manifest(run_dir)
         except (ManifestError, FileNotFoundError, ValueError):
             continue  # no manifest, no files listed: the run's own status decides
-        for table in table_names(manifest):
-            for file in live_files(run_dir, manifest, table):
-                if file.folder in doomed and file.folder not in seen:
-                    seen.add(file.folder)
-                    found.append((file.folder, user))
-                    todo.append(file.folder)
+        for path in listed_paths(run_dir, manifest):
+            folder, _, name = path.partition("/")
+            if folder in doomed:
+                names, users = found.setdefault(folder, (set(), []))
+                names.add(name)
+                if user not in users:
+                    users.append(user)
     return found
 
 
@@ -677,10 +716,17 @@ def gc_plan(output: str, tree: LocalOutput | BucketOutput, keep: int, writer: Wr
         else:
             doomed.add(run.run_id)
             plan.pending.append(Removal(run.run_id, run.status, run.size))
-    for name, user in _folders_in_use(tree, [r.run_id for r in runs if r.run_id not in doomed], doomed):
-        doomed.discard(name)
+    in_use = _files_in_use(tree, [r.run_id for r in runs if r.run_id not in doomed], doomed)
+    for name, (names, users) in sorted(in_use.items()):
+        # Still doomed for the leftovers: its spill parts go with the rest of it.
+        whole = next(r for r in plan.pending if r.name == name)
+        files = tree.files_under(name)
+        gone = sum(size for relative, size in files.items() if relative not in names)
         plan.pending = [r for r in plan.pending if r.name != name]
-        plan.kept.append(Kept(name, f"run {user} lists files that lie in it"))
+        if any(relative not in names for relative in files):
+            plan.pending.append(Removal(name, f"{whole.what}, all but the files run "
+                                        f"{', '.join(users)} lists", gone, frozenset(names)))
+        plan.kept.append(Kept(name, f"{len(names)} files, which run {', '.join(users)} lists"))
     if holding:
         plan.pending.extend(_leftovers(tree, runs, doomed, timeout))
     return plan
@@ -761,7 +807,10 @@ def collect(output: str, keep: int, dry_run: bool = False, timeout: float | None
                                   f"a publish took it); stopped before removing anything more")
                 result.pending = pending[index:]
                 break
-            tree.remove(removal.name)
+            if removal.keep:
+                tree.remove_except(removal.name, removal.keep)
+            else:
+                tree.remove(removal.name)
             result.removed.append(removal)
     finally:
         exclusion.exit()

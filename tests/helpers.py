@@ -60,3 +60,19 @@ def damage(path, how: str) -> None:
         path.unlink()
     else:
         raise ValueError(f"no such damage: {how!r}")
+
+
+def run_table(run_dir, name: str, columns=None):
+    """The run's live rows of table ``name`` (a pyarrow Table, None when it lists no file),
+    through its manifest (``chunkline.index.tables``): a rerun's rows may lie in earlier runs'
+    files, some of whose rows are deleted, so a glob of the run's folder is not its table."""
+    from chunkline.index.manifest import load_manifest
+    from chunkline.index.tables import read_table
+
+    return read_table(str(run_dir), load_manifest(str(run_dir)), name, columns)
+
+
+def run_rows(run_dir, name: str) -> list[dict]:
+    """:func:`run_table` as a list of row dicts (empty when the run lists no file)."""
+    table = run_table(run_dir, name)
+    return [] if table is None else table.to_pylist()

@@ -10,13 +10,13 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chunkline.index import storage
 from chunkline.index.manifest import ManifestError, load_manifest, table_files
-from chunkline.index.tables import (FORMAT, LiveFile, TableFileError, live_files, live_rows, read_file,
-                                    read_table)
+from chunkline.index.tables import (FORMAT, LiveFile, TableFileError, listed_paths, live_files, live_rows,
+                                    read_file, read_table, with_deletion_files)
 
 
 def write(path: Path, doc_ids: list[str], row_group_size: int = 3) -> None:
@@ -122,3 +122,137 @@ def test_live_rows_are_the_file_less_its_deleted_positions_then_filtered(tmp_pat
                 if n not in deleted and (wanted is None or doc in wanted)]
     assert got.column_names == ["n", "doc_id"]
     assert list(zip(got.column("doc_id").to_pylist(), got.column("n").to_pylist())) == expected
+
+
+@given(st.lists(st.tuples(st.sampled_from(["a", "b", "é", "z", "ab"]), st.integers(0, 3),
+                          st.booleans(), st.booleans()), max_size=20, unique_by=lambda r: r[:2]))
+def test_the_files_of_one_shard_read_merged_in_the_tables_order(tmp_path_factory, rows) -> None:
+    """A shard kept in an earlier file, some rows deleted, and this run's new rows in a file of
+    its own reads as the shard written whole, sorted by (doc_id, chunk_index); the sort columns
+    are read for the merge and dropped where not asked for."""
+    root = tmp_path_factory.mktemp("shards")
+    earlier = sorted((d, i) for d, i, new, _ in rows if not new)
+    later = sorted((d, i) for d, i, new, _ in rows if new)
+    dead = {(d, i) for d, i, new, gone in rows if gone and not new}
+    for folder, part in (("r1", earlier), ("r2", later)):
+        (root / folder).mkdir()
+        pq.write_table(pa.table({"doc_id": pa.array([d for d, _ in part], pa.string()),
+                                 "chunk_index": pa.array([i for _, i in part], pa.int32()),
+                                 "n": pa.array([f"{d}{i}" for d, i in part], pa.string())}),
+                       root / folder / "chunks-00000-of-00001.parquet")
+    deleted = [at for at, row in enumerate(earlier) if row in dead]
+    run_dir = publish(root / "r2", manifest("r2", format=2, tables={
+        "chunks": [{"path": "r1/chunks-00000-of-00001.parquet", "rows": len(earlier),
+                    "deleted": deleted, "shard": 0},
+                   {"path": "r2/chunks-00000-of-00001.parquet", "rows": len(later), "shard": 0}],
+        "documents": [], "rejected": []}))
+    loaded = load_manifest(run_dir)
+    # Python's str order (code points) is the writer's; pyarrow's is UTF-8 bytes: the same.
+    whole = sorted(row for row in earlier + later if row not in dead)
+    assert read_table(run_dir, loaded, "chunks", ["n"]).column_names == ["n"]
+    assert read_table(run_dir, loaded, "chunks", ["n"]).column("n").to_pylist() == [f"{d}{i}" for d, i in whole]
+    both = read_table(run_dir, loaded, "chunks", [], optional=["doc_id", "chunk_index"])
+    assert list(zip(*both.to_pydict().values())) == whole
+
+
+# --- deletion files (format 3) ----------------------------------------------------------------
+
+def deletion_run(root: Path, deleted: dict[str, list[int]], rows: int = 50) -> tuple[dict, dict]:
+    """Runs r1 (two files) and r2 (one of its own): the tables r2 lists with ``deleted``
+    positions inline (format 2), and as :func:`with_deletion_files` lists them (format 3)."""
+    for name in ("r1/chunks-00000-of-00002.parquet", "r1/chunks-00001-of-00002.parquet",
+                 "r2/chunks-00001-of-00002.parquet"):
+        write(root / name, [f"{name[-20:-8]}-{n:03d}" for n in range(rows)], row_group_size=16)
+    inline = {"chunks": [{"path": name, "rows": rows, "deleted": deleted.get(name, [])}
+                         for name in ("r1/chunks-00000-of-00002.parquet", "r1/chunks-00001-of-00002.parquet",
+                                      "r2/chunks-00001-of-00002.parquet")],
+              "documents": [], "rejected": []}
+    written: dict[str, bytes] = {}
+    tables, deletes = with_deletion_files("r2", inline, written.__setitem__)
+    for path, data in written.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_bytes(data)
+    return inline, {"tables": tables, **({"deletes": deletes} if deletes else {})}
+
+
+@settings(max_examples=25)
+@given(st.lists(st.sets(st.integers(0, 49), max_size=50), min_size=3, max_size=3), st.integers(0, 60))
+def test_a_deletion_file_reads_as_the_same_positions_inline(tmp_path_factory, chosen, threshold) -> None:
+    """Whatever the deletions and the inline bound: the run reads the same live rows, counts and
+    deleted positions with them inline (format 2) as with its deletion file (format 3, past the
+    bound: the entries count them, the file lists them)."""
+    from unittest import mock
+
+    root = tmp_path_factory.mktemp("deletes")
+    names = ["r1/chunks-00000-of-00002.parquet", "r1/chunks-00001-of-00002.parquet", "r2/chunks-00001-of-00002.parquet"]
+    deleted = {name: sorted(s) for name, s in zip(names, chosen)}
+    with mock.patch("chunkline.index.tables.INLINE_DELETES", threshold):
+        inline, filed = deletion_run(root, deleted)
+    total = sum(map(len, chosen))
+    assert ("deletes" in filed) == (total > threshold)
+    a = load_manifest(publish(root / "a", manifest("a", format=2, tables=inline)))
+    b = load_manifest(publish(root / "b", manifest("b", format=3 if "deletes" in filed else 2, **filed)))
+    assert [f.deleted for f in live_files(str(root / "a"), a, "chunks")] == \
+        [f.deleted for f in live_files(str(root / "b"), b, "chunks")] == [tuple(deleted[n]) for n in names]
+    assert live_rows(str(root / "b"), b, "chunks") == 150 - total
+    assert read_table(str(root / "a"), a, "chunks").equals(read_table(str(root / "b"), b, "chunks"))
+    if "deletes" in filed:
+        assert all("deleted" not in entry for entry in filed["tables"]["chunks"])
+        assert listed_paths(str(root / "b"), b)[-1] == "r2/deletes/chunks.parquet"
+
+
+def test_a_nights_deletions_cost_the_manifest_nothing_and_the_file_a_byte_or_two_each(tmp_path) -> None:
+    """20,000 deleted positions of 200,000 rows: the manifest states a count per file, the
+    deletion file holds them in a few bytes each (inline they were ~6.5 bytes of JSON each)."""
+    deleted = list(range(0, 200_000, 10))
+    entries = [{"path": "r1/chunks-00000-of-00001.parquet", "rows": 200_000, "deleted": deleted}]
+    written: dict[str, bytes] = {}
+    tables, deletes = with_deletion_files("r2", {"chunks": entries}, written.__setitem__)
+    assert tables["chunks"] == [{"path": "r1/chunks-00000-of-00001.parquet", "rows": 200_000,
+                                 "deleted_rows": 20_000}]
+    data = written["r2/deletes/chunks.parquet"]
+    assert deletes["chunks"]["rows"] == 20_000 and deletes["chunks"]["bytes"] == len(data)
+    assert len(data) < 2 * 20_000 < len(json.dumps(deleted)) / 3
+    assert pq.read_table(pa.BufferReader(data)).column("pos").to_pylist() == deleted
+
+
+@pytest.mark.parametrize("damage, problem", [
+    ("missing", "no such deletion file, though the run's manifest lists it"),
+    ("replaced", "not the deletion file the run's manifest names"),
+    ("miscounted", "its deletions of r1/chunks-00000-of-00002.parquet are not the 3 ascending"),
+])
+def test_a_missing_or_damaged_deletion_file_is_an_error_naming_it(tmp_path, damage, problem) -> None:
+    from unittest import mock
+
+    with mock.patch("chunkline.index.tables.INLINE_DELETES", 0):
+        _, filed = deletion_run(tmp_path, {"r1/chunks-00000-of-00002.parquet": [0, 1, 2, 3]})
+    path = tmp_path / "r2" / "deletes" / "chunks.parquet"
+    if damage == "missing":
+        path.unlink()
+    elif damage == "replaced":
+        path.write_bytes(path.read_bytes()[:-1] + b"!")
+    run_dir = publish(tmp_path / "r2", manifest("r2", format=3, **filed))
+    loaded = load_manifest(run_dir)
+    if damage == "miscounted":
+        # The file deletes positions 0-3 of the first file; the manifest says 3 of them, and one
+        # of the second file's.
+        loaded["tables"]["chunks"][0]["deleted_rows"] = 3
+        loaded["tables"]["chunks"][1]["deleted_rows"] = 1
+    with pytest.raises(TableFileError, match=problem):
+        live_files(run_dir, loaded, "chunks")
+
+
+@pytest.mark.parametrize("change, problem", [
+    ({"format": 2}, "deletes \\(deletion files\\) needs format 3"),
+    ({"deletes": {"chunks": {"path": "r2/deletes/chunks.parquet", "rows": 4}}}, "deletes.chunks rows or bytes"),
+    ({"deletes": {"terms": {"path": "r2/d.parquet", "rows": 0, "bytes": 1, "digest": "x"}}},
+     "deletes.terms names a table the manifest does not list"),
+])
+def test_a_malformed_deletion_file_reference_is_a_manifest_error(tmp_path, change, problem) -> None:
+    from unittest import mock
+
+    with mock.patch("chunkline.index.tables.INLINE_DELETES", 0):
+        _, filed = deletion_run(tmp_path, {"r1/chunks-00000-of-00002.parquet": [0, 1, 2, 3]})
+    run_dir = publish(tmp_path / "r2", manifest("r2", **{"format": 3, **filed, **change}))
+    with pytest.raises(ManifestError, match=problem):
+        load_manifest(run_dir)

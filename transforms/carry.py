@@ -53,7 +53,8 @@ from chunkline.transforms.counters import (
 from chunkline.transforms.reuse import stored_dtype
 from chunkline.transforms.elementwise import MapWith
 from chunkline.transforms.shares import GroupInShares
-from chunkline.transforms.write import SHARD_DIGEST_KEY, file_digest
+from chunkline.transforms import write as shard_writer  # the compaction bounds, read where applied
+from chunkline.transforms.write import SHARD_DIGEST_KEY, file_digest, same_output
 
 log = logging.getLogger("chunkline.carry")
 
@@ -68,6 +69,21 @@ class CarrySource(NamedTuple):
     normalize: bool
     # The previous run's documents shards: what each document's input was (its input digest).
     documents: tuple[str, ...] = ()
+    # Per documents shard, the positions of its rows no longer live (empty: none in any).
+    documents_deleted: tuple[tuple[int, ...], ...] = ()
+    # Per pair, the positions of its rows the previous run's manifest deletes (the same in the
+    # chunk shard and its sidecar, which are aligned row for row): never carried, never read
+    # as live (chunkline.index.tables). Empty: none deleted in any pair.
+    deleted: tuple[tuple[int, ...], ...] = ()
+
+    def deleted_of(self, pair: int) -> tuple[int, ...]:
+        """The deleted row positions of pair ``pair``."""
+        return self.deleted[pair] if self.deleted else ()
+
+    def document_files(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
+        """Each previous documents shard with its deleted row positions."""
+        deleted = self.documents_deleted or ((),) * len(self.documents)
+        return tuple(zip(self.documents, deleted))
 
 
 class CarryEntry(NamedTuple):
@@ -134,14 +150,24 @@ def _vector_problems(chunks: pa.Table, dim: int, normalize: bool) -> list[str | 
     return problems
 
 
+def _live(table: pa.Table, deleted: Sequence[int]) -> pa.Table:
+    """``table`` without the rows at ``deleted`` (ascending positions)."""
+    if not deleted:
+        return table
+    keep = np.ones(table.num_rows, dtype=bool)
+    keep[np.asarray(deleted, dtype=np.int64)] = False
+    return table.filter(pa.array(keep))
+
+
 def verify_pair(chunk_path: str, side_path: str, dim: int | None, normalize: bool,
-                ) -> list[tuple[str, str, str | None]]:
+                deleted: Sequence[int] = ()) -> list[tuple[str, str, str | None]]:
     """``(doc_id, carry_key, why its rows may not be carried or None)`` for each document of one
     previous (chunk shard, sidecar) pair, in shard order: every chunk index 0..n-1 there with
     its sidecar row, one carry key, each search text derivable from its text, context and
     header, term ids and counts alike in length, no failed contextual header, and each vector
     finite, of this run's length and of unit length when normalized. Checked a column at a
     time; the search texts only of a shard whose bytes are not those its sidecar recorded.
+    Rows at ``deleted`` (the previous manifest's deleted positions) are no row of the pair.
     Reading fails (raises) for a file that cannot be read or whose halves do not line up."""
     with FileSystems.open(side_path) as handle:
         # Page checksums (written with every sidecar): its term counts become stored weights.
@@ -164,6 +190,9 @@ def verify_pair(chunk_path: str, side_path: str, dim: int | None, normalize: boo
         chunks = pq.read_table(handle, columns=wanted)
     if chunks.num_rows != sides.num_rows:
         raise ValueError(f"the chunk shard has {chunks.num_rows} rows and its sidecar {sides.num_rows}")
+    if deleted and deleted[-1] >= chunks.num_rows:
+        raise ValueError(f"the manifest deletes row {deleted[-1]} of {chunks.num_rows}")
+    chunks, sides = _live(chunks, deleted), _live(sides, deleted)
     doc_ids = chunks.column("doc_id").to_pylist()
     indexes = chunks.column("chunk_index").to_numpy()
     if doc_ids != sides.column("doc_id").to_pylist() \
@@ -217,7 +246,8 @@ class _IndexPair(beam.DoFn):
     def process(self, pair: int) -> Iterable[tuple[str, CarryEntry]]:
         chunk_path, side_path = self.source.pairs[pair]
         try:
-            found = verify_pair(chunk_path, side_path, self.source.dim, self.source.normalize)
+            found = verify_pair(chunk_path, side_path, self.source.dim, self.source.normalize,
+                                self.source.deleted_of(pair))
         except Exception as exc:  # noqa: BLE001 - a damaged file raises whatever arrow raises
             self.rejected.inc(_sidecar_documents(side_path))
             log.warning("carry: %s unreadable (%s: %s); its documents are computed again",
@@ -246,17 +276,19 @@ class PreviousDocument(NamedTuple):
 
 
 class _PreviousDocuments(beam.DoFn):
-    """A documents shard of the previous run -> ``(doc_id, PreviousDocument)`` per row. The
+    """A documents shard of the previous run (with its deleted positions) -> ``(doc_id,
+    PreviousDocument)`` per live row. The
     shard only tells apart why documents were computed, so an unreadable one is logged and its
     documents counted as changed, never a failed run."""
 
-    def process(self, path: str) -> Iterable[tuple[str, PreviousDocument]]:
+    def process(self, shard: tuple[str, tuple[int, ...]]) -> Iterable[tuple[str, PreviousDocument]]:
+        path, deleted = shard
         try:
             with FileSystems.open(path) as handle:
                 names = pq.read_schema(handle).names
                 handle.seek(0)
                 columns = ["doc_id", "status"] + (["input_digest"] if "input_digest" in names else [])
-                table = pq.read_table(handle, columns=columns)
+                table = _live(pq.read_table(handle, columns=columns), deleted)
         except Exception as exc:  # noqa: BLE001 - a damaged file raises whatever arrow raises
             log.warning("carry: %s unreadable (%s: %s); its documents count as changed",
                         path, type(exc).__name__, exc)
@@ -287,7 +319,7 @@ class CarryIndex(beam.PTransform):
                    | "Verify" >> beam.ParDo(_IndexPair(self.source)).with_output_types(
                        tuple[str, CarryEntry]))
         documents = (root
-                     | "DocumentShards" >> beam.Create(list(self.source.documents))
+                     | "DocumentShards" >> beam.Create(list(self.source.document_files()))
                      | "ReadDocuments" >> beam.ParDo(_PreviousDocuments()).with_output_types(
                          tuple[str, PreviousDocument]))
         return CarryIndexOutputs(entries, documents)
@@ -350,9 +382,10 @@ def _flat_ints(column: pa.ChunkedArray) -> np.ndarray:
     return pc.list_flatten(column).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
 
 
-def _read_pair_sides(side_path: str, wanted: Sequence[str], columns: Sequence[str]) -> pa.Table:
+def _read_pair_sides(side_path: str, wanted: Sequence[str], columns: Sequence[str],
+                     deleted: Sequence[int] = ()) -> pa.Table:
     with FileSystems.open(side_path) as handle:
-        side = pq.read_table(handle, columns=list(columns))
+        side = _live(pq.read_table(handle, columns=list(columns)), deleted)
     return side.filter(pc.is_in(side.column("doc_id"), value_set=pa.array(wanted, pa.string())))
 
 
@@ -370,7 +403,8 @@ class _CarryFromPair(beam.DoFn):
         pair, doc_ids = keyed
         wanted = sorted(set(doc_ids))
         _, side_path = self.source.pairs[pair]
-        side = _read_pair_sides(side_path, wanted, ("doc_id", "doc_chunks", "term_ids", "term_counts"))
+        side = _read_pair_sides(side_path, wanted, ("doc_id", "doc_chunks", "term_ids", "term_counts"),
+                                self.source.deleted_of(pair))
         found = pc.value_counts(side.column("doc_id").combine_chunks())
         if len(found) != len(wanted):
             raise RuntimeError(f"carry: {len(wanted) - len(found)} documents of {side_path} are "
@@ -431,10 +465,22 @@ def stored_weights(counts: pa.ChunkedArray | pa.Array, reference_avgdl: float,
     return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(weights, pa.float32()))
 
 
+class Referenced(NamedTuple):
+    """A previous pair that keeps its carried rows in place: this run lists it with ``deleted``
+    (the positions of its rows no longer live, those deleted before included)."""
+
+    pair: int
+    chunk_path: str
+    side_path: str
+    rows: int
+    deleted: tuple[int, ...]
+
+
 class CarriedRows:
-    """``(CarriedParts, *side)`` -> ``(chunk rows, sidecar rows)`` as Arrow tables in this run's
-    schemas: the carried documents' rows read from their previous pairs, their alignment checked
-    again, a header written by an earlier run marked as one the cache gave back (``cached``, as a
+    """Where a shard's carried rows come from: :meth:`referenced` says which previous pairs keep
+    them in place; ``(CarriedParts, *side)`` -> ``(chunk rows, sidecar rows)`` as Arrow tables in
+    this run's schemas for the others: the carried documents' rows read from their previous
+    pairs, their alignment checked again, a header written by an earlier run marked as one the cache gave back (``cached``, as a
     rebuild reading the same cache marks it), and their BM25 weights computed afresh from the
     sidecar's term counts against this run's reference (``weigh``: the shard writer's
     :class:`chunkline.transforms.sparse.BM25Weights`, with the statistics as ``side``)."""
@@ -443,19 +489,44 @@ class CarriedRows:
                  weights: Any = None) -> None:
         self.source, self.schema, self.side_schema, self.weights = source, schema, side_schema, weights
 
-    def unchanged_pair(self, shard_path: str, parts: Sequence[CarriedPart], *side
-                       ) -> tuple[str, str, int] | None:
-        """``(chunk shard, sidecar, rows)`` of the previous pair this shard would rewrite
-        unchanged, or None: every document of the pair, and only those, carried into the shard
-        of the same name, with the same columns, no header to mark ``cached`` and every stored
-        weight what this run computes. The writer then copies both files instead of writing
-        their rows again (a rerun with nothing changed writes no chunk bytes)."""
-        pairs = {part.pair for part in parts}
-        if len(pairs) != 1:
-            return None
-        chunk_path, side_path = self.source.pairs[pairs.pop()]
+    def referenced(self, shard_path: str, parts: Sequence[CarriedPart], new_rows: bool, *side
+                   ) -> tuple[list[Referenced], list[CarriedPart]]:
+        """Which previous pairs keep the carried rows of the shard written at ``shard_path`` where
+        they lie (merge-on-read: the pair is referenced, the rows of its documents not carried
+        become deleted positions), and the parts whose rows this run writes again, with its new
+        rows (``new_rows``: it has some). A pair is referenced when it is this shard (the same
+        file name: the same shard of as many), holds this run's columns, and its carried rows
+        are what this run would write: no header to mark ``cached`` and every stored weight what
+        this run computes (a re-based BM25 reference changes every row: every pair is written
+        again, once). Compaction, in the run that finds it: a pair more than
+        ``chunkline.transforms.write.MOST_DEAD`` of whose rows would be deleted is written again; and a
+        shard lists at most ``chunkline.transforms.write.MOST_FILES`` files: when it would list more,
+        every referenced pair but the one with the most live rows is merged into this run's
+        file."""
+        by_pair: dict[int, set[str]] = {}
+        for part in parts:
+            by_pair.setdefault(part.pair, set()).update(part.doc_ids)
+        kept: list[Referenced] = []
+        again: list[CarriedPart] = []
+        for pair, doc_ids in sorted(by_pair.items()):
+            found = self._reference(pair, doc_ids, shard_path, *side)
+            if found is None:
+                again.append(CarriedPart(pair, tuple(sorted(doc_ids))))
+            else:
+                kept.append(found)
+        if len(kept) + (1 if new_rows or again else 0) > shard_writer.MOST_FILES:
+            kept.sort(key=lambda ref: (-(ref.rows - len(ref.deleted)), ref.pair))
+            for ref in kept[1:]:
+                again.append(CarriedPart(ref.pair, tuple(sorted(by_pair[ref.pair]))))
+            kept = kept[:1]
+        return sorted(kept, key=lambda ref: ref.pair), sorted(again)
+
+    def _reference(self, pair: int, doc_ids: set[str], shard_path: str, *side) -> Referenced | None:
+        chunk_path, side_path = self.source.pairs[pair]
+        if not same_output(chunk_path, shard_path):
+            return None  # a run of another output (output.previous): a manifest names only its own
         if chunk_path.rsplit("/", 1)[-1] != shard_path.rsplit("/", 1)[-1]:
-            return None
+            return None  # another shard (the shard count changed): its rows move
         try:
             with FileSystems.open(chunk_path) as handle:
                 if pq.read_schema(handle) != self.schema:
@@ -470,18 +541,25 @@ class CarriedRows:
                 sides = pq.read_table(handle, columns=["doc_id", "chunk_index", "term_counts"])
         except Exception:  # noqa: BLE001 - unreadable now: the rows path says why
             return None
-        carried = sorted(doc_id for part in parts for doc_id in part.doc_ids)
-        if carried != sorted(set(chunks.column("doc_id").to_pylist())) \
-                or not chunks.column("doc_id").equals(sides.column("doc_id")) \
-                or not chunks.column("chunk_index").equals(sides.column("chunk_index")) \
-                or pc.any(pc.equal(chunks.column("context_status"), OK)).as_py():
+        if not chunks.column("doc_id").equals(sides.column("doc_id")) \
+                or not chunks.column("chunk_index").equals(sides.column("chunk_index")):
+            return None
+        live = pc.is_in(chunks.column("doc_id"), value_set=pa.array(sorted(doc_ids), pa.string()))
+        live = np.array(live.to_numpy(zero_copy_only=False), dtype=bool)
+        previously = self.source.deleted_of(pair)
+        live[np.asarray(previously, dtype=np.int64)] = False
+        deleted = tuple(np.flatnonzero(~live).tolist())
+        if len(deleted) > shard_writer.MOST_DEAD * chunks.num_rows:
+            return None  # compacted: its live rows are written again
+        mask = pa.array(live)
+        if pc.any(pc.equal(chunks.column("context_status").filter(mask), OK)).as_py():
             return None
         if self.weights is not None and side:
             weights = stored_weights(sides.column("term_counts"),
                                      self.weights.reference(side[0]), self.weights.options)
-            if not chunks.column("sparse_values").combine_chunks().equals(weights):
+            if not chunks.column("sparse_values").combine_chunks().filter(mask).equals(weights.filter(mask)):
                 return None
-        return chunk_path, side_path, chunks.num_rows
+        return Referenced(pair, chunk_path, side_path, chunks.num_rows, deleted)
 
     def __call__(self, parts: Sequence[CarriedPart], *side) -> tuple[pa.Table, pa.Table, np.ndarray]:
         """``(chunk rows, sidecar rows, carried)``: every row of the parts' previous pairs and,
@@ -505,8 +583,10 @@ class CarriedRows:
                     and chunks.column("chunk_index").equals(sides.column("chunk_index"))):
                 raise RuntimeError(f"carry: {chunk_path} no longer lines up with its sidecar: the "
                                    f"previous run changed during this one")
-            masks.append(pc.is_in(chunks.column("doc_id"), value_set=wanted).to_numpy(
-                zero_copy_only=False))
+            mask = np.array(pc.is_in(chunks.column("doc_id"), value_set=wanted).to_numpy(
+                zero_copy_only=False), dtype=bool)
+            mask[np.asarray(self.source.deleted_of(part.pair), dtype=np.int64)] = False
+            masks.append(mask)
             chunk_tables.append(chunks)
             side_tables.append(sides)
         chunks = pa.concat_tables(chunk_tables) if chunk_tables else self.schema.empty_table()

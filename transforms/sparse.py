@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Iterable, NamedTuple
+from typing import Any, Iterable, NamedTuple, Sequence
 
 import apache_beam as beam
 import numpy as np
@@ -279,18 +279,37 @@ class WriteStats(beam.DoFn):
 class WriteTerms(beam.DoFn):
     """One share of the terms -> its file of the ``terms`` table (term_id ascending, df),
     ``terms-SSSSS-of-NNNNN.parquet``: ``(table, path, rows)``. The shares are ranges of the
-    term space (:func:`term_share`): the files in name order hold the ids ascending, each once."""
+    term space (:func:`term_share`): the files in name order hold the ids ascending, each once.
+    When ``previous`` (the terms files of the run carry follows, of this output) holds a file
+    of the same name with exactly these rows, that file is referenced rather than written again
+    (listed for the manifest either way: ``chunkline.transforms.write.write_listing``)."""
 
-    def __init__(self, run_dir: str, shares: int) -> None:
-        self.run_dir, self.shares = run_dir, shares
+    def __init__(self, run_dir: str, shares: int, previous: Sequence[str] = ()) -> None:
+        self.run_dir, self.shares, self.previous = run_dir, shares, tuple(previous)
 
     def process(self, share_terms: tuple[int, tuple[np.ndarray, np.ndarray]]) -> Iterable[tuple[str, str, int]]:
-        from chunkline.transforms.write import ROW_GROUP, shard_path
+        from chunkline.transforms.write import ROW_GROUP, same_output, shard_path, write_listing
 
         share, (ids, dfs) = share_terms
         table = pa.table({"term_id": pa.array(ids, pa.int32()), "df": pa.array(dfs, pa.int64())},
                          schema=terms_schema())
         path = shard_path(self.run_dir, "terms", share, self.shares)
+        name = path.replace("\\", "/").rsplit("/", 1)[-1]
+        for earlier in self.previous:
+            if earlier.replace("\\", "/").rsplit("/", 1)[-1] == name and same_output(earlier, path) \
+                    and self._holds(earlier, table):
+                write_listing(self.run_dir, "terms", share, [(earlier, table.num_rows, ())])
+                yield "terms", earlier, table.num_rows
+                return
         with FileSystems.create(path) as handle:
             pq.write_table(table, handle, row_group_size=ROW_GROUP, compression="zstd")
+        write_listing(self.run_dir, "terms", share, [(path, table.num_rows, ())])
         yield "terms", path, table.num_rows
+
+    @staticmethod
+    def _holds(previous: str, table: pa.Table) -> bool:
+        try:
+            with FileSystems.open(previous) as handle:
+                return pq.read_table(handle).equals(table)
+        except Exception:  # noqa: BLE001 - unreadable now: written again
+            return False

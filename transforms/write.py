@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 from collections import Counter
 from typing import Any, Callable, Iterable, NamedTuple, Optional, Sequence
@@ -32,6 +33,7 @@ from apache_beam.pvalue import AsSingleton, PCollection
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
+from chunkline.index.tables import SORT_ORDER, relative_path
 from chunkline.records import as_row, framed_state
 from chunkline.transforms.progress import WRITTEN, tally
 from chunkline.transforms.match import is_local
@@ -122,24 +124,49 @@ def intact_with_digest(path: str, digest: str) -> bool:
         return False
 
 
-def link_or_copy(source: str, target: str) -> None:
-    """``source``'s bytes under ``target`` without passing through the worker: on a local disk
-    a hard link (a shard is never written in place, and a run removed by gc leaves the other
-    name whole); on gs:// a copy is the service's own rewrite."""
-    if is_local(source) and is_local(target):
-        unlinked(target)
-        try:
-            os.link(source, target)
-            return
-        except OSError:
-            pass  # another filesystem, or links refused: copied
-    FileSystems.copy([source], [target])
+# Compaction (merge-on-read): a previous file is rewritten, in the run that finds it, once more
+# than this share of its rows would be deleted (its dead rows cost every read; Iceberg's
+# rewrite_data_files and Delta's OPTIMIZE use the same kind of bound) ...
+MOST_DEAD = 0.2
+# ... and a shard lists at most this many files (a base and a few small deltas): past it, every
+# file but the one with the most live rows is merged into the run's new file, so a read opens a
+# bounded number per shard.
+MOST_FILES = 4
+
+
+# Each shard writer lists the files that hold its shard's live rows here, one JSON file per
+# (table, shard): the run's manifest is made from them (pipeline/run.py).
+LISTING_DIR = "_listing"
+
+
+def listing_path(directory: str, table: str, index: int) -> str:
+    return FileSystems.join(directory, LISTING_DIR, f"{table}-{index:05d}.json")
+
+
+def same_output(path: str, other: str) -> bool:
+    """Whether two files of run folders lie in the same OUTPUT (a manifest lists only files
+    of its own output, by their paths relative to it)."""
+    def output(p: str) -> str:
+        return p.replace("\\", "/").rstrip("/").rsplit("/", 2)[0]
+    return output(path) == output(other)
+
+
+def write_listing(directory: str, table: str, index: int,
+                  files: Sequence[tuple[str, int, Sequence[int]]]) -> None:
+    """The shard ``index`` of ``table`` as the manifest lists it (``chunkline.index.tables``,
+    format 2): each ``(path, rows, deleted positions)``, its path relative to OUTPUT (a file
+    may lie in an earlier run's folder), in order. A retried bundle writes the same."""
+    entries = [{"path": relative_path(path), "rows": rows, "deleted": list(deleted), "shard": index}
+               for path, rows, deleted in files]
+    with FileSystems.create(listing_path(directory, table, index)) as handle:
+        handle.write(json.dumps(entries).encode("utf-8"))
 
 
 def unlinked(path: str) -> str:
     """``path``, with whatever a failed earlier attempt of this bundle left there removed when it
-    is local: that may be a hard link to the previous run's file, which writing into would
-    truncate and overwrite (the previous run's shard, still published)."""
+    is local: that may be a hard link to the previous run's file (an older chunkline linked
+    unchanged shards), which writing into would truncate and overwrite (the previous run's
+    shard, still published)."""
     if is_local(path):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
@@ -267,6 +294,30 @@ def _row_groups(encoded: list[bytes]) -> Iterable[list[bytes]]:
         yield group
 
 
+def _records_table(encoded: list[bytes], coder: Any, schema: pa.Schema,
+                   to_row: Callable[[Any, pa.Schema], dict],
+                   to_table: Callable[[list[bytes], pa.Schema], pa.Table | None] | None) -> pa.Table:
+    """The (sorted) encoded records as one Arrow table, a row group at a time (``encoded`` is
+    emptied)."""
+    parts = []
+    for group in _row_groups(encoded):
+        table = to_table(group, schema) if to_table is not None else None
+        parts.append(table if table is not None
+                     else _table_of(group, coder, schema, lambda record: to_row(record, schema)))
+    return pa.concat_tables(parts) if parts else schema.empty_table()
+
+
+def _row_keys(table: pa.Table) -> list[bytes]:
+    """A digest of each row's every value (its Python form, lists as tuples): two rows with the
+    same key hold the same values."""
+    keys = []
+    for row in table.to_pylist():
+        keys.append(hashlib.blake2b(repr(tuple(
+            tuple(v) if isinstance(v, list) else v for v in row.values())).encode(
+                "utf-8", "surrogatepass"), digest_size=16).digest())
+    return keys
+
+
 def in_order(table: pa.Table, order: np.ndarray) -> pa.Table:
     """``table.take(order)``, as zero-copy slices where ``order`` walks runs of consecutive rows.
     A shard merged on a rerun is the previous shard's rows in their order, a few removed and a
@@ -294,7 +345,7 @@ class _WriteShard(beam.DoFn):
                  sidecar: Sidecar | None = None, shard_key: Callable[[Any], str] | None = None,
                  carried_rows: Callable[..., tuple[pa.Table, pa.Table | None, np.ndarray]] | None = None,
                  sort_columns: tuple[str, ...] = (),
-                 previous: tuple[str, tuple[str, ...]] | None = None,
+                 previous: tuple[str, tuple[tuple[str, tuple[int, ...]], ...]] | None = None,
                  to_table: Callable[[list[bytes], pa.Schema], pa.Table | None] | None = None) -> None:
         self.carried_rows, self.sort_columns = carried_rows, sort_columns
         self.previous = previous
@@ -327,38 +378,56 @@ class _WriteShard(beam.DoFn):
         encoded = [data for _, data in keyed_records]
         del keyed_records
         size = sum(map(len, encoded))
-        yield from self._write(index, encoded, together, carried, side)
+        written = list(self._write(index, encoded, together, carried, side))
+        for table in dict.fromkeys(table for table, *_ in written):
+            write_listing(self.directory, table, index,
+                          [(path, rows, deleted) for name, path, rows, deleted in written
+                           if name == table])
+        yield from ((table, path, rows) for table, path, rows, _ in written)
         release_after(size)
 
     def _write(self, index: int, encoded: list[bytes], together: Counter, carried: list[Any],
-               side: tuple[Any, ...]) -> Iterable[tuple[str, str, int]]:
+               side: tuple[Any, ...]) -> Iterable[tuple[str, str, int, tuple[int, ...]]]:
         """The shard ``index`` of ``encoded`` (sorted) and ``carried`` rows, as :meth:`process`
-        describes. ``encoded`` is emptied as its row groups are written."""
+        describes: ``(table, path, rows, deleted positions)`` of each file that holds its live
+        rows. ``encoded`` is emptied as its row groups are written."""
         count = len(encoded)  # _row_groups empties ``encoded`` as it goes
         path = shard_path(self.directory, self.table, index, self.shards)
         side_path = (shard_path(self.directory, self.sidecar.table, index, self.shards)
                      if self.sidecar is not None else None)
-        if carried and not encoded and side_path is not None and \
-                hasattr(self.carried_rows, "unchanged_pair"):
-            unchanged = self.carried_rows.unchanged_pair(path, carried, *side)
-            if unchanged is not None:
-                yield from self._copy_pair(path, side_path, *unchanged)
-                return
+        if carried and side_path is not None and hasattr(self.carried_rows, "referenced"):
+            # Merge-on-read: carried rows stay in the previous files that hold them, only the
+            # others (and this run's new rows) are written.
+            kept, carried = self.carried_rows.referenced(path, carried, bool(encoded), *side)
+            for ref in kept:
+                tally(WRITTEN.format(table=self.table), ref.rows - len(ref.deleted))
+                yield (self.table, ref.chunk_path, ref.rows, ref.deleted)
+                yield (self.sidecar.table, ref.side_path, ref.rows, ref.deleted)
+            if kept and not carried and not encoded:
+                return  # nothing new in this shard: no file of this run
         if carried:
             rows = self._merged(encoded, together, carried, side)
             yield from self._write_tables(index, path, side_path, *rows)
             return
         digest = None
         if self.previous is not None:
-            made_under, previous_shards = self.previous
+            made_under, previous_files = self.previous
             digest = rows_digest(made_under, self.schema, encoded)
             name = path.rsplit("/", 1)[-1]
-            same = next((shard for shard in previous_shards if shard.rsplit("/", 1)[-1] == name), None)
-            if same is not None and intact_with_digest(same, digest):
-                link_or_copy(same, path)
+            # This shard's files in the previous run (a base and its deltas: the same name in
+            # several run folders), of this output.
+            mine = [(shard, deleted) for shard, deleted in previous_files
+                    if shard.rsplit("/", 1)[-1] == name and same_output(shard, path)]
+            if len(mine) == 1 and not mine[0][1] and intact_with_digest(mine[0][0], digest):
+                # The previous run's file holds these rows, as written: referenced, not copied.
                 tally(WRITTEN.format(table=self.table), len(encoded))
-                yield (self.table, path, len(encoded))
+                yield (self.table, mine[0][0], len(encoded), ())
                 return
+            if mine:
+                merged = self._merge_on_read(path, encoded, mine)
+                if merged is not None:
+                    yield from merged
+                    return
         with contextlib.ExitStack() as side_files:
             side_writer = None if side_path is None else side_files.enter_context(pq.ParquetWriter(
                 side_files.enter_context(FileSystems.create(unlinked(side_path))), self.sidecar.schema,
@@ -392,19 +461,67 @@ class _WriteShard(beam.DoFn):
             if side_writer is not None:
                 side_writer.add_key_value_metadata({SHARD_DIGEST_KEY: digesting.hexdigest()})
         tally(WRITTEN.format(table=self.table), count)
-        yield (self.table, path, count)
+        yield (self.table, path, count, ())
         if side_path is not None:
-            yield (self.sidecar.table, side_path, count)
+            yield (self.sidecar.table, side_path, count, ())
 
-    def _copy_pair(self, path: str, side_path: str, chunk_from: str, side_from: str,
-                   rows: int) -> Iterable[tuple[str, str, int]]:
-        """The previous run's shard and sidecar, linked whole (:func:`link_or_copy`): their rows
-        are this shard's."""
-        link_or_copy(chunk_from, path)
-        link_or_copy(side_from, side_path)
-        tally(WRITTEN.format(table=self.table), rows)
-        yield (self.table, path, rows)
-        yield (self.sidecar.table, side_path, rows)
+    def _merge_on_read(self, path: str, encoded: list[bytes], mine: list[tuple[str, tuple[int, ...]]]
+                       ) -> list[tuple[str, str, int, tuple[int, ...]]] | None:
+        """The shard as the previous files that hold its rows (a row of this run equal, column
+        for column, to a live row of a previous file stays there) with the positions of the
+        rows gone deleted, and this run's file with the other rows, sorted; None (write the
+        shard whole) when a previous file cannot be read or holds other columns. Compaction as
+        for chunk shards (:data:`MOST_DEAD`, :data:`MOST_FILES`)."""
+        try:
+            previous = []
+            for shard, deleted in mine:
+                with FileSystems.open(shard) as handle:
+                    # Page checksums (written with every such shard): a damaged page is a
+                    # shard written whole, never a row kept from garbage.
+                    held = pq.read_table(handle, page_checksum_verification=True)
+                if held.schema.remove_metadata() != self.schema.remove_metadata():
+                    return None
+                previous.append((shard, held, deleted))
+        except Exception:  # noqa: BLE001 - unreadable now: the shard is written whole
+            return None
+        # Only now: ``encoded`` is emptied as it is read.
+        table = _records_table(encoded, self.coder, self.schema, self.to_row, self.to_table)
+        wanted = Counter(_row_keys(table))
+        found: list[tuple[str, pa.Table, list[int], list[int]]] = []  # path, rows, live, dead
+        for shard, held, deleted in previous:
+            gone = set(deleted)
+            live, dead = [], []
+            for at, key in enumerate(_row_keys(held)):
+                if at not in gone and wanted[key] > 0:
+                    wanted[key] -= 1
+                    live.append(at)
+                else:
+                    dead.append(at)
+            found.append((shard, held, live, dead))
+        new_rows = np.zeros(table.num_rows, dtype=bool)
+        for at, key in enumerate(_row_keys(table)):
+            if wanted[key] > 0:  # no previous live row holds it
+                wanted[key] -= 1
+                new_rows[at] = True
+        kept = [f for f in found if f[2] and len(f[3]) <= MOST_DEAD * f[1].num_rows]
+        again = [f for f in found if f[2] and len(f[3]) > MOST_DEAD * f[1].num_rows]
+        if len(kept) + (1 if new_rows.any() or again else 0) > MOST_FILES:
+            kept.sort(key=lambda f: -len(f[2]))
+            again += kept[1:]
+            kept = kept[:1]
+        out = []
+        for shard, held, live, dead in sorted(kept, key=lambda f: f[0]):
+            tally(WRITTEN.format(table=self.table), len(live))
+            out.append((self.table, shard, held.num_rows, tuple(dead)))
+        delta = pa.concat_tables([table.filter(pa.array(new_rows)),
+                                  *(held.take(pa.array(live, pa.int64())).cast(self.schema)
+                                    for _, held, live, _ in again)])
+        if delta.num_rows or not kept:
+            order = SORT_ORDER.get(self.table, ())
+            if order:
+                delta = delta.take(pc.sort_indices(delta, sort_keys=[(c, "ascending") for c in order]))
+            out.extend(self._write_tables(0, path, None, delta, None))
+        return out
 
     def _finished(self, record: Any, side: tuple[Any, ...]) -> Any:
         return self.finish(record, *side) if self.finish is not None else record
@@ -441,14 +558,14 @@ class _WriteShard(beam.DoFn):
             digesting = _DigestingFile(handle)
             pq.write_table(table, digesting, row_group_size=rows, compression="zstd")
         tally(WRITTEN.format(table=self.table), table.num_rows)
-        yield (self.table, path, table.num_rows)
+        yield (self.table, path, table.num_rows, ())
         if side_path is not None:
             with FileSystems.create(unlinked(side_path)) as handle, \
                     pq.ParquetWriter(handle, sides.schema, compression="zstd",
                                      write_page_checksum=True) as side_writer:
                 side_writer.write_table(sides, row_group_size=rows)
                 side_writer.add_key_value_metadata({SHARD_DIGEST_KEY: digesting.hexdigest()})
-            yield (self.sidecar.table, side_path, sides.num_rows)
+            yield (self.sidecar.table, side_path, sides.num_rows, ())
 
 
 class WriteParquetShards(beam.PTransform):
@@ -468,8 +585,12 @@ class WriteParquetShards(beam.PTransform):
     ``previous``: ``(made_under, the previous run's shards of this table)``, for rows made from
     the records alone: each shard names :func:`rows_digest` and the digest of its bytes before
     the footer in its footer (and is written with page checksums), and a shard whose digest the
-    previous run's same-named shard names, that file's bytes as written, is linked
-    (:func:`link_or_copy`) instead of written. ``to_table(encoded records, schema)``: the rows
+    previous run's same-named shard names, that file's bytes as written, is referenced (listed
+    as the shard's file) instead of written. Each shard's files are listed for the manifest
+    (:func:`write_listing`): this run's, and the previous files whose rows it keeps, with the
+    positions no longer live; with ``carried_rows`` that has ``referenced`` (merge-on-read,
+    ``chunkline.transforms.carry.CarriedRows``), carried rows stay in the previous files that hold them
+    and only the others are written. ``to_table(encoded records, schema)``: the rows
     of a row group made from the encoded records directly (None: decoded and converted one by
     one, as without it)."""
 
@@ -491,7 +612,9 @@ class WriteParquetShards(beam.PTransform):
             raise ValueError("WriteParquetShards takes previous and to_table only for rows made "
                              "from the records alone (no finish, sidecar or carried rows)")
         self.to_table = to_table
-        self.previous = (previous[0], tuple(previous[1])) if previous is not None else None
+        # Each previous file as (path, deleted positions); a plain path: none deleted.
+        self.previous = (previous[0], tuple((p, ()) if isinstance(p, str) else (p[0], tuple(p[1]))
+                                            for p in previous[1])) if previous is not None else None
         if (carried is None) != (carried_rows is None) or (carried is not None and not sort_columns):
             raise ValueError("WriteParquetShards takes carried, carried_rows and sort_columns together")
         self.carried, self.carried_rows, self.sort_columns = carried, carried_rows, sort_columns

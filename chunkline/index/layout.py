@@ -8,7 +8,9 @@ reader (``chunkline.index.manifest``, ``pipeline/runs.py``, ``pipeline/run.py``,
       .probe-<run id>         the preflight's write probe, deleted at once
       _cache/                 shared by every run: context headers, OCR pages, dims probes
       <run id>/manifest.json  written last: a run without one was killed or is running
-      <run id>/<table>-NNNNN-of-MMMMM.parquet, ...
+      <run id>/<table>-NNNNN-of-MMMMM.parquet, ...   (a rerun writes only new and changed
+                              rows: its manifest may list earlier runs' files)
+      <run id>/_listing/<table>-NNNNN.json   each shard's files, as the manifest lists them
 """
 
 from __future__ import annotations

@@ -10,14 +10,35 @@ longer live::
 
     "format": 2,
     "tables": {"chunks": [{"path": "<run id>/chunks-00000-of-00004.parquet", "rows": 812,
-                           "bytes": 402211, "deleted": [3, 17]}, ...], "documents": [...], ...}
+                           "bytes": 402211, "deleted": [3, 17], "shard": 0}, ...],
+               "documents": [...], ...}
+
+A file may name the ``shard`` it belongs to. A job writes each shard sorted (:data:`SORT_ORDER`);
+a rerun leaves a shard's unchanged rows in their earlier files and writes its new rows as a
+file of their own, so one shard may be several files, each sorted. Read together
+(:func:`read_table`), a shard's files are merged in the table's order: the rows come in the
+order a run that wrote the shard whole would have written them (ranking breaks ties by
+position, so the order is part of what a run holds).
 
 This is merge-on-read with position deletes, the model of Apache Iceberg v2's position delete
 files (https://iceberg.apache.org/spec/#position-delete-files: a deleted row is (file, 0-based
-position)), Delta Lake's deletion vectors and Lance's deletion files; the positions are inline
-in the manifest (a sorted JSON list), which at the compaction bound (a file is rewritten once a
-fifth of its rows are dead) stays a few kilobytes per thousand rows. A format-1 manifest reads
-as the trivial case: each file in the run's folder, no rows deleted, counts not stated.
+position)), Delta Lake's deletion vectors and Lance's deletion files. A table's deleted
+positions are inline in the manifest (a sorted JSON list per file) while they are few
+(:data:`INLINE_DELETES` in all); past that, the run writes them as one deletion file per table,
+``<run id>/deletes/<table>.parquet`` (columns ``file``, the entry's path, and ``pos``; sorted by
+file in the manifest's order, then position), which the manifest references with its size and
+digest, each entry stating only how many of its rows it deletes (format 3)::
+
+    "format": 3,
+    "deletes": {"chunks": {"path": "<run id>/deletes/chunks.parquet", "rows": 20412,
+                           "bytes": 31877, "digest": "<BLAKE2b-128 of its bytes>"}},
+    "tables": {"chunks": [{"path": "...", "rows": 812, "deleted_rows": 17, "shard": 0}, ...]}
+
+A 1 % night over 100 M documents deletes ~2 M chunk rows: megabytes of JSON in each manifest,
+which every reader parses whole, where the file holds them delta-encoded (Parquet's
+DELTA_BINARY_PACKED, ~1-2 bytes a position) and is read only for the table asked for. Format 3
+is format 2 with deletion files; a run without one is written as format 2. A format-1 manifest
+reads as the trivial case: each file in the run's folder, no rows deleted, counts not stated.
 
 Beam-free: the files are opened through :mod:`chunkline.index.storage`.
 """
@@ -25,16 +46,35 @@ Beam-free: the files are opened through :mod:`chunkline.index.storage`.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import io
+from collections import OrderedDict
 from typing import Any, Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from chunkline.index import storage
 
-FORMAT = 2  # the newest manifest format this version reads
+FORMAT = 3  # the newest manifest format this version reads
 _FIRST = 1  # a manifest without ``format``
+INLINE_FORMAT = 2  # every deleted position inline in the manifest (what the job writes when few)
+
+# Deleted positions a run keeps inline in its manifest for one table, at most (~7 KB of JSON);
+# more, and they go to the table's deletion file.
+INLINE_DELETES = 1024
+DELETES_DIR = "deletes"  # in the run's folder: <table>.parquet
+
+# The order each table's shards are sorted in, the job's shard writers' and the merge in
+# read_table's: one home for both.
+SORT_ORDER: dict[str, tuple[str, ...]] = {
+    "chunks": ("doc_id", "chunk_index"),
+    "carry": ("doc_id", "chunk_index"),
+    "documents": ("doc_id", "uri", "status"),
+    "rejected": ("doc_id", "uri", "reason"),
+}
 
 
 class TableFileError(ValueError):
@@ -48,7 +88,7 @@ class LiveFile:
     file name; format 2: relative to OUTPUT, ``<run folder>/<file name>``); ``folder``, the run
     folder it lies in; what the manifest states of it (``rows``, ``bytes``, ``digest``: None
     when it states nothing); ``deleted``, the ascending 0-based positions of rows no longer
-    live."""
+    live; ``shard``, the shard it belongs to when the manifest names one."""
 
     path: str
     name: str
@@ -57,6 +97,7 @@ class LiveFile:
     bytes: int | None = None
     digest: str | None = None
     deleted: tuple[int, ...] = ()
+    shard: int | None = None
 
     @property
     def live_rows(self) -> int | None:
@@ -86,16 +127,163 @@ def _listing(manifest: dict[str, Any]) -> dict[str, list]:
 def live_files(run_dir: str, manifest: dict[str, Any], table: str) -> list[LiveFile]:
     """The files of ``table`` in the run ``run_dir`` whose (validated) manifest is ``manifest``,
     in the manifest's order; none for a table it does not list. Never a glob: a stray file in a
-    run folder is not part of any run."""
+    run folder is not part of any run. A table whose deletions are in a deletion file (format
+    3) reads it here: :class:`TableFileError` naming it when it is missing, damaged, or lists
+    other deletions than the manifest counts."""
     entries = _listing(manifest).get(table) or []
     if manifest_format(manifest) < 2:
         folder = _folder_name(run_dir)
         return [LiveFile(storage.join(run_dir, name), name, folder) for name in entries]
     output = storage.parent(run_dir)
+    described = (manifest.get("deletes") or {}).get(table)
+    from_file = _deleted_positions(output, described, entries) if described else {}
     return [LiveFile(storage.join(output, *entry["path"].split("/")), entry["path"],
                      entry["path"].split("/", 1)[0], entry.get("rows"), entry.get("bytes"),
-                     entry.get("digest"), tuple(entry.get("deleted") or ()))
+                     entry.get("digest"), from_file.get(entry["path"], tuple(entry.get("deleted") or ())),
+                     entry.get("shard"))
             for entry in entries]
+
+
+def deletion_files(run_dir: str, manifest: dict[str, Any]) -> list[str]:
+    """The full paths of the deletion files the (validated) manifest references, table order."""
+    output = storage.parent(run_dir)
+    return [storage.join(output, *described["path"].split("/"))
+            for described in (manifest.get("deletes") or {}).values()]
+
+
+def listed_paths(run_dir: str, manifest: dict[str, Any]) -> list[str]:
+    """Every file the (validated) manifest lists, as ``<run folder>/<name in it>`` relative to
+    OUTPUT: each table's files (a format-1 manifest's in its own folder) and its deletion files;
+    read from the manifest alone (``gc`` keeps exactly these)."""
+    if manifest_format(manifest) < 2:
+        folder = _folder_name(run_dir)
+        return [f"{folder}/{name}" for names in manifest["files"].values() for name in names]
+    return [*(entry["path"] for entries in manifest["tables"].values() for entry in entries),
+            *(described["path"] for described in (manifest.get("deletes") or {}).values())]
+
+
+# --- deletion files ---------------------------------------------------------------------------
+
+def deletes_schema() -> pa.Schema:
+    return pa.schema([pa.field("file", pa.string(), nullable=False),
+                      pa.field("pos", pa.int64(), nullable=False)])
+
+
+def deletion_file_path(run_folder: str, table: str) -> str:
+    """A table's deletion file as a manifest spells it, relative to OUTPUT."""
+    return f"{run_folder}/{DELETES_DIR}/{table}.parquet"
+
+
+def file_digest(data: bytes) -> str:
+    """BLAKE2b-128 of a file's bytes, hex: what a manifest states as a deletion file's digest
+    (the job's own file digest, ``chunkline.transforms.write.file_digest``)."""
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def deletion_file_bytes(entries: Sequence[dict[str, Any]]) -> bytes:
+    """The deletion file of a table whose format-2 ``entries`` hold their positions inline: one
+    row per deleted position, in the entries' order. Positions are DELTA_BINARY_PACKED (the
+    Parquet encoding for sorted integers: a few bits each) and the file column dictionary
+    encoded, so the file costs about a byte or two per deletion."""
+    files = [entry["path"] for entry in entries for _ in entry.get("deleted") or ()]
+    positions = [p for entry in entries for p in entry.get("deleted") or ()]
+    table = pa.table({"file": pa.array(files, pa.string()), "pos": pa.array(positions, pa.int64())},
+                     schema=deletes_schema())
+    sink = io.BytesIO()
+    pq.write_table(table, sink, compression="zstd", use_dictionary=["file"],
+                   column_encoding={"pos": "DELTA_BINARY_PACKED"}, row_group_size=1 << 20)
+    return sink.getvalue()
+
+
+def with_deletion_files(run_folder: str, tables: dict[str, list[dict[str, Any]]],
+                        write: Callable[[str, bytes], None]) -> tuple[dict[str, list[dict[str, Any]]],
+                                                                      dict[str, dict[str, Any]]]:
+    """``tables`` (format 2, positions inline) as a manifest lists them, and the deletion files
+    it references: each table deleting more than :data:`INLINE_DELETES` rows has its positions
+    written by ``write(path relative to OUTPUT, bytes)`` to :func:`deletion_file_path` and its
+    entries count them (``deleted_rows``); the others stay inline. A manifest with any deletion
+    file is format 3."""
+    listed: dict[str, list[dict[str, Any]]] = {}
+    deletes: dict[str, dict[str, Any]] = {}
+    for table, entries in tables.items():
+        total = sum(len(entry.get("deleted") or ()) for entry in entries)
+        if total <= INLINE_DELETES:
+            listed[table] = entries
+            continue
+        data = deletion_file_bytes(entries)
+        path = deletion_file_path(run_folder, table)
+        write(path, data)
+        deletes[table] = {"path": path, "rows": total, "bytes": len(data), "digest": file_digest(data)}
+        listed[table] = [{**{k: v for k, v in entry.items() if k != "deleted"},
+                          "deleted_rows": len(entry.get("deleted") or ())} for entry in entries]
+    return listed, deletes
+
+
+# A few tables' positions, so that the readers of one run (a table read after its live rows
+# were counted) read a deletion file once; keyed by its digest, so a rewritten file is read anew.
+_READ_DELETES: OrderedDict[tuple[str, str], dict[str, tuple[int, ...]]] = OrderedDict()
+_KEEP_READ = 4
+
+
+def _deleted_positions(output: str, described: dict[str, Any],
+                       entries: Sequence[dict[str, Any]]) -> dict[str, tuple[int, ...]]:
+    path = storage.join(output, *described["path"].split("/"))
+    key = (path, described["digest"])
+    if key not in _READ_DELETES:
+        _READ_DELETES[key] = _read_deletion_file(path, described)
+        while len(_READ_DELETES) > _KEEP_READ:
+            _READ_DELETES.popitem(last=False)
+    _READ_DELETES.move_to_end(key)
+    found = _READ_DELETES[key]
+    for entry in entries:
+        got = found.get(entry["path"], ())
+        if len(got) != entry.get("deleted_rows", 0) or (got and got[-1] >= entry["rows"]):
+            raise TableFileError(f"{path}: its deletions of {entry['path']} are not the "
+                                 f"{entry.get('deleted_rows', 0):,} ascending positions below "
+                                 f"{entry['rows']:,} the run's manifest states")
+    if set(found) - {entry["path"] for entry in entries}:
+        raise TableFileError(f"{path}: deletes rows of a file the run's manifest does not list")
+    return found
+
+
+def _read_deletion_file(path: str, described: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    """A deletion file's positions by the file they delete from, each ascending; checked
+    against what the manifest states of it (size, digest, rows)."""
+    try:
+        data = storage.read_bytes(path)
+    except FileNotFoundError:
+        raise TableFileError(f"{path}: no such deletion file, though the run's manifest lists it") from None
+    if len(data) != described["bytes"] or file_digest(data) != described["digest"]:
+        raise TableFileError(f"{path}: not the deletion file the run's manifest names (its size or "
+                             "digest differs: replaced or damaged since the run)")
+    try:
+        table = pq.read_table(pa.BufferReader(data))
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise TableFileError(f"{path}: not a readable Parquet file ({type(exc).__name__})") from None
+    if table.schema.names != ["file", "pos"] or table.num_rows != described["rows"]:
+        raise TableFileError(f"{path}: holds {table.num_rows:,} deletions, the run's manifest "
+                             f"says {described['rows']:,}")
+    files = table.column("file").combine_chunks().dictionary_encode()
+    codes = files.indices.to_numpy(zero_copy_only=False)
+    positions = table.column("pos").to_numpy()
+    # Runs of one file: each must be ascending from 0 up, and each file one run.
+    starts = np.flatnonzero(np.diff(codes, prepend=-1) != 0)
+    ends = np.append(starts[1:], len(codes))
+    names = files.dictionary.to_pylist()
+    found: dict[str, tuple[int, ...]] = {}
+    for start, end in zip(starts.tolist(), ends.tolist()):
+        name, part = names[codes[start]], positions[start:end]
+        if name in found or part[0] < 0 or (len(part) > 1 and not np.all(np.diff(part) > 0)):
+            raise TableFileError(f"{path}: its deletions of {name} are not ascending positions, "
+                                 "listed together")
+        found[name] = tuple(part.tolist())
+    return found
+
+
+def relative_path(path: str) -> str:
+    """A file's path as a format-2 manifest spells it: ``<run folder>/<file name>``, relative to
+    OUTPUT (the file lies in a run folder of OUTPUT)."""
+    return "/".join(path.replace("\\", "/").rstrip("/").rsplit("/", 2)[-2:])
 
 
 def live_rows(run_dir: str, manifest: dict[str, Any], table: str) -> int | None:
@@ -194,9 +382,30 @@ def read_table(run_dir: str, manifest: dict[str, Any], table: str, columns: Sequ
                *, optional: Sequence[str] = (), filters: Filters | None = None) -> pa.Table | None:
     """The live rows of ``table`` (:func:`read_file` of each of its :func:`live_files`, in order,
     concatenated; columns one file lacks are null there); None when the run lists no file for
-    it."""
-    parts = [read_file(f, columns, optional=optional, filters=filters)
-             for f in live_files(run_dir, manifest, table)]
+    it. The files of one shard are merged in the table's :data:`SORT_ORDER`, so the rows come
+    in the order of the shard written whole."""
+    files = live_files(run_dir, manifest, table)
+    order = SORT_ORDER.get(table, ())
+    groups: list[list[LiveFile]] = []
+    for file in files:
+        if groups and file.shard is not None and groups[-1][0].shard == file.shard and order:
+            groups[-1].append(file)
+        else:
+            groups.append([file])
+    parts = []
+    for group in groups:
+        if len(group) == 1:
+            parts.append(read_file(group[0], columns, optional=optional, filters=filters))
+            continue
+        # The sort columns are read too (where projected away) and dropped once merged.
+        extra = [] if columns is None else [c for c in order if c not in columns and c not in optional]
+        wanted = None if columns is None else [*columns, *extra]
+        merged = pa.concat_tables([read_file(f, wanted, optional=optional, filters=filters)
+                                   for f in group], promote_options="default")
+        # A stable sort: pyarrow compares strings by their UTF-8 bytes, which orders as Python
+        # orders str (by code point), the order the shard writer sorts its records in.
+        merged = merged.take(pc.sort_indices(merged, sort_keys=[(c, "ascending") for c in order]))
+        parts.append(merged.drop_columns(extra) if extra else merged)
     return pa.concat_tables(parts, promote_options="default") if parts else None
 
 
@@ -223,14 +432,41 @@ def listing_problem(manifest: dict[str, Any], required: Sequence[str]) -> str | 
     tables = manifest.get("tables")
     if not isinstance(tables, dict):
         return "tables is missing or not an object"
+    deletes = manifest.get("deletes", {})
+    if version == INLINE_FORMAT and "deletes" in manifest:
+        return "deletes (deletion files) needs format 3"
+    if not isinstance(deletes, dict) or not all(isinstance(d, dict) for d in deletes.values()):
+        return "deletes is not an object of deletion files"
+    for table, described in deletes.items():
+        problem = _deletion_file_problem(described)
+        if problem or table not in tables:
+            return f"deletes.{table} {problem or 'names a table the manifest does not list'}"
     for table in [*required, *(t for t in tables if t not in required)]:
         entries = tables.get(table)
         if not isinstance(entries, list):
             return f"tables.{table} is missing or not a list of files"
         for at, entry in enumerate(entries):
             problem = _entry_problem(entry)
+            if not problem and isinstance(entry, dict) and table in deletes and entry.get("deleted"):
+                problem = "lists deleted positions inline, though its table has a deletion file"
+            if not problem and isinstance(entry, dict) and entry.get("deleted_rows") and table not in deletes:
+                problem = "counts deleted rows, though its table has no deletion file"
             if problem:
                 return f"tables.{table}[{at}] {problem}"
+        if table in deletes and sum(e.get("deleted_rows", 0) for e in entries) != deletes[table]["rows"]:
+            return f"deletes.{table} rows is not the sum of its files' deleted_rows"
+    return None
+
+
+def _deletion_file_problem(described: dict[str, Any]) -> str | None:
+    path = described.get("path")
+    parts = path.split("/") if isinstance(path, str) else []
+    if len(parts) < 2 or not all(_plain_name(p) for p in parts):
+        return "path is not <run folder>/deletes/<file name>"
+    if not all(_count(described.get(key)) for key in ("rows", "bytes")):
+        return "rows or bytes is missing or not a non-negative integer"
+    if not isinstance(described.get("digest"), str):
+        return "digest is missing or not a string"
     return None
 
 
@@ -248,8 +484,8 @@ def _entry_problem(entry: Any) -> str | None:
         return "is not an object"
     path = entry.get("path")
     parts = path.split("/") if isinstance(path, str) else []
-    if len(parts) != 2 or not all(_plain_name(p) for p in parts):
-        return "path is not <run folder>/<file name>"
+    if len(parts) < 2 or not all(_plain_name(p) for p in parts):
+        return "path is not <run folder>/<file name> (or <run folder>/<folder>/<file name>)"
     rows = entry.get("rows")
     if not _count(rows):
         return "rows is missing or not a non-negative integer"
@@ -257,6 +493,10 @@ def _entry_problem(entry: Any) -> str | None:
         return "bytes is not a non-negative integer"
     if "digest" in entry and not isinstance(entry["digest"], str):
         return "digest is not a string"
+    if "shard" in entry and not _count(entry["shard"]):
+        return "shard is not a non-negative integer"
+    if "deleted_rows" in entry and not (_count(entry["deleted_rows"]) and entry["deleted_rows"] <= rows):
+        return "deleted_rows is not a non-negative integer up to rows"
     deleted = entry.get("deleted", [])
     if not isinstance(deleted, list) or not all(_count(p) and p < rows for p in deleted) \
             or any(a >= b for a, b in zip(deleted, deleted[1:])):

@@ -128,6 +128,6 @@ def test_two_concurrent_runs_leave_one_complete_run_and_one_refusal(tmp_path) ->
     assert len(runs) == 1, "the refused run wrote nothing"
     manifest = json.loads((runs[0] / "manifest.json").read_text())
     assert manifest["reconciled"] and (output / "LATEST").read_text().strip() == runs[0].name
-    chunks = sum(pq.read_metadata(runs[0] / f).num_rows for f in manifest["files"]["chunks"])
+    chunks = sum(pq.read_metadata(runs[0].parent / f["path"]).num_rows for f in manifest["tables"]["chunks"])
     assert chunks == manifest["counts"]["chunks"] > 0
     assert not (output / LEASE_NAME).exists()

@@ -16,6 +16,7 @@ import pytest
 from chunkline.pipeline.cli import main
 from chunkline.pipeline.config import load_config
 from chunkline.pipeline.run import run
+from tests.helpers import run_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = str(ROOT / "configs" / "local.yaml")
@@ -41,7 +42,7 @@ def assert_same_vector(run_dir: str, fresh: np.ndarray, original: np.ndarray) ->
 
 
 def vectors_by_key(run_dir: str) -> dict[str, np.ndarray]:
-    rows = [r for f in sorted(Path(run_dir).glob("chunks-*.parquet")) for r in pq.read_table(f).to_pylist()]
+    rows = run_rows(run_dir, "chunks")
     return {r["content_key"]: np.asarray(r["embedding"], dtype=np.float32) for r in rows}
 
 

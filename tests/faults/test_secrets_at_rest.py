@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
+from tests.helpers import run_rows
 from tests.ocr_pages import render_page, scanned_pdf
 from tests.readers.helpers import docx_bytes
 
@@ -127,8 +128,7 @@ def test_no_secret_byte_anywhere_under_output_or_in_the_output_printed(mode, tmp
     manifest = manifest_of(output)
     # Redacted pages are kept, masked; a page whose document is rejected is never kept.
     assert (manifest["ocr"]["cached"], manifest["ocr"]["read"]) == ((2, 0) if mode == "redact" else (0, 2))
-    documents = {row["doc_id"]: row for f in sorted((output / manifest["run_id"]).glob("documents-*.parquet"))
-                 for row in pq.read_table(f).to_pylist()}
+    documents = {row["doc_id"]: row for row in run_rows(output / manifest["run_id"], "documents")}
     # The rerun's tables are the first run's: the secrets' documents redacted or rejected alike.
     kept = {d for d, row in documents.items() if row["status"] == "kept"}
     assert {"plain.md", "T-3"} <= kept

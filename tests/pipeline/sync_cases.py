@@ -15,7 +15,6 @@ from typing import Callable
 
 import numpy as np
 import pytest
-import pyarrow.parquet as pq
 from hypothesis import strategies as st
 
 from chunkline.pipeline.manifest import load_manifest
@@ -24,6 +23,7 @@ from chunkline.pipeline.sync.command import main
 from chunkline.pipeline.sync.core import Report, sync
 from chunkline.pipeline.sync.rows import load_rows, terms_table
 from chunkline.pipeline.sync.uri import open_store
+from tests.helpers import run_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 QUESTIONS = (
@@ -60,7 +60,7 @@ def synced(uri: str, run_dir: str, batch_size: int = 64) -> Report:
 
 
 def parquet_rows(run_dir: str) -> dict[str, dict]:
-    rows = [r for f in sorted(Path(run_dir).glob("chunks-*.parquet")) for r in pq.read_table(f).to_pylist()]
+    rows = run_rows(run_dir, "chunks")
     return {r["chunk_id"]: r for r in rows}
 
 

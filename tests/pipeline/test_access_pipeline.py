@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 
 from chunkline.pipeline.cli import main
 from chunkline.pipeline.config import load_config
+from chunkline.index.tables import read_table
 from chunkline.pipeline.manifest import load_manifest
 from chunkline.pipeline.query import (descending, embed_options, fused, load_chunks, sparse_scores,
                             stored_vectors)
@@ -95,8 +96,7 @@ def write_corpus(root: Path, seed: int = 11) -> dict[str, tuple[str, ...]]:
 
 def shards(run_dir: Path, table: str) -> pa.Table:
     """A table of the run, its shards in the manifest's order (the order a reader loads)."""
-    files = load_manifest(str(run_dir))["files"][table]
-    return pa.concat_tables([pq.read_table(run_dir / name) for name in files], promote_options="default")
+    return read_table(str(run_dir), load_manifest(str(run_dir)), table)
 
 
 def job(corpus: Path, output: Path, *overrides: str):
@@ -554,7 +554,8 @@ def test_the_report_for_an_audience_shows_only_what_it_may_read(protected, tmp_p
     from chunkline.pipeline.report.render import render
 
     everything = gather(protected.run_dir)
-    run_dir = tmp_path / "run"
+    # Under its own name: the manifest names its files by run folder, relative to the output.
+    run_dir = tmp_path / Path(protected.run_dir).name
     shutil.copytree(protected.run_dir, run_dir)
     manifest = load_manifest(str(run_dir))
     manifest["config"]["report"] = {"audience": ["sales"]}

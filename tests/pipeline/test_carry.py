@@ -19,6 +19,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from chunkline.carry import embedding_prefix
+from chunkline.index.manifest import load_manifest
+from chunkline.index.tables import LiveFile, live_files, read_table
 from chunkline.pipeline.config import load_config
 from chunkline.pipeline.run import run
 from chunkline.pipeline.summary import format_summary
@@ -74,8 +76,21 @@ def job(corpus: Path, output: Path, *overrides: str):
 
 
 def table(run_dir: str, name: str) -> pa.Table:
-    files = sorted(Path(run_dir).glob(f"{name}-*.parquet"))
-    return pa.concat_tables([pq.read_table(f) for f in files])
+    """The run's live rows of ``name``, through its manifest (they may lie in earlier runs'
+    files, some of whose rows are deleted)."""
+    return read_table(run_dir, load_manifest(run_dir), name)
+
+
+def listed(run_dir: str, name: str) -> list[LiveFile]:
+    return live_files(run_dir, load_manifest(run_dir), name)
+
+
+def copy_published(run, copy: Path) -> Path:
+    """The output ``run`` was published into, copied to ``copy`` (a run's files may lie in
+    earlier runs' folders) with LATEST naming ``run``; the copy of ``run``'s folder."""
+    shutil.copytree(Path(run.run_dir).parent, copy)
+    (copy / "LATEST").write_text(Path(run.run_dir).name + "\n", encoding="utf-8")
+    return copy / Path(run.run_dir).name
 
 
 def assert_tables_equal(a: str, b: str) -> None:
@@ -126,12 +141,12 @@ def test_a_second_unchanged_rerun_carries_every_document(carried) -> None:
     assert_tables_equal(second.run_dir, third.run_dir)
     assert table(second.run_dir, "carry").equals(table(third.run_dir, "carry"))
     # Every text was seen by the run before: nothing is scanned, keyed or signed again.
-    # Every shard's rows are the last run's, as they were: the files are copied, not rewritten.
-    for shard in sorted(Path(second.run_dir).glob("c*-*.parquet")):
-        assert (Path(third.run_dir) / shard.name).read_bytes() == shard.read_bytes(), shard.name
-    # So is the documents table's: its rows are the last run's, the file linked, not encoded.
-    for shard in sorted(Path(second.run_dir).glob("documents-*.parquet")):
-        assert (Path(third.run_dir) / shard.name).samefile(shard), shard.name
+    # Every shard's rows are the last run's, as they were: the run lists the files that hold
+    # them (merge-on-read) and writes none of its own.
+    for name in ("chunks", "carry", "documents"):
+        assert listed(third.run_dir, name) == listed(second.run_dir, name), name
+    assert not list(Path(third.run_dir).glob("c*-*.parquet"))
+    assert not list(Path(third.run_dir).glob("documents-*.parquet"))
     memo = memo_counts(third.run_dir)
     assert memo.pop("read") == {"recalled": 0, "computed": 0}  # files are read: not trusted
     assert all(kind["computed"] == 0 for kind in memo.values()), memo
@@ -145,9 +160,7 @@ def memo_counts(run_dir: str) -> dict:
 def test_a_damaged_memo_is_computed_again_never_misread(carried, tmp_path) -> None:
     _, corpus, _, second, rebuild = carried
     copy = tmp_path / "index"
-    run_dir = copy / Path(second.run_dir).name
-    shutil.copytree(second.run_dir, run_dir)
-    (copy / "LATEST").write_text(run_dir.name + "\n", encoding="utf-8")
+    run_dir = copy_published(second, copy)
     segments = sorted((run_dir / "memo").glob("*.parquet"))
     assert {s.name.split("-")[0] for s in segments} >= {"credentials", "line_keys", "signature"}
     for segment in segments:  # a byte of every stored value flipped, or the file cut short
@@ -166,20 +179,23 @@ def test_a_damaged_memo_is_computed_again_never_misread(carried, tmp_path) -> No
 def test_damaged_previous_rows_are_computed_again(carried, tmp_path) -> None:
     _, corpus, _, second, rebuild = carried
     copy = tmp_path / "index"
-    run_dir = copy / Path(second.run_dir).name
-    shutil.copytree(second.run_dir, run_dir)  # other tests publish later runs beside it
-    (copy / "LATEST").write_text(run_dir.name + "\n", encoding="utf-8")
-    shards = sorted(run_dir.glob("chunks-*.parquet"))
+    run_dir = copy_published(second, copy)  # other tests publish later runs beside it
+    files = listed(str(run_dir), "chunks")
+    shards = [Path(file.path) for file in files]
     # One row's text no longer matches its search text; another shard is cut in half.
     first_shard = pq.read_table(shards[0])
-    victim = first_shard.column("doc_id")[0].as_py()
+    live = read_table(str(run_dir), {"format": 2, "tables": {"chunks": [
+        {"path": files[0].name, "rows": files[0].rows, "deleted": list(files[0].deleted)}]}}, "chunks")
+    victim = live.column("doc_id")[0].as_py()
+    at = first_shard.column("doc_id").to_pylist().index(victim)
     texts = first_shard.column("text").to_pylist()
-    texts[0] = texts[0] + " tampered"
+    texts[at] = texts[at] + " tampered"
     pq.write_table(first_shard.set_column(first_shard.schema.get_field_index("text"), "text",
                                           pa.array(texts)), shards[0])
+    lost = len(set(read_table(str(run_dir), {"format": 2, "tables": {"chunks": [
+        {"path": files[1].name, "rows": files[1].rows, "deleted": list(files[1].deleted)}]}},
+        "chunks", ["doc_id"]).column("doc_id").to_pylist()))
     shards[1].write_bytes(shards[1].read_bytes()[: shards[1].stat().st_size // 2])
-    lost = len(set(pq.read_table(run_dir / shards[1].name.replace("chunks", "carry"))
-                   .column("doc_id").to_pylist()))
     again = job(corpus, copy)
     assert again.counts["carry_rejected"] == lost + 1
     assert again.counts["documents_carried"] == again.counts["kept"] - lost - 1
@@ -195,26 +211,25 @@ def test_a_shard_with_its_recorded_digest_is_not_decoded_to_be_trusted(carried, 
     from chunkline.transforms.write import SHARD_DIGEST_KEY
 
     _, corpus, first, second, rebuild = carried
-    # Every sidecar, written or hard-linked from the run before, names its shard's bytes.
+    # Every sidecar names its shard's bytes.
     for run_dir in (first.run_dir, second.run_dir):
         for side in sorted(Path(run_dir).glob("carry-*.parquet")):
             shard = side.with_name(side.name.replace("carry", "chunks"))
             recorded = pq.read_metadata(side).metadata[SHARD_DIGEST_KEY].decode()
             assert recorded == hashlib.blake2b(shard.read_bytes(), digest_size=16).hexdigest()
     copy = tmp_path / "index"
-    run_dir = copy / Path(second.run_dir).name
-    shutil.copytree(second.run_dir, run_dir)
-    (copy / "LATEST").write_text(run_dir.name + "\n", encoding="utf-8")
-    shards = sorted(run_dir.glob("chunks-*.parquet"))
-    pair = (str(shards[0]), str(shards[0]).replace("chunks-", "carry-"))
+    run_dir = copy_published(second, copy)
+    chunk_file = listed(str(run_dir), "chunks")[0]
+    shard = Path(chunk_file.path)
+    pair = (str(shard), str(shard).replace("chunks-", "carry-"))
     decoded = []
     checked = carry._prefix_problems
     monkeypatch.setattr(carry, "_prefix_problems", lambda chunks: decoded.append(1) or checked(chunks))
-    intact = carry.verify_pair(*pair, None, True)
+    intact = carry.verify_pair(*pair, None, True, chunk_file.deleted)
     assert decoded == [] and intact and all(problem is None for _, _, problem in intact)
     # The same rows in other bytes (another codec): checked row by row, and still carried.
-    pq.write_table(pq.read_table(shards[0]), shards[0], compression="snappy")
-    assert carry.verify_pair(*pair, None, True) == intact and decoded == [1]
+    pq.write_table(pq.read_table(shard), shard, compression="snappy")
+    assert carry.verify_pair(*pair, None, True, chunk_file.deleted) == intact and decoded == [1]
     monkeypatch.undo()
     again = job(corpus, copy)
     assert again.counts["carry_rejected"] == 0
@@ -222,13 +237,14 @@ def test_a_shard_with_its_recorded_digest_is_not_decoded_to_be_trusted(carried, 
     assert_tables_equal(again.run_dir, rebuild.run_dir)
     # A flipped byte in a sidecar's data pages fails its page checksum: its documents are
     # computed again, never weighed from damaged term counts.
-    side = Path(again.run_dir) / "carry-00000-of-00004.parquet"
+    side_file = listed(again.run_dir, "carry")[0]
+    side = Path(side_file.path)
     data = bytearray(side.read_bytes())
     data[len(data) // 3] ^= 0xFF
-    side.unlink()  # a hard link to the earlier run's sidecar: damage this name only
     side.write_bytes(bytes(data))
-    lost = len(set(pq.read_table(Path(again.run_dir) / "chunks-00000-of-00004.parquet")
-                   .column("doc_id").to_pylist()))
+    lost = len(set(read_table(again.run_dir, {"format": 2, "tables": {"chunks": [
+        {"path": side_file.name.replace("carry-", "chunks-"), "rows": side_file.rows,
+         "deleted": list(side_file.deleted)}]}}, "chunks", ["doc_id"]).column("doc_id").to_pylist()))
     third = job(corpus, copy)
     assert third.counts["carry_rejected"] == lost
     assert_tables_equal(third.run_dir, rebuild.run_dir)
@@ -249,8 +265,7 @@ def test_other_processing_carries_nothing(carried, tmp_path) -> None:
 def test_new_bm25_parameters_carry_the_rows_and_weigh_them_again(carried, tmp_path) -> None:
     base, corpus, first, second, _ = carried
     copy = tmp_path / "index"
-    shutil.copytree(second.run_dir, copy / Path(second.run_dir).name)
-    (copy / "LATEST").write_text(Path(second.run_dir).name + "\n", encoding="utf-8")
+    copy_published(second, copy)
     # k1 and b are applied as shards are written: the rows are carried, their weights are not.
     again = job(corpus, copy, "sparse.k1=0.6", "sparse.b=0.4")
     assert again.counts["documents_carried"] == again.counts["kept"]

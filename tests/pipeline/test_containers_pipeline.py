@@ -14,11 +14,11 @@ import zipfile
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from chunkline.pipeline.config import load_config
 from chunkline.pipeline.run import run
+from tests.helpers import run_table
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -41,7 +41,7 @@ def job(corpus: Path, output: Path, *overrides: str):
 
 
 def table(run_dir: str, name: str) -> pa.Table:
-    return pa.concat_tables([pq.read_table(p) for p in sorted(Path(run_dir).glob(f"{name}-*.parquet"))])
+    return run_table(run_dir, name)
 
 
 def write_share(path: Path) -> None:

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 
 from chunkline.embedder import EmbedOptions, load_model, token_lengths
 from chunkline.pipeline.config import load_config
 from chunkline.pipeline.run import run
+from tests.helpers import run_rows
 from tests.llm_server import Fault, LLMServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,7 +48,7 @@ def job(server: LLMServer, corpus: Path, output: Path, provider: str, *overrides
 
 
 def chunk_rows(run_dir: str) -> list[dict]:
-    return sorted((r for f in sorted(Path(run_dir).glob("chunks-*.parquet")) for r in pq.read_table(f).to_pylist()),
+    return sorted(run_rows(run_dir, "chunks"),
                   key=lambda r: r["chunk_id"])
 
 

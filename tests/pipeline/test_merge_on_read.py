@@ -1,6 +1,6 @@
 """Every reader of a run through :mod:`chunkline.index.tables`: a run whose manifest (format 2)
 references the demo run's files with one document's rows deleted reads, in every reader, as the
-same run written whole without that document (format 1, its own files): the search index and
+same run written whole without that document (its own files, no row deleted): the search index and
 ``query``, the rows a sync writes (a store synced from one takes the other as unchanged), the
 report, ``publish``'s checks; and ``gc`` keeps the folder whose files it references."""
 
@@ -14,12 +14,16 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from chunkline.carry import CARRY_TABLE
+from chunkline.memo import MEMO_TABLE
 from chunkline.index.manifest import latest_run, load_manifest
 from chunkline.index.query import search_result
 from chunkline.index.ranking import load_chunks
 from chunkline.index.search import Index
+from chunkline.index.tables import listed_paths, live_files
 from chunkline.pipeline.cli import main
 from chunkline.pipeline.report.gather import gather
 from chunkline.pipeline.runs import collect, file_problems, publishable
@@ -41,17 +45,22 @@ def outputs(demo_index, tmp_path_factory) -> tuple[Path, str, str]:
     shutil.copytree(demo_index.output, output)
     base_dir = Path(latest_run(str(output)))
     base = load_manifest(str(base_dir))
-    documents = pq.read_table(base_dir / base["files"]["documents"][0])
-    chunked = {d for name in base["files"]["chunks"] for d in pq.read_table(base_dir / name,
-                                                                            columns=["doc_id"]).column(0).to_pylist()}
+    # A first run: every file in its own folder, no row deleted (its memo segments aside: no
+    # reader's rows).
+    files = {table: [entry["path"].split("/", 1)[1] for entry in listed]
+             for table, listed in base["tables"].items() if table != MEMO_TABLE}
+    documents = pq.read_table(base_dir / files["documents"][0])
+    chunked = {d for name in files["chunks"] for d in pq.read_table(base_dir / name,
+                                                                   columns=["doc_id"]).column(0).to_pylist()}
     gone = sorted(d for d, s in zip(documents.column("doc_id").to_pylist(),
                                    documents.column("status").to_pylist()) if s == "kept" and d in chunked)[1]
 
     entries: dict[str, list[dict]] = {}
+    whole_entries: dict[str, list[dict]] = {}
     (output / WHOLE).mkdir()
     removed = {"chunks": 0, "documents": 0}
-    for table, names in base["files"].items():
-        entries[table] = []
+    for table, names in files.items():
+        entries[table], whole_entries[table] = [], []
         for name in names:
             rows = pq.read_table(base_dir / name)
             if table in ("chunks", "documents", CARRY_TABLE) and "doc_id" in rows.column_names:
@@ -67,15 +76,15 @@ def outputs(demo_index, tmp_path_factory) -> tuple[Path, str, str]:
             dropped = set(deleted)
             kept_rows = rows.take([i for i in range(len(rows)) if i not in dropped])
             pq.write_table(kept_rows, output / WHOLE / name)
+            whole_entries[table].append({"path": f"{WHOLE}/{name}", "rows": len(kept_rows)})
             entries[table].append({"path": f"{base_dir.name}/{name}", "rows": len(rows),
                                    **({"deleted": deleted} if deleted else {})})
     assert removed["chunks"] > 0 and removed["documents"] == 1
     counts = dict(base["counts"], documents=base["counts"]["documents"] - 1,
                   kept=base["counts"]["kept"] - 1, chunks=base["counts"]["chunks"] - removed["chunks"])
-    whole = dict(base, run_id=WHOLE, counts=counts)
+    whole = dict(base, run_id=WHOLE, counts=counts, tables=whole_entries)
     (output / WHOLE / "manifest.json").write_text(json.dumps(whole))
-    merged = {k: v for k, v in whole.items() if k != "files"} | {
-        "run_id": MERGED, "format": 2, "tables": entries}
+    merged = whole | {"run_id": MERGED, "format": 2, "tables": entries}
     (output / MERGED).mkdir()
     (output / MERGED / "manifest.json").write_text(json.dumps(merged))
     (output / "LATEST").write_text(MERGED + "\n")
@@ -120,15 +129,135 @@ def test_the_report_and_publish_count_the_live_rows(outputs) -> None:
     assert publishable(str(output), MERGED)["run_id"] == MERGED
 
 
-def test_gc_keeps_the_folder_whose_files_the_published_run_references(outputs, tmp_path) -> None:
+def test_gc_keeps_exactly_the_files_the_published_run_references(outputs, tmp_path) -> None:
     output, base, _ = outputs
     copy = tmp_path / "index"
     shutil.copytree(output, copy)
-    done = collect(str(copy), keep=0)
-    assert {r.name for r in done.removed} == {WHOLE}
-    assert any(k.name == base and MERGED in k.why for k in done.kept)
-    assert Index.open(str(copy)).search(QUESTIONS[1], 3, mode="sparse") == \
-        Index.open(str(output / MERGED)).search(QUESTIONS[1], 3, mode="sparse")
     out, err = io.StringIO(), io.StringIO()
     assert main(["publish", str(copy), base], out, err) == 0, err.getvalue()  # rollback, then back
     assert main(["publish", str(copy), MERGED], out, err) == 0, err.getvalue()
+    listed = {path.split("/", 1)[1] for path in listed_paths(str(copy / MERGED), load_manifest(str(copy / MERGED)))
+              if path.split("/", 1)[0] == base}
+    done = collect(str(copy), keep=0)
+    # The base run is not kept: of its folder only the files the published run lists stay.
+    assert {r.name for r in done.removed} == {WHOLE, base}
+    assert any(k.name == base and MERGED in k.why for k in done.kept)
+    assert {p.relative_to(copy / base).as_posix() for p in (copy / base).rglob("*") if p.is_file()} == listed
+    assert Index.open(str(copy)).search(QUESTIONS[1], 3, mode="sparse") == \
+        Index.open(str(output / MERGED)).search(QUESTIONS[1], 3, mode="sparse")
+    assert main(["publish", str(copy), MERGED], out, err) == 0, err.getvalue()
+    assert main(["publish", str(copy), base], out, err) != 0  # no longer a run
+
+
+# --- what the job writes: a property over sequences of changes ------------------------------
+
+TINY_WORDS = ("robot arm dock charger sensor route map lidar torque gripper pallet scanner camera "
+              "alert restart update rollback battery firmware aisle").split()
+
+
+def tiny_document(n: int) -> str:
+    """A short manual, one chunk or two; its words drawn by ``n``, so the same ``n`` gives the same
+    text."""
+    words = [TINY_WORDS[(n * 7 + i * 3) % len(TINY_WORDS)] for i in range(14)]
+    return f"# Manual {n}\n\n{' '.join(words).capitalize()}.\n"
+
+
+def tiny_job(corpus: Path, output: Path, *overrides: str):
+    from chunkline.pipeline.config import load_config
+    from chunkline.pipeline.run import run
+
+    # With the model (a store needs vectors); a rerun embeds only new text, the rebuild none.
+    return run(load_config(Path(__file__).resolve().parents[2] / "configs" / "local.yaml", [
+        f"input.pattern={corpus}/**", f"output.path={output}", "embed.dtype=float32",
+        "output.chunk_shards=2", "output.max_shrink=1", *overrides]))
+
+
+def tables_of(run_dir: str) -> dict:
+    from chunkline.index.tables import read_table
+
+    manifest = load_manifest(run_dir)
+    return {name: read_table(run_dir, manifest, name) for name in ("chunks", "documents", "rejected", "terms")}
+
+
+def assert_same_tables(a: dict, b: dict) -> None:
+    for name in a:
+        assert (a[name] is None and b[name] is None) or a[name].equals(b[name]), name
+
+
+CHANGES = st.lists(st.tuples(st.sampled_from(["add", "edit", "delete", "rename", "compact"]),
+                             st.integers(0, 999)), min_size=1, max_size=3)
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
+@given(CHANGES)
+def test_a_rerun_that_writes_only_what_changed_reads_as_a_full_rebuild(changes) -> None:
+    """Random adds, edits, deletes, renames and compactions, each followed by a rerun into one
+    output (the rows of unchanged documents stay in earlier runs' files, those of the others
+    deleted there): the last run reads, in every reader, as a full rebuild of the same corpus
+    (the same reference length): the same tables row for row and in order, the same hits from
+    the index and ``query``, and a store synced from the rebuild takes it as unchanged; and
+    ``publish`` rolls back to the first run, which reads as it did. Each rerun's deletions are in
+    its deletion files (the inline bound set to none)."""
+    import contextlib
+    import tempfile
+    from unittest import mock
+
+    from chunkline.transforms import write
+
+    with tempfile.TemporaryDirectory(prefix="merge-on-read-") as scratch:
+        root = Path(scratch)
+        corpus, output = root / "corpus", root / "index"
+        corpus.mkdir()
+        for n in range(24):
+            (corpus / f"doc{n:03d}.md").write_text(tiny_document(n), encoding="utf-8")
+        first = tiny_job(corpus, output)
+        first_view = tables_of(first.run_dir)
+        first_hits = [Index.open(first.run_dir).search(q, 5, mode="sparse") for q in QUESTIONS]
+        runs = [first]
+        for change, n in changes:
+            files = sorted(corpus.iterdir())
+            path = files[n % len(files)]
+            if change == "add":
+                (corpus / f"new{n:03d}.md").write_text(tiny_document(100 + n), encoding="utf-8")
+            elif change == "edit":
+                path.write_text(path.read_text(encoding="utf-8") + f"\nAn edit about the dock, {n}.\n",
+                                encoding="utf-8")
+            elif change == "delete" and len(files) > 4:
+                path.unlink()
+            elif change == "rename":
+                path.rename(path.with_name(f"r{n:03d}-{path.name}"))
+            # A compaction: every file with a deleted row rewritten, a shard kept in one file.
+            compacting = (mock.patch.multiple(write, MOST_DEAD=0.0, MOST_FILES=1) if change == "compact"
+                          else contextlib.nullcontext())
+            # Every deleted position in the table's deletion file (format 3), none inline.
+            with compacting, mock.patch("chunkline.index.tables.INLINE_DELETES", 0):
+                runs.append(tiny_job(corpus, output))
+            assert runs[-1].published, runs[-1].problems
+            manifest = load_manifest(runs[-1].run_dir)
+            assert not any(entry.get("deleted") for entries in manifest["tables"].values() for entry in entries)
+            assert bool(manifest.get("deletes")) == any(
+                f.deleted for table in ("chunks", "documents") for f in live_files(runs[-1].run_dir, manifest, table))
+        last = runs[-1]
+        rebuild = tiny_job(corpus, root / "rebuild", "output.carry=false", f"output.previous={last.run_dir}")
+        assert_same_tables(tables_of(last.run_dir), tables_of(rebuild.run_dir))
+        assert last.counts["chunks"] == rebuild.counts["chunks"]
+        assert last.counts["documents"] == rebuild.counts["documents"]
+        a, b = Index.open(rebuild.run_dir), Index.open(last.run_dir)
+        for question in QUESTIONS:
+            for mode in ("sparse", "hybrid"):
+                assert a.search(question, 5, mode=mode) == b.search(question, 5, mode=mode)
+        assert search_result(str(output), QUESTIONS[0], 3, mode="sparse").hits == \
+            a.search(QUESTIONS[0], 3, mode="sparse").hits
+        uri = str(root / "lance")
+        assert synced(uri, rebuild.run_dir).verification.ok
+        again = synced(uri, last.run_dir)
+        assert again.verification.ok and (again.written, again.deleted) == (0, 0)
+        # What the job wrote: some rerun kept rows in an earlier run's file.
+        assert any(f.folder != Path(r.run_dir).name for r in runs[1:]
+                   for f in live_files(r.run_dir, load_manifest(r.run_dir), "chunks"))
+        out, err = io.StringIO(), io.StringIO()
+        assert main(["publish", str(output), first.run_id], out, err) == 0, err.getvalue()
+        rolled = latest_run(str(output))
+        assert Path(rolled).name == first.run_id
+        assert_same_tables(tables_of(rolled), first_view)
+        assert [Index.open(str(output)).search(q, 5, mode="sparse") for q in QUESTIONS] == first_hits

@@ -15,6 +15,7 @@ import pytest
 
 from chunkline.pipeline.config import load_config
 from chunkline.pipeline.run import run
+from tests.helpers import run_rows
 from tests.pdfs import make_pdf
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -87,8 +88,7 @@ def job(corpus: Path, output: Path, *overrides: str):
 
 
 def read_rows(run_dir: str, table: str) -> list[dict]:
-    return [row for path in sorted(Path(run_dir).glob(f"{table}-*.parquet"))
-            for row in pq.read_table(path).to_pylist()]
+    return run_rows(run_dir, table)
 
 
 @pytest.fixture(scope="module")

@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 
 from chunkline import get_tokenizer
 from chunkline.pipeline.config import load_config
 from chunkline.pipeline.run import run
+from tests.helpers import run_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -51,12 +51,11 @@ def job(corpus: Path, output: Path, *overrides: str):
 
 
 def chunk_rows(run_dir: str) -> list[dict]:
-    return [r for f in sorted(Path(run_dir).glob("chunks-*.parquet")) for r in pq.read_table(f).to_pylist()]
+    return run_rows(run_dir, "chunks")
 
 
 def documents(run_dir: str) -> dict[str, str]:
-    return {r["doc_id"]: r["text"] for f in Path(run_dir).glob("documents-*.parquet")
-            for r in pq.read_table(f).to_pylist()}
+    return {r["doc_id"]: r["text"] for r in run_rows(run_dir, "documents")}
 
 
 def manifest(run_dir: str) -> dict:

@@ -36,7 +36,7 @@ def test_statistics_match_the_shards(demo) -> None:
     _, summary, chunks = demo
     manifest = json.loads((Path(summary.run_dir) / "manifest.json").read_text())
     bm25 = manifest["bm25"]
-    assert bm25["chunks"] == len(chunks) and manifest["files"]["terms"]
+    assert bm25["chunks"] == len(chunks) and manifest["tables"]["terms"]
     df = Counter(i for c in chunks for i in c["sparse_indices"])
     terms = {r["term_id"]: r["df"] for r in read(summary.run_dir, "terms")}
     assert terms == dict(df)

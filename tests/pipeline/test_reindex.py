@@ -13,10 +13,10 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pyarrow.parquet as pq
 import pytest
 
 from chunkline.pipeline.config import load_config
+from tests.helpers import run_rows
 from chunkline.pipeline.run import run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,7 +54,7 @@ def job(corpus: Path, output: Path, *overrides: str):
 
 
 def chunk_rows(run_dir: str) -> list[dict]:
-    rows = [r for f in sorted(Path(run_dir).glob("chunks-*.parquet")) for r in pq.read_table(f).to_pylist()]
+    rows = run_rows(run_dir, "chunks")
     return sorted(rows, key=lambda r: r["chunk_id"])
 
 

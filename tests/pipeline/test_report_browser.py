@@ -12,9 +12,9 @@ import json
 import shutil
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 
+from chunkline.index.tables import read_table
 from chunkline.pipeline.config import load_config
 from chunkline.pipeline.report import REPORT
 from chunkline.pipeline.report.gather import SAMPLE_CHARS
@@ -117,9 +117,8 @@ def test_every_chart_is_drawn(page) -> None:
 def test_sample_text_in_the_dom_is_the_documents_text(published, page) -> None:
     run_dir, manifest = published
     texts = {}
-    for name in manifest["files"]["documents"]:
-        for row in pq.read_table(run_dir / name, columns=["doc_id", "text"]).to_pylist():
-            texts[row["doc_id"]] = row["text"]
+    for row in read_table(str(run_dir), manifest, "documents", ["doc_id", "text"]).to_pylist():
+        texts[row["doc_id"]] = row["text"]
     samples = page.find_elements("css selector", "pre.doc")
     assert len(samples) >= 3  # markdown, text, jsonl
     for sample in samples:

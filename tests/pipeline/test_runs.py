@@ -21,9 +21,12 @@ from typing import Iterator
 
 import pytest
 
+from chunkline.index.manifest import load_manifest
+from chunkline.index.tables import listed_paths, live_files, table_names
 from chunkline.pipeline.cli import main
 from chunkline.pipeline.config import load_config
 from chunkline.pipeline.run import run
+from tests.helpers import run_table
 from tests.llm_server import Fault, LLMServer
 from tests.pipeline.test_carry import write_corpus
 
@@ -214,8 +217,10 @@ def test_publish_rolls_back_and_query_answers_from_that_run(built, tmp_path) -> 
     ("held_back", "held back by the publish guard"),
     ("failed", "failed (not reconciled"),
     ("missing", "does not exist"),
-    ("damaged", "is damaged: chunks-00001-of-00004.parquet is missing"),
-    ("truncated", "is damaged: documents-00000-of-00001.parquet is unreadable"),
+    # A format-2 manifest names a file by its run folder and name (it may lie in an earlier
+    # run's folder).
+    ("damaged", "/chunks-00001-of-00004.parquet is missing"),
+    ("truncated", "/documents-00000-of-00001.parquet is unreadable"),
 ])
 def test_publish_refuses_a_run_that_is_not_complete(built, tmp_path, which, phrase) -> None:
     output = built.copy(tmp_path)
@@ -230,6 +235,7 @@ def test_publish_refuses_a_run_that_is_not_complete(built, tmp_path, which, phra
     code, out, err = cli("publish", str(output), run_id)
     assert code == 2 and not out
     assert len(err.splitlines()) == 1 and run_id in err and phrase in err, err
+    assert which not in ("damaged", "truncated") or f"is damaged: {run_id}{phrase}" in err, err
     assert "Traceback" not in err
     assert latest(output) == built.published.run_id
 
@@ -250,28 +256,49 @@ def test_publish_waits_for_the_lease(built, tmp_path) -> None:
     assert latest(output) == built.published.run_id
 
 
+def referenced_by(run_dir: Path) -> set[str]:
+    """The other run folders whose files the run's manifest lists (a rerun keeps its unchanged
+    rows in the earlier run's files): gc keeps those files while the run is kept."""
+    manifest = load_manifest(str(run_dir))
+    return {file.folder for table in table_names(manifest)
+            for file in live_files(str(run_dir), manifest, table)} - {run_dir.name}
+
+
+def listed_in(run_dir: Path, folder: str) -> set[str]:
+    """The names within ``folder`` of the files the run's manifest lists there."""
+    return {path.split("/", 1)[1] for path in listed_paths(str(run_dir), load_manifest(str(run_dir)))
+            if path.split("/", 1)[0] == folder}
+
+
 def test_gc_beside_a_running_run_leaves_it_alone(built, tmp_path) -> None:
     output = built.copy(tmp_path)
     staged = output / f".LATEST.{built.held_back.run_id}"
     staged.write_text(built.held_back.run_id + "\n")  # hand-made: as a publish killed mid-rename
     running = new_run_id()
+    published = output / built.published.run_id
+    kept = referenced_by(published)
+    assert kept <= {built.older.run_id}  # the run the published one followed, nothing else
+    # Of a folder whose files the published run lists, all but those go (its manifest too).
     doomed = {built.older.run_id, built.held_back.run_id, built.failed.run_id, built.killed}
     with holding(output, running):
         before = {name: files_of(output / name) for name in (running, built.published.run_id)}
-        sizes = {name: sum(files_of(output / name).values()) for name in doomed}
+        sizes = {name: sum(size for file, size in files_of(output / name).items()
+                           if file not in listed_in(published, name)) for name in doomed}
         code, out, err = cli("gc", str(output), "--keep", "1", "--dry-run")
         assert code == 0, err
         listed = {line.split()[2]: line for line in out.splitlines() if line.startswith("would remove")}
         assert set(listed) == doomed  # the staged LATEST may be the running run's: not without the lease
-        assert "would free" in out and f"({sum(sizes.values()):,} bytes) in 4 entries" in out
+        assert "would free" in out and f"({sum(sizes.values()):,} bytes) in {len(doomed)} entries" in out
         assert all((output / name).exists() for name in doomed)
         code, out, err = cli("gc", str(output), "--keep", "1")
         assert code == 0, err
-        assert "freed" in out and f"({sum(sizes.values()):,} bytes) in 4 entries" in out
+        assert "freed" in out and f"({sum(sizes.values()):,} bytes) in {len(doomed)} entries" in out
         assert {name: files_of(output / name) for name in before} == before
-    assert not any((output / name).exists() for name in doomed)
+    assert not any((output / name).exists() for name in doomed - kept)
+    assert all(set(files_of(output / name)) == listed_in(published, name) for name in kept)
     assert staged.exists()
-    assert sorted(p.name for p in output.iterdir() if p.is_dir()) == sorted([built.published.run_id, running, "_cache"])
+    assert sorted(p.name for p in output.iterdir() if p.is_dir()) == \
+        sorted([built.published.run_id, running, "_cache", *kept])
     assert files_of(output / "_cache") == files_of(built.output / "_cache")
 
 
@@ -283,13 +310,17 @@ def test_gc_under_its_lease_then_a_rerun_carries_every_document(built, tmp_path)
     probe.write_bytes(b"chunkline write probe\n")  # hand-made: a preflight killed mid-probe
     os.utime(probe, (time.time() - 3600, time.time() - 3600))
     assert list((output / built.killed / "_spill").rglob("*.part"))  # what the kill left
+    kept = referenced_by(output / built.published.run_id)
     code, out, err = cli("gc", str(output), "--keep", "1")
     assert code == 0, err
     removed = {line.split()[1] for line in out.splitlines() if line.startswith("removed")}
+    # A folder whose files the published run lists is removed but for those.
     assert removed == {built.older.run_id, built.held_back.run_id, built.failed.run_id,
                        built.killed, staged.name, probe.name}
+    assert all(set(files_of(output / name)) == listed_in(output / built.published.run_id, name)
+               for name in kept)
     # The killed run's lease was taken over by gc and released with it.
-    assert sorted(p.name for p in output.iterdir()) == sorted(["LATEST", built.published.run_id, "_cache"])
+    assert sorted(p.name for p in output.iterdir()) == sorted(["LATEST", built.published.run_id, "_cache", *kept])
     assert files_of(output / "_cache") == files_of(built.output / "_cache")
     again = job(built.corpus, output)
     assert again.published
@@ -364,7 +395,12 @@ def test_a_rerun_after_gc_reuses_every_vector(embedded, tmp_path) -> None:
     shutil.copytree(output, copy)
     code, out, err = cli("gc", str(copy), "--keep", "1")
     assert code == 0, err
-    assert not (copy / first.run_id).exists() and (copy / second.run_id).exists()
+    # The first run's folder stays exactly when the kept run still lists a file of it (its
+    # unchanged documents' rows, referenced rather than copied).
+    referenced = {file.folder for table in ("chunks", "documents")
+                  for file in live_files(second.run_dir, load_manifest(second.run_dir), table)}
+    assert first.run_id in referenced
+    assert (copy / first.run_id).exists() and (copy / second.run_id).exists()
     config = [f"input.pattern={corpus}/**", f"output.path={copy}"]
     carried = run(load_config(CONFIG, config))
     assert carried.counts["documents_carried"] == carried.counts["kept"]
@@ -377,7 +413,6 @@ def test_publish_to_a_sink_makes_the_store_answer_from_that_run(embedded, tmp_pa
     """The rollback with --to: LATEST names the older run and the store holds its rows (the
     addendum of the newer run gone), as `chunkline sync --check` then verifies."""
     import lancedb
-    import pyarrow.parquet as pq
 
     _, output, first, second = embedded
     copy, store = tmp_path / "index", tmp_path / "store"
@@ -388,7 +423,7 @@ def test_publish_to_a_sink_makes_the_store_answer_from_that_run(embedded, tmp_pa
         return set(zip(table.column("chunk_id").to_pylist(), table.column("text").to_pylist()))
 
     def chunks_of(run_id: str) -> set[tuple[str, str]]:
-        table = pq.read_table(sorted((copy / run_id).glob("chunks-*.parquet")), columns=["chunk_id", "text"])
+        table = run_table(copy / run_id, "chunks", ["chunk_id", "text"])
         return set(zip(table.column("chunk_id").to_pylist(), table.column("text").to_pylist()))
 
     assert held() == chunks_of(second.run_id) != chunks_of(first.run_id)

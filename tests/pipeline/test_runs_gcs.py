@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 from apache_beam.io.filesystems import FileSystems
 
+from chunkline.index.manifest import load_manifest
+from chunkline.index.tables import listed_paths
 from chunkline.pipeline.cli import main
 from chunkline.pipeline.config import load_config
 from chunkline.pipeline.lease import OutputLease
@@ -177,7 +179,8 @@ def test_publish_moves_latest_to_an_earlier_run_and_back(built) -> None:
 
     FileSystems.delete([f"{output}/{built.older.run_id}/chunks-00001-of-00004.parquet"])
     for run_id, phrase in [(killed, "is incomplete"), ("20260101T000000Z-00000000-000000", "does not exist"),
-                           (built.older.run_id, "is damaged: chunks-00001-of-00004.parquet is missing")]:
+                           (built.older.run_id,
+                            f"is damaged: {built.older.run_id}/chunks-00001-of-00004.parquet is missing")]:
         code, out, err = cli("publish", output, run_id)
         assert code == 2 and not out and len(err.splitlines()) == 1 and phrase in err, err
     assert latest(output) == built.published.run_id
@@ -194,18 +197,28 @@ def test_gc_under_its_lease_removes_runs_and_leftovers(built) -> None:
     probe_written = time.time()
     put(f"{output}/{built.published.run_id}/_spill/chunks/1.part", b"y" * 500)
     kept = objects(f"{output}/{built.published.run_id}")
-    sizes = {name: sum(objects(f"{output}/{name}").values()) for name in (built.older.run_id, killed, held)}
+    # The published run keeps its unchanged rows in the older run's files (merge-on-read): of
+    # that folder gc keeps exactly the files the published run lists, the rest (its manifest
+    # among them) goes.
+    published = f"{output}/{built.published.run_id}"
+    listed = set(listed_paths(published, load_manifest(published)))
+    older = [f"{built.older.run_id}/{n}" for n in objects(f"{output}/{built.older.run_id}")
+             if f"{built.older.run_id}/{n}" in listed]
+    assert older
+    sizes = {name: sum(objects(f"{output}/{name}").values()) for name in (killed, held)}
+    sizes[built.older.run_id] = sum(size for n, size in objects(f"{output}/{built.older.run_id}").items()
+                                    if f"{built.older.run_id}/{n}" not in listed)
 
     code, out, err = cli("gc", output, "--keep", "1")
     assert code == 0, err
     removed = {line.split()[1]: line for line in out.splitlines() if line.startswith("removed")}
-    assert set(removed) == {built.older.run_id, killed, held, staged, f"{built.published.run_id}/_spill"}
+    assert set(removed) == {killed, held, staged, f"{built.published.run_id}/_spill", built.older.run_id}
     assert f"{built.published.run_id}  LATEST names it" in out
     total = sum(sizes.values()) + len(f"{held}\n") + 500
     assert f"({total:,} bytes) in 5 entries" in out
     # The probe is younger than the lease timeout: a preflight may be writing it now.
     assert sorted(objects(output)) == sorted(
-        ["LATEST", probe, *(f"{built.published.run_id}/{n}" for n in kept if not n.startswith("_spill/"))])
+        ["LATEST", probe, *older, *(f"{built.published.run_id}/{n}" for n in kept if not n.startswith("_spill/"))])
     assert latest(output) == built.published.run_id
 
     # An object's update time cannot be set back: a lease timeout of 1 s makes the probe old.
@@ -213,7 +226,7 @@ def test_gc_under_its_lease_removes_runs_and_leftovers(built) -> None:
     result = collect(output, 1, timeout=1.0)
     assert [r.name for r in result.removed] == [probe]
     assert sorted(objects(output)) == sorted(
-        ["LATEST", *(f"{built.published.run_id}/{n}" for n in kept if not n.startswith("_spill/"))])
+        ["LATEST", *older, *(f"{built.published.run_id}/{n}" for n in kept if not n.startswith("_spill/"))])
 
 
 def test_gc_after_a_rollback_never_removes_the_published_run(built) -> None:
@@ -249,7 +262,9 @@ def test_gc_beside_a_live_run_plans_around_it(built) -> None:
         code, out, err = cli("gc", output, "--keep", "1", "--dry-run")
         assert code == 0, err
         planned = [line.split()[2] for line in out.splitlines() if line.startswith("would remove")]
+        # Of the older run, all but its files the published run lists (its unchanged rows).
         assert planned == [built.older.run_id]
+        assert f"complete, all but the files run {built.published.run_id} lists" in out
         assert f"kept         {running}  writing: run {running}" in out
         assert set(objects(output)) == names
     finally:

@@ -10,11 +10,11 @@ import json
 import shutil
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 
 from chunkline.pipeline.config import load_config
 from chunkline.pipeline.run import run
+from tests.helpers import run_rows
 from tests.ocr_pages import render_page, text_and_scan_pdf
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,7 +57,7 @@ def first(corpus, tmp_path_factory):
 
 
 def table(run_dir: str, name: str) -> list[dict]:
-    return pq.read_table(sorted(Path(run_dir).glob(f"{name}-*.parquet"))).to_pylist()
+    return run_rows(run_dir, name)
 
 
 def test_scanned_pages_are_read_in_order_with_their_pages(first) -> None:

@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from chunkline.embedder import embed_texts, load_model
+from chunkline.index.tables import read_table
 from chunkline.metadata import matches, parse_condition
 from chunkline.quantize import quantize_int8
 from chunkline.sparse import SparseOptions, query_terms, query_weights
@@ -80,8 +81,7 @@ def vectors(demo, questions) -> dict[str, np.ndarray]:
 
 
 def read(run_dir: str, table: str) -> pa.Table:
-    names = load_manifest(run_dir)["files"][table]
-    return pa.concat_tables([pq.read_table(Path(run_dir) / name) for name in names])
+    return read_table(run_dir, load_manifest(run_dir), table)
 
 
 def reference(output: str, question: str, vector: np.ndarray, k: int, where: list, mode: str,

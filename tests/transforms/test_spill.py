@@ -77,9 +77,10 @@ def test_shard_writer_finishes_each_record_with_the_side_input(tmp_path) -> None
                                 shard_key=lambda r: r.doc_id,
                                 sort_key=lambda r: (r.doc_id, r.chunk_index),
                                 record_type=ChunkRecord, finish=times, finish_input=factor))
+    # Each shard, and the listing of the files holding its rows (for the run's manifest).
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "chunks-00000-of-00002.parquet", "chunks-00001-of-00002.parquet"]
-    rows = [r for path in sorted(tmp_path.iterdir()) for r in pq.read_table(path).to_pylist()]
+        "_listing", "chunks-00000-of-00002.parquet", "chunks-00001-of-00002.parquet"]
+    rows = [r for path in sorted(tmp_path.glob("chunks-*.parquet")) for r in pq.read_table(path).to_pylist()]
     assert sorted(r["tokens"] for r in rows) == [3 * i for i in range(40)]
 
 
@@ -132,7 +133,7 @@ def test_shard_writer_bounded_by_its_bundle_budget_loses_nothing(tmp_path, monke
                                 shard_key=lambda r: r.doc_id,
                                 sort_key=lambda r: (r.doc_id, r.chunk_index),
                                 record_type=ChunkRecord))
-    files = sorted(tmp_path.iterdir())
+    files = sorted(tmp_path.glob("chunks-*"))  # beside them, the shards' listings (_listing/)
     assert [f.name for f in files] == [f"chunks-0000{i}-of-00005.parquet" for i in range(5)]
     for path in files:
         rows = [(r["doc_id"], r["chunk_index"]) for r in pq.read_table(path).to_pylist()]

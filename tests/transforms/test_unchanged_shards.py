@@ -1,16 +1,21 @@
-"""A shard whose rows the previous run already wrote is linked, not written again
-(``WriteParquetShards(previous=...)``): only when the records, the schema and what made them are
-the same, and only when the previous file reads whole."""
+"""A shard whose rows the previous run already wrote is referenced, not written again
+(``WriteParquetShards(previous=...)``: the shard's listing names the previous run's file, as the
+manifest will); of a shard where some rows changed, only those are written, the previous rows
+they replace deleted (merge-on-read by row). A previous file is read only when it reads whole,
+and whatever the shard's files, its live rows are those of a fresh write."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import apache_beam as beam
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from chunkline.index.tables import read_table
 from chunkline.records import DocumentStatus, document_schema
 from tests.beam_helpers import fnapi_pipeline
 from chunkline.transforms.coders import statuses_table
@@ -31,7 +36,12 @@ def statuses(edited: int | None = None) -> list[DocumentStatus]:
 def write(directory: Path, records: list[DocumentStatus], previous_run: Path | None,
           made_under: str = "signature-1") -> None:
     previous = None
-    if previous_run is not None:
+    if previous_run is not None and (previous_run / "_listing").is_dir():
+        # A run written here: the files its listings name (its own and earlier ones), with
+        # the positions no longer live, as the job's plan reads them from the manifest.
+        previous = (made_under, [(str(previous_run.parent / entry["path"]), tuple(entry["deleted"]))
+                                 for index in range(SHARDS) for entry in listing(previous_run, index)])
+    elif previous_run is not None:
         previous = (made_under, sorted(str(path) for path in previous_run.glob("documents-*")))
     with fnapi_pipeline() as p:
         (p | beam.Create(list(reversed(records)))
@@ -45,8 +55,23 @@ def shard(directory: Path, index: int) -> Path:
     return directory / f"documents-{index:05d}-of-{SHARDS:05d}.parquet"
 
 
-def inode(path: Path) -> int:
-    return os.stat(path).st_ino
+def listing(directory: Path, index: int) -> list[dict]:
+    """The shard's files as its listing names them (``chunkline.transforms.write.write_listing``): this
+    run's own and the previous run's, paths relative to their common parent, with deletions."""
+    return json.loads((directory / "_listing" / f"documents-{index:05d}.json").read_text())
+
+
+def listed(directory: Path, index: int) -> Path:
+    """The one file the shard's listing names, every row of it live."""
+    entries = listing(directory, index)
+    assert len(entries) == 1 and entries[0]["deleted"] == [] and entries[0]["shard"] == index
+    return directory.parent / entries[0]["path"]
+
+
+def live(directory: Path, index: int) -> pa.Table:
+    """The shard's live rows, as a reader reads them (``chunkline.index.tables``)."""
+    return read_table(str(directory), {"format": 2, "tables": {"documents": listing(directory, index)}},
+                      "documents")
 
 
 @pytest.fixture()
@@ -56,17 +81,20 @@ def first(tmp_path) -> Path:
     return run
 
 
-def test_unchanged_shards_are_linked_and_equal_a_fresh_write(first, tmp_path) -> None:
+def test_unchanged_shards_are_referenced_and_equal_a_fresh_write(first, tmp_path) -> None:
+    write(tmp_path / "second", statuses(), previous_run=first)
     write(tmp_path / "second", statuses(), previous_run=first)
     write(tmp_path / "fresh", statuses(), previous_run=None)
     for index in range(SHARDS):
-        assert inode(shard(tmp_path / "second", index)) == inode(shard(first, index))
-        assert pq.read_table(shard(tmp_path / "second", index)).equals(
-            pq.read_table(shard(tmp_path / "fresh", index)))
+        assert listed(tmp_path / "second", index) == shard(first, index)
+        assert not shard(tmp_path / "second", index).exists()  # nothing copied or linked
+        assert live(tmp_path / "second", index).equals(pq.read_table(shard(tmp_path / "fresh", index)))
         assert ROWS_DIGEST_KEY in pq.read_metadata(shard(first, index)).metadata
 
 
-def test_a_shard_with_a_changed_record_is_written_the_others_linked(first, tmp_path) -> None:
+def test_a_changed_record_is_written_alone_the_old_row_deleted(first, tmp_path) -> None:
+    """Merge-on-read by row: the touched shard keeps the previous file with the edited row's
+    position deleted, and this run's file holds that one row; read, it is the fresh shard."""
     from chunkline.transforms.write import shard_of
 
     edited = 7
@@ -74,21 +102,33 @@ def test_a_shard_with_a_changed_record_is_written_the_others_linked(first, tmp_p
     write(tmp_path / "fresh", statuses(edited=edited), previous_run=None)
     touched = shard_of(f"d{edited:03d}", SHARDS)
     for index in range(SHARDS):
-        linked = inode(shard(tmp_path / "second", index)) == inode(shard(first, index))
-        assert linked == (index != touched)
-        assert pq.read_table(shard(tmp_path / "second", index)).equals(
-            pq.read_table(shard(tmp_path / "fresh", index)))
+        fresh = pq.read_table(shard(tmp_path / "fresh", index))
+        assert live(tmp_path / "second", index).equals(fresh)
+        if index != touched:
+            assert listed(tmp_path / "second", index) == shard(first, index)
+            continue
+        previous, own = listing(tmp_path / "second", index)
+        at = pq.read_table(shard(first, index)).column("doc_id").to_pylist().index(f"d{edited:03d}")
+        assert previous == {"path": f"first/{shard(first, index).name}", "rows": len(fresh),
+                            "deleted": [at], "shard": index}
+        assert own["path"] == f"second/{shard(first, index).name}" and own["rows"] == 1
 
 
-def test_other_processing_writes_every_shard(first, tmp_path) -> None:
-    write(tmp_path / "second", statuses(), previous_run=first, made_under="signature-2")
+def test_other_processing_keeps_only_rows_equal_by_value(first, tmp_path) -> None:
+    """Another signature: no shard is taken by its digest, but rows are compared value for
+    value, so equal rows stay where they are."""
+    write(tmp_path / "second", statuses(edited=3), previous_run=first, made_under="signature-2")
+    write(tmp_path / "fresh", statuses(edited=3), previous_run=None)
     for index in range(SHARDS):
-        assert inode(shard(tmp_path / "second", index)) != inode(shard(first, index))
+        assert live(tmp_path / "second", index).equals(pq.read_table(shard(tmp_path / "fresh", index)))
 
 
 @pytest.mark.parametrize("damage", ["flip a byte of a page", "flip the last data byte", "truncate",
                                     "drop the footer key"])
-def test_a_damaged_previous_shard_is_written_again_not_linked(first, tmp_path, damage) -> None:
+def test_a_damaged_previous_shard_is_never_read_as_intact(first, tmp_path, damage) -> None:
+    """A page whose checksum fails or a file cut short is written again, whole; a file that
+    reads back whole (its footer key dropped, a byte no value holds) may stay, row for row the
+    fresh shard's."""
     path = shard(first, 0)
     data = bytearray(path.read_bytes())
     if damage == "flip a byte of a page":
@@ -106,22 +146,65 @@ def test_a_damaged_previous_shard_is_written_again_not_linked(first, tmp_path, d
     path.write_bytes(bytes(data))
     write(tmp_path / "second", statuses(), previous_run=first)
     write(tmp_path / "fresh", statuses(), previous_run=None)
-    assert inode(shard(tmp_path / "second", 0)) != inode(path)
-    assert pq.read_table(shard(tmp_path / "second", 0)).equals(
-        pq.read_table(shard(tmp_path / "fresh", 0)))
+    if damage in ("flip a byte of a page", "truncate"):
+        assert listed(tmp_path / "second", 0) == shard(tmp_path / "second", 0)
+    for index in range(SHARDS):
+        assert live(tmp_path / "second", index).equals(pq.read_table(shard(tmp_path / "fresh", index)))
     for index in range(1, SHARDS):
-        assert inode(shard(tmp_path / "second", index)) == inode(shard(first, index))
+        assert listed(tmp_path / "second", index) == shard(first, index)
 
 
 def test_a_retried_bundle_never_writes_into_the_previous_runs_file(first, tmp_path) -> None:
-    # A first attempt linked the shards, then failed: the retry finds the links in place.
+    # Hard links to the previous run's shards where this run writes (what a first attempt by an
+    # older chunkline, which linked unchanged shards, left): a write never goes through them.
     second = tmp_path / "second"
     second.mkdir()
     before = {index: shard(first, index).read_bytes() for index in range(SHARDS)}
     for index in range(SHARDS):
         os.link(shard(first, index), shard(second, index))
-    write(second, statuses(edited=7), previous_run=first)  # some shards written, the rest linked
+    write(second, statuses(edited=7), previous_run=first)  # some written, the rest referenced
     write(tmp_path / "fresh", statuses(edited=7), previous_run=None)
     for index in range(SHARDS):
         assert shard(first, index).read_bytes() == before[index]  # the previous run's, untouched
-        assert pq.read_table(shard(second, index)).equals(pq.read_table(shard(tmp_path / "fresh", index)))
+        assert live(second, index).equals(pq.read_table(shard(tmp_path / "fresh", index)))
+
+
+def status(doc_id: str, text: str) -> DocumentStatus:
+    return DocumentStatus(doc_id, f"/c/{doc_id}.md", text, f"h{doc_id}", "kept",
+                          metadata='{"source_uri": "/c"}', input_digest=f"i{doc_id}")
+
+
+def test_compaction_keeps_each_shard_in_few_mostly_live_files(first, tmp_path) -> None:
+    """Reruns that each add a document to shard 0 pile up small files until the shard would list
+    more than MOST_FILES: then all but the largest are merged into the run's file. Reruns that
+    each edit another document of shard 0 delete rows of the base file until more than MOST_DEAD
+    of them are dead: then its live rows are written again. Every run reads as a fresh write."""
+    from chunkline.transforms.write import MOST_DEAD, MOST_FILES, shard_of
+
+    records = statuses()
+    added = [f"n{i:03d}" for i in range(300) if shard_of(f"n{i:03d}", SHARDS) == 0][:MOST_FILES + 1]
+    previous, most = first, 0
+    for step, doc_id in enumerate(added):
+        records = records + [status(doc_id, f"added {doc_id}")]
+        run = tmp_path / f"add{step}"
+        write(run, records, previous_run=previous)
+        most = max(most, len(listing(run, 0)))
+        assert len(listing(run, 0)) <= MOST_FILES
+        previous = run
+    write(tmp_path / "fresh", records, previous_run=None)
+    assert most == MOST_FILES and len(listing(previous, 0)) < MOST_FILES  # it filled, then merged
+    assert live(previous, 0).equals(pq.read_table(shard(tmp_path / "fresh", 0)))
+    base = [r for r in statuses() if shard_of(r.doc_id, SHARDS) == 0]
+    compacted = False
+    for step, edited in enumerate(base[:6]):
+        records = [status(r.doc_id, r.text + " edited") if r.doc_id == edited.doc_id else r for r in records]
+        run = tmp_path / f"edit{step}"
+        write(run, records, previous_run=previous)
+        for entry in listing(run, 0):
+            assert len(entry["deleted"]) <= MOST_DEAD * entry["rows"], entry
+        # A file with deleted rows that the run no longer lists: its live rows were rewritten.
+        paths = {entry["path"] for entry in listing(run, 0)}
+        compacted |= any(entry["deleted"] and entry["path"] not in paths for entry in listing(previous, 0))
+        previous = run
+    write(tmp_path / "fresh2", records, previous_run=None)
+    assert compacted and live(previous, 0).equals(pq.read_table(shard(tmp_path / "fresh2", 0)))
