@@ -48,7 +48,17 @@ BUCKET = "chunkline-external"
 # Run as the pool's command: a fresh tmpfs over each folder named (in order, so a later one may
 # lie inside an earlier one), then the pool in the last. Under `unshare --mount` the mounts are
 # this process tree's alone (mount_namespaces(7)); the driver and the rest of the host keep theirs.
-PRIVATE_DISK = 'for d in "$@"; do mkdir -p "$d" && mount -t tmpfs chunkline-worker "$d" || exit 1; done; cd "$d" && exec "$0" -m apache_beam.runners.worker.worker_pool_main --service_port="$PORT"'
+# The installed code ($KEEP: the checkout and its venv, which a CI clone may hold under /tmp) is
+# bound back at its path, as on a worker built from the same image; the driver's files are not.
+PRIVATE_DISK = """
+stage=/run/chunkline-pool-$$; i=0
+for k in $KEEP; do i=$((i+1)); mkdir -p "$stage/$i" && mount --bind "$k" "$stage/$i" || exit 1; done
+for d in "$@"; do mkdir -p "$d" && mount -t tmpfs chunkline-worker "$d" || exit 1; done
+i=0
+for k in $KEEP; do i=$((i+1)); mkdir -p "$k" && mount --bind "$stage/$i" "$k" && umount "$stage/$i" || exit 1; done
+rm -rf "$stage"
+cd "$d" && exec "$0" -m apache_beam.runners.worker.worker_pool_main --service_port="$PORT"
+"""
 
 
 @contextlib.contextmanager
@@ -65,6 +75,9 @@ def worker_pool(cwd: Path, *, private: bool = False) -> Iterator[int]:
     command = [sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main", f"--service_port={port}"]
     if private:
         hidden = ["/tmp", *([] if cwd.is_relative_to("/tmp") else [str(cwd.parent)]), str(cwd)]
+        installed = {str(ROOT), sys.prefix}
+        env["KEEP"] = " ".join(sorted(k for k in installed if not any(
+            k != other and Path(k).is_relative_to(other) for other in installed)))
         command = ["unshare", "--mount", "--propagation", "private", "sh", "-c", PRIVATE_DISK,
                    sys.executable, *hidden]
     else:

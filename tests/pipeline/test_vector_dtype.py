@@ -14,6 +14,7 @@ import pytest
 from chunkline.pipeline.config import load_config
 from chunkline.pipeline.query import search
 from chunkline.pipeline.run import run
+from tests.helpers import run_rows
 from tests.pipeline.test_reindex import write_corpus
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,8 +28,7 @@ def job(corpus: Path, output: Path, dtype: str, *overrides: str):
 
 
 def vectors(run_dir: str) -> dict[str, np.ndarray]:
-    table = pa.concat_tables([pq.read_table(p) for p in sorted(Path(run_dir).glob("chunks-*.parquet"))])
-    rows = table.to_pylist()
+    rows = run_rows(run_dir, "chunks")  # a rerun's rows may stay in an earlier run's files
     return {r["chunk_id"]: np.asarray(r["embedding"], np.float32) * np.float32(r.get("embedding_scale") or 1.0)
             for r in rows}
 
