@@ -8,9 +8,22 @@ the frequent ones drop, its exact-duplicate hash, its MinHash signature, what th
 scan finds in it (kinds and places, never a value). Each such result is recorded under a
 128-bit key (BLAKE2b of the function's name, its settings, the code that computes it and the
 text), with the document it was asked for (:func:`doc_ref`: its source and place in it), in
-Parquet segments (``key``, ``value``, ``doc``) under the run's ``memo/`` folder. Each run writes
-every result it used, found or computed, so each run's memo covers exactly the texts of that
-run: it is dropped with its run (``chunkline gc``) and never grows with history.
+Parquet segments (``key``, ``value``, ``doc``) under the run's ``memo/`` folder.
+
+The memo is a log, as a merge-on-read table is (Apache Iceberg's and Delta Lake's snapshots
+listing data files that earlier commits wrote): a run writes as segments only the results it
+computed, and the manifest's ``memo`` table lists the run's live segments, its own and the
+earlier runs' it still recalls from (paths relative to OUTPUT, each with its kind, share, rows,
+bytes, ``age`` in runs and ``used``: the entries the run recalled from it), so a rerun with
+nothing changed writes none. Each recall is counted against the listed segment it came from
+(:func:`pack` carries each entry's segment ordinal; Beam counters sum them, namespace
+``memo_segments``). Growth is bounded by :func:`retired`: a segment the previous run used less
+than :data:`MIN_USED` of (the rest is results of texts gone or changed), or that would be older
+than :data:`MAX_AGE` runs, is not listed again, and what this run recalls from it is written
+again in its own segments, so nothing recalled is lost and at most about a fifth of the listed
+rows (plus one run's changes) is dead weight. ``chunkline gc`` keeps exactly the files kept
+runs list, segments of earlier runs included, so a run published or rolled back to still
+recalls its memo.
 
 The memo is cut into shares by where a document is read from (:func:`unit_share`: a file, or a
 block of :data:`BLOCK` records of a dump), a segment per kind, share and bundle. The reader of a
@@ -20,7 +33,8 @@ with the document through the later stages, which look there first and add what 
 that a later stage asks for again, so no stage needs the whole memo in memory and a result
 computed in one worker process is recalled in another. The number of shares follows the
 previous memo's size (:func:`shares_for`): a share is about :data:`SHARE_BYTES` on disk whatever
-the corpus, so there is no size at which the memo stops being loaded.
+the corpus, so there is no size at which the memo stops being loaded; a run whose share count
+changes retires every listed segment (a listing is cut one way).
 
 A lost, damaged or mismatched segment costs time, never a wrong result: a key is only ever
 equal for the same function, settings, code and text, and a segment that cannot be read is
@@ -29,13 +43,14 @@ skipped (its texts are computed again); a document that finds nothing on itself 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import uuid
 import zlib
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping, Protocol
+from typing import Callable, Iterable, Iterator, Mapping, Protocol, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -77,7 +92,15 @@ SHARE_BYTES = 16 << 20
 MIN_SHARES = 16  # so that the reads of even a small corpus spread over workers
 MAX_SHARES = 1 << 16
 SHARES_HELD = 4
-_LENGTH = 4  # bytes of a value's length in a packed entry
+_LENGTH = 4  # bytes of a value's length (and of its segment's ordinal) in a packed entry
+# The segment ordinal of an entry this run computed, or recalled and already recorded: never
+# counted as recalled from a listed segment, never recorded again (``pack``).
+HERE = (1 << 32) - 1
+# A run lists an earlier run's segment (instead of writing its entries again) while the run
+# before it used at least this share of its rows, and for at most MAX_AGE runs after the run
+# that wrote it (``retired``).
+MIN_USED = 0.8
+MAX_AGE = 16
 
 
 def memo_schema() -> pa.Schema:
@@ -113,15 +136,74 @@ def doc_ref(uri: str, position: int) -> bytes:
 
 
 @dataclass(frozen=True)
+class Listed:
+    """A segment as a run's manifest lists it (the ``memo`` table): its ``path`` relative to
+    OUTPUT (``<run folder>/memo/<name>``), its ``rows`` and ``bytes``, ``age`` (runs since
+    the run that wrote it: 0 in that run's listing) and ``used`` (the entries that run used of
+    it: all its rows for the run's own, the recalled ones for an earlier run's; None where the
+    runner reported no counts)."""
+
+    path: str
+    rows: int
+    bytes: int
+    age: int = 0
+    used: int | None = None
+
+    def entry(self) -> dict:
+        named = parse_segment_name(self.path)
+        return {"path": self.path, "kind": named[0] if named else None,
+                "share": named[2] if named else None, "rows": self.rows, "bytes": self.bytes,
+                "age": self.age, **({"used": self.used} if self.used is not None else {})}
+
+
+def listed_from(entry: Mapping) -> Listed | None:
+    """A manifest's ``memo`` entry as :class:`Listed`; None for one that is not (a run of an
+    older version listed only ``path``, ``rows`` and ``bytes``: age 0, use unknown)."""
+    try:
+        used = entry.get("used")
+        return Listed(str(entry["path"]), int(entry["rows"]), int(entry.get("bytes") or 0),
+                      int(entry.get("age") or 0), int(used) if used is not None else None)
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return None
+
+
+def retired(listed: Sequence[Listed], shares: int, *, same_output: bool = True) -> frozenset[int]:
+    """The ordinals of the previous run's ``listed`` segments this run no longer lists: what it
+    recalls from them it writes again (:meth:`Memo.get`). A segment is retired when the run
+    before used less than :data:`MIN_USED` of its rows (the rest is results of texts gone or
+    changed: dead weight every reader of its share loads), when it would be older than
+    :data:`MAX_AGE` runs (each run adds a few small segments per share: this bounds the
+    segments a share is read from, and the run folders a run's memo lies in, to MAX_AGE + 1),
+    when it is cut into other shares than this run's (a listing is cut one way, so a reader
+    finds a document's entries in one share), or when it lies in another OUTPUT (a manifest
+    lists only its own output's files). The log-structured merge of Iceberg's and Delta Lake's
+    compaction: the live rows of a file gone sparse are rewritten, the file dropped from the
+    next snapshot, and removed only once no kept snapshot lists it (``chunkline gc``)."""
+    gone = set()
+    for ordinal, segment in enumerate(listed):
+        named = parse_segment_name(segment.path)
+        sparse = segment.used is not None and segment.used < MIN_USED * segment.rows
+        if (not same_output or named is None or named[1] != shares or sparse
+                or segment.age + 1 > MAX_AGE):
+            gone.add(ordinal)
+    return frozenset(gone)
+
+
+@dataclass(frozen=True)
 class MemoSource:
     """Where a run reads the previous run's memo and writes its own; ``settings``: what else
     decides a result (the code of ``chunkline`` and the shaping libraries' versions), fixed on
-    the driver so every worker keys alike; ``shares``: this run's (:func:`shares_for`)."""
+    the driver so every worker keys alike; ``shares``: this run's (:func:`shares_for`).
+    ``previous``: the segments the previous run lists (full paths); ``listed``: the same as
+    its manifest lists them (empty, or one per path); ``retired``: the ordinals (in
+    ``previous``) whose recalled entries this run writes again (:func:`retired`)."""
 
     write_dir: str  # this run's memo folder
     previous: tuple[str, ...] = ()  # the previous run's segments (:func:`segment_name`)
     settings: str = ""
     shares: int = MIN_SHARES
+    listed: tuple[Listed, ...] = ()
+    retired: frozenset[int] = frozenset()
 
     @property
     def previous_shares(self) -> int | None:
@@ -134,12 +216,23 @@ class MemoSource:
 
     def segments_of(self, share: int) -> tuple[str, ...]:
         """The previous run's segments of ``share``, every kind."""
+        return tuple(path for _, path in self.ordinals_of(share))
+
+    def ordinals_of(self, share: int) -> tuple[tuple[int, str], ...]:
+        """``(ordinal, path)`` of the previous run's segments of ``share``, by path."""
         found = []
-        for path in self.previous:
+        for ordinal, path in enumerate(self.previous):
             named = parse_segment_name(path)
             if named is not None and named[2] == share:
-                found.append(path)
-        return tuple(sorted(found))
+                found.append((ordinal, path))
+        return tuple(sorted(found, key=lambda pair: pair[1]))
+
+    def kept(self, used: Mapping[int, int] | None) -> list[Listed]:
+        """The previous run's segments this run lists again, one run older, with the entries
+        this run recalled from each (``used``: by ordinal; None: not counted)."""
+        return [dataclasses.replace(segment, age=segment.age + 1,
+                                    used=None if used is None else used.get(ordinal, 0))
+                for ordinal, segment in enumerate(self.listed) if ordinal not in self.retired]
 
 
 def memo_key(kind: str, settings: str, text: str, *more: str) -> bytes:
@@ -167,39 +260,61 @@ def parse_segment_name(path: str) -> tuple[str, int, int] | None:
     return (parts[0], shares, share) if 0 <= share < shares else None
 
 
-def pack(entries: Mapping[bytes, bytes]) -> bytes:
-    """``entries`` (16-byte key -> value) as one ``bytes``: each key, its value's length
-    (4 bytes, little-endian) and the value, what ``Document.memo`` carries."""
-    return b"".join(key + len(value).to_bytes(_LENGTH, "little") + value
+def pack(entries: Mapping[bytes, bytes], segment: int = HERE) -> bytes:
+    """``entries`` (16-byte key -> value) as one ``bytes``, what ``Document.memo`` carries: each
+    key, the ordinal of the listed segment it was recalled from (:attr:`MemoSource.previous`;
+    :data:`HERE` for a result this run computed or already recorded), each 4 bytes
+    little-endian, the value's length and the value. A key packed twice means its last entry."""
+    mark = segment.to_bytes(_LENGTH, "little")
+    return b"".join(key + mark + len(value).to_bytes(_LENGTH, "little") + value
                     for key, value in entries.items())
 
 
-def unpack(packed: bytes) -> dict[bytes, bytes]:
-    """:func:`pack`'s entries back; ValueError for bytes it did not make."""
-    found, at = {}, 0
+def _entries(packed: bytes) -> Iterator[tuple[bytes, int, int, int] | None]:
+    """``(key, segment, start, end)`` of each packed entry, its value ``packed[start:end]``; a
+    last None where the bytes end inside an entry (damage)."""
+    at, head = 0, 16 + 2 * _LENGTH
     while at < len(packed):
-        size = int.from_bytes(packed[at + 16:at + 16 + _LENGTH], "little")
-        end = at + 16 + _LENGTH + size
+        if at + head > len(packed):
+            yield None
+            return
+        size = int.from_bytes(packed[at + 16 + _LENGTH:at + head], "little")
+        end = at + head + size
         if end > len(packed):
-            raise ValueError("a damaged packed memo")
-        found[packed[at:at + 16]] = packed[at + 16 + _LENGTH:end]
+            yield None
+            return
+        yield (packed[at:at + 16], int.from_bytes(packed[at + 16:at + 16 + _LENGTH], "little"),
+               at + head, end)
         at = end
+
+
+def unpack(packed: bytes) -> dict[bytes, bytes]:
+    """:func:`pack`'s entries back (the last under a key); ValueError for bytes it did not make."""
+    found = {}
+    for entry in _entries(packed):
+        if entry is None:
+            raise ValueError("a damaged packed memo")
+        found[entry[0]] = packed[entry[2]:entry[3]]
+    return found
+
+
+def packed_entry(packed: bytes, key: bytes) -> tuple[bytes, int] | None:
+    """The value under ``key`` in :func:`pack`'s bytes and the segment it came from (the last
+    entry under ``key``), or None (also for damaged bytes): a document carries a handful of
+    entries, scanned in place."""
+    found = None
+    for entry in _entries(packed):
+        if entry is None:
+            return None
+        if entry[0] == key:
+            found = (packed[entry[2]:entry[3]], entry[1])
     return found
 
 
 def packed_value(packed: bytes, key: bytes) -> bytes | None:
-    """The value under ``key`` in :func:`pack`'s bytes, or None (also for damaged bytes): a
-    document carries a handful of entries, scanned in place."""
-    at = 0
-    while at + 16 + _LENGTH <= len(packed):
-        size = int.from_bytes(packed[at + 16:at + 16 + _LENGTH], "little")
-        end = at + 16 + _LENGTH + size
-        if end > len(packed):
-            return None
-        if packed[at:at + 16] == key:
-            return packed[at + 16 + _LENGTH:end]
-        at = end
-    return None
+    """:func:`packed_entry`'s value alone."""
+    found = packed_entry(packed, key)
+    return found[0] if found is not None else None
 
 
 def read_segment(path: str, open_file) -> pa.Table | None:
@@ -239,20 +354,23 @@ def write_segment(rows: Mapping[tuple[bytes, bytes], bytes], kind: str, handle) 
 
 @dataclass
 class Recalled:
-    """One share of the previous run's memo: each document's entries packed (:func:`pack`),
-    by :func:`doc_ref`, and the read kind's entries by key."""
+    """One share of the previous run's memo: each document's entries packed (:func:`pack`, with
+    the segment each came from), by :func:`doc_ref`, and the read kind's entries by key, each
+    with its segment's ordinal."""
 
     by_doc: dict[bytes, bytes] = field(default_factory=dict)
-    read: dict[bytes, bytes] = field(default_factory=dict)
+    read: dict[bytes, tuple[bytes, int]] = field(default_factory=dict)
     size: int = 0  # bytes held, about
 
 
-def load_share(paths: Iterable[str], open_file) -> Recalled:
-    """The entries of the segments at ``paths`` (one share's), unreadable ones skipped."""
-    docs: dict[bytes, dict[bytes, bytes]] = {}
-    read: dict[bytes, bytes] = {}
+def load_share(paths: Iterable[str], open_file, *, ordinals: Sequence[int] | None = None) -> Recalled:
+    """The entries of the segments at ``paths`` (one share's), unreadable ones skipped;
+    ``ordinals``: each path's in the previous run's listing (:data:`HERE` without)."""
+    docs: dict[bytes, list[bytes]] = {}
+    read: dict[bytes, tuple[bytes, int]] = {}
     size = 0
-    for path in paths:
+    paths = list(paths)
+    for path, ordinal in zip(paths, ordinals if ordinals is not None else [HERE] * len(paths)):
         named = parse_segment_name(path)
         table = read_segment(path, open_file) if named is not None else None
         if table is None:
@@ -260,14 +378,15 @@ def load_share(paths: Iterable[str], open_file) -> Recalled:
         size += table.nbytes
         keys, values = table.column("key").to_pylist(), table.column("value").to_pylist()
         if named[0] == READ:
-            read.update(zip(keys, values))
+            read.update((key, (value, ordinal)) for key, value in zip(keys, values))
             continue
+        mark = ordinal.to_bytes(_LENGTH, "little")
         for doc, key, value in zip(table.column("doc").to_pylist(), keys, values):
             entries = docs.get(doc)
             if entries is None:
-                docs[doc] = entries = {}
-            entries[key] = value
-    return Recalled({doc: pack(entries) for doc, entries in docs.items()}, read, size)
+                docs[doc] = entries = []
+            entries.append(key + mark + len(value).to_bytes(_LENGTH, "little") + value)
+    return Recalled({doc: b"".join(entries) for doc, entries in docs.items()}, read, size)
 
 
 class RecalledShares:
@@ -289,7 +408,9 @@ class RecalledShares:
         share = unit_share(uri, position, self.shares)
         found = self._loaded.get(share)
         if found is None:
-            found = load_share(self.source.segments_of(share), self.open_file)
+            listed = self.source.ordinals_of(share)
+            found = load_share([path for _, path in listed], self.open_file,
+                               ordinals=[ordinal for ordinal, _ in listed])
             self.loads += 1
             self._loaded[share] = found
             while len(self._loaded) > self.held:
@@ -320,15 +441,20 @@ Rows = dict[tuple[bytes, bytes], bytes]  # (doc ref, key) -> value
 @dataclass
 class Memo:
     """One stage's view of a memo kind: results are recalled from what a document carries
-    (``Document.memo``, or a loaded share's read entries), and what a bundle used, found or
-    computed, is recorded by document and share (``used``), handed to ``spill`` (a segment per
-    share) once it holds :data:`SEGMENT_ENTRIES` and when the bundle ends."""
+    (``Document.memo``, or a loaded share's read entries), each recall counted by the listed
+    segment it came from (``recalled``); what a bundle computed, and what it recalled from a
+    ``retired`` segment (:func:`retired`), is recorded by document and share (``used``),
+    handed to ``spill`` (a segment per share) once it holds :data:`SEGMENT_ENTRIES` and when
+    the bundle ends. A result recalled from a segment still listed is not written again: the
+    run lists that segment (log-structured, as a merge-on-read table's unchanged rows)."""
 
     kind: str
     settings: str
     shares: int = MIN_SHARES  # this run's
     spill: Callable[[dict[int, Rows]], None] | None = None
+    retired: frozenset[int] = frozenset()
     used: dict[int, Rows] = field(default_factory=dict)
+    recalled: dict[int, int] = field(default_factory=dict)  # segment ordinal -> entries recalled
     held: int = 0
     hits: int = 0
     misses: int = 0
@@ -337,18 +463,27 @@ class Memo:
     def key(self, text: str, *more: str) -> bytes:
         return memo_key(self.kind, self.settings, text, *more)
 
-    def get(self, key: bytes, carried: bytes | Mapping[bytes, bytes], at: tuple[str, int],
-            width: int | None = None) -> bytes | None:
-        """The result under ``key`` in ``carried`` (packed entries, or a mapping), or None
-        (counted as a miss); ``width``: its length must be a multiple of it, else it is taken for
-        damage and computed again. ``at``: the ``(uri, position)`` it is recorded under."""
-        value = packed_value(carried, key) if isinstance(carried, bytes) else carried.get(key)
-        if value is None or (width and len(value) % width):
+    def get(self, key: bytes, carried: bytes | Mapping[bytes, tuple[bytes, int]],
+            at: tuple[str, int], width: int | None = None) -> bytes | None:
+        """The result under ``key`` in ``carried`` (packed entries, or a mapping to ``(value,
+        segment ordinal)``), or None (counted as a miss); ``width``: its length must be a
+        multiple of it, else it is taken for damage and computed again. ``at``: the ``(uri,
+        position)`` it is recorded under, when it is."""
+        found = packed_entry(carried, key) if isinstance(carried, bytes) else carried.get(key)
+        if found is None or (width and len(found[0]) % width):
             self.misses += 1
             return None
+        value, segment = found
         self.hits += 1
-        self.put(key, value, at)
+        if segment != HERE:
+            self.recalled[segment] = self.recalled.get(segment, 0) + 1
+            if segment in self.retired:
+                self.put(key, value, at)
         return value
+
+    def take_recalled(self) -> dict[int, int]:
+        recalled, self.recalled = self.recalled, {}
+        return recalled
 
     def recall(self, doc: Placed, key: bytes, width: int | None = None) -> bytes | None:
         """:meth:`get` from what ``doc`` carries (``Document.memo``)."""

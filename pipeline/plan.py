@@ -24,7 +24,7 @@ from chunkline.carry import CARRY_TABLE
 from chunkline.context import context_reserve, resolve_api_key
 from chunkline.index.layout import CACHE, LATEST, PROBE, format_run_id
 from chunkline.index.tables import has_table, live_files
-from chunkline.memo import MEMO_DIR, MemoSource, shares_for
+from chunkline.memo import MEMO_DIR, MEMO_TABLE, Listed, MemoSource, listed_from, retired, shares_for
 from chunkline.sizers import model_fingerprint
 from chunkline.splitting.options import split_budget
 from chunkline.pipeline.config import Config, to_dict
@@ -223,28 +223,34 @@ def memo_settings() -> str:
 
 
 def memo_source(config: Config, run_dir: str) -> MemoSource | None:
-    """This run's memo folder, and the previous run's segments (the run carry follows), at any
-    size: each reader loads only the shares of what it reads (``chunkline.memo``). This run's
-    memo is cut into shares for the previous one's size (``shares_for``)."""
+    """This run's memo folder, and the segments the previous run (the run carry follows) lists
+    in its manifest's ``memo`` table, at any size: each reader loads only the shares of what it
+    reads (``chunkline.memo``). This run's memo is cut into shares for the listed segments'
+    size (``shares_for``); the segments it will not list again are ``retired``
+    (``chunkline.memo.retired``)."""
     if not config.output.carry:
         return None
     write_dir = FileSystems.join(run_dir, MEMO_DIR)
-    files: list = []
+    listed: list[Listed] = []
+    previous = None
     if config.output.previous or config.output.reuse_latest:
         try:
             previous = (resolve_run(config.output.previous) if config.output.previous
                         else latest_run(config.output.path))
-        except ManifestError:
-            previous = None
-        if previous is not None:
-            try:
-                found = FileSystems.match([FileSystems.join(previous, MEMO_DIR, "*.parquet")])[0]
-                files = found.metadata_list
-            except Exception:  # noqa: BLE001 - no memo (an older run): everything is computed
-                files = []
-    segments = tuple(sorted(f.path for f in files))
-    return MemoSource(write_dir, segments, memo_settings(),
-                      shares_for(sum(f.size_in_bytes for f in files)))
+            if previous is not None:
+                listed = [found for found in map(listed_from, load_manifest(previous)["tables"]
+                                                 .get(MEMO_TABLE) or []) if found is not None]
+        except (ManifestError, KeyError, TypeError, AttributeError):
+            listed = []  # no memo (a run of an older version): everything is computed
+    if previous is None or not listed:
+        return MemoSource(write_dir, settings=memo_settings(), shares=shares_for(0))
+    root = previous.rstrip("/").rsplit("/", 1)[0]
+    paths = tuple(FileSystems.join(root, *segment.path.split("/")) for segment in listed)
+    shares = shares_for(sum(segment.bytes for segment in listed))
+    # A manifest lists only its own output's files (by paths relative to it).
+    same = root == run_dir.rstrip("/").rsplit("/", 1)[0]
+    return MemoSource(write_dir, paths, memo_settings(), shares, tuple(listed),
+                      retired(listed, shares, same_output=same))
 
 
 def carry_pairs(config: Config, signature: str

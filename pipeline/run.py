@@ -35,8 +35,8 @@ from chunkline.pipeline.timing import stage_seconds
 from chunkline.transforms.memory import release_freed_memory
 from chunkline.transforms.spill import remove_dead_spills, remove_spill
 from chunkline.transforms.write import LISTING_DIR
-from chunkline.transforms.memo import NAMESPACE as MEMO_NAMESPACE
-from chunkline.memo import KINDS as MEMO_KINDS, MEMO_DIR, MEMO_TABLE
+from chunkline.transforms.memo import NAMESPACE as MEMO_NAMESPACE, SEGMENTS_NAMESPACE as MEMO_SEGMENTS
+from chunkline.memo import KINDS as MEMO_KINDS, MEMO_DIR, MEMO_TABLE, Listed, MemoSource
 from chunkline.carry import CARRY_TABLE
 from chunkline.transforms.counters import (
     CARRY_COUNTERS, CHUNKS_CARRIED, CHUNKS_EMBEDDED, CHUNKS_REUSED, READ_DOCUMENTS, READ_REJECTED, REUSE_REJECTED, TOKENS_EMBEDDED,
@@ -173,15 +173,19 @@ def run_tables(run_dir: str, tables: Sequence[str]) -> dict[str, list[dict[str, 
     return found
 
 
-def memo_table(output: str, run_dir: str) -> list[dict[str, Any]]:
-    """The manifest's ``memo`` table (``chunkline.memo.MEMO_TABLE``): the run's own segments,
-    each with its rows and size (no reader's rows; ``gc`` keeps what a kept run lists)."""
+def memo_table(output: str, run_dir: str, source: MemoSource,
+               used: dict[int, int] | None) -> list[dict[str, Any]]:
+    """The manifest's ``memo`` table (``chunkline.memo.MEMO_TABLE``): the run's own segments
+    (what it computed, and what it recalled from a retired segment) and the segments of earlier
+    runs it still lists (``MemoSource.kept``, with ``used``: the entries recalled from each, by
+    ordinal), each with its kind, share, rows, size, age and use, by path (no reader's rows;
+    ``gc`` keeps what a kept run lists)."""
     try:
         own = sorted(m.path for m in FileSystems.match(
             [FileSystems.join(run_dir, MEMO_DIR, "*.parquet")])[0].metadata_list)
     except Exception:  # noqa: BLE001 - no memo written (nothing computed): none of its own
         own = []
-    entries = []
+    listed = source.kept(used)
     prefix = output.rstrip("/") + "/"
     for path in own:
         try:
@@ -190,9 +194,30 @@ def memo_table(output: str, run_dir: str) -> list[dict[str, Any]]:
             size = _size(path)
         except Exception:  # noqa: BLE001 - a segment gone or damaged costs the next run time only
             continue
-        entries.append({"path": path[len(prefix):] if path.startswith(prefix) else path,
-                        "rows": rows, "bytes": size})
-    return entries
+        listed.append(Listed(path[len(prefix):] if path.startswith(prefix) else path, rows, size,
+                             age=0, used=rows))
+    return [segment.entry() for segment in sorted(listed, key=lambda segment: segment.path)]
+
+
+def _segment_counts(result) -> dict[int, int] | None:
+    """Entries recalled per listed segment of the previous run (``memo_segments`` counters, by
+    ordinal); None where the runner reports no metrics (a counter never incremented is not
+    reported: a segment missing here recalled nothing)."""
+    if not reports_metrics(result):
+        return None
+    try:
+        found = result.metrics().query(beam.metrics.MetricsFilter().with_namespace(MEMO_SEGMENTS))
+    except Exception:  # noqa: BLE001 - some runners do not report metrics
+        return None
+    counts: dict[int, int] = {}
+    for counter in found["counters"]:
+        value = counter.committed if counter.committed is not None else counter.attempted
+        try:
+            ordinal = int(counter.key.metric.name)
+        except ValueError:
+            continue
+        counts[ordinal] = counts.get(ordinal, 0) + (value or 0)
+    return counts
 
 
 def _read_column(run_dir: str, tables: dict[str, list[dict[str, Any]]], table: str,
@@ -489,7 +514,8 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
         # run's among them where this run keeps rows of it, with the positions no longer live:
         # inline while few, else in the table's deletion file (format 3).
         "format": FORMAT if deletes else INLINE_FORMAT,
-        "tables": {**listed, **({MEMO_TABLE: memo_table(config.output.path, job.run_dir)}
+        "tables": {**listed, **({MEMO_TABLE: memo_table(config.output.path, job.run_dir, job.memo,
+                                                         _segment_counts(result))}
                                 if job.memo is not None else {})},
         **({"deletes": deletes} if deletes else {}),
     }

@@ -1,24 +1,31 @@
 """The memo of per-text results: keys that never collide across kinds, settings or framing,
-segments that come back exactly or not at all (a damaged one is skipped, never misread), and
-shares: what a document carries is its own previous results, loaded a share at a time."""
+segments that come back exactly or not at all (a damaged one is skipped, never misread),
+shares: what a document carries is its own previous results, loaded a share at a time, and the
+log: a run records only what it computed (and what it recalled from a retired segment),
+counting what it recalls from each listed segment."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from chunkline.memo import (
     BLOCK,
     CLEAN,
+    HERE,
     LINE_KEYS,
+    MAX_AGE,
     MAX_SHARES,
+    MIN_USED,
     MIN_SHARES,
     READ,
     SEGMENT_ENTRIES,
     SHARE_BYTES,
     SIGNATURE,
+    Listed,
     Memo,
     MemoSource,
     RecalledShares,
@@ -26,9 +33,12 @@ from chunkline.memo import (
     doc_ref,
     load_share,
     memo_key,
+    listed_from,
     pack,
+    packed_entry,
     packed_value,
     parse_segment_name,
+    retired,
     segment_name,
     shares_for,
     unit_share,
@@ -73,12 +83,12 @@ def _write(path: Path, rows: dict[tuple[bytes, bytes], bytes], kind: str = LINE_
         write_segment(rows, kind, handle)  # line keys written plain: a flipped bit is in the value
 
 
-@given(st.dictionaries(keys, st.binary(max_size=64), max_size=20))
-def test_packed_entries_come_back_and_are_found_in_place(entries) -> None:
-    packed = pack(entries)
+@given(st.dictionaries(keys, st.binary(max_size=64), max_size=20), st.integers(0, HERE))
+def test_packed_entries_come_back_and_are_found_in_place(entries, segment) -> None:
+    packed = pack(entries, segment)
     assert unpack(packed) == entries
     for key, value in entries.items():
-        assert packed_value(packed, key) == value
+        assert packed_value(packed, key) == value and packed_entry(packed, key) == (value, segment)
     assert packed_value(packed, b"\xff" * 17) is None
     assert packed_value(packed[:-1], next(iter(entries), b"")) in (None, *entries.values())
 
@@ -144,16 +154,67 @@ class _Doc:
         self.uri, self.position, self.memo = uri, position, memo
 
 
-def test_a_value_of_the_wrong_width_is_a_miss_and_what_is_used_is_recorded_by_share() -> None:
+def test_a_value_of_the_wrong_width_is_a_miss_and_only_what_is_computed_is_recorded() -> None:
     memo = Memo(SIGNATURE, "s", shares=16)
-    doc = _Doc("a.md", 0, pack({b"k" * 16: b"123", b"j" * 16: b"1234"}))
+    doc = _Doc("a.md", 0, pack({b"k" * 16: b"123", b"j" * 16: b"1234"}, segment=3))
     assert memo.recall(doc, b"k" * 16, width=4) is None and memo.misses == 1
     assert memo.recall(doc, b"j" * 16, width=4) == b"1234" and memo.hits == 1
     memo.keep(doc, b"k" * 16, b"4321")
     share = unit_share("a.md", 0, 16)
-    assert memo.take_used() == {share: {(doc_ref("a.md", 0), b"j" * 16): b"1234",
-                                        (doc_ref("a.md", 0), b"k" * 16): b"4321"}}
+    # The recalled entry stays in segment 3, which the run lists: only the computed one is new.
+    assert memo.take_used() == {share: {(doc_ref("a.md", 0), b"k" * 16): b"4321"}}
     assert memo.used == {} and memo.held == 0
+    assert memo.take_recalled() == {3: 1} and memo.recalled == {}
+
+
+def test_what_is_recalled_from_a_retired_segment_is_written_again() -> None:
+    memo = Memo(CLEAN, "s", shares=16, retired=frozenset({3}))
+    doc = _Doc("a.md", 7, pack({b"a" * 16: b"old"}, segment=3) + pack({b"b" * 16: b"kept"}, segment=5))
+    assert memo.recall(doc, b"a" * 16) == b"old" and memo.recall(doc, b"b" * 16) == b"kept"
+    assert memo.take_used() == {unit_share("a.md", 7, 16): {(doc_ref("a.md", 7), b"a" * 16): b"old"}}
+    assert memo.take_recalled() == {3: 1, 5: 1}
+
+
+def test_an_entry_of_this_run_is_neither_counted_nor_recorded_again() -> None:
+    # A stage passes on what it recalled as this run's (HERE): the last entry under a key wins,
+    # so the stage after it recalls the same value without counting it twice.
+    packed = pack({b"h" * 16: b"v"}, segment=2) + pack({b"h" * 16: b"v"})
+    assert packed_entry(packed, b"h" * 16) == (b"v", HERE)
+    memo = Memo(CLEAN, "s", retired=frozenset({2}))
+    assert memo.recall(_Doc("a.md", 0, packed), b"h" * 16) == b"v" and memo.hits == 1
+    assert memo.take_used() == {} and memo.take_recalled() == {}
+
+
+def _listed(used: int | None, *, rows: int = 100, age: int = 0, shares: int = 16) -> Listed:
+    return Listed(f"run/memo/{segment_name(CLEAN, 1, shares)}", rows, 10 * rows, age, used)
+
+
+@pytest.mark.parametrize(("segment", "gone"), [
+    (_listed(100), False),
+    (_listed(None), False),  # use not counted (a runner without metrics): age alone decides
+    (_listed(int(MIN_USED * 100)), False),
+    (_listed(int(MIN_USED * 100) - 1), True),  # past the bound: its live rows are written again
+    (_listed(100, age=MAX_AGE - 1), False),
+    (_listed(100, age=MAX_AGE), True),
+    (_listed(100, shares=32), True),  # cut into other shares than this run's
+    (Listed("run/memo/clean-old.parquet", 1, 1), True),
+])
+def test_a_segment_is_retired_when_sparse_old_or_cut_otherwise(segment, gone) -> None:
+    assert retired([segment], 16) == (frozenset({0}) if gone else frozenset())
+    assert retired([segment], 16, same_output=False) == frozenset({0})
+
+
+def test_a_run_lists_the_segments_it_keeps_one_run_older_with_what_it_recalled() -> None:
+    listed = (_listed(100), _listed(10), _listed(100, age=3))
+    source = MemoSource("w", ("a", "b", "c"), listed=listed, retired=retired(listed, 16))
+    assert source.retired == frozenset({1})
+    kept = source.kept({0: 97})
+    assert [(s.age, s.used) for s in kept] == [(1, 97), (4, 0)]
+    assert [listed_from(s.entry()) for s in kept] == kept
+    assert kept[0].entry()["kind"] == CLEAN and kept[0].entry()["share"] == 1
+    assert [s.used for s in source.kept(None)] == [None, None]
+    assert listed_from({"path": "r/memo/x.parquet", "rows": 3}) == Listed("r/memo/x.parquet", 3, 0)
+    assert listed_from({"rows": 3}) is None and listed_from("r/memo/x.parquet") is None
 
 
 def test_a_bundles_results_are_written_as_they_accumulate() -> None:
@@ -176,7 +237,10 @@ def test_a_reader_loads_only_the_shares_it_reads_a_few_at_a_time(tmp_path) -> No
         _write(Path(paths[-1]), rows, CLEAN)
     recalled = RecalledShares(MemoSource("w", tuple(paths)), _open, held=2)
     for uri, position in documents:
-        assert packed_value(recalled.entries_of(uri, position), memo.key(uri)) == b""
+        # Each entry comes with the ordinal of the listed segment it was read from.
+        ordinal = next(i for i, path in enumerate(paths)
+                       if parse_segment_name(path)[2] == unit_share(uri, position, shares))
+        assert packed_entry(recalled.entries_of(uri, position), memo.key(uri)) == (b"", ordinal)
     assert recalled.entries_of("new.md", 0) == b""
     assert recalled.loads <= len(documents) and len(recalled._loaded) <= 2
     # Asked in share order, each share is loaded once.

@@ -288,8 +288,9 @@ class _KeysOfText(beam.DoFn):
                 fresh[key] = keys
         hashed = recalled_doc_hash(self._hashes.memo, doc, fresh)
         yield TaggedOutput(KEYS, (hashed, keys))
-        # What was computed here travels on with the document: the strip reads its keys and
-        # dedupe its hash, in whatever worker process they run.
+        # What was computed here travels on with the document, and the hash even when recalled
+        # (marked as this run's, so dedupe neither counts nor records it again): the strip reads
+        # its keys and dedupe its hash, in whatever worker process they run.
         yield carrying(doc, fresh)
 
 

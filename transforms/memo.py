@@ -1,7 +1,10 @@
 """A DoFn's memo (``chunkline.memo``): results recalled from what each document carries (the
-reader hands it the previous run's entries, :class:`RecalledShares`), and the results a bundle
-used written as segments, one per share, as they accumulate and when the bundle ends, before
-the bundle commits. Counters (namespace ``memo``): ``<kind>_computed`` and ``<kind>_recalled``."""
+reader hands it the entries of the segments the previous run lists, :class:`RecalledShares`),
+and the results a bundle computed (and recalled from a retired segment) written as segments,
+one per share, as they accumulate and when the bundle ends, before the bundle commits.
+Counters (namespace ``memo``): ``<kind>_computed`` and ``<kind>_recalled``; namespace
+``memo_segments``: the entries recalled from each listed segment, by its ordinal (what the
+manifest's ``memo`` table states as ``used``, and the next run retires by)."""
 
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ from chunkline.records import Document, doc_hash
 log = logging.getLogger("chunkline.memo")
 
 NAMESPACE = "memo"
+SEGMENTS_NAMESPACE = "memo_segments"
 
 
 class MemoUse:
@@ -33,7 +37,8 @@ class MemoUse:
     def setup(self) -> None:
         if self.source is None:
             return
-        self.memo = Memo(self.kind, self.settings, self.source.shares, spill=self._write)
+        self.memo = Memo(self.kind, self.settings, self.source.shares, spill=self._write,
+                         retired=self.source.retired)
 
     def flush(self) -> None:
         memo = self.memo
@@ -42,6 +47,8 @@ class MemoUse:
         self.recalled.inc(memo.hits)
         self.computed.inc(memo.misses)
         memo.hits = memo.misses = 0
+        for segment, count in sorted(memo.take_recalled().items()):
+            Metrics.counter(SEGMENTS_NAMESPACE, str(segment)).inc(count)
         self._write(memo.take_used())
 
     def _write(self, used: dict[int, Rows]) -> None:
@@ -80,8 +87,8 @@ def without_memo(doc: Document) -> Document:
 
 def recalled_doc_hash(memo: Memo | None, doc: Document,
                       fresh: dict[bytes, bytes] | None = None) -> str:
-    """``chunkline.records.doc_hash(doc.text)``, recalled when ``doc`` carries it; one computed
-    is also put in ``fresh`` (key -> value), for a stage that passes it on (:func:`carrying`)."""
+    """``chunkline.records.doc_hash(doc.text)``, recalled when ``doc`` carries it; also put in
+    ``fresh`` (key -> value), for a stage that passes it on (:func:`carrying`)."""
     if memo is None:
         return doc_hash(doc.text)
     key = memo.key(doc.text)
@@ -89,6 +96,9 @@ def recalled_doc_hash(memo: Memo | None, doc: Document,
     if value is None or len(value) != 32:
         value = bytes.fromhex(doc_hash(doc.text))
         memo.keep(doc, key, value)
-        if fresh is not None:
-            fresh[key] = value
+    if fresh is not None:
+        # Passed on as this run's (``chunkline.memo.HERE``), recalled or computed: the stage
+        # after that asks again (dedupe) neither counts it against its segment a second time
+        # nor records it again.
+        fresh[key] = value
     return value.hex()

@@ -21,8 +21,10 @@ from hypothesis import strategies as st
 from chunkline.carry import embedding_prefix
 from chunkline.index.manifest import load_manifest
 from chunkline.index.tables import LiveFile, live_files, read_table
+from chunkline.memo import MEMO_TABLE, MIN_USED
 from chunkline.pipeline.config import load_config
 from chunkline.pipeline.run import run
+from chunkline.pipeline.runs import collect
 from chunkline.pipeline.summary import format_summary
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -131,9 +133,23 @@ def test_a_rerun_carries_what_no_change_touches_and_equals_a_rebuild(carried) ->
     assert_tables_equal(second.run_dir, rebuild.run_dir)
     statuses = dict(zip(*table(second.run_dir, "documents").select(["doc_id", "status"]).to_pydict().values()))
     assert statuses["doc010.md"] == "duplicate" and statuses["doc030.md"] == "kept"
+    # The memo: the rerun's own segments hold exactly the results it computed, by kind (the
+    # changed and new documents'); it lists the first run's segments beside them, unwritten.
+    own, earlier = {}, set()
+    for entry in memo_listing(second.run_dir):
+        if entry["path"].startswith(Path(second.run_dir).name + "/"):
+            own[entry["kind"]] = own.get(entry["kind"], 0) + entry["rows"]
+        else:
+            earlier.add(entry["path"])
+    memo = memo_counts(second.run_dir)
+    assert all(own[kind] == memo[kind]["computed"] > 0
+               for kind in ("credentials", "line_keys", "signature", "doc_hash")), (own, memo)
+    # Cleaning records only "unchanged" (a text it changes is cleaned again, never stored).
+    assert all(rows <= memo[kind]["computed"] for kind, rows in own.items()), (own, memo)
+    assert earlier == {e["path"] for e in memo_listing(first.run_dir)}
 
 
-def test_a_second_unchanged_rerun_carries_every_document(carried) -> None:
+def test_a_second_unchanged_rerun_carries_every_document(carried, tmp_path) -> None:
     base, corpus, _, second, _ = carried
     third = job(corpus, base / "index")
     assert third.counts["documents_carried"] == third.counts["kept"]
@@ -151,10 +167,39 @@ def test_a_second_unchanged_rerun_carries_every_document(carried) -> None:
     assert memo.pop("read") == {"recalled": 0, "computed": 0}  # files are read: not trusted
     assert all(kind["computed"] == 0 for kind in memo.values()), memo
     assert all(kind["recalled"] > 0 for kind in memo.values()), memo
+    # The memo is a log: a segment the run before used less than MIN_USED of (doc005 deleted,
+    # doc020 edited) is no longer listed, and what this run recalled from it is its only
+    # writing; the rest it lists as they are.
+    before, now = memo_listing(second.run_dir), memo_listing(third.run_dir)
+    dropped = [e for e in before if e["path"] not in {n["path"] for n in now}]
+    assert dropped and all(e["used"] < MIN_USED * e["rows"] for e in dropped), dropped
+    assert all(e["used"] >= MIN_USED * e["rows"] for e in before if e not in dropped)
+    own = [e for e in now if e["path"].startswith(Path(third.run_dir).name + "/")]
+    assert sum(e["rows"] for e in own) == sum(e["used"] for e in dropped) > 0
+    # The output copied and collected down to the newest run: the files it lists are exactly
+    # what stays of the earlier runs' folders, and a rerun recalls every result from them and
+    # writes no segment (every listed one fully used).
+    copy = tmp_path / "index"
+    shutil.copytree(base / "index", copy)
+    collect(str(copy), keep=1)
+    assert not (copy / Path(second.run_dir).name / "manifest.json").exists()
+    assert all((copy / e["path"]).is_file() for e in now)
+    fourth = job(corpus, copy)
+    memo = memo_counts(fourth.run_dir)
+    memo.pop("read")
+    assert all(kind["computed"] == 0 for kind in memo.values()), memo
+    assert not list((Path(fourth.run_dir) / "memo").glob("*.parquet"))
+    assert [e["path"] for e in memo_listing(fourth.run_dir)] == [e["path"] for e in now]
+    assert_tables_equal(third.run_dir, fourth.run_dir)
 
 
 def memo_counts(run_dir: str) -> dict:
     return json.loads((Path(run_dir) / "manifest.json").read_text(encoding="utf-8"))["memo"]
+
+
+def memo_listing(run_dir: str) -> list[dict]:
+    """The manifest's ``memo`` table: the segments the run lists, its own and earlier runs'."""
+    return json.loads((Path(run_dir) / "manifest.json").read_text(encoding="utf-8"))["tables"][MEMO_TABLE]
 
 
 def test_a_damaged_memo_is_computed_again_never_misread(carried, tmp_path) -> None:
@@ -362,6 +407,12 @@ def test_two_worker_processes_recall_what_either_computed(tmp_path, monkeypatch)
     memo = memo_counts(second.run_dir)
     memo.pop("read")
     assert all(kind["computed"] == 0 for kind in memo.values()), memo
-    # Every kind recalled (no line is frequent enough here for a strip decision).
+    # Every kind recalled (no line is frequent enough here for a strip decision), each entry
+    # counted once against the segment it lies in, whichever process recalled it: the rerun
+    # lists the first run's segments, every entry used, and writes none.
     assert all(kind["recalled"] > 0 for name, kind in memo.items() if name != "strip"), memo
+    assert not list((Path(second.run_dir) / "memo").glob("*.parquet"))
+    listed = memo_listing(second.run_dir)
+    assert [e["path"] for e in listed] == [e["path"] for e in memo_listing(first.run_dir)]
+    assert all(e["used"] == e["rows"] and e["age"] == 1 for e in listed), listed
     assert_tables_equal(first.run_dir, second.run_dir)
