@@ -185,7 +185,7 @@ def boilerplate_lines(text: str, frequent: AbstractSet[str], options: Boilerplat
     drop = [key is not None and key in frequent for key in keys]
     found: dict[str, str] = {}
     for index, key in enumerate(keys):
-        if drop[index] and key not in found:
+        if drop[index] and key is not None and key not in found:  # (a dropped line has a key)
             found[key] = lines[index].strip()[:MAX_SHOWN_CHARS]
     for para, key in blocks:
         if key in frequent:

@@ -84,7 +84,7 @@ def carry_key(signature: str, doc: Document, chunk_metadata: Sequence[str] | Non
     mapping edit) has its rows made again, its vectors reused by content key."""
     # The text as its digest (the one dedupe took a moment before, cached on the string): a
     # kept document's text is not hashed once more for its key.
-    parts = (doc.doc_id, doc.uri, doc.format, text_digest(doc.text).hex(),
+    parts: tuple[str, ...] = (doc.doc_id, doc.uri, doc.format, text_digest(doc.text).hex(),
              metadata_json(doc.chunk_metadata(chunk_metadata), chunk_metadata),
              json.dumps(doc.page_starts), json.dumps(doc.outline))
     if doc.principals is not None:  # off: the keys of runs before access control

@@ -254,8 +254,8 @@ def without_lines_marked(
     if not mark_lines:
         return text, ()
     line_starts = [0]
-    for line in out:
-        line_starts.append(line_starts[-1] + len(line) + 1)
+    for kept in out:
+        line_starts.append(line_starts[-1] + len(kept) + 1)
     firsts = [first for first, _, _ in landings]
     marks = []
     for line in mark_lines:

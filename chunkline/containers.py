@@ -30,6 +30,7 @@ compressed file holding no bytes, so every input file is accounted for.
 from __future__ import annotations
 
 import bz2
+import functools
 import gzip
 import io
 import lzma
@@ -38,7 +39,7 @@ import stat
 import tarfile
 import zipfile
 from dataclasses import dataclass, field
-from typing import Annotated, Callable, Iterator, NamedTuple
+from typing import IO, Annotated, Callable, Iterator, NamedTuple
 
 from annotated_types import Ge, Gt
 
@@ -157,8 +158,8 @@ class _Budget:
                           f"(input.containers.max_ratio): a decompression bomb")
 
 
-def _read_all(stream: io.BufferedIOBase | io.RawIOBase, budget: _Budget) -> bytes:
-    parts = []
+def _read_all(stream: IO[bytes] | io.BufferedIOBase | io.RawIOBase, budget: _Budget) -> bytes:
+    parts: list[bytes] = []
     while True:
         piece = stream.read(_SLICE)
         if not piece:
@@ -244,12 +245,15 @@ def _skipped(name: str, is_wanted: Callable[[str], bool]) -> bool:
     return suffix(name) not in CONTAINER_SUFFIXES and not is_wanted(name)
 
 
-def _read_member(name: str, open_member: Callable[[], io.BufferedIOBase], budget: _Budget,
+def _read_member(name: str, open_member: Callable[[], IO[bytes] | None], budget: _Budget,
                  kind: str) -> Inner:
     """One member's bytes under the budget, or why it could not be read (a bad CRC, an
     unsupported method, a member cut short); a limit still stops the whole container."""
     try:
-        with open_member() as stream:
+        stream = open_member()
+        if stream is None:  # tarfile's extractfile for what is not a regular file
+            raise ValueError("not a regular file")
+        with stream:
             return Inner(name, name, _read_all(stream, budget))
     except Refused:
         raise
@@ -280,7 +284,7 @@ def _zip_members(data: bytes, budget: _Budget, options: ContainerOptions,
         elif info.flag_bits & 0x1:
             yield Inner(info.filename, info.filename, None, "encrypted zip member")
         else:
-            yield _read_member(info.filename, lambda info=info: archive.open(info), budget, "zip")
+            yield _read_member(info.filename, functools.partial(archive.open, info), budget, "zip")
 
 
 def _tar_members(data: bytes, budget: _Budget, options: ContainerOptions,
@@ -307,8 +311,7 @@ def _tar_members(data: bytes, budget: _Budget, options: ContainerOptions,
         elif _skipped(member.name, is_wanted):
             yield Inner(member.name, member.name, None)
         else:
-            yield _read_member(member.name, lambda member=member: archive.extractfile(member),
-                               budget, "tar")
+            yield _read_member(member.name, functools.partial(archive.extractfile, member), budget, "tar")
 
 
 def _check_members(count: int, options: ContainerOptions) -> None:

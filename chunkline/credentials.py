@@ -42,12 +42,15 @@ from collections import Counter
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable, Iterable, Literal
+from typing import Callable, Final, Iterable, Literal, cast
 
 from chunkline.options import check_fields, help_text
 from chunkline.extras import require
 
-REJECT, REDACT, ALLOW = "reject", "redact", "allow"
+# Final: each name has its literal type, the one CredentialOptions.mode declares.
+REJECT: Final = "reject"
+REDACT: Final = "redact"
+ALLOW: Final = "allow"
 ENTROPY_KINDS = frozenset({"Base64 High Entropy String", "Hex High Entropy String"})
 # detect-secrets plugins left out: a public IP address is not a credential.
 _LEFT_OUT = frozenset({"Public IP (ipv4)"})
@@ -85,7 +88,8 @@ class Finding:
 
 
 # -- what a kind proves -------------------------------------------------------------------------
-CONFIRMED, LOOSE = "confirmed", "loose"
+CONFIRMED: Final = "confirmed"
+LOOSE: Final = "loose"
 # Whether a kind's match is, by its form alone, a credential (CONFIRMED: in ``reject`` mode the
 # document is a rejected row) or only may be one (LOOSE: the value is masked and the document
 # indexed, whatever the mode). Confirmed: a provider's fixed prefix with a fixed length or a
@@ -340,6 +344,7 @@ class Scanner:
         require("credentials", "detect_secrets")
         from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
         from detect_secrets.filters import heuristic
+        from detect_secrets.plugins.base import BasePlugin
         from detect_secrets.plugins.keyword import (
             QUOTES_REQUIRED_DENYLIST_REGEX_TO_GROUP,
             REGEX_BY_FILETYPE,
@@ -354,7 +359,10 @@ class Scanner:
         # config-file patterns read unquoted values too (_line_values).
         self.prose = lambda name: determine_file_type(name or "document.txt") is FileType.OTHER
         self.options = options
-        self.plugins = [cls() for kind, cls in sorted(get_mapping_from_secret_type_to_class().items())
+        # Annotated: the function returns Dict[str, Type[Plugin]] for a TypeVar Plugin its
+        # arguments never bind (mypy reads it as Type[Never]).
+        classes = cast("dict[str, type[BasePlugin]]", get_mapping_from_secret_type_to_class())
+        self.plugins = [cls() for kind, cls in sorted(classes.items())
                         if kind not in _LEFT_OUT and (options.entropy or kind not in ENTROPY_KINDS)]
         self.extra = list(_EXTRA_RULES)
         self.screens = [_multiline(getattr(plugin, "denylist", ())) for plugin in self.plugins]
@@ -686,10 +694,9 @@ def finish(text: str, found: list[Finding], line_starts: list[int]) -> list[Find
     a body), the tokens cut by a string continuation added, overlapping spans merged."""
     whole = []
     for finding in found:
-        if finding.kind == "Private Key":
-            finding = _whole_private_key(text, finding, line_starts)
-        if finding is not None:
-            whole.append(finding)
+        kept = _whole_private_key(text, finding, line_starts) if finding.kind == "Private Key" else finding
+        if kept is not None:
+            whole.append(kept)
     return _merged(whole + _wrapped_tokens(text), line_starts)
 
 

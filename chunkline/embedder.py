@@ -158,9 +158,7 @@ def model_info(options: EmbedOptions) -> ModelInfo:
     max_seq_length = _max_seq_length(model_dir, options)
     dim = _dim_from_configs(model_dir)
     if dim is None:
-        dim = _dimension(load_model(options))
-        if dim is None:
-            raise ModelNotAvailable(f"cannot tell the output dimension of {options.model}")
+        dim = _dimension(load_model(options), options.model)
     if options.dims is not None:
         if options.dims > dim:
             raise ValueError(f"embed.dims {options.dims} is more than {options.model}'s {dim} dimensions")
@@ -193,12 +191,13 @@ def load_model(options: EmbedOptions) -> "SentenceTransformer":
 
         dim = _dim_from_configs(model_dir)
         if dim is None:
-            dim = _dimension(load_model(dataclasses.replace(options, backend="torch", dtype="float32")))
+            dim = _dimension(load_model(dataclasses.replace(options, backend="torch", dtype="float32")),
+                             options.model)
         def torch_model() -> "SentenceTransformer":
             return load_model(EmbedOptions(model=str(model_dir), dtype="float32"))
 
-        return OnnxSentenceEncoder(model_dir, dtype, max_seq_length, dim, torch_model,
-                                   options.threads)
+        return OnnxSentenceEncoder(  # type: ignore[return-value]  # a stand-in: it answers the calls chunkline makes
+            model_dir, dtype, max_seq_length, dim, torch_model, options.threads)
     from transformers.utils import logging as transformers_logging
 
     # Its "Loading weights" bar would print from every worker into the run's own display.
@@ -286,6 +285,8 @@ def embed_by_tokens(
     import torch
 
     limit = model.max_seq_length
+    if limit is None:  # load_model sets it; a model loaded elsewhere may not have
+        raise ValueError("the model has no max_seq_length (chunkline.embedder.load_model sets it)")
     if not texts:
         return np.zeros((0, options.dims or _dimension(model)), dtype=np.float32), PassStats(0, 0, 0, 0)
     tokenizer = model.tokenizer
@@ -384,11 +385,15 @@ def token_lengths(model: "SentenceTransformer", texts: Sequence[str]) -> list[in
     return [int(n) for n in encoded["length"]]
 
 
-def _dimension(model: "SentenceTransformer") -> int | None:
+def _dimension(model: "SentenceTransformer", name: str = "the model") -> int:
+    """The model's output dimension; ModelNotAvailable where its modules do not tell it."""
     # sentence-transformers 6 renamed get_sentence_embedding_dimension (now deprecated, with a
     # FutureWarning); 3.x-5.x have only the old name.
     getter = getattr(model, "get_embedding_dimension", None)
-    return getter() if getter else model.get_sentence_embedding_dimension()
+    dim = getter() if getter else model.get_sentence_embedding_dimension()
+    if dim is None:
+        raise ModelNotAvailable(f"cannot tell the output dimension of {name}")
+    return dim
 
 
 # ------------------------------------------------------------------------------ config reading

@@ -101,7 +101,12 @@ class LateChunker:
         self.tokenizer = _offsets_tokenizer(model)
         self.prefix, self.suffix, self.pad_id = _special_ids(self.tokenizer, model)
         specials = len(self.prefix) + len(self.suffix)
-        window = options.window if options.window is not None else model.max_seq_length - specials
+        if options.window is not None:
+            window = options.window
+        elif model.max_seq_length is not None:
+            window = model.max_seq_length - specials
+        else:
+            raise ValueError("late chunking: the model sets no max_seq_length; set the window")
         positions = getattr(self.transformer.config, "max_position_embeddings", None)
         if window < 1 or (positions is not None and window + specials > positions):
             raise ValueError(
@@ -140,8 +145,8 @@ class LateChunker:
         """:meth:`vectors`, with what reading the document cost (for the embed stage's
         counters)."""
         read = self._read(text)
-        if len(read.offsets) == 0:
-            empty = read.empty()
+        empty = read.empty() if len(read.offsets) == 0 else None
+        if empty is not None:  # a text without a token
             rows = np.tile(empty, (len(spans), 1)).astype(np.float32)
             return SpanVectors(_normalized(rows), read.windows, read.tokens_read)
         lo, hi = token_runs(read.offsets, spans)

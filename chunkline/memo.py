@@ -373,7 +373,7 @@ def load_share(paths: Iterable[str], open_file, *, ordinals: Sequence[int] | Non
     for path, ordinal in zip(paths, ordinals if ordinals is not None else [HERE] * len(paths)):
         named = parse_segment_name(path)
         table = read_segment(path, open_file) if named is not None else None
-        if table is None:
+        if named is None or table is None:
             continue
         size += table.nbytes
         keys, values = table.column("key").to_pylist(), table.column("value").to_pylist()

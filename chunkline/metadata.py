@@ -107,9 +107,10 @@ def _canonical_number(value: int | float) -> int | float:
         if INT64_MIN <= value <= INT64_MAX:
             return value
         try:
-            value = float(value)  # correctly rounded: the nearest double
+            as_float = float(value)  # correctly rounded: the nearest double
         except OverflowError:
             raise ValueError(f"{_digits(value)} is beyond the range of a double") from None
+        value = as_float
         # and that double by the rule: -2**63 - 1 rounds to -2**63, an integer within range
     if not math.isfinite(value):
         raise ValueError(f"{value} is not a finite number")
@@ -449,7 +450,7 @@ def parse_condition(spec: str) -> tuple[str, str] | TypedCondition:
     return key.strip(), value
 
 
-def matches(metadata: str, conditions: Sequence[tuple[str, str] | TypedCondition]) -> bool:
+def matches(metadata: str | None, conditions: Sequence[tuple[str, str] | TypedCondition]) -> bool:
     """Whether a metadata JSON object meets every condition.
 
     ``(key, text)``: a string value equals the text; a number, boolean or null equals its JSON

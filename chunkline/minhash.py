@@ -24,15 +24,19 @@ import re
 from dataclasses import dataclass, field
 from chunkline.options import check_fields, help_text
 from annotated_types import Ge, Gt, Le, Lt
-from typing import Annotated, Literal
-from typing import Hashable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Annotated, Final, Literal
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
+if TYPE_CHECKING:  # typeshed's name for what sorted() takes: ordered by <
+    from _typeshed import SupportsRichComparisonT
+
 from chunkline.extras import require
 
-SMALLEST_DOC_ID = "smallest_doc_id"
-LONGEST = "longest"
+# Final: each name has its literal type, the one MinHashOptions.survivor declares.
+SMALLEST_DOC_ID: Final = "smallest_doc_id"
+LONGEST: Final = "longest"
 SURVIVOR_RULES = (SMALLEST_DOC_ID, LONGEST)
 
 # A word is a run of Unicode word characters of the lower-cased text, so punctuation, case and
@@ -84,7 +88,7 @@ class MinHashOptions:
         check_fields(self)
         if (self.bands is None) != (self.rows is None):
             raise ValueError("MinHashOptions.bands and rows are given together or not at all")
-        if self.bands is not None and self.bands * self.rows > self.num_perm:
+        if self.bands is not None and self.rows is not None and self.bands * self.rows > self.num_perm:
             raise ValueError(
                 f"MinHashOptions: bands x rows ({self.bands} x {self.rows}) exceeds num_perm "
                 f"({self.num_perm})"
@@ -402,7 +406,8 @@ def survivor_key(doc_id: str, length: int, rule: str) -> tuple:
     raise ValueError(f"unknown survivor rule {rule!r}; expected one of {SURVIVOR_RULES}")
 
 
-def bucket_pairs(members: Sequence[Hashable], max_bucket_pairs: int) -> list[tuple]:
+def bucket_pairs(members: Sequence[SupportsRichComparisonT], max_bucket_pairs: int
+                 ) -> list[tuple[SupportsRichComparisonT, SupportsRichComparisonT]]:
     """Candidate pairs of one LSH bucket, members in sorted order, each pair (smaller, larger):
     all pairs up to ``max_bucket_pairs`` members, else a star from the smallest member."""
     ordered = sorted(set(members))

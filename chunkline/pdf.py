@@ -57,7 +57,7 @@ def read_pdf(data: bytes, ocr: OcrOptions | None = None) -> PdfText | str:
         info = {name: value.strip() for key, name in INFO_KEYS.items()
                 for value in [pdf.get_metadata_value(key)] if value and value.strip()}
         layerless = sum(1 for page in pages if not page.strip())
-        if use_ocr and pages:
+        if use_ocr and ocr is not None and pages:  # (use_ocr says ocr is not None)
             from chunkline.ocr import ocr_pdf_pages  # OpenCV and the models only when asked
 
             read = ocr_pdf_pages(pdf, pages, ocr)
@@ -118,7 +118,7 @@ def outline_headings(text: str, page_starts: tuple[int, ...],
     bookmark names a page, and the page is the finest place it is known to point at). Levels
     are the outline's depth, 1 for the top."""
     found: list[Heading] = []
-    last_at = {}
+    last_at: dict[int, int] = {}
     for index, level, title in outline:
         page_start = page_starts[index]
         page_end = page_starts[index + 1] if index + 1 < len(page_starts) else len(text)

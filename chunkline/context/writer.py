@@ -117,7 +117,7 @@ class HeaderWriter:
                 remaining[0] -= 1
                 last = remaining[0] == 0
             if last:
-                done.set_result(results)  # type: ignore[arg-type]
+                done.set_result(results)  # type: ignore[arg-type]  # no None: the last callback, every slot set
 
         def send(indices: range) -> None:
             for index in indices:

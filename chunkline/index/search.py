@@ -39,7 +39,7 @@ import dataclasses
 import json
 import threading
 import time
-from typing import Any, Callable, Generic, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generic, Sequence, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -80,6 +80,9 @@ from chunkline.index.results import (
     SearchResult,
 )
 from chunkline.index.tables import read_table
+
+if TYPE_CHECKING:  # the embedder's module is imported when a question is embedded
+    from chunkline.embedder import EmbedOptions
 
 # What a hit is made of, and what expansion reads of a chunk's neighbours.
 _ROW_COLUMNS = ["doc_id", "chunk_id", "chunk_index", "headings", "start", "end", "text", "tokens"]
@@ -157,7 +160,7 @@ class Index:
                                    ).combine_chunks()
         self._vectors: np.ndarray | None = None
         self._renormalize = False
-        self._embed = None
+        self._embed: EmbedOptions | None = None
         self._postings: _Postings | None = None
         self._bm25: SparseOptions | None = None
         self._df: tuple[np.ndarray, np.ndarray] | None = None
@@ -215,13 +218,15 @@ class Index:
         what :meth:`search_vector` takes. Loads the model on first use."""
         from chunkline.embedder import embed_texts
 
-        if self._vectors is None:
+        if self._vectors is None or self._embed is None:  # (set together)
             raise ValueError(no_vectors(self.run_dir))
         model, _ = self._model.get()
         with self._model_calls:
             return embed_texts(model, [question], self._embed)[0]
 
     def _read_model(self) -> tuple[Any, float]:
+        if self._embed is None:
+            raise ValueError(no_vectors(self.run_dir))
         started = time.perf_counter()
         model = _loaded_model(dataclasses.replace(self._embed, model=local_model_dir(self._embed.model)))
         return model, time.perf_counter() - started
@@ -261,7 +266,7 @@ class Index:
     def readable(self, principals: Sequence[str] | str) -> np.ndarray:
         """For each chunk (in the run's order), whether a caller holding ``principals`` may read
         it: it names one of them or the public principal. Every chunk on an unprotected run."""
-        caller = check_principals(principals)
+        caller = check_principals(principals) or ()
         if self._access is None:
             return np.ones(self._size, bool)
         if self._readers is None:  # a protected run without a chunk
@@ -284,8 +289,9 @@ class Index:
         if self._size == 0:
             return SearchResult((), (*notes, Note(EMPTY_INDEX, f"no hits: {run_dir} holds no chunk")))
         if readable is not None and not readable.any():
+            named = ", ".join(caller or ())
             return SearchResult((), (Note(NOT_READABLE, "no hits: no chunk of this index is readable "
-                                                        f"by {', '.join(caller) or 'a caller without principals'}"),))
+                                                        f"by {named or 'a caller without principals'}"),))
         rows = None if readable is None else np.flatnonzero(readable)  # ascending positions
         if where:
             if "metadata" not in self._rows.column_names:
@@ -360,6 +366,8 @@ class Index:
     def _sparse(self, terms: Sequence[int], rows: np.ndarray | None) -> np.ndarray:
         """BM25 of each chunk (of ``rows``): its stored weights times the IDF of the question's
         distinct terms, summed."""
+        if self._postings is None:
+            raise ValueError(no_bm25(self.run_dir))
         scores = self._postings.scores(terms, self._idf(terms), self._size)
         return scores if rows is None else scores[rows]
 
@@ -378,6 +386,8 @@ class Index:
         ``restricted``: only what the caller may read was ranked, and the note never says
         whether the chunks they may not read hold the terms."""
         options = self._bm25
+        if options is None or self._postings is None:  # (set together)
+            raise ValueError(no_bm25(self.run_dir))
         if not terms:
             words = list(dict.fromkeys(analyze(question, dataclasses.replace(options, stop_words=None,
                                                                              stemmer=None))))
@@ -616,7 +626,7 @@ class _Documents:
                         lo, hi = min(lo, neighbour), max(hi, neighbour)
                         grew = True
             at = self._text_row.get(hit.doc_id)
-            text = None if at is None else self._texts.column("text")[at].as_py()
+            text = None if at is None or self._texts is None else self._texts.column("text")[at].as_py()
             out.append(dataclasses.replace(hit, expanded_start=start, expanded_end=end,
                                            expanded_text=text[start:end] if text is not None else None))
         return out
@@ -656,7 +666,7 @@ def _quoted(names: Sequence[str], limit: int = 10) -> str:
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
-def _why_nothing_matches(metadata: list[str | None], where: list) -> Note:
+def _why_nothing_matches(metadata: Sequence[str | None], where: list) -> Note:
     """Why no chunk meets ``where`` (``metadata``: the run's distinct metadata texts): a key that
     no chunk has, else the conditions that match no chunk alone, else the combination. Read only
     for an empty result."""

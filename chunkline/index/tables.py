@@ -290,8 +290,8 @@ def live_rows(run_dir: str, manifest: dict[str, Any], table: str) -> int | None:
     """Live rows of ``table`` as the manifest states them; None for a format-1 manifest (its
     files' footers say)."""
     files = live_files(run_dir, manifest, table)
-    counts = [f.live_rows for f in files]
-    return None if any(c is None for c in counts) else sum(counts)  # type: ignore[misc]
+    counts = [f.live_rows for f in files if f.live_rows is not None]
+    return sum(counts) if len(counts) == len(files) else None
 
 
 def read_shard(path: str, read: Callable[[pq.ParquetFile], pa.Table]) -> pa.Table:

@@ -107,9 +107,9 @@ def _epub(data: bytes) -> Converted | str:
         text = html_to_text(decoded[0])
         if not text.strip():
             continue
-        title = titles.get(posixpath.normpath(item.get_name()))
-        if title and not _HEADING_LINE.match(text):  # its opening text belongs under a title
-            text = heading(1, title) + "\n\n" + text
+        chapter = titles.get(posixpath.normpath(item.get_name()))
+        if chapter and not _HEADING_LINE.match(text):  # its opening text belongs under a title
+            text = heading(1, chapter) + "\n\n" + text
         chapters.append(text)
     body = blocks(chapters)
     if not body.strip():

@@ -104,15 +104,15 @@ def document_of(element: Any, fields: ElementFields = DICT_FIELDS, *,
     text = element[fields.text]
     if not isinstance(text, str):
         return f"{fields.text!r} is {_type_name(text)}, not a string"
-    doc_id = None
+    given_id: str | None = None
     if fields.id is not None and element.get(fields.id) is not None:
-        doc_id, problem = _id_of(element[fields.id], fields.id)
+        given_id, problem = _id_of(element[fields.id], fields.id)
         if problem:
             return problem
-    problem = _text_problem(text, fields.text, doc_id)
+    problem = _text_problem(text, fields.text, given_id)
     if problem:
         return problem
-    doc_id = doc_id if doc_id is not None else text_id(text)
+    doc_id = given_id if given_id is not None else text_id(text)
     uri = ""
     if fields.uri is not None and element.get(fields.uri) is not None:
         uri = element[fields.uri]

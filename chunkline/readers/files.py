@@ -131,9 +131,9 @@ def stream_file(uri: str, root: str, handle: BinaryIO, size: int, options: ReadO
     else:
         records = stream_jsonl(uri, path_id, handle, options,
                                part if isinstance(part, LineSlice) else None)
-    facts = {"format": FORMATS.get(ext, ""), "file_size": size, "file_modified": modified}
     for record in records:
-        yield _finished(replace(record, **facts), path_id, options) if isinstance(record, Document) else record
+        yield (_finished(replace(record, format=FORMATS.get(ext, ""), file_size=size, file_modified=modified),
+                         path_id, options) if isinstance(record, Document) else record)
 
 
 def _decoded(uri: str, path_id: str, ext: str, data: bytes, options: ReadOptions,
@@ -150,8 +150,8 @@ def _decoded(uri: str, path_id: str, ext: str, data: bytes, options: ReadOptions
             records = [_with_parent(record, parent, path_id, options) for record in records]
         return records
     records = _decode_bytes(uri, path_id, ext, data, options)
-    facts = {"format": FORMATS.get(ext, ""), "file_size": len(data), "file_modified": modified}
-    finished = [_finished(replace(record, **facts), path_id, options)
+    finished = [_finished(replace(record, format=FORMATS.get(ext, ""), file_size=len(data),
+                                  file_modified=modified), path_id, options)
                 if isinstance(record, Document) else record for record in records]
     if parent is None:
         return finished
@@ -175,9 +175,9 @@ def _decode_mail(uri: str, path_id: str, data: bytes, options: ReadOptions,
     attachment no reader takes, or past ``input.containers.max_depth`` messages deep, is a
     ``Rejected``."""
     message = read_message(data)
-    facts = {"format": FORMATS[".eml"], "file_size": len(data), "file_modified": modified}
     records: list[Document | Rejected] = [
-        _finished(replace(record, **facts), path_id, options) if isinstance(record, Document)
+        _finished(replace(record, format=FORMATS[".eml"], file_size=len(data), file_modified=modified),
+                  path_id, options) if isinstance(record, Document)
         else record for record in _converted(uri, path_id, message.converted, options)]
     max_depth = options.containers.max_depth
     for attachment in message.attachments:
@@ -294,8 +294,8 @@ def _decode_container(uri: str, path_id: str, data: bytes, options: ReadOptions,
         reason = inner.reason or _early_reason(ext, len(inner.data or b""), options)
         if reason is None and inner.data is None:
             reason = f"unsupported file type {ext}" if ext else "unsupported file type (no extension)"
-        if reason is not None:
-            records.append(Rejected(member_uri, member_id, reason))
+        if reason is not None or inner.data is None:  # (the second never without the first)
+            records.append(Rejected(member_uri, member_id, reason or "unsupported file type"))
             continue
         records.extend(_decoded(member_uri, member_id, ext, inner.data, options, modified))
     return records
@@ -355,9 +355,10 @@ def _decode_bytes(uri: str, doc_id: str, ext: str, data: bytes,
         if not plain.strip():
             return [Rejected(uri, doc_id, EMPTY)]  # no text at all, not even page chrome
         html = text
-        text = main_content(html, plain)
-        if text is None:
+        main = main_content(html, plain)
+        if main is None:
             return [Rejected(uri, doc_id, NO_MAIN_CONTENT)]
+        text = main
         try:
             metadata = metadata_pairs(page_metadata(html).items(), max_depth=options.max_metadata_depth)
         except MetadataError as exc:
@@ -390,7 +391,7 @@ def _decode_pdf(uri: str, doc_id: str, data: bytes, options: ReadOptions,
     too_big = over_limit(len(text.encode("utf-8")), options)
     if too_big:
         return Rejected(uri, doc_id, f"{too_big} (text read from the {what})")
-    facts = dict(found.info)
+    facts: dict[str, object] = dict(found.info)
     if found.ocr_engine is not None:
         # What read the text, and how sure it was: a reader of a chunk can tell OCR from a
         # text layer, and a low confidence from a clean page.

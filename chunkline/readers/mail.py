@@ -21,7 +21,7 @@ import mimetypes
 import re
 from dataclasses import dataclass
 from email import policy
-from email.message import EmailMessage
+from email.message import EmailMessage, MIMEPart
 from email.utils import parsedate_to_datetime
 from typing import Any, Iterator
 
@@ -96,7 +96,7 @@ def _body_text(message: EmailMessage) -> str:
     return content.replace("\r\n", "\n").strip("\n")
 
 
-def _part_text(part: EmailMessage) -> str:
+def _part_text(part: MIMEPart) -> str:
     """A text part's bytes (its transfer encoding undone) read in its declared charset, strictly.
 
     The ``charset`` parameter names the part's encoding (RFC 2046, 4.1.2), US-ASCII where there
@@ -105,7 +105,9 @@ def _part_text(part: EmailMessage) -> str:
     declared, or a charset Python does not know, are read as a file's bytes are
     (:func:`chunkline.readers.text.decode_text`: a BOM, UTF-8, then detection used only when
     confident), so a body is read right or refused, never indexed as replacement characters."""
-    payload = part.get_payload(decode=True) or b""
+    payload = part.get_payload(decode=True)
+    if not isinstance(payload, bytes):  # None for a multipart
+        payload = b""
     declared = part.get_content_charset()
     try:
         return payload.decode(declared or "us-ascii")

@@ -23,7 +23,8 @@ def _source(cell: dict[str, Any], key: str = "source") -> str:
 def language_of(notebook: dict[str, Any]) -> str:
     """The kernel's language: ``metadata.kernelspec.language``, else
     ``metadata.language_info.name``, else ``metadata.language`` (nbformat 3), else python."""
-    metadata = notebook.get("metadata") if isinstance(notebook.get("metadata"), dict) else {}
+    given = notebook.get("metadata")
+    metadata = given if isinstance(given, dict) else {}
     for found in ((metadata.get("kernelspec") or {}).get("language"),
                   (metadata.get("language_info") or {}).get("name"), metadata.get("language")):
         if isinstance(found, str) and found.strip():

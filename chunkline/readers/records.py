@@ -116,12 +116,11 @@ def stream_jsonl(uri: str, path_id: str, handle: BinaryIO, options: ReadOptions,
         if error is None and not text.strip():
             continue  # blank lines separate nothing and are no records
         result = error if error is not None else _jsonl_record(text, uri, options)
-        if isinstance(result, str):
-            result = Rejected(uri, locator(path_id, number), f"line {number}: {result}")
-        else:
-            result = replace(result, position=number, encoding=encoding)
         found = True
-        yield result
+        if isinstance(result, str):
+            yield Rejected(uri, locator(path_id, number), f"line {number}: {result}")
+        else:
+            yield replace(result, position=number, encoding=encoding)
     if not found and part is None:  # a sliced file has text: some piece yields a record
         yield Rejected(uri, path_id, f"{EMPTY} (no JSON lines)")
 
@@ -291,12 +290,11 @@ def stream_parquet(uri: str, path_id: str, source: Any, options: ReadOptions,
         for index in range(batch.num_rows):
             result = _parquet_row(index, columns, uri, options)
             if isinstance(result, str):
-                result = Rejected(uri, locator(path_id, row), f"row {row}: {result}")
+                yield Rejected(uri, locator(path_id, row), f"row {row}: {result}")
             else:
                 # Parquet's STRING logical type is UTF-8 by the format's definition.
-                result = replace(result, position=row, encoding="utf-8")
+                yield replace(result, position=row, encoding="utf-8")
             row += 1
-            yield result
 
 
 def _parquet_row(

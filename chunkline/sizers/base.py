@@ -105,7 +105,8 @@ class Measure:
     def piece_counts(self, starts: list[int], ends: list[int], limit: int) -> list[int | None]:
         """Exact count per piece ``text[starts[k]:ends[k]]``, or None where a piece is surely
         over ``limit`` (a caller that only needs to know it does not fit is spared the encode)."""
-        text, counts = self.text, []
+        text = self.text
+        counts: list[int | None] = []
         # In batches of at most COUNT_BATCH_CHARS characters: a batch's encodings are held
         # together (~90 bytes a character natively for a Hugging Face tokenizer).
         k = 0

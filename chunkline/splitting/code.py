@@ -160,13 +160,13 @@ def split_code(
     if isinstance(tokenizer, str):
         tokenizer = get_tokenizer(tokenizer)
     grammar = _grammar(language) if language is not None else None
-    if not text or grammar is None:
+    if not text or language is None or grammar is None:
         return split(text, max_tokens, overlap, tokenizer, markdown=False, max_chars=max_chars)
     import tree_sitter
 
     source = text.encode("utf-8", "surrogatepass")
     root = tree_sitter.Parser(grammar).parse(source).root_node
-    tree = _Tree(root, source, _SYNTAX[language], _Offsets(text, source))  # type: ignore[index]
+    tree = _Tree(root, source, _SYNTAX[language], _Offsets(text, source))
     measure = tokenizer.measure(text)
     atoms = _atoms(tree, measure, max_tokens, max_chars)
     cuts = tokenizer.unknown_word_cuts(text)
@@ -309,7 +309,7 @@ class _Tree:
         inside trivia, outermost first; [] when only whitespace and trivia remain."""
         size = len(self.source)
         while True:
-            at = _SPACE.match(self.source, at).end()
+            at = _SPACE.match(self.source, at).end()  # type: ignore[union-attr]  # a \s* pattern: always a match
             if at >= size:
                 return []
             chain = self._chain(at)

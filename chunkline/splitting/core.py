@@ -187,7 +187,7 @@ def add_pieces(
         if k > done:  # a run of fitting pieces: one extend instead of an append per atom
             atoms.starts.extend(starts[done:k])
             atoms.ends.extend(ends[done:k])
-            atoms.counts.extend(counts[done:k])  # type: ignore[arg-type]
+            atoms.counts.extend(counts[done:k])  # type: ignore[arg-type]  # no None: those pieces are in `over`
         if k < len(starts):
             cut_by_separators(measure, starts[k], ends[k], next_level, limit, max_chars, atoms)
         done = k + 1

@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from itertools import pairwise
-from typing import Any, Iterator
+from typing import Any, Iterator, Literal, get_args
 
 from markdown_it import MarkdownIt
 
@@ -290,13 +290,15 @@ def _block_parser(with_tables: bool):
     except ImportError:
         return None
     parser = markdown_it_pyrs.MarkdownIt("zero")
-    parser.enable_many(list(_BLOCK_RULES) + (["table"] if with_tables else []))
+    parser.enable_many([*_BLOCK_RULES, "table"] if with_tables else [*_BLOCK_RULES])
     return parser
 
 
 # CommonMark's block rules; inline parsing changes nothing about where headings are.
-_BLOCK_RULES = ("blockquote", "code", "fence", "heading", "hr", "lheading", "list",
-                "paragraph", "reference", "html_block")
+# A Literal: markdown-it-pyrs' enable_many takes its rules' names as one (its stub).
+_BlockRule = Literal["blockquote", "code", "fence", "heading", "hr", "lheading", "list",
+                     "paragraph", "reference", "html_block"]
+_BLOCK_RULES: tuple[_BlockRule, ...] = get_args(_BlockRule)
 _HEADING_NODES = ("heading", "lheading")
 
 

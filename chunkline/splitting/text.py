@@ -320,9 +320,10 @@ def _count_from_pieces(
     """Count of text[lo:hi] from its pieces' counts; None when surely over ``limit``."""
     if len(counts) == 1:
         return counts[0]
-    if any(c is None for c in counts):
+    known = [c for c in counts if c is not None]
+    if len(known) < len(counts):
         return None
-    total = sum(counts)  # type: ignore[arg-type]
+    total = sum(known)
     if all(measure.additive_cuts(starts[1:])):
         return total
     if total > 2 * limit + 16:
