@@ -90,6 +90,15 @@ def generate(directory: Path, megabytes: float, seed: int = 11) -> tuple[int, in
     return count, written
 
 
+def corpus_for(base: Path, megabytes: float) -> Path:
+    """``base/corpus_<MB>mb``, generated unless a previous run left it there."""
+    corpus = base / f"corpus_{megabytes:g}mb"
+    if not corpus.exists():
+        docs, size = generate(corpus, megabytes)
+        print(f"generated {docs} documents, {size / 1e6:.1f} MB in {corpus}", flush=True)
+    return corpus
+
+
 def run_once(repo: Path, corpus: Path, output: Path) -> dict:
     command = [
         sys.executable, "-c", "import sys; from chunkline.pipeline.cli import main; sys.exit(main())",
@@ -123,10 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     base = args.corpus_dir or Path(tempfile.mkdtemp(prefix="chunkline-scale-"))
     rows = []
     for megabytes in args.mb:
-        corpus = base / f"corpus_{megabytes:g}mb"
-        if not corpus.exists():
-            docs, size = generate(corpus, megabytes)
-            print(f"generated {docs} documents, {size / 1e6:.1f} MB in {corpus}", flush=True)
+        corpus = corpus_for(base, megabytes)
         with tempfile.TemporaryDirectory(prefix="chunkline-scale-out-") as output:
             result = run_once(args.repo.resolve(), corpus, Path(output))
         counts = result["counts"]

@@ -30,7 +30,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.scale_bench import generate  # noqa: E402
+from bench.scale_bench import corpus_for  # noqa: E402
 
 SDK_WORKER = "sdk_worker_main"
 
@@ -103,10 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     base = args.corpus_dir or Path(tempfile.mkdtemp(prefix="chunkline-rss-"))
     results = []
     for megabytes in args.mb:
-        corpus = base / f"corpus_{megabytes:g}mb"
-        if not corpus.exists():
-            docs, size = generate(corpus, megabytes)
-            print(f"generated {docs} documents, {size / 1e6:.1f} MB in {corpus}", flush=True)
+        corpus = corpus_for(base, megabytes)
         with tempfile.TemporaryDirectory(prefix="chunkline-rss-out-") as output:
             result = run_sampled(corpus, Path(output), args.workers)
         results.append(result)
