@@ -19,9 +19,12 @@ nothing changed writes none. Each recall is counted against the listed segment i
 (:func:`pack` carries each entry's segment ordinal; Beam counters sum them, namespace
 ``memo_segments``). Growth is bounded by :func:`retired`: a segment the previous run used less
 than :data:`MIN_USED` of (the rest is results of texts gone or changed), or that would be older
-than :data:`MAX_AGE` runs, is not listed again, and what this run recalls from it is written
-again in its own segments, so nothing recalled is lost and at most about a fifth of the listed
-rows (plus one run's changes) is dead weight. ``chunkline gc`` keeps exactly the files kept
+than :data:`MAX_AGE` runs, is due; a run retires due segments up to a budget (about a
+thirty-second of the memo's bytes, so the rewriting spreads over nights) and every segment
+past :data:`HARD_MIN_USED` or :data:`HARD_MAX_AGE`; a retired segment is not listed again and
+what this run recalls from it is written again in its own segments, so nothing recalled is lost
+and at most about a quarter of the listed rows (plus one run's changes; half at the hard bound)
+is dead weight. ``chunkline gc`` keeps exactly the files kept
 runs list, segments of earlier runs included, so a run published or rolled back to still
 recalls its memo.
 
@@ -98,9 +101,21 @@ _LENGTH = 4  # bytes of a value's length (and of its segment's ordinal) in a pac
 HERE = (1 << 32) - 1
 # A run lists an earlier run's segment (instead of writing its entries again) while the run
 # before it used at least this share of its rows, and for at most MAX_AGE runs after the run
-# that wrote it (``retired``).
+# that wrote it (``retired``) -- as far as the run's rewrite budget reaches: past it, until
+# the segment is HARD_MIN_USED used or HARD_MAX_AGE runs old.
 MIN_USED = 0.8
 MAX_AGE = 16
+HARD_MIN_USED = 0.5
+HARD_MAX_AGE = 4 * MAX_AGE
+# What one run may rewrite of segments that are due (sparse or old) but not past the hard
+# bounds: a share of the listed memo's bytes, or REWRITE_FLOOR when that is more. A memo's
+# segments age and thin out together (a nightly change is spread evenly over them), so without
+# a budget one night rewrites the whole memo; with it, that work spreads over about
+# REWRITE_SHARE**-1 nights (the partial progress of Iceberg's rewrite_data_files,
+# https://iceberg.apache.org/docs/latest/maintenance/#compact-data-files). 1/32 keeps up with
+# 1 % of the documents changing a night at about a quarter of a segment's rows dead.
+REWRITE_SHARE = 1 / 32
+REWRITE_FLOOR = 256 << 10
 
 
 def memo_schema() -> pa.Schema:
@@ -169,24 +184,43 @@ def listed_from(entry: Mapping) -> Listed | None:
 
 def retired(listed: Sequence[Listed], shares: int, *, same_output: bool = True) -> frozenset[int]:
     """The ordinals of the previous run's ``listed`` segments this run no longer lists: what it
-    recalls from them it writes again (:meth:`Memo.get`). A segment is retired when the run
-    before used less than :data:`MIN_USED` of its rows (the rest is results of texts gone or
-    changed: dead weight every reader of its share loads), when it would be older than
-    :data:`MAX_AGE` runs (each run adds a few small segments per share: this bounds the
-    segments a share is read from, and the run folders a run's memo lies in, to MAX_AGE + 1),
-    when it is cut into other shares than this run's (a listing is cut one way, so a reader
-    finds a document's entries in one share), or when it lies in another OUTPUT (a manifest
-    lists only its own output's files). The log-structured merge of Iceberg's and Delta Lake's
-    compaction: the live rows of a file gone sparse are rewritten, the file dropped from the
-    next snapshot, and removed only once no kept snapshot lists it (``chunkline gc``)."""
-    gone = set()
+    recalls from them it writes again (:meth:`Memo.get`). A segment is retired when it is cut
+    into other shares than this run's (a listing is cut one way, so a reader finds a document's
+    entries in one share), when it lies in another OUTPUT (a manifest lists only its own
+    output's files), or when it is past a hard bound: the run before used less than
+    :data:`HARD_MIN_USED` of its rows, or it would be older than :data:`HARD_MAX_AGE` runs.
+    A segment is *due* when the run before used less than :data:`MIN_USED` of its rows (the
+    rest is results of texts gone or changed: dead weight every reader of its share loads) or
+    it would be older than :data:`MAX_AGE` runs (each run adds a few small segments per share:
+    age bounds the segments a share is read from); the due ones are retired sparsest first,
+    then oldest, then smallest, while their bytes fit the run's budget (:func:`rewrite_budget`),
+    so the memo is rewritten a little each night, never all in one. The log-structured merge of
+    Iceberg's and Delta Lake's compaction: the live rows of a file gone sparse are rewritten,
+    the file dropped from the next snapshot, and removed only once no kept snapshot lists it
+    (``chunkline gc``)."""
+    gone: set[int] = set()
+    due: list[tuple[float, int, int, int]] = []
     for ordinal, segment in enumerate(listed):
         named = parse_segment_name(segment.path)
-        sparse = segment.used is not None and segment.used < MIN_USED * segment.rows
-        if (not same_output or named is None or named[1] != shares or sparse
-                or segment.age + 1 > MAX_AGE):
+        use = 1.0 if segment.used is None or segment.rows <= 0 else segment.used / segment.rows
+        if (not same_output or named is None or named[1] != shares or use < HARD_MIN_USED
+                or segment.age + 1 > HARD_MAX_AGE):
             gone.add(ordinal)
+        elif use < MIN_USED or segment.age + 1 > MAX_AGE:
+            due.append((use, -segment.age, segment.bytes, ordinal))
+    budget = rewrite_budget(listed)
+    for _, _, size, ordinal in sorted(due):
+        if budget <= 0:  # the last one taken may pass it: each run makes progress
+            break
+        budget -= size
+        gone.add(ordinal)
     return frozenset(gone)
+
+
+def rewrite_budget(listed: Sequence[Listed]) -> int:
+    """The bytes of due segments one run may retire (and so write again): :data:`REWRITE_SHARE`
+    of the listed segments' bytes, at least :data:`REWRITE_FLOOR`."""
+    return max(REWRITE_FLOOR, int(REWRITE_SHARE * sum(segment.bytes for segment in listed)))
 
 
 @dataclass(frozen=True)

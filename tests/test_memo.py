@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chunkline.memo import (
@@ -17,7 +17,10 @@ from chunkline.memo import (
     CLEAN,
     HERE,
     LINE_KEYS,
+    HARD_MAX_AGE,
+    HARD_MIN_USED,
     MAX_AGE,
+    REWRITE_FLOOR,
     MAX_SHARES,
     MIN_USED,
     MIN_SHARES,
@@ -39,6 +42,7 @@ from chunkline.memo import (
     packed_value,
     parse_segment_name,
     retired,
+    rewrite_budget,
     segment_name,
     shares_for,
     unit_share,
@@ -202,6 +206,36 @@ def _listed(used: int | None, *, rows: int = 100, age: int = 0, shares: int = 16
 def test_a_segment_is_retired_when_sparse_old_or_cut_otherwise(segment, gone) -> None:
     assert retired([segment], 16) == (frozenset({0}) if gone else frozenset())
     assert retired([segment], 16, same_output=False) == frozenset({0})
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 100), st.integers(0, HARD_MAX_AGE + 2),
+                          st.integers(1, 4 * REWRITE_FLOOR)), min_size=1, max_size=60))
+def test_due_segments_are_retired_sparsest_first_within_the_budget(segments) -> None:
+    listed = [Listed(f"run{i}/memo/{segment_name(CLEAN, 1, 16)}", 100, size, age, used)
+              for i, (used, age, size) in enumerate(segments)]
+    gone = retired(listed, 16)
+    hard = {i for i, s in enumerate(listed) if s.used < HARD_MIN_USED * 100 or s.age + 1 > HARD_MAX_AGE}
+    due = {i for i, s in enumerate(listed)
+           if i not in hard and (s.used < MIN_USED * 100 or s.age + 1 > MAX_AGE)}
+    assert hard <= gone <= hard | due  # a segment neither due nor past a bound stays listed
+    chosen = gone - hard
+    budget = rewrite_budget(listed)
+    # Within the budget (the last one taken may pass it), and never a fresher one for a sparser
+    # one left out: what is taken is a prefix of the due ones in order.
+    assert sum(listed[i].bytes for i in chosen) < budget + max((listed[i].bytes for i in chosen), default=0) + 1
+    order = sorted(due, key=lambda i: (listed[i].used / 100, -listed[i].age, listed[i].bytes, i))
+    assert chosen == set(order[:len(chosen)])
+    if due and not chosen:
+        raise AssertionError("a run with due segments retires at least one")
+
+
+def test_a_memo_that_thins_out_together_is_rewritten_over_many_runs() -> None:
+    # 320 segments of one full run, all just past MIN_USED: not all in one night.
+    size = REWRITE_FLOOR
+    listed = [Listed(f"run/memo/{segment_name(CLEAN, i % 16, 16)}", 100, size, 17, 79) for i in range(320)]
+    assert len(retired(listed, 16)) == 10  # a thirty-second of the bytes
+    assert sum(listed[i].bytes for i in retired(listed, 16)) <= rewrite_budget(listed)
 
 
 def test_a_run_lists_the_segments_it_keeps_one_run_older_with_what_it_recalled() -> None:
