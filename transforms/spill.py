@@ -49,15 +49,52 @@ def spill_dir(directory: str, name: str) -> str:
     return FileSystems.join(directory, SPILL_DIR, name)
 
 
+# Runners whose SDK workers run on the driver's machine, so a local folder is one folder for all
+# of them: Beam's in-process runners, and a portable runner whose workers run in the submitting
+# process (LOOPBACK, EMBED; apache_beam/options/pipeline_options.py, PortableOptions).
+_IN_PROCESS_RUNNERS = frozenset({"DirectRunner", "SwitchingDirectRunner", "BundleBasedDirectRunner",
+                                 "FnApiRunner", "TestDirectRunner"})
+_IN_PROCESS_ENVIRONMENTS = frozenset({"LOOPBACK", "EMBED"})
+
+
+class SpillDirRequired(ValueError):
+    """A stage that parks records was built for workers that may not share the driver's disk,
+    with nowhere shared to park them."""
+
+
+def workers_share_local_disk(pipeline: beam.Pipeline) -> bool:
+    """Whether every SDK worker of ``pipeline``'s runner sees the driver's local files."""
+    from apache_beam.options.pipeline_options import PortableOptions, StandardOptions
+
+    options = pipeline.options
+    runner = type(pipeline.runner).__name__ if getattr(pipeline, "runner", None) is not None else ""
+    if not runner and options is not None:
+        named = options.view_as(StandardOptions).runner
+        runner = named if isinstance(named, str) else type(named).__name__ if named else "DirectRunner"
+    if runner in _IN_PROCESS_RUNNERS or not runner:
+        return True
+    environment = options.view_as(PortableOptions).environment_type if options is not None else None
+    if not environment and runner == "PrismRunner":
+        environment = "LOOPBACK"  # Prism's own default (apache_beam/runners/portability/prism_runner.py)
+    return str(environment or "").upper() in _IN_PROCESS_ENVIRONMENTS
+
+
 def default_spill_dir(pipeline: beam.Pipeline, name: str) -> str:
     """Where a transform parks records when it is not told: under the pipeline's
-    ``--temp_location`` (shared storage, as a distributed runner needs), else a new local
-    temporary folder (the in-process runners share the driver's disk)."""
+    ``--temp_location`` (shared storage, as a distributed runner needs), else, when the
+    runner's workers share the driver's disk, a new local temporary folder; otherwise
+    :class:`SpillDirRequired` (a folder on one worker's disk would be missing on the others, and
+    the job would fail on a cluster only after its first stages ran)."""
     from apache_beam.options.pipeline_options import GoogleCloudOptions
 
     temp = pipeline.options.view_as(GoogleCloudOptions).temp_location if pipeline.options else None
     if temp:
         return FileSystems.join(temp, "chunkline-spill", uuid.uuid4().hex, name)
+    if not workers_share_local_disk(pipeline):
+        raise SpillDirRequired(
+            f"{name} parks records between stages and this runner's workers may not share this "
+            f"machine's disk: give the pipeline --temp_location on shared storage (gs://...) or "
+            f"the transform a spill_dir")
     # Named, not made: a graph that is built but never run leaves nothing behind.
     return os.path.join(tempfile.gettempdir(), f"chunkline-{name}-{uuid.uuid4().hex}")
 

@@ -119,6 +119,38 @@ def test_dedupe_releases_every_parked_document_and_removes_its_parts(tmp_path) -
     assert not parked.exists() and not (tmp_path / "_spill").exists()
 
 
+def _graph(runner: str, *flags: str) -> beam.Pipeline:
+    """A pipeline only built, never run (no job server is asked for)."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    return beam.Pipeline(runner=runner, options=PipelineOptions(list(flags)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("transform", ["dedupe", "boilerplate"])
+def test_parking_stages_refuse_a_local_default_for_workers_on_other_machines(transform) -> None:
+    from chunkline.transforms.clean import RemoveBoilerplate
+
+    def build(p: beam.Pipeline) -> None:
+        docs = p | beam.Create([Document("d", "/c/d.md", "text")])
+        _ = docs | (Dedupe(exact=True) if transform == "dedupe" else RemoveBoilerplate())
+
+    with pytest.raises(spill.SpillDirRequired, match="--temp_location on shared storage"):
+        build(_graph("PortableRunner", "--environment_type=DOCKER"))
+    build(_graph("PortableRunner", "--environment_type=LOOPBACK"))  # workers in this process
+    build(_graph("PortableRunner", "--environment_type=DOCKER", "--temp_location=gs://b/tmp"))
+    build(_graph("DirectRunner"))
+
+
+def test_the_default_spill_dir_is_under_temp_location_else_local_for_in_process_runners() -> None:
+    shared = spill.default_spill_dir(_graph("PortableRunner", "--environment_type=DOCKER",
+                                            "--temp_location=gs://bucket/tmp"), "dedupe")
+    assert shared.startswith("gs://bucket/tmp/chunkline-spill/") and shared.endswith("/dedupe")
+    assert spill.workers_share_local_disk(_graph("DirectRunner"))
+    assert not spill.workers_share_local_disk(_graph("PortableRunner", "--environment_type=DOCKER"))
+    assert not spill.workers_share_local_disk(_graph("PortableRunner"))  # Beam's default: DOCKER
+
+
 def test_shard_writer_bounded_by_its_bundle_budget_loses_nothing(tmp_path, monkeypatch) -> None:
     # Parts written whenever the bundle's buffers together reach a tiny budget: every record
     # still lands once, in its shard, sorted; no part is left behind.
