@@ -132,7 +132,8 @@ def change(corpus: Path, share: float, seed: int) -> int:
     for path in chosen:
         text = path.read_text(encoding="utf-8", errors="surrogateescape")
         head, sep, tail = text.partition("\n\n")
-        path.write_text(f"{head}{sep}A sentence added tonight, {seed}.\n\n{tail}",
+        # A sentence of its own per file: one line in many files would be boilerplate, stripped.
+        path.write_text(f"{head}{sep}Tonight {path.name} gained line {seed}.\n\n{tail}",
                         encoding="utf-8", errors="surrogateescape")
     return len(chosen)
 
@@ -173,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         figures[name] = {"documents": documents, "chunks": counts.get("chunks"), "changed": changed,
                          "stages": stage_shuffles, "written": wrote}
         print(f"== {name}: {documents} documents, {counts.get('chunks')} chunks"
-              + (f", {changed} changed" if changed else ""))
+              + (f", {changed} files changed" if changed else "") + f"; counts {counts}")
         for stage, got in sorted(stage_shuffles.items(), key=lambda kv: -kv[1]["shuffle"]):
             if got["shuffle"] or got["side"]:
                 print(f"  {stage:40s} shuffle {got['shuffle'] / 1e6:9.2f} MB ({got['shuffle'] / documents:8.0f} B/doc, "
