@@ -452,12 +452,11 @@ class _SignPairs(beam.DoFn):
 
     def process(self, joined: tuple[tuple, dict]) -> Iterable[tuple[tuple, tuple[tuple, bytes]]]:
         node, groups = joined
-        pairs = set(groups["pair"])
-        if not pairs:
-            return  # nearly every node: its bands are its own
-        (signature,) = groups["signature"]  # every paired node was signed, once
-        for pair in sorted(pairs):
-            yield pair, (node, signature)
+        pairs = sorted(set(groups["pair"]))  # nearly always none: a node's bands are its own
+        if pairs:
+            (signature,) = groups["signature"]  # every paired node was signed, once
+            for pair in pairs:
+                yield pair, (node, signature)
 
 
 class _Verify(beam.DoFn):
@@ -473,12 +472,14 @@ class _Verify(beam.DoFn):
     def process(self, keyed: tuple[tuple, Iterable[tuple[tuple, bytes]]]) -> Iterable[tuple[tuple, tuple]]:
         (first, second), signed = keyed
         self._candidates.inc()
+        # Two access sets: never one cluster (their buckets never meet anyway).
         if self._access and first[0] != second[0]:
-            return  # two access sets: never one cluster (their buckets never meet anyway)
+            return []
         signatures = dict(signed)
-        if estimate_jaccard(_signature(signatures[first]), _signature(signatures[second])) >= self._threshold:
-            self._verified.inc()
-            yield first, second
+        if estimate_jaccard(_signature(signatures[first]), _signature(signatures[second])) < self._threshold:
+            return []
+        self._verified.inc()
+        return [(first, second)]
 
 
 class _ComponentsFn(beam.CombineFn):
