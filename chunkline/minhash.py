@@ -410,7 +410,7 @@ def band_key_array(signatures: np.ndarray, bands: int, rows: int,
         raise ValueError("an empty signature has no band keys")
     width = 0 if prefixes is None else prefixes.shape[1]
     keys = np.empty((count, bands, width + 2 + 4 * rows), np.uint8)
-    if width:
+    if prefixes is not None:
         keys[:, :, :width] = prefixes[:, None, :]
     keys[:, :, width:width + 2] = np.arange(bands, dtype=">u2").view(np.uint8).reshape(bands, 2)
     values = np.ascontiguousarray(signatures[:, : bands * rows], dtype="<u4")
