@@ -336,12 +336,20 @@ def packed_entry(packed: bytes, key: bytes) -> tuple[bytes, int] | None:
     """The value under ``key`` in :func:`pack`'s bytes and the segment it came from (the last
     entry under ``key``), or None (also for damaged bytes): a document carries a handful of
     entries, scanned in place."""
-    found = None
-    for entry in _entries(packed):
-        if entry is None:
+    # :func:`_entries` inlined: this runs for every kind a stage recalls, for every document
+    # of every rerun, and a generator's step and tuple per entry were most of its cost.
+    if len(key) != 16:
+        return None
+    found, at, total, head = None, 0, len(packed), 16 + 2 * _LENGTH
+    while at < total:
+        if at + head > total:
             return None
-        if entry[0] == key:
-            found = (packed[entry[2]:entry[3]], entry[1])
+        end = at + head + int.from_bytes(packed[at + 16 + _LENGTH:at + head], "little")
+        if end > total:
+            return None
+        if packed.startswith(key, at):
+            found = (packed[at + head:end], int.from_bytes(packed[at + 16:at + 16 + _LENGTH], "little"))
+        at = end
     return found
 
 

@@ -393,6 +393,44 @@ def band_keys(signature: np.ndarray, bands: int, rows: int) -> list[bytes]:
     return [band.to_bytes(2, "big") + values[band].tobytes() for band in range(bands)]
 
 
+def band_key_array(signatures: np.ndarray, bands: int, rows: int,
+                   prefixes: np.ndarray | None = None) -> np.ndarray:
+    """:func:`band_keys` of many signatures at once, with no Python object per key: an
+    ``(n, bands)`` array of fixed-width byte strings (numpy ``void``) whose ``[i, band]``
+    element's bytes are ``band_keys(signatures[i], bands, rows)[band]``, after ``prefixes[i]``
+    (an ``(n, p)`` uint8 array) when given. Every signature must be non-empty: an empty one
+    takes part in no band. numpy orders and compares ``void`` values by their bytes (memcmp),
+    so sorting the array sorts the keys as ``sorted`` sorts their ``bytes``."""
+    signatures = np.asarray(signatures)
+    count = signatures.shape[0]
+    if bands * rows > signatures.shape[1]:
+        raise ValueError(f"bands x rows ({bands} x {rows}) exceeds the signature length "
+                         f"{signatures.shape[1]}")
+    if count and bool(np.any(np.all(signatures == _U32_MAX, axis=1))):
+        raise ValueError("an empty signature has no band keys")
+    width = 0 if prefixes is None else prefixes.shape[1]
+    keys = np.empty((count, bands, width + 2 + 4 * rows), np.uint8)
+    if prefixes is not None:
+        keys[:, :, :width] = prefixes[:, None, :]
+    keys[:, :, width:width + 2] = np.arange(bands, dtype=">u2").view(np.uint8).reshape(bands, 2)
+    values = np.ascontiguousarray(signatures[:, : bands * rows], dtype="<u4")
+    keys[:, :, width + 2:] = values.view(np.uint8).reshape(count, bands, 4 * rows)
+    return keys.reshape(count, bands * keys.shape[2]).view(f"V{keys.shape[2]}")
+
+
+def shared_keys(keys: np.ndarray) -> list[np.ndarray]:
+    """The positions of each key that several elements of ``keys`` (a 1-D array of
+    :func:`band_key_array` keys) share, a sorted array per key, in the keys' byte order: the
+    LSH buckets with a candidate pair, found by one sort rather than a dict of every key."""
+    if len(keys) < 2:
+        return []
+    order = np.argsort(keys, kind="stable")
+    ordered = keys[order]
+    starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1], [True])))
+    return [order[start:end] for start, end in zip(starts[:-1], starts[1:], strict=True)
+            if end - start > 1]
+
+
 # --- Clusters ----------------------------------------------------------------------------------
 
 

@@ -38,6 +38,7 @@ from chunkline.memo import (
     memo_key,
     listed_from,
     pack,
+    _entries,
     packed_entry,
     packed_value,
     parse_segment_name,
@@ -95,6 +96,28 @@ def test_packed_entries_come_back_and_are_found_in_place(entries, segment) -> No
         assert packed_value(packed, key) == value and packed_entry(packed, key) == (value, segment)
     assert packed_value(packed, b"\xff" * 17) is None
     assert packed_value(packed[:-1], next(iter(entries), b"")) in (None, *entries.values())
+
+
+def _scanned_entry(packed: bytes, key: bytes) -> tuple[bytes, int] | None:
+    """The plain reading of the packed format (the last entry under ``key``; None for damage),
+    which ``packed_entry`` inlines for speed."""
+    found = None
+    for entry in _entries(packed):
+        if entry is None:
+            return None
+        if entry[0] == key:
+            found = (packed[entry[2]:entry[3]], entry[1])
+    return found
+
+
+@given(st.dictionaries(keys, st.binary(max_size=40), max_size=6), st.integers(0, HERE),
+       st.integers(0, 400), st.binary(max_size=30))
+def test_packed_entry_reads_any_bytes_as_the_format_does(entries, segment, cut, tail) -> None:
+    # Cut short, or with bytes after it (damage): the same answer as a scan entry by entry.
+    whole = pack(entries, segment) + pack(dict(list(entries.items())[:1]))
+    for packed in (whole, whole[:cut], whole + tail):
+        for key in (*entries, b"\x00" * 16, b"short"):
+            assert packed_entry(packed, key) == _scanned_entry(packed, key)
 
 
 @given(st.dictionaries(st.tuples(keys, keys), st.binary(max_size=64), max_size=30),

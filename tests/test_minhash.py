@@ -20,9 +20,11 @@ from chunkline.minhash import (
     Components,
     MinHasher,
     MinHashOptions,
+    band_key_array,
     band_keys,
     batch_shingle_hashes,
     bucket_pairs,
+    shared_keys,
     components,
     estimate_jaccard,
     is_empty,
@@ -213,6 +215,37 @@ def test_band_keys_equal_exactly_when_bands_equal(a: list[int], b: list[int]) ->
     assert len(ka) == 4 and len(set(ka)) == 4  # the band index keeps equal values apart
     for band in range(4):
         assert (ka[band] == kb[band]) == bool(np.array_equal(sa[band * 8 : band * 8 + 8], sb[band * 8 : band * 8 + 8]))
+
+
+@given(st.lists(st.lists(st.integers(0, 2**32 - 2), min_size=12, max_size=12), max_size=12),
+       st.booleans())
+def test_band_key_array_is_band_keys_and_shared_keys_its_buckets(rows_of: list[list[int]],
+                                                                  prefixed: bool) -> None:
+    """The array form gives each signature's keys byte for byte (a prefix before each), and
+    its buckets are those a dict of every key would hold, in sorted key order. Values repeat
+    (a few per list) so that buckets form, and high bytes test the byte order."""
+    signatures = np.array([[v % 3 * 0x7F7F7F7F for v in row] for row in rows_of],
+                          np.uint32).reshape(len(rows_of), 12)
+    prefixes = (np.array([[n % 2, 0xFF] for n in range(len(rows_of))], np.uint8).reshape(-1, 2)
+                if prefixed else None)
+    keys = band_key_array(signatures, 3, 4, prefixes)
+    assert keys.shape == (len(rows_of), 3)
+    for n, signature in enumerate(signatures):
+        head = bytes(prefixes[n]) if prefixed else b""
+        assert [key.tobytes() for key in keys[n]] == [head + k for k in band_keys(signature, 3, 4)]
+    flat = keys.reshape(-1)
+    members: dict[bytes, list[int]] = {}
+    for position, key in enumerate(flat):
+        members.setdefault(key.tobytes(), []).append(position)
+    expected = [positions for key, positions in sorted(members.items()) if len(positions) > 1]
+    assert [list(found) for found in shared_keys(flat)] == expected
+
+
+def test_band_key_array_rejects_an_empty_signature() -> None:
+    with pytest.raises(ValueError):
+        band_key_array(np.full((1, 8), 0xFFFFFFFF, np.uint32), 2, 4)
+    with pytest.raises(ValueError):
+        band_key_array(np.zeros((1, 16), np.uint32), 3, 6)
 
 
 def test_band_keys_reject_too_many_rows() -> None:

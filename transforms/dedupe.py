@@ -5,7 +5,7 @@ Near duplicates, as a graph of shuffles (no step ever sees all documents at once
 
     documents -> signatures (batched numpy MinHash)             (node, signature)
               -> band keys -> GroupByKey per band key            candidate pairs per bucket
-              -> join each pair with both signatures             verified: est. Jaccard >= threshold
+              -> each pair's nodes joined with their signatures   verified: est. Jaccard >= threshold
               -> edges only -> star rounds, grouped by node      node -> smallest node of its component
               -> join with the exact stage's statuses            kept | duplicate_of = final survivor
 
@@ -45,10 +45,11 @@ from chunkline.minhash import (
     Components,
     MinHasher,
     MinHashOptions,
-    band_keys,
+    band_key_array,
     bucket_pairs,
     estimate_jaccard,
     is_empty,
+    shared_keys,
     survivor_key,
 )
 from chunkline.readers import JSONL_EXTENSIONS, locator, relative_id
@@ -366,101 +367,119 @@ _FLUSH_BANDS = 1 << 18  # band keys a bundle holds before it sends them on
 
 
 class _ShareBands(beam.DoFn):
-    """``(node, signature)`` -> ``(share, [(band key, node), ...])``: every band key of a
-    bundle's documents, by share of the key space. With ``access`` a node starts with its
-    access digest, and each band key is prefixed with it: only one access set meets in a bucket."""
+    """``(node, signature)`` -> ``(share, (keys, nodes))``: every band key of a bundle's
+    documents by share of the key space, a share's keys as one numpy array
+    (``chunkline.minhash.band_key_array``) and ``nodes`` the node of each. The keys are made
+    for the bundle's signatures together when it sends them (or every :data:`_FLUSH_BANDS`
+    keys): a document costs a few numpy rows, not a ``bytes`` and a tuple per band to make,
+    pickle and group. With ``access`` a node starts with its access digest, and each band key
+    is prefixed with it: only one access set meets in a bucket."""
 
     def __init__(self, bands: int, rows: int, access: bool = False) -> None:
         self._bands, self._rows = bands, rows
         self._access = access
 
     def start_bundle(self) -> None:
-        self._pending: dict[int, list[tuple[bytes, tuple]]] = {}
-        self._held = 0
+        self._nodes: list[tuple] = []
+        self._data: list[bytes] = []
 
-    def process(self, signed: tuple[tuple, bytes]) -> Iterable[tuple[int, list]]:
+    def process(self, signed: tuple[tuple, bytes]) -> Iterable[tuple[int, tuple]]:
         node, data = signed
-        prefix = node[0].encode() if self._access else b""
-        for key in band_keys(_signature(data), self._bands, self._rows):
-            # The band's first value is a uniform 32-bit hash: it picks the share.
-            share = int.from_bytes(key[2:6], "little") % BAND_SHARES
-            self._pending.setdefault(share, []).append((prefix + key, node))
-            self._held += 1
-        if self._held >= _FLUSH_BANDS:
+        self._nodes.append(node)
+        self._data.append(data)
+        if len(self._nodes) * self._bands >= _FLUSH_BANDS:
             yield from self._flush()
 
     def finish_bundle(self) -> Iterable[WindowedValue]:
         for shared in self._flush():
             yield WindowedValue(shared, 0, [GlobalWindow()])
 
-    def _flush(self) -> list[tuple[int, list]]:
-        pending, self._pending, self._held = self._pending, {}, 0
-        return sorted(pending.items())
+    def _flush(self) -> list[tuple[int, tuple]]:
+        nodes, data = self._nodes, self._data
+        self._nodes, self._data = [], []
+        if not nodes:
+            return []
+        signatures = np.frombuffer(b"".join(data), dtype=_SIGNATURE_DTYPE).reshape(len(nodes), -1)
+        prefixes = None
+        if self._access:
+            heads = [node[0].encode() for node in nodes]
+            if len({len(head) for head in heads}) != 1:
+                raise ValueError("access digests of different lengths would mix band keys")
+            prefixes = np.frombuffer(b"".join(heads), np.uint8).reshape(len(nodes), -1)
+        keys = band_key_array(signatures, self._bands, self._rows, prefixes).reshape(-1)
+        # Each band's first value is a uniform 32-bit hash: it picks the share.
+        shares = (signatures[:, : self._bands * self._rows : self._rows] % BAND_SHARES).reshape(-1)
+        owners = np.repeat(np.arange(len(nodes)), self._bands)
+        order = np.argsort(shares, kind="stable")
+        bounds = np.flatnonzero(np.diff(shares[order])) + 1
+        return [(int(shares[part[0]]), (keys[part], [nodes[owner] for owner in owners[part]]))
+                for part in np.split(order, bounds)]
 
 
 class _PairsOfBucket(beam.DoFn):
     """One share's band keys -> the candidate pairs of every key that several documents share
-    (an LSH bucket), as ``chunkline.minhash.bucket_pairs`` makes them."""
+    (an LSH bucket, ``chunkline.minhash.shared_keys``: one sort of the share's keys), as
+    ``chunkline.minhash.bucket_pairs`` makes them, buckets in the keys' byte order."""
 
     def __init__(self, max_bucket_pairs: int) -> None:
         self._max = max_bucket_pairs
         self._buckets = Metrics.counter("dedupe", "near_buckets_shared")
 
-    def process(self, share: tuple[int, Iterable[list]]) -> Iterable[tuple[tuple, tuple]]:
+    def process(self, share: tuple[int, Iterable[tuple]]) -> Iterable[tuple[tuple, tuple]]:
         _, batches = share
-        members: dict[bytes, list[tuple]] = {}
-        for batch in batches:
-            for key, node in batch:
-                members.setdefault(key, []).append(node)
-        for key in sorted(members):
-            nodes = members[key]
-            if len(nodes) < 2:
-                # Nearly every bucket: a band that no other document shares.
-                continue
+        batches = list(batches)
+        if not batches:
+            return
+        keys = np.concatenate([keys for keys, _ in batches])
+        nodes = [node for _, members in batches for node in members]
+        # Nearly every key is a band that no other document shares: only the others leave numpy.
+        for positions in shared_keys(keys):
             self._buckets.inc()
-            yield from bucket_pairs(nodes, self._max)  # (smaller node, larger node)
+            yield from bucket_pairs([nodes[position] for position in positions], self._max)  # (smaller node, larger node)
 
 
-class _HalfPairs(beam.DoFn):
-    """Node a, its signature and its partners -> (b, (a, signature of a)), each partner once
-    (a pair sharing several bands arrives several times)."""
+def _pair_ends(pair: tuple[tuple, tuple]) -> Iterable[tuple[tuple, tuple[tuple, tuple]]]:
+    """A candidate pair -> ``(node, pair)`` for each of its two nodes."""
+    yield pair[0], pair
+    yield pair[1], pair
 
-    def __init__(self) -> None:
-        self._candidates = Metrics.counter("dedupe", "candidate_pairs")
+
+class _SignPairs(beam.DoFn):
+    """A node, its signature and the candidate pairs it is in -> ``(pair, (node, signature))``
+    for each distinct pair (a pair sharing several bands arrives several times): the one
+    grouping that carries every survivor's signature, where two joins (each pair's first node,
+    then its second) sent each signature twice."""
 
     def process(self, joined: tuple[tuple, dict]) -> Iterable[tuple[tuple, tuple[tuple, bytes]]]:
         node, groups = joined
-        partners = set(groups["partner"])
-        if not partners:
-            return
-        (signature,) = groups["signature"]  # every paired node was signed, once
-        self._candidates.inc(len(partners))
-        for partner in sorted(partners):
-            yield partner, (node, signature)
+        pairs = sorted(set(groups["pair"]))  # nearly always none: a node's bands are its own
+        if pairs:
+            (signature,) = groups["signature"]  # every paired node was signed, once
+            for pair in pairs:
+                yield pair, (node, signature)
 
 
 class _Verify(beam.DoFn):
-    """Node b, its signature, and the (a, signature of a) of each candidate pair -> the edge
-    (a, b) of each pair whose estimated Jaccard reaches the threshold."""
+    """A candidate pair (a, b) and both its nodes' signatures -> the edge (a, b) when their
+    estimated Jaccard reaches the threshold."""
 
     def __init__(self, threshold: float, access: bool = False) -> None:
         self._threshold = threshold
         self._access = access
+        self._candidates = Metrics.counter("dedupe", "candidate_pairs")
         self._verified = Metrics.counter("dedupe", "verified_pairs")
 
-    def process(self, joined: tuple[tuple, dict]) -> Iterable[tuple[tuple, tuple]]:
-        node, groups = joined
-        halves = list(groups["half"])
-        if not halves:
-            return
-        (data,) = groups["signature"]
-        signature = _signature(data)
-        for other, other_data in halves:
-            if self._access and other[0] != node[0]:
-                continue  # two access sets: never one cluster (their buckets never meet anyway)
-            if estimate_jaccard(_signature(other_data), signature) >= self._threshold:
-                self._verified.inc()
-                yield other, node
+    def process(self, keyed: tuple[tuple, Iterable[tuple[tuple, bytes]]]) -> Iterable[tuple[tuple, tuple]]:
+        (first, second), signed = keyed
+        self._candidates.inc()
+        # Two access sets: never one cluster (their buckets never meet anyway).
+        if self._access and first[0] != second[0]:
+            return []
+        signatures = dict(signed)
+        if estimate_jaccard(_signature(signatures[first]), _signature(signatures[second])) < self._threshold:
+            return []
+        self._verified.inc()
+        return [(first, second)]
 
 
 class _ComponentsFn(beam.CombineFn):
@@ -655,14 +674,11 @@ class NearDuplicates(beam.PTransform):
             | "GroupByBand" >> beam.GroupByKey()
             | "CandidatePairs" >> beam.ParDo(_PairsOfBucket(options.max_bucket_pairs))
         )
-        halves = (
-            {"signature": signed, "partner": pairs}
-            | "JoinFirst" >> JoinInShares(self._shares)
-            | "HalfPairs" >> beam.ParDo(_HalfPairs())
-        )
         edges = (
-            {"signature": signed, "half": halves}
-            | "JoinSecond" >> JoinInShares(self._shares)
+            {"signature": signed, "pair": pairs | "PairEnds" >> beam.FlatMap(_pair_ends)}
+            | "JoinPairs" >> JoinInShares(self._shares)
+            | "SignPairs" >> beam.ParDo(_SignPairs())
+            | "ByPair" >> GroupInShares(self._shares)
             | "Verify" >> beam.ParDo(_Verify(options.threshold, self._access))
         )
         return edges | "Components" >> StarComponents(STAR_ROUNDS, self._shares)
