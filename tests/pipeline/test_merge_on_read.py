@@ -44,7 +44,7 @@ def outputs(demo_index, tmp_path_factory) -> tuple[Path, str, str]:
     output = tmp_path_factory.mktemp("merge-on-read") / "index"
     shutil.copytree(demo_index.output, output)
     base_dir = Path(latest_run(str(output)))
-    base = load_manifest(str(base_dir))
+    base = json.loads((base_dir / "manifest.json").read_text())  # the JSON the runs below are made of
     # A first run: every file in its own folder, no row deleted (its memo segments aside: no
     # reader's rows).
     files = {table: [entry["path"].split("/", 1)[1] for entry in listed]
@@ -234,8 +234,8 @@ def test_a_rerun_that_writes_only_what_changed_reads_as_a_full_rebuild(changes) 
                 runs.append(tiny_job(corpus, output))
             assert runs[-1].published, runs[-1].problems
             manifest = load_manifest(runs[-1].run_dir)
-            assert not any(entry.get("deleted") for entries in manifest["tables"].values() for entry in entries)
-            assert bool(manifest.get("deletes")) == any(
+            assert not any(entry.deleted for entries in manifest.listing.tables.values() for entry in entries)
+            assert bool(manifest.listing.deletes) == any(
                 f.deleted for table in ("chunks", "documents") for f in live_files(runs[-1].run_dir, manifest, table))
         last = runs[-1]
         rebuild = tiny_job(corpus, root / "rebuild", "output.carry=false", f"output.previous={last.run_dir}")
