@@ -459,16 +459,20 @@ def _listing(data: Mapping[str, Any], required: Sequence[str]) -> Listing:
             raise _Bad(f"deletes.{table} rows is not the sum of its files' deleted_rows")
     memo = None
     if MEMO_TABLE in tables:
-        memo = tuple(listed_from(entry) for entry in tables[MEMO_TABLE])
-        if None in memo:
-            raise _Bad(f"tables.{MEMO_TABLE}[{memo.index(None)}] is not a memo segment")
+        segments = []
+        for at, entry in enumerate(tables[MEMO_TABLE]):
+            segment = listed_from(entry)
+            if segment is None:
+                raise _Bad(f"tables.{MEMO_TABLE}[{at}] is not a memo segment")
+            segments.append(segment)
+        memo = tuple(segments)
     return Listing(
         version,
         tables={table: tuple(_table_file(entry) for entry in entries)
                 for table, entries in tables.items() if table != MEMO_TABLE},
         deletes={table: DeletionFile(d["path"], d["rows"], d["bytes"], d["digest"])
                  for table, d in deletes.items()},
-        memo=memo)  # type: ignore[arg-type]  # no None in it: checked above
+        memo=memo)
 
 
 def bm25_from(data: Any, *, where: str) -> Bm25:
@@ -564,10 +568,7 @@ def to_object(manifest: Manifest) -> dict[str, Any]:
         "reuse_skipped": list(m.reuse_skipped), "counts": m.counts, "context": m.context,
         "embed_mode": m.embed_mode, "bm25": m.bm25 and _fields(m.bm25, _BM25_ORDER),
         "boilerplate": m.boilerplate, "credentials": m.credentials, "ocr": m.ocr, "memo": m.memo,
-        "access": m.access and {**_fields(m.access, ("metadata_key", "default", "public", "mapping_rules",
-                                                     "mapping_digest")), "default": list(m.access.default),
-                                "documents_rejected": m.access.documents_rejected,
-                                "documents_without_principals": m.access.documents_without_principals},
+        "access": m.access and {**_fields(m.access, _ACCESS_ORDER), "default": list(m.access.default)},
         "wall_seconds": m.wall_seconds, "stage_seconds": m.stage_seconds, "reconciled": m.reconciled,
         "problems": list(m.problems), "unverified": list(m.unverified), "held_back": list(m.held_back),
         **listing_object(m.listing), **m.extra,
@@ -575,6 +576,8 @@ def to_object(manifest: Manifest) -> dict[str, Any]:
     return found
 
 
+_ACCESS_ORDER = ("metadata_key", "default", "public", "mapping_rules", "mapping_digest", "documents_rejected",
+                 "documents_without_principals")
 _BM25_ORDER = ("chunks", "total_length", "avgdl", "terms", "k1", "b", "method", "stemmer", "stop_words",
                "term_ids", "term_space", "analyzer", "weights", "reference_avgdl", "reference_drift",
                "previous_reference_avgdl", "rebased")

@@ -58,9 +58,8 @@ import pyarrow.parquet as pq
 
 from chunkline.index import storage
 from chunkline.memo import MEMO_TABLE
-from chunkline.index.manifest_types import FORMAT, INLINE_FORMAT, DeletionFile, Listing, Manifest, TableFile
-
-__all__ = ["FORMAT", "INLINE_FORMAT"]  # re-exported: the formats are the manifest module's
+from chunkline.index.manifest_types import FORMAT as FORMAT  # the formats are the manifest's: re-exported
+from chunkline.index.manifest_types import INLINE_FORMAT, DeletionFile, Listing, Manifest, TableFile
 
 # Deleted positions a run keeps inline in its manifest for one table, at most (~7 KB of JSON);
 # more, and they go to the table's deletion file.

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from chunkline.carry import CARRY_TABLE
 from chunkline.memo import MEMO_TABLE
 from chunkline.index.manifest import latest_run, load_manifest
+from chunkline.index.manifest_types import to_json
 from chunkline.index.query import search_result
 from chunkline.index.ranking import load_chunks
 from chunkline.index.search import Index
@@ -234,6 +235,8 @@ def test_a_rerun_that_writes_only_what_changed_reads_as_a_full_rebuild(changes) 
                 runs.append(tiny_job(corpus, output))
             assert runs[-1].published, runs[-1].problems
             manifest = load_manifest(runs[-1].run_dir)
+            # A real format-3 manifest (deletion files) reads and writes back byte for byte.
+            assert to_json(manifest) == (Path(runs[-1].run_dir) / "manifest.json").read_text()
             assert not any(entry.deleted for entries in manifest.listing.tables.values() for entry in entries)
             assert bool(manifest.listing.deletes) == any(
                 f.deleted for table in ("chunks", "documents") for f in live_files(runs[-1].run_dir, manifest, table))
