@@ -127,7 +127,7 @@ def test_the_report_and_publish_count_the_live_rows(outputs) -> None:
         (whole.formats, whole.samples, whole.histogram, whole.clusters)
     assert not [w for w in merged.warnings if "documents table has" in w]
     assert file_problems(str(output / MERGED), load_manifest(str(output / MERGED))) == []
-    assert publishable(str(output), MERGED)["run_id"] == MERGED
+    assert publishable(str(output), MERGED).run_id == MERGED
 
 
 def test_gc_keeps_exactly_the_files_the_published_run_references(outputs, tmp_path) -> None:
