@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from chunkline.index.manifest_types import Access, Bm25
+from chunkline.index.manifest_types import Access, Bm25, Model
 from chunkline.pipeline.manifest import ManifestError, latest_run
 
 
@@ -21,7 +21,7 @@ class RunSummary:
     files: dict[str, list[str]]
     reconciled: bool
     problems: list[str] = field(default_factory=list)
-    model: dict[str, Any] | None = None
+    model: Model | None = None
     previous: str | None = None
     published: bool = False
     context_lines: list[str] = field(default_factory=list)
@@ -48,9 +48,9 @@ def format_summary(summary: RunSummary) -> str:
     check = ("NOT RECONCILED: " + "; ".join(summary.problems) if not summary.reconciled
              else "counts unverified: " + "; ".join(summary.unverified) if summary.unverified
              else "reconciled")
-    if summary.model:
-        embedded = (f"{c['tokens']:,} tokens ({summary.model['name']}, "
-                    f"{summary.model['dim']}-d, {summary.model['dtype']})")
+    if summary.model is not None:
+        embedded = (f"{c['tokens']:,} tokens ({summary.model.name}, "
+                    f"{summary.model.dim}-d, {summary.model.dtype})")
         if "embedded" in c:
             source = f" from {shown_path(summary.previous)}" if summary.previous else ""
             embedded += f"; vectors: {c['embedded']:,} embedded, {c['reused']:,} reused{source}"
