@@ -107,7 +107,9 @@ def measured_run(repo: Path, corpus: Path, output: Path, extra: Sequence[str] = 
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"run failed ({status}):\n{log[-4000:]}")
     run_id = (output / "LATEST").read_text().strip()
-    return log, wall, usage, json.loads((output / run_id / "manifest.json").read_text())["counts"]
+    from chunkline.index.manifest import load_manifest
+
+    return log, wall, usage, dict(load_manifest(str(output / run_id)).counts)
 
 
 def run_once(repo: Path, corpus: Path, output: Path, fmt: str) -> dict:

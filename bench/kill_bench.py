@@ -268,20 +268,21 @@ def check_run(run_dir: Path) -> list[str]:
     """Problems with a run directory as a reader would use it (empty: complete, reconciled)."""
     import numpy as np
 
+    from chunkline.index.manifest import load_manifest
     from chunkline.index.tables import read_table
 
     try:
-        manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+        manifest = load_manifest(str(run_dir))
+    except (OSError, ValueError) as exc:  # ManifestError is a ValueError
         return [f"{run_dir.name}/manifest.json unreadable: {exc}"]
     problems = []
-    if manifest.get("run_id") != run_dir.name:
-        problems.append(f"manifest run_id {manifest.get('run_id')!r} is not its directory {run_dir.name}")
-    if manifest.get("reconciled") is not True:
-        problems.append(f"not reconciled: {manifest.get('problems')}")
-    if manifest.get("held_back"):
-        problems.append(f"held back: {manifest['held_back']}")
-    counts = manifest.get("counts", {})
+    if manifest.run_id != run_dir.name:
+        problems.append(f"manifest run_id {manifest.run_id!r} is not its directory {run_dir.name}")
+    if not manifest.reconciled:
+        problems.append(f"not reconciled: {list(manifest.problems)}")
+    if manifest.held_back:
+        problems.append(f"held back: {list(manifest.held_back)}")
+    counts = manifest.counts
     tables = {}
     for table in ("chunks", "documents", "rejected"):
         # Through the manifest (chunkline.index.tables): a rerun's rows may lie in earlier
@@ -319,12 +320,12 @@ def check_run(run_dir: Path) -> list[str]:
              if doc not in text_of or text_of[doc][start:end] != text] if n_chunks else []
     if wrong:
         problems.append(f"{len(wrong)} chunks whose text is not documents.text[start:end], e.g. {wrong[0]}")
-    if n_chunks:
+    if n_chunks and manifest.model is not None:
         vectors = np.asarray(chunks["embedding"], dtype=np.float32)
-        dim = manifest["model"]["dim"]
+        dim = manifest.model.dim
         if vectors.shape != (n_chunks, dim) or not np.isfinite(vectors).all():
             problems.append(f"embeddings: shape {vectors.shape} (want {(n_chunks, dim)}) or not finite")
-        elif manifest["model"].get("normalize") and not np.allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-3):
+        elif manifest.model.normalize and not np.allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-3):
             problems.append("embeddings not unit length")
     return problems
 

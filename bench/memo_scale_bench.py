@@ -29,6 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from chunkline.index.manifest import load_manifest  # noqa: E402
 from chunkline.pipeline.config import load_config  # noqa: E402
 from chunkline.pipeline.run import run  # noqa: E402
 
@@ -89,11 +90,11 @@ def measure(corpus: Path, output: Path, label: str) -> dict:
     started = time.perf_counter()
     result = run(config)
     wall = time.perf_counter() - started
-    manifest = json.loads((Path(result.run_dir) / "manifest.json").read_text(encoding="utf-8"))
-    memo = manifest.get("memo") or {}
-    row = {"run": label, "pipeline_s": float(manifest["wall_seconds"]), "wall_s": wall,
-           "documents": manifest["counts"].get("documents"),
-           "carried": manifest["counts"].get("documents_carried"),
+    manifest = load_manifest(result.run_dir)
+    memo = dict(manifest.memo or {})
+    row = {"run": label, "pipeline_s": float(manifest.wall_seconds or 0), "wall_s": wall,
+           "documents": manifest.counts.get("documents"),
+           "carried": manifest.counts.get("documents_carried"),
            "recalled": sum(kind["recalled"] for kind in memo.values()),
            "computed": sum(kind["computed"] for kind in memo.values()),
            "memo": memo, "memo_mb": sum(p.stat().st_size for p in

@@ -71,7 +71,7 @@ def synced(uri: str, run_dir: str):
     store = open_store(uri)
     try:
         started = time.perf_counter()
-        report = sync(store, manifest["run_id"], load_rows(run_dir, manifest), 1000,
+        report = sync(store, manifest.run_id, load_rows(run_dir, manifest), 1000,
                       sparse=True, terms=terms_table(run_dir, manifest))
         return report, time.perf_counter() - started
     finally:
@@ -110,13 +110,13 @@ def qdrant_top(uri: str, question: str, k: int) -> list[tuple[str, float]]:
 def ranking(output: Path, run_dir: str, tops: dict) -> dict[str, str]:
     """Per ranker: top-10 agreement with ``chunkline query --mode sparse`` over QUESTIONS."""
 
-    bm25 = load_manifest(run_dir)["bm25"]
+    bm25 = load_manifest(run_dir).bm25
     from chunkline.index.tables import read_table
 
     chunks = read_table(run_dir, load_manifest(run_dir), "chunks", ["chunk_id", "search_text"]).to_pylist()
     ids = [c["chunk_id"] for c in chunks]
     reference = reference_scores([c["search_text"] for c in chunks], QUESTIONS,
-                                 avgdl=bm25["reference_avgdl"], k1=bm25["k1"], b=bm25["b"])
+                                 avgdl=bm25.reference_avgdl, k1=bm25.k1, b=bm25.b)
     worst = {"reference": 0.0, **{name: 0.0 for name in tops}}
     same = {"reference": 0, **{name: 0 for name in tops}}
     for question, expected in zip(QUESTIONS, reference):
@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
             started = time.perf_counter()
             summary = run(load_config(ROOT / "configs" / "local.yaml", config))
             took = time.perf_counter() - started
-            bm25 = load_manifest(summary.run_dir)["bm25"]
+            bm25 = load_manifest(summary.run_dir).bm25
             now = rows_of(summary.run_dir)
             before = rows_of(previous) if previous else {}
             expected = (sum(before.get(c) != d for c, d in now.items()), len(before.keys() - now.keys()))
@@ -220,10 +220,10 @@ def main(argv: list[str] | None = None) -> int:
                 terms = (f", terms {report.terms_written:,}/{report.terms_deleted:,}"
                          if name == "pgvector" else "")
                 cells.append(f"{report.written:,} / {report.deleted:,}{terms} ({seconds:.1f} s)")
-            if bm25["rebased"]:
-                rebased = f"re-based (mean {bm25['avgdl'] / bm25['previous_reference_avgdl'] - 1:+.1%})"
+            if bm25.rebased:
+                rebased = f"re-based (mean {bm25.avgdl / bm25.previous_reference_avgdl - 1:+.1%})"
             else:
-                rebased = f"kept (mean {bm25['avgdl'] / bm25['reference_avgdl'] - 1:+.1%})"
+                rebased = f"kept (mean {bm25.avgdl / bm25.reference_avgdl - 1:+.1%})"
             lines.append(f"| {night}: {what} | {len(now):,} | {expected[0]:,} / {expected[1]:,} | "
                          + " | ".join(cells) + f" | {rebased} | {took:.1f} |")
             print(lines[-1], flush=True)

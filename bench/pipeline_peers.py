@@ -143,7 +143,9 @@ def run_chunkline(system: str, corpus: Path, threads: int) -> dict:
              "--set", f"embed.threads={threads}", "--set", f"embed.batch_size={BATCH}"],
             cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
         latest = (Path(output) / "LATEST").read_text().strip()
-        counts = json.loads((Path(output) / latest / "manifest.json").read_text())["counts"]
+        from chunkline.index.manifest import load_manifest
+
+        counts = dict(load_manifest(str(Path(output) / latest)).counts)
         import pyarrow.parquet as pq
 
         texts = [t for p in sorted((Path(output) / latest).glob("chunks-*.parquet"))

@@ -13,6 +13,7 @@ and the top k. Best of ``--repeats``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import tempfile
@@ -27,6 +28,7 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from chunkline.index.manifest_types import to_json  # noqa: E402
 from chunkline.index.tables import live_files, read_table  # noqa: E402
 from chunkline.pipeline.config import load_config  # noqa: E402
 from chunkline.pipeline.manifest import load_manifest  # noqa: E402
@@ -62,13 +64,13 @@ def grow(run_dir: Path, target: int) -> int:
 def restate(run_dir: Path, table: str) -> None:
     """The run's manifest made to state the rows and bytes its ``table`` files hold now (a
     bench rewrote them in place), none deleted."""
-    path = run_dir / "manifest.json"
-    manifest = json.loads(path.read_text(encoding="utf-8"))
-    for entry, file in zip(manifest["tables"][table], live_files(str(run_dir), manifest, table)):
-        entry.update(rows=pq.read_metadata(file.path).num_rows, bytes=Path(file.path).stat().st_size,
-                     deleted=[])
-        entry.pop("digest", None)
-    path.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    manifest = load_manifest(str(run_dir))
+    restated = tuple(dataclasses.replace(entry, rows=pq.read_metadata(file.path).num_rows,
+                                         bytes=Path(file.path).stat().st_size, deleted=(), digest=None)
+                     for entry, file in zip(manifest.listing.tables[table], live_files(str(run_dir), manifest, table)))
+    listing = dataclasses.replace(manifest.listing, tables={**manifest.listing.tables, table: restated})
+    (run_dir / "manifest.json").write_text(to_json(dataclasses.replace(manifest, listing=listing)),
+                                           encoding="utf-8")
 
 
 def timed(step, repeats: int):

@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import os
 import random
 import re
@@ -65,6 +64,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.scale_bench import generate  # noqa: E402
+from chunkline.index.manifest import Manifest, load_manifest  # noqa: E402
 
 WORDS = ("robot arm calibration sensor firmware battery dock mission route map lidar torque "
          "encoder gripper payload controller network latency safety zone charger floor aisle "
@@ -236,18 +236,17 @@ def written_bytes(directory: Path) -> int:
                if stat.st_nlink == 1)
 
 
-def index_bytes(output: Path, run_id: str, manifest: dict, skip: tuple[str, ...] = ()) -> int:
+def index_bytes(output: Path, run_id: str, manifest: Manifest, skip: tuple[str, ...] = ()) -> int:
     """The bytes of every file the run's manifest lists (format 2: relative to OUTPUT, an
     earlier run's folder included, and its deletion files; format 1: its own folder), the
     tables of ``skip`` aside."""
-    if manifest.get("format", 1) >= 2:
-        return sum((output / entry["path"]).stat().st_size
-                   for table, entries in manifest["tables"].items() if table not in skip
-                   for entry in entries) + \
-            sum((output / described["path"]).stat().st_size
-                for table, described in (manifest.get("deletes") or {}).items() if table not in skip)
-    return sum((output / run_id / name).stat().st_size
-               for table, names in manifest["files"].items() if table not in skip for name in names)
+    from chunkline.index.tables import live_files
+
+    run_dir = str(output / run_id)
+    return sum(Path(file.path).stat().st_size for table in manifest.listing.table_names() if table not in skip
+               for file in live_files(run_dir, manifest, table)) + \
+        sum((output / described.path).stat().st_size
+            for table, described in manifest.listing.deletes.items() if table not in skip)
 
 
 def run_process(corpus: Path, output: Path, overrides: list[str]) -> Measured:
@@ -271,13 +270,13 @@ def run_process(corpus: Path, output: Path, overrides: list[str]) -> Measured:
     if code != 0:
         raise SystemExit(f"run failed (exit {code}): {shlex.join(command)}\n{log[-4000:]}")
     run_id = (output / "LATEST").read_text().strip()
-    manifest = json.loads((output / run_id / "manifest.json").read_text())
+    manifest = load_manifest(str(output / run_id))
     return Measured(
-        pipeline_s=float(manifest["wall_seconds"]), wall_s=wall,
+        pipeline_s=float(manifest.wall_seconds or 0), wall_s=wall,
         cpu_s=usage.ru_utime + usage.ru_stime, peak_rss_mb=usage.ru_maxrss / 1024,
         run_dir_mb=directory_bytes(output / run_id) / 1e6,
         written_mb=written_bytes(output / run_id) / 1e6,
-        index_mb=index_bytes(output, run_id, manifest) / 1e6, counts=manifest.get("counts", {}))
+        index_mb=index_bytes(output, run_id, manifest) / 1e6, counts=dict(manifest.counts))
 
 
 def median_of(runs: list[Measured]) -> Measured:
@@ -428,9 +427,9 @@ def nightly(args: argparse.Namespace) -> None:
             handle.write("\n\n".join(reports) + "\n\n")
 
 
-def manifest_of(output: Path) -> tuple[str, dict]:
+def manifest_of(output: Path) -> tuple[str, Manifest]:
     run_id = (output / "LATEST").read_text().strip()
-    return run_id, json.loads((output / run_id / "manifest.json").read_text())
+    return run_id, load_manifest(str(output / run_id))
 
 
 def live_tables(output: Path) -> dict:
@@ -481,11 +480,12 @@ def nights(args: argparse.Namespace) -> None:
         same = {table: (ours[table] is None and theirs[table] is None) or
                 (ours[table] is not None and theirs[table] is not None and ours[table].equals(theirs[table]))
                 for table in ours}
-        files = {table: len(entries) for table, entries in manifest["tables"].items() if table not in skip}
-        deleted = sum(entry.get("deleted_rows", len(entry.get("deleted") or ()))
-                      for table, entries in manifest["tables"].items() for entry in entries)
-        folders = len({entry["path"].split("/", 1)[0] for entries in manifest["tables"].values()
-                       for entry in entries})
+        files = {table: len(entries) for table, entries in manifest.listing.tables.items() if table not in skip}
+        deleted = sum(entry.deleted_rows if entry.deleted_rows is not None else len(entry.deleted or ())
+                      for entries in manifest.listing.tables.values() for entry in entries)
+        folders = len({path.split("/", 1)[0] for path in (
+            *(entry.path for entries in manifest.listing.tables.values() for entry in entries),
+            *(segment.path for segment in manifest.listing.memo or ()))})
         ordered = sorted(written)
         line = (f"| {args.corpus} {megabytes:g} MB ({docs:,} documents), {args.nights} nights of 1 % "
                 f"| {'yes' if all(same.values()) else 'NO: ' + ', '.join(t for t, ok in same.items() if not ok)} "

@@ -16,7 +16,6 @@ system seconds (wait4): on a machine shared with other jobs, CPU moves less than
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import subprocess
@@ -116,9 +115,11 @@ def run_once(repo: Path, corpus: Path, output: Path) -> dict:
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"run failed ({status}):\n{log[-4000:]}")
     run_id = (output / "LATEST").read_text().strip()
-    manifest = json.loads((output / run_id / "manifest.json").read_text())
+    from chunkline.index.manifest import load_manifest
+
+    counts = dict(load_manifest(str(output / run_id)).counts)
     return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime,
-            "peak_rss_mb": usage.ru_maxrss / 1024, "counts": manifest["counts"]}
+            "peak_rss_mb": usage.ru_maxrss / 1024, "counts": counts}
 
 
 def main(argv: list[str] | None = None) -> int:

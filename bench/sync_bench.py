@@ -102,18 +102,18 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 raise SystemExit(f"unknown store {name}")
             uris.append(uri)
-            full, load, report = timed_sync(uri, manifest["run_id"], summary.run_dir, args.batch_size,
-                                            bool(manifest.get("bm25")))
+            full, load, report = timed_sync(uri, manifest.run_id, summary.run_dir, args.batch_size,
+                                            manifest.bm25 is not None)
             assert report.written == chunks
-            again, _, second = timed_sync(uri, manifest["run_id"], summary.run_dir, args.batch_size,
-                                          bool(manifest.get("bm25")))
+            again, _, second = timed_sync(uri, manifest.run_id, summary.run_dir, args.batch_size,
+                                          manifest.bm25 is not None)
             assert second.written == 0 and second.unchanged == chunks
             results.append([name, full, load, chunks / full, again, "; ".join(report.notes)])
             print(f"{name}: full {full:.1f} s, no-change {again:.1f} s", file=sys.stderr, flush=True)
         edited = edit_every(Path(summary.run_dir), 100)
         for result, uri in zip(results, uris):
-            took, _, report = timed_sync(uri, manifest["run_id"], summary.run_dir, args.batch_size,
-                                         bool(manifest.get("bm25")))
+            took, _, report = timed_sync(uri, manifest.run_id, summary.run_dir, args.batch_size,
+                                         manifest.bm25 is not None)
             assert report.written == edited and report.unchanged == chunks - edited
             result.append(took)
         if server is not None:

@@ -2,8 +2,8 @@
 search service can too. Re-exported here for the job's modules and every existing import."""
 
 from chunkline.index.layout import LATEST, MANIFEST, TABLES
-from chunkline.index.manifest import (ManifestError, complete_runs, latest_run, load_manifest,
+from chunkline.index.manifest import (Manifest, ManifestError, complete_runs, latest_run, load_manifest,
                                       resolve_run, table_files)
 
-__all__ = ["LATEST", "MANIFEST", "TABLES", "ManifestError", "complete_runs", "latest_run",
+__all__ = ["LATEST", "MANIFEST", "TABLES", "Manifest", "ManifestError", "complete_runs", "latest_run",
            "load_manifest", "resolve_run", "table_files"]

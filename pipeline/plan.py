@@ -24,7 +24,7 @@ from chunkline.carry import CARRY_TABLE
 from chunkline.context import context_reserve, resolve_api_key
 from chunkline.index.layout import CACHE, LATEST, PROBE, format_run_id
 from chunkline.index.tables import has_table, live_files
-from chunkline.memo import MEMO_DIR, MEMO_TABLE, Listed, MemoSource, listed_from, retired, shares_for
+from chunkline.memo import MEMO_DIR, Listed, MemoSource, retired, shares_for
 from chunkline.sizers import model_fingerprint
 from chunkline.splitting.options import split_budget
 from chunkline.pipeline.config import Config, to_dict
@@ -156,19 +156,19 @@ def bm25_reference(config: Config) -> tuple[float | None, str | None]:
     try:
         run_dir = (resolve_run(config.output.previous) if config.output.previous
                    else latest_run(config.output.path))
-        bm25 = load_manifest(run_dir).get("bm25") if run_dir else None
+        bm25 = load_manifest(run_dir).bm25 if run_dir else None
     except ManifestError:
         return None, None  # reuse and the publish guard say what is wrong with it
-    if not bm25:
+    if bm25 is None:
         return None, None
-    if bm25.get("weights") != "tf":
+    if bm25.weights != "tf":
         return None, (f"BM25 re-based: {run_dir.rstrip('/').rsplit('/', 1)[-1]} stored IDF in its "
                       f"weights (an older chunkline); every row is rewritten once")
-    if not bm25.get("reference_avgdl"):
+    if not bm25.reference_avgdl:
         return None, None  # its chunks held no term: this run sets the reference
-    if (bm25.get("stemmer"), bm25.get("stop_words")) != (config.sparse.stemmer, config.sparse.stop_words):
+    if (bm25.stemmer, bm25.stop_words) != (config.sparse.stemmer, config.sparse.stop_words):
         return None, "BM25 re-based: the analysis changed (stemmer or stop words); every row is rewritten once"
-    return float(bm25["reference_avgdl"]), None
+    return float(bm25.reference_avgdl), None
 
 
 _ROOT = Path(__file__).resolve().parents[1]
@@ -238,9 +238,8 @@ def memo_source(config: Config, run_dir: str) -> MemoSource | None:
             previous = (resolve_run(config.output.previous) if config.output.previous
                         else latest_run(config.output.path))
             if previous is not None:
-                listed = [found for found in map(listed_from, load_manifest(previous)["tables"]
-                                                 .get(MEMO_TABLE) or []) if found is not None]
-        except (ManifestError, KeyError, TypeError, AttributeError):
+                listed = list(load_manifest(previous).listing.memo or ())
+        except ManifestError:
             listed = []  # no memo (a run of an older version): everything is computed
     if previous is None or not listed:
         return MemoSource(write_dir, settings=memo_settings(), shares=shares_for(0))
@@ -281,7 +280,7 @@ def carry_pairs(config: Config, signature: str
     sidecars = live_files(run_dir, manifest, CARRY_TABLE)
     if not sidecars:
         return [], documents, f"{name} has no carry sidecars (an older chunkline): every document is computed", []
-    if manifest.get("carry_signature") != signature:
+    if manifest.carry_signature != signature:
         return [], documents, (f"{name} was made with other processing (split, context, embed or "
                                f"BM25 settings, or the code): every document is computed"), []
     # A sidecar is carry-SSSSS-of-NNNNN.parquet beside its chunks-SSSSS-of-NNNNN.parquet, its
@@ -325,13 +324,13 @@ def reusable_files(run_dir: str, signature: str, dim: int) -> tuple[list[str], l
     deleted rows (a format-2 manifest, ``chunkline.index.tables``) is offered whole: a deleted
     row's vector is still the vector of its content key, made under the same signature."""
     manifest = load_manifest(run_dir)
-    if not manifest.get("model") or not has_table(manifest, "chunks"):
+    if manifest.model is None or not has_table(manifest, "chunks"):
         return [], []
-    if manifest.get("embedding_signature") != signature:
+    if manifest.embedding_signature != signature:
         log.info("%s was embedded with other model settings: embedding everything", run_dir)
         return [], []
-    if manifest["model"]["dim"] != dim:
-        return [], [f"{run_dir}: manifest says {manifest['model']['dim']}-d vectors, the model "
+    if manifest.model.dim != dim:
+        return [], [f"{run_dir}: manifest says {manifest.model.dim}-d vectors, the model "
                     f"gives {dim}-d: nothing reused"]
     usable, skipped = [], []
     for path in table_files(run_dir, manifest, "chunks"):
@@ -576,7 +575,7 @@ def join_shares(config: Config) -> int:
     depend on it, only how many lists carry the keys."""
     try:
         run_dir = latest_run(config.output.path)
-        documents = load_manifest(run_dir)["counts"]["documents"] if run_dir else None
+        documents = load_manifest(run_dir).counts["documents"] if run_dir else None
     except (ManifestError, OSError, KeyError):
         documents = None
     if documents is None:

@@ -22,7 +22,9 @@ from chunkline.context import COUNTERS as CONTEXT_COUNTERS
 from chunkline.context import METRICS_NAMESPACE as CONTEXT_NAMESPACE
 from chunkline.context import estimate_cost, over_failure_budget, summary_lines
 from chunkline.index.layout import LATEST, MANIFEST, STAGED_LATEST
-from chunkline.index.tables import FORMAT, INLINE_FORMAT, read_table, relative_path, with_deletion_files
+from chunkline.index.manifest_types import (FORMAT, INLINE_FORMAT, Manifest, Model, Split, access_from,
+                                            bm25_from, parse_listing, to_json)
+from chunkline.index.tables import read_table, relative_path, with_deletion_files
 from chunkline.pipeline.beam_options import job_options
 from chunkline.pipeline.build import build
 from chunkline.pipeline.config import Config, to_dict
@@ -57,7 +59,7 @@ def shrink_guard(counts: dict[str, int], output: str, max_shrink: float,
         reasons.append(f"no document kept ({counts.get('documents', 0)} read)")
     try:
         previous = latest_run(output) or baseline
-        before = load_manifest(previous)["counts"] if previous else None
+        before = load_manifest(previous).counts if previous else None
     except ManifestError as exc:
         # Nothing to compare with is no licence to publish: the damage may be the same fault
         # (a bad mount) that emptied this run. The operator decides, with --allow-shrink.
@@ -222,7 +224,8 @@ def _segment_counts(result) -> dict[int, int] | None:
 
 def _read_column(run_dir: str, tables: dict[str, list[dict[str, Any]]], table: str,
                  column: str) -> list[Any]:
-    read = read_table(run_dir, {"format": INLINE_FORMAT, "tables": tables}, table, [column])
+    listing = parse_listing({"format": INLINE_FORMAT, "tables": tables}, where=run_dir)
+    read = read_table(run_dir, listing, table, [column])
     return [] if read is None else read.column(column).to_pylist()
 
 
@@ -432,10 +435,11 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
     if config.sparse is not None:
         from chunkline.transforms.sparse import STATS_FILE
 
-        with FileSystems.open(FileSystems.join(job.run_dir, STATS_FILE)) as handle:
-            bm25 = json.loads(handle.read())
-        if bm25["chunks"] != counts["chunks"]:
-            problems.append(f"BM25 statistics count {bm25['chunks']} chunks, the shards {counts['chunks']}")
+        stats = FileSystems.join(job.run_dir, STATS_FILE)
+        with FileSystems.open(stats) as handle:
+            bm25 = bm25_from(json.loads(handle.read()), where=stats)
+        if bm25.chunks != counts["chunks"]:
+            problems.append(f"BM25 statistics count {bm25.chunks} chunks, the shards {counts['chunks']}")
     boilerplate = None
     if config.boilerplate is not None:
         from chunkline.transforms.clean import BOILERPLATE_FILE
@@ -468,63 +472,64 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
         held_back = []
     model = None
     if config.embed is not None:
-        model = {"name": redacted(config.embed.model), "dim": job.dim, "dtype": job.options.embed.dtype,
-                 "normalize": config.embed.normalize, "max_seq_length": config.embed.max_seq_length,
-                 "vector_dtype": config.output.vector_dtype}
+        assert job.dim is not None, "the plan of a run that embeds knows its model's width"
+        model = Model(name=redacted(config.embed.model), dim=job.dim, dtype=job.options.embed.dtype,
+                      normalize=config.embed.normalize, max_seq_length=config.embed.max_seq_length,
+                      vector_dtype=config.output.vector_dtype)
     # Many deleted positions go to one deletion file per table (chunkline.index.tables), not
     # into the manifest every reader parses whole.
     listed, deletes = with_deletion_files(run_id, files, lambda path, data: _write_bytes(
         FileSystems.join(config.output.path, *path.split("/")), data))
-    manifest = {
-        "run_id": run_id,
-        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "chunkline_version": chunkline.__version__,
-        "beam_version": beam.__version__,
-        "runner": config.runner.name,
+    # Format 2 (chunkline.index.tables): each table's files relative to OUTPUT, an earlier run's
+    # among them where this run keeps rows of it, with the positions no longer live: inline
+    # while few, else in the table's deletion file (format 3).
+    listing = parse_listing({"format": FORMAT if deletes else INLINE_FORMAT, "tables": {
+        **listed, **({MEMO_TABLE: memo_table(config.output.path, job.run_dir, job.memo, _segment_counts(result))}
+                     if job.memo is not None else {})}, **({"deletes": deletes} if deletes else {})},
+        where=job.run_dir)
+    manifest = Manifest(
+        run_id=run_id,
+        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        chunkline_version=chunkline.__version__,
+        beam_version=beam.__version__,
+        runner=config.runner.name,
         # Store URIs and base URLs may carry passwords or tokens: the manifest travels with the
         # index (to gs://, to every reader), so it records them masked.
-        "config": redacted_config(to_dict(config)),
-        "split": {"tokenizer": job.tokenizer_spec, "max_tokens": job.max_tokens,
-                  "overlap": config.split.overlap, "markdown": config.split.markdown},
-        "model": model,
-        "embedding_signature": job.embedding_signature,
-        "carry_signature": job.carry.signature if job.carry is not None else None,
-        "previous": job.previous_run and redacted(job.previous_run),
-        "reuse_skipped": list(job.reuse_skipped),
-        "counts": counts,
-        "context": context and {k: v for k, v in context.items() if k != "summary"},
-        "embed_mode": config.embed.mode if config.embed is not None else None,
-        "bm25": bm25,
-        "boilerplate": boilerplate,
-        "credentials": credentials,
-        "ocr": ocr,
-        "memo": memo,
+        config=redacted_config(to_dict(config)),
+        split=Split(tokenizer=job.tokenizer_spec, max_tokens=job.max_tokens,
+                    overlap=config.split.overlap, markdown=config.split.markdown),
+        model=model,
+        embedding_signature=job.embedding_signature,
+        carry_signature=job.carry.signature if job.carry is not None else None,
+        previous=job.previous_run and redacted(job.previous_run),
+        reuse_skipped=tuple(job.reuse_skipped),
+        counts=counts,
+        context=context and {k: v for k, v in context.items() if k != "summary"},
+        embed_mode=config.embed.mode if config.embed is not None else None,
+        bm25=bm25,
+        boilerplate=boilerplate,
+        credentials=credentials,
+        ocr=ocr,
+        memo=memo,
         # Present: the index is protected (readers refuse a caller who names no principal).
-        "access": job.access and {
+        access=access_from({
             **job.access.describe(),
             **{name: _metric(result, "access", name) or 0
-               for name in ("documents_rejected", "documents_without_principals")}},
-        "wall_seconds": round(time.monotonic() - started, 3),
-        "stage_seconds": stage_seconds(result),
-        "reconciled": not problems,
-        "problems": problems,
-        "unverified": unverified,
-        "held_back": held_back,
-        # Format 2 (chunkline.index.tables): each table's files relative to OUTPUT, an earlier
-        # run's among them where this run keeps rows of it, with the positions no longer live:
-        # inline while few, else in the table's deletion file (format 3).
-        "format": FORMAT if deletes else INLINE_FORMAT,
-        "tables": {**listed, **({MEMO_TABLE: memo_table(config.output.path, job.run_dir, job.memo,
-                                                         _segment_counts(result))}
-                                if job.memo is not None else {})},
-        **({"deletes": deletes} if deletes else {}),
-    }
+               for name in ("documents_rejected", "documents_without_principals")}}) if job.access else None,
+        wall_seconds=round(time.monotonic() - started, 3),
+        stage_seconds=stage_seconds(result),
+        reconciled=not problems,
+        problems=tuple(problems),
+        unverified=tuple(unverified),
+        held_back=tuple(held_back),
+        listing=listing,
+    )
     publishable = not problems and not held_back
     if publishable:
         lease.check()  # a run whose lease was taken over never writes a manifest LATEST may name
     # Manifest last among the run's files, LATEST after it, and only for a run that accounts for
     # every document and passes the guard: otherwise LATEST stays on the previous good run.
-    _write_text(FileSystems.join(job.run_dir, MANIFEST), json.dumps(manifest, indent=2) + "\n")
+    _write_text(FileSystems.join(job.run_dir, MANIFEST), to_json(manifest))
     _remove_listings(job.run_dir)
     report = None
     if publishable:
@@ -537,6 +542,6 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
                       job.previous_run, publishable, context["summary"] if context else [],
                       held_back, list(job.reuse_skipped), report, bm25_lines(bm25, job.bm25_note),
                       job.carry_note, credential_lines(credentials, counts),
-                      ocr_lines=ocr_lines(ocr), access_lines=access_lines(manifest["access"]),
+                      ocr_lines=ocr_lines(ocr), access_lines=access_lines(manifest.access),
                       unverified=unverified)
 

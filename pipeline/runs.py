@@ -28,11 +28,14 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator, TextIO
+from typing import TYPE_CHECKING, Any, Iterator, TextIO
 
 from chunkline.index.layout import LATEST, MANIFEST, PROBE, RUN_ID, STAGED_LATEST
 from chunkline.pipeline import exits
 from chunkline.pipeline.lease import Holder, LeaseHeld, LeaseLost, OutputLease
+
+if TYPE_CHECKING:  # the manifest module is imported where it is used (this module's CLI starts fast)
+    from chunkline.index.manifest_types import Manifest
 
 GCS = "gs://"
 
@@ -360,7 +363,7 @@ def _is_run_dir(entry: os.DirEntry) -> bool:
     return RUN_ID.fullmatch(entry.name) is not None or os.path.exists(os.path.join(entry.path, MANIFEST))
 
 
-def _judge(run_dir: str, has_manifest: bool) -> tuple[str, dict | None, tuple[str, ...]]:
+def _judge(run_dir: str, has_manifest: bool) -> tuple[str, Manifest | None, tuple[str, ...]]:
     """(status from the directory alone, its manifest, why) for a run no live lease writes."""
     from chunkline.pipeline.manifest import ManifestError, load_manifest
 
@@ -370,10 +373,10 @@ def _judge(run_dir: str, has_manifest: bool) -> tuple[str, dict | None, tuple[st
         manifest = load_manifest(run_dir)
     except ManifestError as exc:
         return FAILED, None, (str(exc),)
-    if manifest.get("reconciled") is False:
-        return FAILED, manifest, tuple(manifest.get("problems") or ("not reconciled",))
-    if manifest.get("held_back"):
-        return HELD_BACK, manifest, tuple(manifest["held_back"])
+    if not manifest.reconciled:
+        return FAILED, manifest, manifest.problems or ("not reconciled",)
+    if manifest.held_back:
+        return HELD_BACK, manifest, manifest.held_back
     return COMPLETE, manifest, ()
 
 
@@ -391,9 +394,9 @@ def describe_run(tree: LocalOutput | BucketOutput, name: str, latest: str | None
             status = LATEST
     counts = None
     if manifest is not None:
-        counts = {key: manifest["counts"][key] for key in ("documents", "kept", "chunks")}
+        counts = {key: manifest.counts[key] for key in ("documents", "kept", "chunks")}
     return Run(name, path, status, _started(name),
-               manifest.get("created_at") if manifest else None, counts, tree.size(name), reasons)
+               manifest.created_at if manifest else None, counts, tree.size(name), reasons)
 
 
 def list_runs(output: str) -> tuple[list[Run], list[str]]:
@@ -421,25 +424,24 @@ def runs_of(output: str, tree: LocalOutput | BucketOutput,
 # publish
 
 
-def _expected_rows(manifest: dict[str, Any]) -> dict[str, int]:
+def _expected_rows(manifest: Manifest) -> dict[str, int]:
     """Rows each table's files hold, by what the manifest states (the checks ``account`` made
     before it was written)."""
     from chunkline.carry import CARRY_TABLE
     from chunkline.index.tables import has_table
 
-    counts = manifest["counts"]
+    counts = manifest.counts
     expected = {"chunks": counts["chunks"], "documents": counts["documents"]}
     if "rejected" in counts:
         expected["rejected"] = counts["rejected"]
     if has_table(manifest, CARRY_TABLE):
         expected[CARRY_TABLE] = counts["chunks"]
-    bm25 = manifest.get("bm25")
-    if isinstance(bm25, dict) and isinstance(bm25.get("terms"), int):
-        expected["terms"] = bm25["terms"]
+    if manifest.bm25 is not None and manifest.bm25.terms is not None:
+        expected["terms"] = manifest.bm25.terms
     return expected
 
 
-def file_problems(run_dir: str, manifest: dict[str, Any]) -> list[str]:
+def file_problems(run_dir: str, manifest: Manifest) -> list[str]:
     """What keeps ``run_dir``'s files from being the index its (validated) manifest describes:
     a listed file missing or unreadable, a table whose files hold other row counts than the
     manifest states, chunk shards without vectors of the model's width. Footers only: the
@@ -452,7 +454,7 @@ def file_problems(run_dir: str, manifest: dict[str, Any]) -> list[str]:
 
     problems = []
     expected = _expected_rows(manifest)
-    dim = (manifest.get("model") or {}).get("dim")
+    dim = manifest.model.dim if manifest.model is not None else None
     for table in table_names(manifest):
         if table == MEMO_TABLE:
             continue  # a lost memo segment costs the next run time, never a wrong row
@@ -492,7 +494,7 @@ def check_run_id(output: str, run_id: str) -> None:
         raise RunsError(f"{run_id!r} is not a run id (a directory name under {output})")
 
 
-def publishable(output: str, run_id: str, allow_held_back: bool = False) -> dict[str, Any]:
+def publishable(output: str, run_id: str, allow_held_back: bool = False) -> Manifest:
     """The manifest of ``output``'s run ``run_id`` when LATEST may name it: its manifest valid
     (``chunkline.pipeline.manifest.load_manifest``), reconciled, not held back by the publish guard
     (unless ``allow_held_back``), every file it lists there with the rows it states. RunsError
@@ -511,15 +513,15 @@ def publishable(output: str, run_id: str, allow_held_back: bool = False) -> dict
         manifest = load_manifest(run_dir)
     except ManifestError as exc:
         raise RunsError(f"run {run_id}: {exc}") from None
-    if manifest["run_id"] != run_id:
-        raise RunsError(f"run {run_id}: its manifest names run {manifest['run_id']} (a copied "
+    if manifest.run_id != run_id:
+        raise RunsError(f"run {run_id}: its manifest names run {manifest.run_id} (a copied "
                         f"directory?)")
-    if manifest.get("reconciled") is False:
+    if not manifest.reconciled:
         raise RunsError(f"run {run_id} failed (not reconciled: "
-                        f"{'; '.join(manifest.get('problems') or [])}); it cannot be published")
-    if manifest.get("held_back") and not allow_held_back:
+                        f"{'; '.join(manifest.problems)}); it cannot be published")
+    if manifest.held_back and not allow_held_back:
         raise RunsError(f"run {run_id} was held back by the publish guard "
-                        f"({'; '.join(manifest['held_back'])}); --allow-held-back publishes it")
+                        f"({'; '.join(manifest.held_back)}); --allow-held-back publishes it")
     problems = file_problems(run_dir, manifest)
     if problems:
         raise RunsError(f"run {run_id} is damaged: {'; '.join(problems)}")
@@ -537,11 +539,11 @@ def _run_dir_exists(run_dir: str) -> bool:
     return bool(FileSystems.match([pattern], limits=[1])[0].metadata_list)
 
 
-def _sink(manifest: dict[str, Any] | None) -> str | None:
+def _sink(manifest: Manifest | None) -> str | None:
     """The sink a run's config records (masked: the manifest holds it through pipeline/redact)."""
     if not manifest:
         return None
-    sink = (manifest.get("config") or {}).get("sink")
+    sink = manifest.setting("sink")
     return sink.get("to") if isinstance(sink, dict) else None
 
 
@@ -549,7 +551,7 @@ def _sink(manifest: dict[str, Any] | None) -> str | None:
 class Published:
     run_id: str
     previous: str | None  # what LATEST named before
-    manifest: dict[str, Any]
+    manifest: Manifest
     sink: str | None  # the (masked) sink the new or the previous run's config records
     changed: bool
 
@@ -629,11 +631,11 @@ def _referenced(tree: LocalOutput | BucketOutput, latest: str | None) -> set[str
         manifest = load_manifest(tree.path(latest))
     except ManifestError:
         return set()
-    given = ((manifest.get("config") or {}).get("output") or {}).get("previous")
+    given = manifest.setting("output", "previous")
     if not isinstance(given, str) or not given:
         return set()
     found = set()
-    for path in (given, manifest.get("previous")):
+    for path in (given, manifest.previous):
         if isinstance(path, str) and path:
             name = tree.run_named(path)
             if name is not None:
@@ -937,15 +939,15 @@ def publish_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         message = " ".join(redacted(str(exc)).split())  # one line, whatever the cause wrote
         print(f"chunkline publish: {message}", file=err)
         return exits.USAGE
-    counts = done.manifest["counts"]
+    counts = done.manifest.counts
     what = (f"{counts['documents']:,} documents, {counts['kept']:,} kept, "
             f"{counts['chunks']:,} chunks")
     if not done.changed:
         print(f"{args.output}/LATEST already names {done.run_id} ({what}); nothing changed", file=out)
     else:
         print(f"{args.output}/LATEST: {done.previous or '(none)'} -> {done.run_id} ({what})", file=out)
-    if done.changed and done.manifest.get("held_back"):
-        print(f"  published although held back: {'; '.join(done.manifest['held_back'])}", file=out)
+    if done.changed and done.manifest.held_back:
+        print(f"  published although held back: {'; '.join(done.manifest.held_back)}", file=out)
     if target is not None:
         # Also when LATEST already named the run: a rollback whose sync failed is finished so.
         return _sync_published(args, target, out, err)

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from chunkline.index.manifest_types import Access, Bm25, Model
 from chunkline.pipeline.manifest import ManifestError, latest_run
 
 
@@ -20,7 +21,7 @@ class RunSummary:
     files: dict[str, list[str]]
     reconciled: bool
     problems: list[str] = field(default_factory=list)
-    model: dict[str, Any] | None = None
+    model: Model | None = None
     previous: str | None = None
     published: bool = False
     context_lines: list[str] = field(default_factory=list)
@@ -47,9 +48,9 @@ def format_summary(summary: RunSummary) -> str:
     check = ("NOT RECONCILED: " + "; ".join(summary.problems) if not summary.reconciled
              else "counts unverified: " + "; ".join(summary.unverified) if summary.unverified
              else "reconciled")
-    if summary.model:
-        embedded = (f"{c['tokens']:,} tokens ({summary.model['name']}, "
-                    f"{summary.model['dim']}-d, {summary.model['dtype']})")
+    if summary.model is not None:
+        embedded = (f"{c['tokens']:,} tokens ({summary.model.name}, "
+                    f"{summary.model.dim}-d, {summary.model.dtype})")
         if "embedded" in c:
             source = f" from {shown_path(summary.previous)}" if summary.previous else ""
             embedded += f"; vectors: {c['embedded']:,} embedded, {c['reused']:,} reused{source}"
@@ -137,16 +138,16 @@ def credential_lines(credentials: dict[str, Any] | None, counts: dict[str, int])
     return lines
 
 
-def access_lines(access: dict[str, Any] | None) -> list[str]:
+def access_lines(access: Access | None) -> list[str]:
     """What access control decided (the manifest's ``access``): nothing for an unprotected run."""
     if not access:
         return []
     lines = ["protected: each row names who may read it; queries name their caller (--as)"]
-    if access.get("documents_without_principals"):
-        lines.append(f"{access['documents_without_principals']:,} documents name no principal: "
+    if access.documents_without_principals:
+        lines.append(f"{access.documents_without_principals:,} documents name no principal: "
                      "readable by nobody (deny by default; access.default names a fallback)")
-    if access.get("documents_rejected"):
-        lines.append(f"{access['documents_rejected']:,} documents rejected for a malformed principal")
+    if access.documents_rejected:
+        lines.append(f"{access.documents_rejected:,} documents rejected for a malformed principal")
     return lines
 
 
@@ -158,17 +159,17 @@ def ocr_lines(ocr: dict[str, int]) -> list[str]:
             f"{ocr['cached']:,} from the cache beside the index (_cache/ocr)"]
 
 
-def bm25_lines(bm25: dict | None, note: str | None) -> list[str]:
+def bm25_lines(bm25: Bm25 | None, note: str | None) -> list[str]:
     """What an operator must hear about the BM25 statistics: a re-base rewrites every stored row."""
     if not bm25:
         return []
     if note:
         return [note]
-    if bm25.get("rebased"):
-        previous, mean = bm25["previous_reference_avgdl"], bm25["avgdl"]
+    if bm25.rebased and bm25.avgdl is not None and bm25.reference_drift is not None:
+        previous, mean = bm25.previous_reference_avgdl, bm25.avgdl
         moved = f"{abs(mean / previous - 1):.1%}" if previous else "all the way"
         return [f"BM25 re-based: the mean chunk length ({mean:.2f} terms) moved {moved} from the "
-                f"reference ({previous:.2f}), past the bound of {bm25['reference_drift']:.0%}: "
+                f"reference ({previous or 0:.2f}), past the bound of {bm25.reference_drift:.0%}: "
                 f"every stored row changes once, the next sync rewrites them all"]
     return []
 

@@ -4,6 +4,7 @@ only the row groups holding a wanted row read), checked against the rows compute
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -236,8 +237,10 @@ def test_a_missing_or_damaged_deletion_file_is_an_error_naming_it(tmp_path, dama
     if damage == "miscounted":
         # The file deletes positions 0-3 of the first file; the manifest says 3 of them, and one
         # of the second file's.
-        loaded["tables"]["chunks"][0]["deleted_rows"] = 3
-        loaded["tables"]["chunks"][1]["deleted_rows"] = 1
+        first, second, *rest = loaded.listing.tables["chunks"]
+        tables = {**loaded.listing.tables, "chunks": (dataclasses.replace(first, deleted_rows=3),
+                                                      dataclasses.replace(second, deleted_rows=1), *rest)}
+        loaded = dataclasses.replace(loaded, listing=dataclasses.replace(loaded.listing, tables=tables))
     with pytest.raises(TableFileError, match=problem):
         live_files(run_dir, loaded, "chunks")
 

@@ -8,17 +8,14 @@ search service does, and both read the same paths the same way."""
 from __future__ import annotations
 
 import json
-import math
-from typing import Any
 
 from chunkline.index import storage
 from chunkline.index.layout import LATEST, MANIFEST, TABLES
-from chunkline.index.tables import listing_problem, live_files, manifest_format, table_names
+from chunkline.index.manifest_types import Manifest, ManifestError, parse
+from chunkline.index.tables import live_files
 
-
-class ManifestError(ValueError):
-    """A manifest, or the LATEST pointer to one, is missing or malformed; the message names the
-    file."""
+__all__ = ["Manifest", "ManifestError", "complete_runs", "latest_run", "load_manifest", "resolve_run",
+           "table_files"]
 
 
 def _read_text(path: str) -> str:
@@ -72,76 +69,26 @@ def complete_runs(output: str) -> list[str]:
             manifest = load_manifest(run_dir)
         except (ManifestError, FileNotFoundError):
             continue
-        if manifest.get("reconciled", True) and not manifest.get("held_back"):
+        if manifest.publishable:
             runs.append(run_dir)
     return sorted(runs, key=lambda path: path.rstrip("/").rsplit("/", 1)[-1], reverse=True)
 
 
-def load_manifest(run_dir: str) -> dict[str, Any]:
-    """The run's manifest, checked for the fields every reader relies on."""
+def load_manifest(run_dir: str) -> Manifest:
+    """The run's manifest, parsed and checked (``chunkline.index.manifest_types.parse``): a
+    ManifestError naming the file when it is missing, not JSON, of a newer format, or has a
+    field every reader relies on missing or malformed."""
     path = storage.join(run_dir, MANIFEST)
     try:
-        manifest = json.loads(_read_text(path))
+        data = json.loads(_read_text(path))
     except FileNotFoundError:
         raise ManifestError(f"{path}: no such file") from None
     except json.JSONDecodeError as exc:
         raise ManifestError(f"{path}: truncated or not JSON ({exc})") from None
-    problem = _problem(manifest)
-    if problem:
-        raise ManifestError(f"{path}: not a chunkline manifest: {problem}")
-    return manifest
+    return parse(data, where=path, required=TABLES)
 
 
-def _problem(manifest: Any) -> str | None:
-    if not isinstance(manifest, dict):
-        return f"expected a JSON object, got {type(manifest).__name__}"
-    if not isinstance(manifest.get("run_id"), str):
-        return "run_id is missing or not a string"
-    problem = listing_problem(manifest, TABLES)
-    if problem:
-        return problem
-    counts = manifest.get("counts")
-    if not isinstance(counts, dict) or not all(
-            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in counts.values()):
-        return "counts is missing or not an object of non-negative integers"
-    missing = [name for name in ("documents", "kept", "chunks") if name not in counts]
-    if missing:
-        return f"counts has no {', '.join(missing)}"
-    model = manifest.get("model")
-    if model is not None:
-        if not isinstance(model, dict):
-            return "model is not an object"
-        dim = model.get("dim")
-        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
-            return "model.dim is missing or not a positive integer"
-    if not isinstance(manifest.get("embedding_signature", ""), str):
-        return "embedding_signature is not a string"
-    if not isinstance(manifest.get("config"), dict):
-        return "config is missing or not an object"
-    return _bm25_problem(manifest.get("bm25"), manifest)
-
-
-def _bm25_problem(bm25: Any, manifest: dict) -> str | None:
-    """What a query's IDF and the next run's reference length read from ``bm25``, and the
-    terms table a query and a sync read its document frequencies from."""
-    if bm25 is None:
-        return None
-    if not isinstance(bm25, dict):
-        return "bm25 is not an object"
-    if "terms" not in table_names(manifest):
-        listing = "tables" if manifest_format(manifest) >= 2 else "files"
-        return f"{listing}.terms is missing (the run has BM25 statistics)"
-    chunks = bm25.get("chunks")
-    if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 0:
-        return "bm25.chunks is missing or not a non-negative integer"
-    reference = bm25.get("reference_avgdl")
-    if reference is not None and (isinstance(reference, bool) or not isinstance(reference, (int, float))
-                                  or not math.isfinite(reference) or reference < 0):
-        return "bm25.reference_avgdl is not a non-negative number"
-    return None
-
-
-def table_files(run_dir: str, manifest: dict[str, Any], table: str) -> list[str]:
+def table_files(run_dir: str, manifest: Manifest, table: str) -> list[str]:
     """Full paths of a table's files as the manifest lists them (never a glob: a stray file in
     the run directory is not part of the run). Only the paths: which of their rows are live is
     :func:`chunkline.index.tables.live_files`'s to say, and :func:`chunkline.index.tables.read_table`

@@ -41,6 +41,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from chunkline.index.manifest_types import Manifest
 from chunkline.index.models import local_model_dir
 from chunkline.index.ranking import bm25_options, embed_options, has_vectors, no_vectors, stored_vectors
 from chunkline.index.results import Hit, Mode, SearchResult
@@ -49,7 +50,7 @@ from chunkline.index.tables import read_table
 from chunkline.sparse import query_terms, query_weights
 
 
-def dense_scores(table: pa.Table, manifest: dict, run_dir: str, question: str) -> np.ndarray:
+def dense_scores(table: pa.Table, manifest: Manifest, run_dir: str, question: str) -> np.ndarray:
     """Cosine of every chunk of ``table`` to ``question``, embedded by the index's own model
     (loaded for this call)."""
     from chunkline.embedder import embed_texts, load_model
@@ -65,7 +66,7 @@ def dense_scores(table: pa.Table, manifest: dict, run_dir: str, question: str) -
     return matrix @ query
 
 
-def sparse_scores(table: pa.Table, manifest: dict, run_dir: str, question: str) -> np.ndarray:
+def sparse_scores(table: pa.Table, manifest: Manifest, run_dir: str, question: str) -> np.ndarray:
     """BM25 of every chunk for ``question``: its weights times the IDF of the question's
     distinct terms, summed, without a Python loop over chunks."""
     options = bm25_options(manifest, run_dir, table)
@@ -73,18 +74,18 @@ def sparse_scores(table: pa.Table, manifest: dict, run_dir: str, question: str) 
     return _bm25(table, terms, idf_of(run_dir, manifest, terms))
 
 
-def idf_of(run_dir: str, manifest: dict, terms: Sequence[int]) -> list[float]:
+def idf_of(run_dir: str, manifest: Manifest, terms: Sequence[int]) -> list[float]:
     """The query-side weight of each term: its IDF over the run's chunks (the ``terms`` table's
     df, the statistics' chunk count); 1 for a run whose stored weights hold IDF already."""
-    bm25 = manifest.get("bm25") or {}
-    if bm25.get("weights") != "tf" or not terms:
+    bm25 = manifest.bm25
+    if bm25 is None or bm25.weights != "tf" or not terms:
         return [1.0] * len(terms)
     df: dict[int, int] = {}
     found = read_table(run_dir, manifest, "terms", ["term_id", "df"],
                        filters=[("term_id", "in", sorted(set(terms)))])
     if found is not None:  # a term listed twice keeps its last entry
         df.update(zip(found.column("term_id").to_pylist(), found.column("df").to_pylist()))
-    return query_weights(terms, df, int(bm25["chunks"]))
+    return query_weights(terms, df, bm25.chunks)
 
 
 def _bm25(table: pa.Table, terms: Sequence[int], weights: Sequence[float]) -> np.ndarray:

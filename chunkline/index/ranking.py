@@ -8,13 +8,14 @@ imports the other's internals: ``query`` builds on ``search``, ``search`` on thi
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from chunkline.index.manifest import resolve_run
+from chunkline.index.manifest_types import Manifest
 from chunkline.index.tables import read_table
 from chunkline.quantize import dequantized
 from chunkline.sparse import SparseOptions
@@ -36,7 +37,7 @@ def run_dir_of(output: str) -> str:
     return run_dir
 
 
-def load_chunks(run_dir: str, manifest: dict) -> pa.Table:
+def load_chunks(run_dir: str, manifest: Manifest) -> pa.Table:
     """Every live chunk of the run with the columns a query reads (those it has). ValueError
     naming the file for a shard that is missing or not readable Parquet."""
     table = read_table(run_dir, manifest, "chunks", _BASE_COLUMNS, optional=_OPTIONAL)
@@ -45,17 +46,20 @@ def load_chunks(run_dir: str, manifest: dict) -> pa.Table:
     return table
 
 
-def embed_options(manifest: dict) -> "EmbedOptions":
+def embed_options(manifest: Manifest) -> "EmbedOptions":
     """The options the index was embedded with, as its manifest recorded them (the fields this
     version knows; a field added since keeps its default), ``auto`` dtype replaced by what the
     run decided on its driver (not what this machine would)."""
     from chunkline.embedder import EmbedOptions
 
-    embed = manifest["config"]["embed"]
+    embed = manifest.setting("embed")
+    if not isinstance(embed, Mapping):
+        raise ValueError(f"run {manifest.run_id} was written with embed: null; it has no vectors")
     options = EmbedOptions(**{spec.name: embed[spec.name] for spec in dataclasses.fields(EmbedOptions)
                               if spec.name in embed})
     if options.dtype == "auto":
-        options = dataclasses.replace(options, dtype=(manifest.get("model") or {}).get("dtype", "float32"))
+        decided: Any = (manifest.model and manifest.model.dtype) or "float32"  # as the run recorded it
+        options = dataclasses.replace(options, dtype=decided)
     return options
 
 
@@ -78,14 +82,14 @@ def stored_vectors(table: pa.Table, options: "EmbedOptions") -> tuple[np.ndarray
     return matrix, renormalize
 
 
-def has_vectors(manifest: dict, table: pa.Table) -> bool:
+def has_vectors(manifest: Manifest, table: pa.Table) -> bool:
     """Whether the run can be ranked by dense vectors (written with an embed stage)."""
-    return bool(manifest["config"].get("embed")) and "embedding" in table.column_names
+    return bool(manifest.setting("embed")) and "embedding" in table.column_names
 
 
-def has_bm25(manifest: dict, table: pa.Table) -> bool:
+def has_bm25(manifest: Manifest, table: pa.Table) -> bool:
     """Whether the run can be ranked by BM25 (written with sparse vectors and their statistics)."""
-    return bool(manifest.get("bm25")) and "sparse_indices" in table.column_names
+    return manifest.bm25 is not None and "sparse_indices" in table.column_names
 
 
 def no_vectors(run_dir: str) -> str:
@@ -98,13 +102,16 @@ def no_bm25(run_dir: str) -> str:
     return f"{run_dir} has no sparse vectors (written with sparse: null, or before them)"
 
 
-def bm25_options(manifest: dict, run_dir: str, table: pa.Table) -> SparseOptions:
+def bm25_options(manifest: Manifest, run_dir: str, table: pa.Table) -> SparseOptions:
     """How the run analyzed text for BM25 (the question is analyzed alike); ValueError for a run
     without sparse vectors."""
-    if not has_bm25(manifest, table):
+    if manifest.bm25 is None or not has_bm25(manifest, table):
         raise ValueError(no_bm25(run_dir))
-    bm25 = manifest["bm25"]
-    return SparseOptions(**{name: bm25[name] for name in ("k1", "b", "stemmer", "stop_words")})
+    bm25 = manifest.bm25
+    if bm25.k1 is None or bm25.b is None:
+        raise ValueError(f"{run_dir}: its manifest's bm25 has no k1 or b (analysis unknown)")
+    return SparseOptions(k1=bm25.k1, b=bm25.b, stemmer=bm25.stemmer,  # type: ignore[arg-type]
+                         stop_words=bm25.stop_words)  # type: ignore[arg-type]  # as the run wrote them
 
 
 def fused(dense: np.ndarray, sparse: np.ndarray, k: int = RRF_K) -> np.ndarray:

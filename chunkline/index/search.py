@@ -49,6 +49,7 @@ from chunkline.access import PUBLIC, caller_principals, principal_set
 from chunkline.metadata import matches
 from chunkline.sparse import SparseOptions, analyze, query_terms, query_weights
 from chunkline.index.manifest import load_manifest
+from chunkline.index.manifest_types import Access, Manifest
 from chunkline.index.models import local_model_dir
 from chunkline.index.ranking import (
     bm25_options,
@@ -148,12 +149,12 @@ class Index:
     core, so little is lost; the ranking itself runs in parallel (numpy and Arrow release the GIL).
     """
 
-    def __init__(self, run_dir: str, manifest: dict, chunks: pa.Table) -> None:
+    def __init__(self, run_dir: str, manifest: Manifest, chunks: pa.Table) -> None:
         """The index of the run ``run_dir`` from its manifest and its chunks as
         :func:`chunkline.index.ranking.load_chunks` reads them; :meth:`open` is the usual way in."""
         self.run_dir = run_dir
-        self.run_id: str = manifest["run_id"]
-        self._manifest = manifest
+        self.run_id: str = manifest.run_id
+        self._bm25_chunks = manifest.bm25.chunks if manifest.bm25 is not None else 0
         self._size = len(chunks)
         present = set(chunks.column_names)
         self._rows = chunks.select(_ROW_COLUMNS + [c for c in _OPTIONAL_ROW_COLUMNS if c in present]
@@ -171,11 +172,11 @@ class Index:
         if self._size and has_bm25(manifest, chunks):
             self._bm25 = bm25_options(manifest, run_dir, chunks)
             self._postings = _Postings(chunks)
-            if manifest["bm25"].get("weights") == "tf":  # else the stored weights hold IDF already
+            if manifest.bm25 is not None and manifest.bm25.weights == "tf":  # else the stored weights hold IDF already
                 self._df = _document_frequencies(run_dir, manifest)
         # A protected run: its manifest records the access policy it was written under. Its
         # chunks without a principals column would be readable by nobody: refuse to open it.
-        self._access: dict | None = manifest.get("access") or None
+        self._access: Access | None = manifest.access
         self._readers: _Readers | None = None
         if self._access is not None and self._size:
             if "principals" not in present:
@@ -271,7 +272,7 @@ class Index:
             return np.ones(self._size, bool)
         if self._readers is None:  # a protected run without a chunk
             return np.zeros(self._size, bool)
-        return self._readers.holding((*caller, self._access.get("public") or PUBLIC))
+        return self._readers.holding((*caller, self._access.public or PUBLIC))
 
     def _rank(self, question: str, vector: np.ndarray | None, k: int, where: list, mode: str,
               expand: int, caller: tuple[str, ...] | None = None) -> SearchResult:
@@ -378,7 +379,7 @@ class Index:
         ids, counts = self._df
         at = np.minimum(np.searchsorted(ids, terms), len(ids) - 1) if len(ids) else None
         df = {} if at is None else {t: int(counts[i]) for t, i in zip(terms, at) if ids[i] == t}
-        return query_weights(terms, df, int(self._manifest["bm25"]["chunks"]))
+        return query_weights(terms, df, self._bm25_chunks)
 
     def _why_bm25_matches_nothing(self, question: str, terms: Sequence[int], filtered: bool,
                                   restricted: bool = False) -> Note:
@@ -512,7 +513,7 @@ class _Postings:
                            minlength=size)
 
 
-def _document_frequencies(run_dir: str, manifest: dict) -> tuple[np.ndarray, np.ndarray]:
+def _document_frequencies(run_dir: str, manifest: Manifest) -> tuple[np.ndarray, np.ndarray]:
     """(term ids ascending, their df) from the run's ``terms`` table; a term listed twice keeps
     its last entry, as :func:`chunkline.index.query.idf_of` reads it."""
     found = read_table(run_dir, manifest, "terms", ["term_id", "df"])
@@ -580,7 +581,7 @@ class _Documents:
     """What ``expand`` reads: the kept documents' text and, for each chunk, its document's other
     chunks (by ``chunk_index``: start, end, tokens)."""
 
-    def __init__(self, rows: pa.Table, run_dir: str, manifest: dict) -> None:
+    def __init__(self, rows: pa.Table, run_dir: str, manifest: Manifest) -> None:
         encoded = pc.dictionary_encode(rows.column("doc_id").combine_chunks())
         self._doc = encoded.indices.to_numpy(zero_copy_only=False)
         self._by_doc = np.argsort(self._doc, kind="stable")  # each document's chunks in run order

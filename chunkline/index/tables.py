@@ -57,10 +57,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from chunkline.index import storage
-
-FORMAT = 3  # the newest manifest format this version reads
-_FIRST = 1  # a manifest without ``format``
-INLINE_FORMAT = 2  # every deleted position inline in the manifest (what the job writes when few)
+from chunkline.memo import MEMO_TABLE
+from chunkline.index.manifest_types import FORMAT as FORMAT  # the formats are the manifest's: re-exported
+from chunkline.index.manifest_types import INLINE_FORMAT, DeletionFile, Listing, Manifest, TableFile
 
 # Deleted positions a run keeps inline in its manifest for one table, at most (~7 KB of JSON);
 # more, and they go to the table's deletion file.
@@ -105,61 +104,72 @@ class LiveFile:
         return None if self.rows is None else self.rows - len(self.deleted)
 
 
-def manifest_format(manifest: dict[str, Any]) -> int:
+def listing_of(manifest: Manifest | Listing) -> Listing:
+    """The file listing of ``manifest`` (a listing is its own)."""
+    return manifest.listing if isinstance(manifest, Manifest) else manifest
+
+
+def manifest_format(manifest: Manifest | Listing) -> int:
     """The manifest's format: 1 when it names none."""
-    return manifest.get("format", _FIRST)
+    return listing_of(manifest).format
 
 
-def table_names(manifest: dict[str, Any]) -> list[str]:
-    """The tables the (validated) manifest lists files for, in its order."""
-    return list(_listing(manifest))
+def table_names(manifest: Manifest | Listing) -> list[str]:
+    """The tables the manifest lists files for, in its order."""
+    return listing_of(manifest).table_names()
 
 
-def has_table(manifest: dict[str, Any], table: str) -> bool:
+def has_table(manifest: Manifest | Listing, table: str) -> bool:
     """Whether the manifest lists ``table`` with at least one file."""
-    return bool(_listing(manifest).get(table))
+    listing = listing_of(manifest)
+    if listing.format < INLINE_FORMAT:
+        return bool(listing.files.get(table))
+    return bool(listing.tables.get(table))
 
 
-def _listing(manifest: dict[str, Any]) -> dict[str, list]:
-    return manifest["tables"] if manifest_format(manifest) >= 2 else manifest["files"]
-
-
-def live_files(run_dir: str, manifest: dict[str, Any], table: str) -> list[LiveFile]:
-    """The files of ``table`` in the run ``run_dir`` whose (validated) manifest is ``manifest``,
-    in the manifest's order; none for a table it does not list. Never a glob: a stray file in a
-    run folder is not part of any run. A table whose deletions are in a deletion file (format
-    3) reads it here: :class:`TableFileError` naming it when it is missing, damaged, or lists
-    other deletions than the manifest counts."""
-    entries = _listing(manifest).get(table) or []
-    if manifest_format(manifest) < 2:
+def live_files(run_dir: str, manifest: Manifest | Listing, table: str) -> list[LiveFile]:
+    """The files of ``table`` in the run ``run_dir`` whose manifest is ``manifest``, in the
+    manifest's order; none for a table it does not list (the memo table's segments,
+    :attr:`Listing.memo`, as files every row of which is live). Never a glob: a stray file in a run folder is not part of any
+    run. A table whose deletions are in a deletion file (format 3) reads it here:
+    :class:`TableFileError` naming it when it is missing, damaged, or lists other deletions
+    than the manifest counts."""
+    listing = listing_of(manifest)
+    if listing.format < INLINE_FORMAT:
         folder = _folder_name(run_dir)
-        return [LiveFile(storage.join(run_dir, name), name, folder) for name in entries]
+        return [LiveFile(storage.join(run_dir, name), name, folder) for name in listing.files.get(table, ())]
     output = storage.parent(run_dir)
-    described = (manifest.get("deletes") or {}).get(table)
+    if table == MEMO_TABLE and listing.memo is not None:
+        return [LiveFile(storage.join(output, *segment.path.split("/")), segment.path,
+                         segment.path.split("/", 1)[0], segment.rows, segment.bytes)
+                for segment in listing.memo]
+    entries = listing.tables.get(table, ())
+    described = listing.deletes.get(table)
     from_file = _deleted_positions(output, described, entries) if described else {}
-    return [LiveFile(storage.join(output, *entry["path"].split("/")), entry["path"],
-                     entry["path"].split("/", 1)[0], entry.get("rows"), entry.get("bytes"),
-                     entry.get("digest"), from_file.get(entry["path"], tuple(entry.get("deleted") or ())),
-                     entry.get("shard"))
+    return [LiveFile(storage.join(output, *entry.path.split("/")), entry.path,
+                     entry.path.split("/", 1)[0], entry.rows, entry.bytes,
+                     entry.digest, from_file.get(entry.path, entry.deleted or ()), entry.shard)
             for entry in entries]
 
 
-def deletion_files(run_dir: str, manifest: dict[str, Any]) -> list[str]:
-    """The full paths of the deletion files the (validated) manifest references, table order."""
+def deletion_files(run_dir: str, manifest: Manifest | Listing) -> list[str]:
+    """The full paths of the deletion files the manifest references, table order."""
     output = storage.parent(run_dir)
-    return [storage.join(output, *described["path"].split("/"))
-            for described in (manifest.get("deletes") or {}).values()]
+    return [storage.join(output, *described.path.split("/"))
+            for described in listing_of(manifest).deletes.values()]
 
 
-def listed_paths(run_dir: str, manifest: dict[str, Any]) -> list[str]:
-    """Every file the (validated) manifest lists, as ``<run folder>/<name in it>`` relative to
-    OUTPUT: each table's files (a format-1 manifest's in its own folder) and its deletion files;
-    read from the manifest alone (``gc`` keeps exactly these)."""
-    if manifest_format(manifest) < 2:
+def listed_paths(run_dir: str, manifest: Manifest | Listing) -> list[str]:
+    """Every file the manifest lists, as ``<run folder>/<name in it>`` relative to OUTPUT: each
+    table's files (a format-1 manifest's in its own folder), its memo segments and its deletion
+    files; read from the manifest alone (``gc`` keeps exactly these)."""
+    listing = listing_of(manifest)
+    if listing.format < INLINE_FORMAT:
         folder = _folder_name(run_dir)
-        return [f"{folder}/{name}" for names in manifest["files"].values() for name in names]
-    return [*(entry["path"] for entries in manifest["tables"].values() for entry in entries),
-            *(described["path"] for described in (manifest.get("deletes") or {}).values())]
+        return [f"{folder}/{name}" for names in listing.files.values() for name in names]
+    return [*(entry.path for entries in listing.tables.values() for entry in entries),
+            *(segment.path for segment in listing.memo or ()),
+            *(described.path for described in listing.deletes.values())]
 
 
 # --- deletion files ---------------------------------------------------------------------------
@@ -225,10 +235,10 @@ _READ_DELETES: OrderedDict[tuple[str, str], dict[str, tuple[int, ...]]] = Ordere
 _KEEP_READ = 4
 
 
-def _deleted_positions(output: str, described: dict[str, Any],
-                       entries: Sequence[dict[str, Any]]) -> dict[str, tuple[int, ...]]:
-    path = storage.join(output, *described["path"].split("/"))
-    key = (path, described["digest"])
+def _deleted_positions(output: str, described: DeletionFile,
+                       entries: Sequence[TableFile]) -> dict[str, tuple[int, ...]]:
+    path = storage.join(output, *described.path.split("/"))
+    key = (path, described.digest)
     if key not in _READ_DELETES:
         _READ_DELETES[key] = _read_deletion_file(path, described)
         while len(_READ_DELETES) > _KEEP_READ:
@@ -236,33 +246,34 @@ def _deleted_positions(output: str, described: dict[str, Any],
     _READ_DELETES.move_to_end(key)
     found = _READ_DELETES[key]
     for entry in entries:
-        got = found.get(entry["path"], ())
-        if len(got) != entry.get("deleted_rows", 0) or (got and got[-1] >= entry["rows"]):
-            raise TableFileError(f"{path}: its deletions of {entry['path']} are not the "
-                                 f"{entry.get('deleted_rows', 0):,} ascending positions below "
-                                 f"{entry['rows']:,} the run's manifest states")
-    if set(found) - {entry["path"] for entry in entries}:
+        got = found.get(entry.path, ())
+        stated = entry.deleted_rows or 0
+        if len(got) != stated or (got and got[-1] >= entry.rows):
+            raise TableFileError(f"{path}: its deletions of {entry.path} are not the "
+                                 f"{stated:,} ascending positions below "
+                                 f"{entry.rows:,} the run's manifest states")
+    if set(found) - {entry.path for entry in entries}:
         raise TableFileError(f"{path}: deletes rows of a file the run's manifest does not list")
     return found
 
 
-def _read_deletion_file(path: str, described: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+def _read_deletion_file(path: str, described: DeletionFile) -> dict[str, tuple[int, ...]]:
     """A deletion file's positions by the file they delete from, each ascending; checked
     against what the manifest states of it (size, digest, rows)."""
     try:
         data = storage.read_bytes(path)
     except FileNotFoundError:
         raise TableFileError(f"{path}: no such deletion file, though the run's manifest lists it") from None
-    if len(data) != described["bytes"] or file_digest(data) != described["digest"]:
+    if len(data) != described.bytes or file_digest(data) != described.digest:
         raise TableFileError(f"{path}: not the deletion file the run's manifest names (its size or "
                              "digest differs: replaced or damaged since the run)")
     try:
         table = pq.read_table(pa.BufferReader(data))
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise TableFileError(f"{path}: not a readable Parquet file ({type(exc).__name__})") from None
-    if table.schema.names != ["file", "pos"] or table.num_rows != described["rows"]:
+    if table.schema.names != ["file", "pos"] or table.num_rows != described.rows:
         raise TableFileError(f"{path}: holds {table.num_rows:,} deletions, the run's manifest "
-                             f"says {described['rows']:,}")
+                             f"says {described.rows:,}")
     files = table.column("file").combine_chunks().dictionary_encode()
     codes = files.indices.to_numpy(zero_copy_only=False)
     positions = table.column("pos").to_numpy()
@@ -286,7 +297,7 @@ def relative_path(path: str) -> str:
     return "/".join(path.replace("\\", "/").rstrip("/").rsplit("/", 2)[-2:])
 
 
-def live_rows(run_dir: str, manifest: dict[str, Any], table: str) -> int | None:
+def live_rows(run_dir: str, manifest: Manifest | Listing, table: str) -> int | None:
     """Live rows of ``table`` as the manifest states them; None for a format-1 manifest (its
     files' footers say)."""
     files = live_files(run_dir, manifest, table)
@@ -378,7 +389,7 @@ def _rows_at(shard: pq.ParquetFile, positions: np.ndarray, columns: list[str] | 
     return read.take(pa.array(local, type=pa.int64()))
 
 
-def read_table(run_dir: str, manifest: dict[str, Any], table: str, columns: Sequence[str] | None = None,
+def read_table(run_dir: str, manifest: Manifest | Listing, table: str, columns: Sequence[str] | None = None,
                *, optional: Sequence[str] = (), filters: Filters | None = None) -> pa.Table | None:
     """The live rows of ``table`` (:func:`read_file` of each of its :func:`live_files`, in order,
     concatenated; columns one file lacks are null there); None when the run lists no file for
@@ -407,101 +418,6 @@ def read_table(run_dir: str, manifest: dict[str, Any], table: str, columns: Sequ
         merged = merged.take(pc.sort_indices(merged, sort_keys=[(c, "ascending") for c in order]))
         parts.append(merged.drop_columns(extra) if extra else merged)
     return pa.concat_tables(parts, promote_options="default") if parts else None
-
-
-# --- what load_manifest checks --------------------------------------------------------------
-
-def listing_problem(manifest: dict[str, Any], required: Sequence[str]) -> str | None:
-    """What is wrong with the manifest's file listing (``files`` in format 1, ``tables`` in
-    format 2), for a table of ``required`` or any other it lists; None when nothing is."""
-    version = manifest.get("format", _FIRST)
-    if isinstance(version, bool) or not isinstance(version, int) or version < _FIRST:
-        return f"format is not a positive integer ({version!r})"
-    if version > FORMAT:
-        return (f"format {version} was written by a newer chunkline; this one reads formats "
-                f"up to {FORMAT}")
-    if version == _FIRST:
-        files = manifest.get("files")
-        if not isinstance(files, dict):
-            return "files is missing or not an object"
-        for table in [*required, *(t for t in files if t not in required)]:
-            names = files.get(table)
-            if not isinstance(names, list) or not all(_plain_name(n) for n in names):
-                return f"files.{table} is missing or not a list of file names"
-        return None
-    tables = manifest.get("tables")
-    if not isinstance(tables, dict):
-        return "tables is missing or not an object"
-    deletes = manifest.get("deletes", {})
-    if version == INLINE_FORMAT and "deletes" in manifest:
-        return "deletes (deletion files) needs format 3"
-    if not isinstance(deletes, dict) or not all(isinstance(d, dict) for d in deletes.values()):
-        return "deletes is not an object of deletion files"
-    for table, described in deletes.items():
-        problem = _deletion_file_problem(described)
-        if problem or table not in tables:
-            return f"deletes.{table} {problem or 'names a table the manifest does not list'}"
-    for table in [*required, *(t for t in tables if t not in required)]:
-        entries = tables.get(table)
-        if not isinstance(entries, list):
-            return f"tables.{table} is missing or not a list of files"
-        for at, entry in enumerate(entries):
-            problem = _entry_problem(entry)
-            if not problem and isinstance(entry, dict) and table in deletes and entry.get("deleted"):
-                problem = "lists deleted positions inline, though its table has a deletion file"
-            if not problem and isinstance(entry, dict) and entry.get("deleted_rows") and table not in deletes:
-                problem = "counts deleted rows, though its table has no deletion file"
-            if problem:
-                return f"tables.{table}[{at}] {problem}"
-        if table in deletes and sum(e.get("deleted_rows", 0) for e in entries) != deletes[table]["rows"]:
-            return f"deletes.{table} rows is not the sum of its files' deleted_rows"
-    return None
-
-
-def _deletion_file_problem(described: dict[str, Any]) -> str | None:
-    path = described.get("path")
-    parts = path.split("/") if isinstance(path, str) else []
-    if len(parts) < 2 or not all(_plain_name(p) for p in parts):
-        return "path is not <run folder>/deletes/<file name>"
-    if not all(_count(described.get(key)) for key in ("rows", "bytes")):
-        return "rows or bytes is missing or not a non-negative integer"
-    if not isinstance(described.get("digest"), str):
-        return "digest is missing or not a string"
-    return None
-
-
-def _plain_name(name: Any) -> bool:
-    return isinstance(name, str) and bool(name) and "/" not in name and "\\" not in name \
-        and name not in (".", "..")
-
-
-def _count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _entry_problem(entry: Any) -> str | None:
-    if not isinstance(entry, dict):
-        return "is not an object"
-    path = entry.get("path")
-    parts = path.split("/") if isinstance(path, str) else []
-    if len(parts) < 2 or not all(_plain_name(p) for p in parts):
-        return "path is not <run folder>/<file name> (or <run folder>/<folder>/<file name>)"
-    rows = entry.get("rows")
-    if not _count(rows):
-        return "rows is missing or not a non-negative integer"
-    if "bytes" in entry and not _count(entry["bytes"]):
-        return "bytes is not a non-negative integer"
-    if "digest" in entry and not isinstance(entry["digest"], str):
-        return "digest is not a string"
-    if "shard" in entry and not _count(entry["shard"]):
-        return "shard is not a non-negative integer"
-    if "deleted_rows" in entry and not (_count(entry["deleted_rows"]) and entry["deleted_rows"] <= rows):
-        return "deleted_rows is not a non-negative integer up to rows"
-    deleted = entry.get("deleted", [])
-    if not isinstance(deleted, list) or not all(_count(p) and p < rows for p in deleted) \
-            or any(a >= b for a, b in zip(deleted, deleted[1:])):
-        return "deleted is not an ascending list of row positions below rows"
-    return None
 
 
 def _folder_name(run_dir: str) -> str:

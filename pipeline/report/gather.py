@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from chunkline.index.manifest_types import Manifest
 from chunkline.index.tables import LiveFile, TableFileError, live_files, read_file
 from chunkline.minhash import MinHasher, MinHashOptions, estimate_jaccard
 from chunkline.readers import FORMATS, extension
@@ -116,7 +117,7 @@ class Sample:
 @dataclass
 class ReportData:
     run_id: str
-    manifest: dict[str, Any]
+    manifest: Manifest
     counts: dict[str, int]
     formats: list[FormatRow]
     reasons: list[ReasonKind]
@@ -273,11 +274,11 @@ def clusters(documents: pa.Table) -> tuple[dict[str, list[dict]], int]:
     return {s: sorted(m, key=lambda r: natural_key(r["doc_id"])) for s, m in members.items()}, len(sizes)
 
 
-def near_options(manifest: dict[str, Any]) -> MinHashOptions | None:
+def near_options(manifest: Manifest) -> MinHashOptions | None:
     """The run's near-duplicate options, from its recorded config; None when near dedupe was off
     (or the config is from a version these options cannot read)."""
-    near = (manifest.get("config", {}).get("dedupe") or {}).get("near")
-    if not near:
+    near = manifest.setting("dedupe", "near")
+    if not isinstance(near, dict) or not near:
         return None
     try:
         return MinHashOptions(**near)
@@ -376,12 +377,12 @@ def _text_heads(paths: list[LiveFile], doc_ids: set[str]) -> dict[str, tuple[str
         table.column("doc_id").to_pylist(), table.column("uri").to_pylist(), heads, lengths)}
 
 
-def audience_of(manifest: dict[str, Any]) -> tuple[str, ...] | None:
+def audience_of(manifest: Manifest) -> tuple[str, ...] | None:
     """The principals the report of a protected run is written for (``report.audience``);
     None: everything is shown."""
-    if not manifest.get("access"):
+    if manifest.access is None:
         return None
-    audience = ((manifest.get("config") or {}).get("report") or {}).get("audience")
+    audience = manifest.setting("report", "audience")
     return None if audience is None else tuple(audience)
 
 
@@ -407,8 +408,8 @@ def for_audience(data: ReportData, allowed: set[str], audience: Sequence[str],
     clusters = [dataclasses.replace(c, members=tuple(m for m in c.members if m.doc_id in allowed))
                 for c in data.clusters if c.survivor in allowed]
     reasons = [dataclasses.replace(r, examples=()) for r in data.reasons]
-    boilerplate = data.manifest.get("boilerplate")
-    manifest = ({**data.manifest, "boilerplate": {**boilerplate, "top_removed": []}}
+    boilerplate = data.manifest.boilerplate
+    manifest = (dataclasses.replace(data.manifest, boilerplate={**boilerplate, "top_removed": []})
                 if boilerplate else data.manifest)
     note = (f"written for {', '.join(audience) or 'no principal'}: sample texts and duplicate "
             "clusters show only documents they may read; rejection examples and boilerplate "
@@ -423,7 +424,7 @@ def gather(run_dir: str) -> ReportData:
     manifest); for a protected run with ``report.audience``, only what that audience may read
     (:func:`for_audience`)."""
     manifest = load_manifest(run_dir)
-    counts = manifest["counts"]
+    counts = dict(manifest.counts)
     doc_paths = live_files(run_dir, manifest, "documents")
     chunk_paths = live_files(run_dir, manifest, "chunks")
     documents = _read(doc_paths, ["doc_id", "uri", "status", "format", "duplicate_of", "doc_hash"])
@@ -434,7 +435,7 @@ def gather(run_dir: str) -> ReportData:
     documents = documents.append_column("ext", pa.array(exts, type=pa.string()))
     rejected = _read(live_files(run_dir, manifest, "rejected"), ["uri", "reason"])
     tokens = _read(chunk_paths, ["tokens"])
-    warnings = list(manifest.get("problems") or [])
+    warnings = list(manifest.problems)
 
     formats = funnel(documents)
     for name in ("kept", "duplicate", "rejected"):
@@ -454,13 +455,14 @@ def gather(run_dir: str) -> ReportData:
             f"options ({counted(options.num_perm, 'permutation')}, {options.shingle_size}-word shingles, "
             f"threshold {options.threshold:g})" if options is not None
             else "near-duplicate detection was off: every duplicate is an exact copy")
-    budget = (manifest.get("split") or {}).get("max_tokens")
+    budget = manifest.split.max_tokens if manifest.split is not None else None
     hist = histogram(tokens.column("tokens") if tokens is not None else pa.array([], pa.int32()), budget)
     audience = audience_of(manifest)
     if audience is not None:
-        allowed = readable_documents(doc_paths, audience, manifest["access"].get("public") or "public")
-        data = ReportData(manifest["run_id"], manifest, counts, formats, reason_list, kinds, resolved,
+        public = (manifest.access.public if manifest.access is not None else None) or "public"
+        allowed = readable_documents(doc_paths, audience, public)
+        data = ReportData(manifest.run_id, manifest, counts, formats, reason_list, kinds, resolved,
                           cluster_count, note, hist, [], warnings)
         return for_audience(data, allowed, audience, documents, doc_paths, chunk_paths)
-    return ReportData(manifest["run_id"], manifest, counts, formats, reason_list, kinds, resolved,
+    return ReportData(manifest.run_id, manifest, counts, formats, reason_list, kinds, resolved,
                       cluster_count, note, hist, samples(documents, doc_paths, chunk_paths), warnings)

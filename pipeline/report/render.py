@@ -141,7 +141,7 @@ def _duplicates(data: ReportData) -> str:
 
 
 def _boilerplate(data: ReportData) -> str:
-    found = data.manifest.get("boilerplate")
+    found = data.manifest.boilerplate
     head = '<section id="boilerplate"><h2>Boilerplate removed</h2>'
     if not found:
         return head + '<p class="note">Boilerplate removal was off, or this run did not record it.</p></section>'
@@ -168,12 +168,12 @@ def _chunks(data: ReportData) -> str:
 
 
 def _vectors(data: ReportData) -> str:
-    counts, model, parts = data.counts, data.manifest.get("model"), []
-    if model:
-        parts.append(f'<p>Model <code>{escape(str(model.get("name")))}</code>, {model.get("dim")}-d, '
-                     f'stored as {escape(str(model.get("vector_dtype")))}.</p>')
+    counts, model, parts = data.counts, data.manifest.model, []
+    if model is not None:
+        parts.append(f'<p>Model <code>{escape(str(model.name))}</code>, {model.dim}-d, '
+                     f'stored as {escape(str(model.vector_dtype))}.</p>')
         if "embedded" in counts:
-            previous = data.manifest.get("previous")
+            previous = data.manifest.previous
             parts.append(stacked_bars("chart-vectors", "vectors", [
                 ("vectors", {"embedded": counts["embedded"], "reused": counts["reused"]})],
                 {"embedded": BAR_COLOUR, "reused": OUTCOME_COLOURS["kept"]}))
@@ -187,7 +187,7 @@ def _vectors(data: ReportData) -> str:
                          + "</p>")
     else:
         parts.append('<p class="note">Embedding was off.</p>')
-    context = data.manifest.get("context")
+    context = data.manifest.context
     if context:
         rows = "".join(f'<tr><td>{escape(str(k))}</td><td class="n">{int(v):,}</td></tr>'
                        for k, v in (context.get("counters") or {}).items())
@@ -204,8 +204,8 @@ def _failed_check(count: int) -> str:
 
 
 def _timing(data: ReportData) -> str:
-    wall = data.manifest.get("wall_seconds")
-    stages = data.manifest.get("stage_seconds")
+    wall = data.manifest.wall_seconds
+    stages = data.manifest.stage_seconds
     head = '<section id="timing"><h2>Time</h2>'
     text = f"<p>Wall time {wall:,.1f} s.</p>" if isinstance(wall, (int, float)) else \
         '<p class="note">This run did not record its wall time.</p>'
@@ -245,9 +245,9 @@ def _samples(data: ReportData) -> str:
 def render(data: ReportData) -> str:
     """The whole page."""
     m = data.manifest
-    state = "reconciled" if m.get("reconciled") else "NOT reconciled"
-    if m.get("held_back"):
-        state += "; held back: " + "; ".join(m["held_back"])
+    state = "reconciled" if m.reconciled else "NOT reconciled"
+    if m.held_back:
+        state += "; held back: " + "; ".join(m.held_back)
     warnings = "".join(f'<p class="warn">{escape(w)}</p>' for w in data.warnings)
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
@@ -256,8 +256,8 @@ def render(data: ReportData) -> str:
         '<link rel="icon" href="data:,">'  # no favicon request either
         f"<title>chunkline run {escape(data.run_id)}</title><style>{CSS}</style></head><body>"
         f'<h1>chunkline run <code>{escape(data.run_id)}</code></h1>'
-        f'<p class="note">{escape(str(m.get("created_at", "")))} · {escape(str(m.get("runner", "")))} · '
-        f'chunkline {escape(str(m.get("chunkline_version", "")))} · Beam {escape(str(m.get("beam_version", "")))}'
+        f'<p class="note">{escape(m.created_at or "")} · {escape(m.runner or "")} · '
+        f'chunkline {escape(m.chunkline_version or "")} · Beam {escape(m.beam_version or "")}'
         f' · {escape(state)}</p>{warnings}'
         + _funnel(data) + _rejected(data) + _duplicates(data) + _boilerplate(data) + _chunks(data)
         + _vectors(data) + _timing(data) + _samples(data)

@@ -22,6 +22,7 @@ import threading
 from typing import TYPE_CHECKING, Callable, Iterator, TextIO
 
 if TYPE_CHECKING:
+    from chunkline.index.manifest_types import Manifest
     from chunkline.pipeline.sync.core import Report
 
 
@@ -93,16 +94,16 @@ def run_args(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = s
     try:
         store = open_store(args.to)
         where = store_name(store, args.to)
-        if hasattr(store, "public") and isinstance(manifest.get("access"), dict):
+        if hasattr(store, "public") and manifest.access is not None:
             # PostgreSQL writes the run's public principal into its read policy.
-            store.public = manifest["access"].get("public") or store.public
+            store.public = manifest.access.public or store.public
         if args.check:
-            found = check(store, rows, sparse=bool(manifest.get("bm25")), terms=terms,
+            found = check(store, rows, sparse=manifest.bm25 is not None, terms=terms,
                           signature=signature, lookup=signature_lookup(run_dir))
         else:
             with _stop_on_interrupt() as stop:
-                report = sync(store, manifest["run_id"], rows, args.batch_size,
-                              sparse=bool(manifest.get("bm25")), repair=args.repair,
+                report = sync(store, manifest.run_id, rows, args.batch_size,
+                              sparse=manifest.bm25 is not None, repair=args.repair,
                               progress=None if args.quiet else stderr_progress, stop=stop,
                               terms=terms, signature=signature, lookup=signature_lookup(run_dir),
                               drop_old=drop_old)
@@ -126,10 +127,10 @@ def run_args(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = s
     if args.check:
         note = found.format_note()
         if not found.ok:
-            print(f"error: {where} does not match run {manifest['run_id']}: {found.describe()}",
+            print(f"error: {where} does not match run {manifest.run_id}: {found.describe()}",
                   file=err)
             return exits.NOT_DONE
-        print(f"verified: {found.rows} rows match run {manifest['run_id']} in {where}", file=out)
+        print(f"verified: {found.rows} rows match run {manifest.run_id} in {where}", file=out)
         if note:
             print(f"note: {note}", file=out)
         return exits.OK
@@ -167,7 +168,7 @@ def _stop_on_interrupt() -> Iterator[Callable[[], bool]]:
         signal.signal(signal.SIGINT, previous)
 
 
-def select_run(output: str, run: str | None, unpublished: bool = False) -> tuple[str, dict, list[str]]:
+def select_run(output: str, run: str | None, unpublished: bool = False) -> tuple[str, Manifest, list[str]]:
     """(run directory, manifest, notes for the operator) of the run to sync: ``run`` of
     ``output``, or the run LATEST names (``output`` may itself be a run directory). A run that
     was not published needs ``unpublished``; ManifestError naming what is wrong otherwise."""
@@ -195,20 +196,20 @@ def select_run(output: str, run: str | None, unpublished: bool = False) -> tuple
         latest = run_dir
     manifest = load_manifest(run_dir)
     notes = []
-    why = ([f"held back by the publish guard ({'; '.join(manifest['held_back'])})"]
-           if manifest.get("held_back") else [])
-    if manifest.get("reconciled") is False:
-        why.append(f"not reconciled ({'; '.join(manifest.get('problems') or [])})")
+    why = ([f"held back by the publish guard ({'; '.join(manifest.held_back)})"]
+           if manifest.held_back else [])
+    if not manifest.reconciled:
+        why.append(f"not reconciled ({'; '.join(manifest.problems)})")
     latest_name = latest.rstrip("/").rsplit("/", 1)[-1] if latest else None
     named = f"LATEST names {latest_name}" if latest_name else "nothing is published"
     if why:
         if not unpublished:
-            raise ManifestError(f"run {manifest['run_id']} was not published: {'; '.join(why)}; "
+            raise ManifestError(f"run {manifest.run_id} was not published: {'; '.join(why)}; "
                                 f"{named}. Pass --unpublished to sync it anyway")
-        notes.append(f"syncing run {manifest['run_id']}, which was not published "
+        notes.append(f"syncing run {manifest.run_id}, which was not published "
                      f"({'; '.join(why)}); {named}")
-    elif latest_name and latest_name != manifest["run_id"]:
-        notes.append(f"syncing run {manifest['run_id']}, not the one LATEST names ({latest_name})")
+    elif latest_name and latest_name != manifest.run_id:
+        notes.append(f"syncing run {manifest.run_id}, not the one LATEST names ({latest_name})")
     return run_dir, manifest, notes
 
 

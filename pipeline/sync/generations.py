@@ -33,6 +33,7 @@ import json
 import re
 from typing import Protocol
 
+from chunkline.index.manifest_types import Manifest
 from chunkline.pipeline.redact import redacted
 
 # "_g" and 7 hex digits: NAME (at most ``uri.MAX_TABLE_NAME`` = 48 characters) + 9 keeps
@@ -41,17 +42,22 @@ _SUFFIX = re.compile(r"_g[0-9a-f]{7}")
 DIGITS = 7
 
 
-def signature_of(manifest: dict) -> str:
+def signature_of(manifest: Manifest) -> str:
     """The store signature of a run: its manifest's ``embedding_signature`` (or, for a run of an
     older chunkline, its ``model`` record) with ``dim``, as canonical JSON, secrets masked (a
     model given as a URL may carry a token; the signature is written into the store)."""
-    recorded = manifest.get("embedding_signature")
-    model = manifest.get("model") or {}
-    if isinstance(recorded, str) and recorded not in ("", "none"):
+    recorded, model = manifest.embedding_signature, manifest.model
+    if recorded is not None and recorded not in ("", "none"):
         fields = json.loads(recorded)
+    elif model is None:
+        fields = {}
     else:
-        fields = {k: v for k, v in model.items() if k != "dim"}
-    fields["dim"] = model.get("dim")
+        # The model record of a run from before embedding signatures, as the signature always
+        # read it: the four fields such a run wrote (vector_dtype came later, with signatures).
+        fields = {"name": model.name, "dtype": model.dtype, "normalize": model.normalize,
+                  "max_seq_length": model.max_seq_length,
+                  **({"vector_dtype": model.vector_dtype} if model.vector_dtype is not None else {})}
+    fields["dim"] = model.dim if model is not None else None
     return redacted(json.dumps(fields, sort_keys=True, separators=(",", ":")))
 
 

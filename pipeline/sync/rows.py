@@ -48,7 +48,7 @@ import pyarrow.compute as pc
 from chunkline.index.tables import TableFileError, read_table
 from chunkline.metadata import canonical_json
 from chunkline.quantize import dequantized
-from chunkline.pipeline.manifest import ManifestError
+from chunkline.pipeline.manifest import Manifest, ManifestError
 
 ROW_FORMAT = 3
 # The first format whose values (not only digests) are this version's: a store of an older one
@@ -115,16 +115,15 @@ def has_principals(rows: pa.Table) -> bool:
     return PRINCIPALS in rows.column_names
 
 
-def stores_idf_free_weights(manifest: dict) -> bool:
+def stores_idf_free_weights(manifest: Manifest) -> bool:
     """Whether the run's sparse vectors hold IDF-free weights (``bm25.json``'s ``weights: tf``),
     or it has none; False for a run of an older chunkline, whose weights hold IDF."""
-    bm25 = manifest.get("bm25")
-    return not bm25 or bm25.get("weights") == "tf"
+    return manifest.bm25 is None or manifest.bm25.weights == "tf"
 
 
-def load_rows(run_dir: str, manifest: dict) -> pa.Table:
+def load_rows(run_dir: str, manifest: Manifest) -> pa.Table:
     """Every chunk of the run in ``schema(dim)``, ``row_digest`` included, sorted by chunk_id."""
-    embed = manifest["config"].get("embed")
+    embed = manifest.setting("embed")
     if not embed:
         raise ValueError(f"{run_dir} was written with embed: null: a vector store needs its vectors")
     if not stores_idf_free_weights(manifest):
@@ -144,7 +143,7 @@ def load_rows(run_dir: str, manifest: dict) -> pa.Table:
                          "chunkline wrote them): run it again to sync it")
     if "embedding" not in table.column_names:
         raise ValueError(f"{run_dir}: chunk shards without an embedding column: nothing to sync")
-    protected = bool(manifest.get("access"))
+    protected = manifest.access is not None
     if protected and PRINCIPALS not in table.column_names:
         raise ValueError(f"{run_dir} was written with access control but its chunk shards have no "
                          "principals column: damaged, or not this run's")
@@ -260,10 +259,10 @@ def file_facts_absent(metadata: str) -> frozenset[str]:
     return frozenset(key for key in _FILE_FACTS if key not in held)
 
 
-def terms_table(run_dir: str, manifest: dict) -> pa.Table | None:
+def terms_table(run_dir: str, manifest: Manifest) -> pa.Table | None:
     """The run's BM25 terms (``term_id`` int32, ``df`` int64), what a store needs to weigh a
     query by IDF; None for a run without sparse vectors."""
-    if not manifest.get("bm25"):
+    if manifest.bm25 is None:
         return None
     try:
         table = read_table(run_dir, manifest, "terms", ["term_id", "df"])

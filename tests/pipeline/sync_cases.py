@@ -53,8 +53,8 @@ def synced(uri: str, run_dir: str, batch_size: int = 64) -> Report:
     manifest = load_manifest(run_dir)
     store = open_store(uri)
     try:
-        return sync(store, manifest["run_id"], load_rows(run_dir, manifest), batch_size,
-                    sparse=bool(manifest.get("bm25")), terms=terms_table(run_dir, manifest))
+        return sync(store, manifest.run_id, load_rows(run_dir, manifest), batch_size,
+                    sparse=manifest.bm25 is not None, terms=terms_table(run_dir, manifest))
     finally:
         store.close()
 
@@ -133,11 +133,12 @@ def check_sparse_ranking(uri: str, run_dir: str, top: Callable[[str, str, int], 
 
     assert synced(uri, run_dir).verification.ok
     manifest = load_manifest(run_dir)
-    bm25 = manifest["bm25"]
+    bm25 = manifest.bm25
+    assert bm25 is not None
     rows = parquet_rows(run_dir)
     ids = sorted(rows)
     reference = reference_scores([rows[c]["search_text"] for c in ids], SPARSE_QUESTIONS,
-                                 avgdl=bm25["reference_avgdl"], k1=bm25["k1"], b=bm25["b"])
+                                 avgdl=bm25.reference_avgdl, k1=bm25.k1, b=bm25.b)
     output = str(Path(run_dir).parent)
     for question, expected in zip(SPARSE_QUESTIONS, reference):
         ours = [(h.chunk_id, h.score) for h in search(output, question, k=10, mode="sparse")]
@@ -220,7 +221,7 @@ def question_vectors(run_dir: str, questions: tuple[str, ...] = QUESTIONS) -> np
     from chunkline.embedder import EmbedOptions, embed_texts, load_model
     from chunkline.transforms.model_cache import local_model_dir
 
-    embed = load_manifest(run_dir)["config"]["embed"]
+    embed = load_manifest(run_dir).setting("embed")
     options = EmbedOptions(**{f.name: embed[f.name] for f in dataclasses.fields(EmbedOptions) if f.name in embed})
     model = load_model(dataclasses.replace(options, model=local_model_dir(options.model)))
     return embed_texts(model, list(questions), options)
@@ -415,7 +416,8 @@ def check_an_old_format_store_is_rewritten_once(uri: str, odd, age: Callable[[st
     rows = load_rows(odd.run_dir, manifest)
     terms = terms_table(odd.run_dir, manifest)
     df = dict(zip(terms.column("term_id").to_pylist(), terms.column("df").to_pylist()))
-    n = manifest["bm25"]["chunks"]
+    assert manifest.bm25 is not None
+    n = manifest.bm25.chunks
     full = [[w * idf(df[t], n) for t, w in zip(ids, weights)] for ids, weights in
             zip(rows.column("sparse_indices").to_pylist(), rows.column("sparse_values").to_pylist())]
     with_facts = [json.dumps({**json.loads(t), "file_size": 4096, "file_modified": "2026-01-01T00:00:00Z"},

@@ -265,15 +265,16 @@ def test_rows_carry_the_principals_each_source_gave(protected) -> None:
     assert {row["doc_id"] for row in chunks} == set(kept)
     assert all(tuple(row["principals"]) == kept[row["doc_id"]] for row in chunks)
     manifest = load_manifest(str(run_dir))
-    assert manifest["access"]["metadata_key"] == "groups" and manifest["access"]["mapping_rules"] == 2
+    assert manifest.access is not None
+    assert manifest.access.metadata_key == "groups" and manifest.access.mapping_rules == 2
     unnamed = sum(1 for principals in protected.expected.values() if not principals)
-    assert manifest["access"]["documents_without_principals"] == unnamed
+    assert manifest.access.documents_without_principals == unnamed
 
 
 def test_the_summary_says_the_index_is_protected(protected) -> None:
     from chunkline.pipeline.summary import access_lines
 
-    lines = access_lines(load_manifest(protected.run_dir)["access"])
+    lines = access_lines(load_manifest(protected.run_dir).access)
     assert lines[0].startswith("protected") and "readable by nobody" in lines[1]
     assert "rejected for a malformed principal" in lines[2]
 
@@ -284,8 +285,8 @@ def test_a_malformed_principal_is_a_rejected_document_and_counts_reconcile(prote
     (bad,) = [row for row in rejected if row["doc_id"] == "R-bad"]
     assert bad["reason"].startswith("access: metadata 'groups': principal 'eng,sales' holds a comma")
     manifest = load_manifest(str(run_dir))
-    assert manifest["reconciled"] and manifest["access"]["documents_rejected"] == 1
-    counts = manifest["counts"]
+    assert manifest.reconciled and manifest.access is not None and manifest.access.documents_rejected == 1
+    counts = manifest.counts
     assert counts["documents"] == counts["kept"] + counts["duplicate"] + counts["rejected"]
     assert counts.get("read", counts["documents"]) == counts["documents"]
     assert counts["documents"] == len(protected.expected) + 2  # + same-b.md (duplicate), R-bad
@@ -300,7 +301,7 @@ def test_dedupe_never_merges_two_access_sets(protected) -> None:
     from chunkline.minhash import MinHasher, MinHashOptions, estimate_jaccard
 
     texts = {row["doc_id"]: row["text"] for row in documents}
-    options = MinHashOptions(**load_manifest(protected.run_dir)["config"]["dedupe"]["near"])
+    options = MinHashOptions(**load_manifest(protected.run_dir).setting("dedupe", "near"))
     first, second = MinHasher(options).signatures([texts["twin-public.md"], texts["twin-secret.md"]])
     assert estimate_jaccard(first, second) >= options.threshold
     assert status["exact-eng.md"] == status["exact-ops.md"] == ("kept", None)
@@ -359,7 +360,7 @@ def test_an_index_without_access_control_reads_as_before(tmp_path) -> None:
     run_dir = Path(summary.run_dir)
     assert "principals" not in pq.read_schema(next(run_dir.glob("chunks-*.parquet"))).names
     assert "principals" not in pq.read_schema(next(run_dir.glob("documents-*.parquet"))).names
-    assert load_manifest(str(run_dir))["access"] is None
+    assert load_manifest(str(run_dir)).access is None
     index = Index.open(str(run_dir))
     assert not index.protected
     assert [h.doc_id for h in index.search("dock charger", mode="sparse").hits] == ["a.md"]
@@ -390,7 +391,7 @@ def test_revoking_a_group_takes_its_chunks_out_with_nothing_embedded_again(prote
     before = Index.open(protected.run_dir)
     summary = rerun_without_sales(protected, tmp_path / "index")
     assert summary.published, summary.problems
-    counts = load_manifest(summary.run_dir)["counts"]
+    counts = load_manifest(summary.run_dir).counts
     assert counts["embedded"] == 0 and counts["reused"] > 0, counts
     assert counts["documents_recomputed"] == 1 and counts["documents_carried"] == counts["kept"] - 1
     after = Index.open(summary.run_dir)
@@ -443,8 +444,8 @@ def synced_rows(uri: str, run_dir: str):
     manifest = load_manifest(run_dir)
     store = open_store(uri)
     try:
-        report = sync(store, manifest["run_id"], load_rows(run_dir, manifest), 64,
-                      sparse=bool(manifest.get("bm25")), terms=terms_table(run_dir, manifest))
+        report = sync(store, manifest.run_id, load_rows(run_dir, manifest), 64,
+                      sparse=manifest.bm25 is not None, terms=terms_table(run_dir, manifest))
     finally:
         store.close()
     assert report.verification.ok, report
@@ -557,7 +558,7 @@ def test_the_report_for_an_audience_shows_only_what_it_may_read(protected, tmp_p
     # Under its own name: the manifest names its files by run folder, relative to the output.
     run_dir = tmp_path / Path(protected.run_dir).name
     shutil.copytree(protected.run_dir, run_dir)
-    manifest = load_manifest(str(run_dir))
+    manifest = json.loads((run_dir / "manifest.json").read_text())
     manifest["config"]["report"] = {"audience": ["sales"]}
     (run_dir / "manifest.json").write_text(json.dumps(manifest))
     shown = gather(str(run_dir))
@@ -633,7 +634,7 @@ def test_revoking_a_group_takes_its_chunks_out_of_every_store_after_sync(protect
     from chunkline.pipeline.sync import lance, pgvector, qdrant
 
     rerun = rerun_without_sales(protected, tmp_path / "index")
-    assert rerun.published and load_manifest(rerun.run_dir)["counts"]["embedded"] == 0
+    assert rerun.published and load_manifest(rerun.run_dir).counts["embedded"] == 0
     rows = shards(Path(protected.run_dir), "chunks").to_pylist()
     mine = [row for row in rows if row["doc_id"] == REVOKED]
     # Each of the document's chunks is its own nearest neighbour where it may be read.

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from chunkline.index.manifest_types import Manifest, parse
 from chunkline.pipeline.config import load_config
 from chunkline.pipeline.manifest import ManifestError, load_manifest
 from chunkline.pipeline.plan import bm25_reference
@@ -91,5 +92,9 @@ def test_bm25_statistics_without_a_terms_table_are_a_manifest_error(tmp_path) ->
 
 
 def test_a_query_weighs_terms_by_idf_only_where_the_weights_lack_it() -> None:
-    assert idf_of("unused", {"bm25": {"chunks": 3}}, [5, 7]) == [1.0, 1.0]  # IDF inside already
-    assert idf_of("unused", {"bm25": stats()}, []) == []
+    def with_bm25(bm25: dict) -> Manifest:
+        return parse({"run_id": "r", "counts": {"documents": 1, "kept": 1, "chunks": 1}, "config": {},
+                      "files": {"terms": []}, "bm25": bm25}, where="manifest.json")
+
+    assert idf_of("unused", with_bm25({"chunks": 3}), [5, 7]) == [1.0, 1.0]  # IDF inside already
+    assert idf_of("unused", with_bm25(stats()), []) == []

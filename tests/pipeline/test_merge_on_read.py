@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from chunkline.carry import CARRY_TABLE
 from chunkline.memo import MEMO_TABLE
 from chunkline.index.manifest import latest_run, load_manifest
+from chunkline.index.manifest_types import to_json
 from chunkline.index.query import search_result
 from chunkline.index.ranking import load_chunks
 from chunkline.index.search import Index
@@ -44,7 +45,7 @@ def outputs(demo_index, tmp_path_factory) -> tuple[Path, str, str]:
     output = tmp_path_factory.mktemp("merge-on-read") / "index"
     shutil.copytree(demo_index.output, output)
     base_dir = Path(latest_run(str(output)))
-    base = load_manifest(str(base_dir))
+    base = json.loads((base_dir / "manifest.json").read_text())  # the JSON the runs below are made of
     # A first run: every file in its own folder, no row deleted (its memo segments aside: no
     # reader's rows).
     files = {table: [entry["path"].split("/", 1)[1] for entry in listed]
@@ -126,7 +127,7 @@ def test_the_report_and_publish_count_the_live_rows(outputs) -> None:
         (whole.formats, whole.samples, whole.histogram, whole.clusters)
     assert not [w for w in merged.warnings if "documents table has" in w]
     assert file_problems(str(output / MERGED), load_manifest(str(output / MERGED))) == []
-    assert publishable(str(output), MERGED)["run_id"] == MERGED
+    assert publishable(str(output), MERGED).run_id == MERGED
 
 
 def test_gc_keeps_exactly_the_files_the_published_run_references(outputs, tmp_path) -> None:
@@ -234,8 +235,10 @@ def test_a_rerun_that_writes_only_what_changed_reads_as_a_full_rebuild(changes) 
                 runs.append(tiny_job(corpus, output))
             assert runs[-1].published, runs[-1].problems
             manifest = load_manifest(runs[-1].run_dir)
-            assert not any(entry.get("deleted") for entries in manifest["tables"].values() for entry in entries)
-            assert bool(manifest.get("deletes")) == any(
+            # A real format-3 manifest (deletion files) reads and writes back byte for byte.
+            assert to_json(manifest) == (Path(runs[-1].run_dir) / "manifest.json").read_text()
+            assert not any(entry.deleted for entries in manifest.listing.tables.values() for entry in entries)
+            assert bool(manifest.listing.deletes) == any(
                 f.deleted for table in ("chunks", "documents") for f in live_files(runs[-1].run_dir, manifest, table))
         last = runs[-1]
         rebuild = tiny_job(corpus, root / "rebuild", "output.carry=false", f"output.previous={last.run_dir}")

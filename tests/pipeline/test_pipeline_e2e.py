@@ -139,7 +139,7 @@ def test_multiprocess_run_gives_the_same_rows(first_run, tmp_path) -> None:
     other = run_job(tmp_path, beam_args=("--direct_num_workers=2", "--direct_running_mode=multi_processing"))
     a, b = comparable(first_run.run_dir), comparable(other.run_dir)
     assert a[:3] == b[:3]
-    if first_run.model["dtype"] == "float32":
+    if first_run.model is not None and first_run.model.dtype == "float32":
         assert np.allclose(a[3], b[3], atol=1e-5)
     else:
         # Other workers form other passes: a bfloat16 forward pass rounds differently with the
@@ -152,7 +152,7 @@ def test_portable_runner_gives_the_same_rows(first_run, tmp_path) -> None:
     other = run_job(tmp_path, config="portable.yaml")
     a, b = comparable(first_run.run_dir), comparable(other.run_dir)
     assert a[:3] == b[:3]
-    if first_run.model["dtype"] == "float32":
+    if first_run.model is not None and first_run.model.dtype == "float32":
         assert np.allclose(a[3], b[3], atol=1e-5)
     else:
         # Other workers form other passes: a bfloat16 forward pass rounds differently with the

@@ -49,12 +49,13 @@ def test_sparse_mode_is_the_dot_product_with_the_question(demo) -> None:
     count), summed: what a store's sparse search computes."""
     output, summary, chunks = demo
     run_dir = summary.run_dir
-    bm25 = load_manifest(run_dir)["bm25"]
+    bm25 = load_manifest(run_dir).bm25
+    assert bm25 is not None
     df = {r["term_id"]: r["df"] for f in sorted(Path(run_dir).glob("terms-*.parquet"))
           for r in pq.read_table(f).to_pylist()}
     terms = query_terms(QUESTION, SparseOptions())
-    wanted = dict(zip(terms, query_weights(terms, df, bm25["chunks"])))
-    assert bm25["weights"] == "tf" and len(df) == bm25["terms"] and all(wanted.values())
+    wanted = dict(zip(terms, query_weights(terms, df, bm25.chunks)))
+    assert bm25.weights == "tf" and len(df) == bm25.terms and all(wanted.values())
     scores = {c["chunk_id"]: sum(w * wanted[i] for i, w in zip(c["sparse_indices"], c["sparse_values"])
                                  if i in wanted) for c in chunks}
     hits = search(str(output), QUESTION, k=5, mode="sparse")

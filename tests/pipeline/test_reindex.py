@@ -116,13 +116,14 @@ def stored_weights_hold(rows: list[dict], run_dir: str) -> None:
     from chunkline.pipeline.manifest import load_manifest
     from chunkline.sparse import SparseOptions, document_weights, term_counts
 
-    bm25 = load_manifest(run_dir)["bm25"]
+    bm25 = load_manifest(run_dir).bm25
+    assert bm25 is not None and bm25.reference_avgdl is not None
     options = SparseOptions()
     for row in rows:
         ids, counts = term_counts(row["search_text"], options)
         assert tuple(row["sparse_indices"]) == ids
         np.testing.assert_array_equal(np.asarray(row["sparse_values"], np.float32), np.asarray(
-            document_weights(ids, counts, bm25["reference_avgdl"], options), np.float32))
+            document_weights(ids, counts, bm25.reference_avgdl, options), np.float32))
 
 
 def test_reindex_equals_a_full_rebuild(reindexed) -> None:

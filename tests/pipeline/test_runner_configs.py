@@ -191,9 +191,9 @@ def test_external_workers_without_the_drivers_disk_match_the_in_process_runner(t
             # The workers read the first run's rows and memo from the bucket: the unchanged
             # documents were carried and their per-text results recalled, the edited one computed.
             assert again.counts["chunks_carried"] == local_again.counts["chunks_carried"] > 0
-            memo = load_manifest(again.run_dir)["memo"]
+            memo = load_manifest(again.run_dir).memo
             print("memo of the EXTERNAL rerun:", memo)
-            assert memo == load_manifest(local_again.run_dir)["memo"]
+            assert memo is not None and memo == load_manifest(local_again.run_dir).memo
             assert memo["signature"] == {"recalled": 6, "computed": 1}
             assert 0 < again.counts["embedded"] < first.counts["embedded"]
 
@@ -204,7 +204,7 @@ def assert_same_tables(run_dir: str, expected_dir: str) -> None:
     bfloat16 pass rounds differently with its padded shape)."""
     manifest, expected = load_manifest(run_dir), load_manifest(expected_dir)
     assert table_names(manifest) == table_names(expected)
-    float32 = manifest["model"]["dtype"] == "float32"
+    float32 = manifest.model is not None and manifest.model.dtype == "float32"
     for table in ("chunks", "documents", "terms"):
         rows, want = (sorted_rows(read_table(d, m, table)) for d, m in ((run_dir, manifest), (expected_dir, expected)))
         assert [drop(r, "embedding") for r in rows] == [drop(r, "embedding") for r in want], table

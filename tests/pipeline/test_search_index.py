@@ -99,16 +99,16 @@ def reference(output: str, question: str, vector: np.ndarray, k: int, where: lis
     notes = []
     # Dense: cosine, all chunks times the question at once, then the kept ones (the run stores
     # unit float32 vectors, so the dot product is the cosine as stored).
-    config = manifest["config"]
-    assert config["embed"]["normalize"] and config["output"]["vector_dtype"] == "float32"
+    assert manifest.setting("embed", "normalize") and manifest.setting("output", "vector_dtype") == "float32"
     matrix = stored_matrix(table)
     dense_all = matrix @ vector
     dense = [float(dense_all[i]) for i in keep]
     # BM25: the stored weights times the question's IDF, summed in stored order.
-    analysis = {name: manifest["bm25"][name] for name in ("k1", "b", "stemmer", "stop_words")}
+    assert manifest.bm25 is not None
+    analysis = {name: getattr(manifest.bm25, name) for name in ("k1", "b", "stemmer", "stop_words")}
     terms = query_terms(question, SparseOptions(**analysis))
     df = {r["term_id"]: r["df"] for r in read(run_dir, "terms").to_pylist()}
-    idf = dict(zip(terms, query_weights(terms, df, manifest["bm25"]["chunks"])))
+    idf = dict(zip(terms, query_weights(terms, df, manifest.bm25.chunks)))
     sparse = []
     for i in keep:
         total = 0.0

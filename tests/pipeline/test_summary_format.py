@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from chunkline.index.manifest_types import Model
 from chunkline.pipeline.summary import RunSummary, format_summary
 
 COUNTS = {"documents": 3, "kept": 2, "duplicate": 0, "rejected": 1, "chunks": 4, "tokens": 90,
           "embedded": 4, "reused": 0}
-MODEL = {"name": "all-MiniLM-L6-v2", "dim": 384, "dtype": "float32"}
+MODEL = Model(name="all-MiniLM-L6-v2", dim=384, dtype="float32")
 
 
 def summary_of(output: Path, published: bool, held_back: tuple[str, ...] = ()) -> RunSummary:

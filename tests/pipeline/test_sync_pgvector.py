@@ -167,4 +167,4 @@ def test_a_store_of_the_old_row_format_is_rewritten_once_never_drift(uri, odd_ru
     conn, table = connect(uri)
     with conn:
         assert conn.execute(f"SELECT count(*) FROM {table}_terms").fetchone()[0] == \
-            load_manifest(odd_run.run_dir)["bm25"]["terms"]
+            load_manifest(odd_run.run_dir).bm25.terms

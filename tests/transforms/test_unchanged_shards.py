@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from chunkline.index.manifest_types import parse_listing
 from chunkline.index.tables import read_table
 from chunkline.records import DocumentStatus, document_schema
 from tests.beam_helpers import fnapi_pipeline
@@ -70,8 +71,8 @@ def listed(directory: Path, index: int) -> Path:
 
 def live(directory: Path, index: int) -> pa.Table:
     """The shard's live rows, as a reader reads them (``chunkline.index.tables``)."""
-    return read_table(str(directory), {"format": 2, "tables": {"documents": listing(directory, index)}},
-                      "documents")
+    listed = parse_listing({"format": 2, "tables": {"documents": listing(directory, index)}}, where=str(directory))
+    return read_table(str(directory), listed, "documents")
 
 
 @pytest.fixture()
