@@ -112,17 +112,24 @@ def shuffles(proto, result) -> dict[str, dict[str, float]]:
 def written(output: Path, run_id: str) -> dict[str, int]:
     """Bytes the run added under OUTPUT: per table its manifest lists from the run's own folder,
     and everything else in the folder."""
+    from chunkline.index.manifest import load_manifest
+
     run_dir = output / run_id
-    manifest = json.loads((run_dir / "manifest.json").read_text())
+    listing = load_manifest(str(run_dir)).listing
     by_table: dict[str, int] = defaultdict(int)
     mine = {f for f in run_dir.rglob("*") if f.is_file()}
-    for table, entries in manifest["tables"].items():
+    for table, entries in listing.tables.items():
         for entry in entries:
-            path = output / entry["path"]
+            path = output / entry.path
             if path in mine:
                 by_table[table] += path.stat().st_size
                 mine.discard(path)
-    by_table["other (memo, deletions, report, manifest)"] = sum(f.stat().st_size for f in mine)
+    for segment in listing.memo or ():
+        path = output / segment.path
+        if path in mine:
+            by_table["memo"] += path.stat().st_size
+            mine.discard(path)
+    by_table["other (deletions, report, manifest, statistics)"] = sum(f.stat().st_size for f in mine)
     return dict(by_table)
 
 
@@ -148,9 +155,11 @@ def run_once(corpus: Path, output: Path) -> tuple[dict, dict, dict]:
         "embed=null"])
     run(config, allow_shrink=True)
     proto, result = captured[-1]
+    from chunkline.index.manifest import load_manifest
+
     run_id = (output / "LATEST").read_text().strip()
-    manifest = json.loads((output / run_id / "manifest.json").read_text())
-    return shuffles(proto, result), written(output, run_id), manifest["counts"]
+    counts = dict(load_manifest(str(output / run_id)).counts)
+    return shuffles(proto, result), written(output, run_id), counts
 
 
 def main(argv: list[str] | None = None) -> int:
