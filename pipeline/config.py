@@ -119,9 +119,10 @@ class OutputConfig(_Section):
         "Number of chunk Parquet files; also of BM25 terms files, each a range of the term "
         "space whose document frequencies one worker combines."))
     document_shards: int = Field(
-        1, ge=1, le=10_000, description="Number of documents Parquet files. Each is sorted in "
-        "one worker's memory and holds about the corpus's text over this number: raise it for "
-        "a corpus or a record dump of many GB.")
+        1, ge=1, le=10_000, description="Number of documents Parquet files. Each holds about "
+        "the corpus's text over this number, merged from sorted parts as it is written (a "
+        "worker never holds a whole shard): raise it to write a corpus of many GB on more "
+        "workers at once.")
     vector_dtype: Literal["float32", "float16", "int8"] = Field(
         "float32", description="How vectors are stored: float32, float16, or int8 with a scale "
         "per vector (embedding_scale). Part of the embedding signature: changing it re-embeds.")

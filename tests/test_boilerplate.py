@@ -296,6 +296,35 @@ def test_key_counts_in_arrays_are_documents_per_key(key_sets, cut) -> None:
     assert list(keys) == sorted(expected)
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.sets(st.integers(0, (1 << 64) - 1), max_size=30), max_size=40),
+       st.integers(1, 50), st.integers(1, 5))
+def test_bucketed_partials_sum_to_documents_per_key(key_sets, flush_keys, buckets) -> None:
+    """The stage's senders count what they hold whenever it reaches their bound, by bucket, and
+    the partials of a bucket summed where received give each key's number of sets, ascending."""
+    from collections import Counter
+
+    from chunkline.transforms import clean
+    from chunkline.transforms.clean import _BucketKeys, key_array, key_text
+    from chunkline.transforms.tally import sum_counts
+
+    sender = _BucketKeys(buckets)
+    sender.start_bundle()
+    partials = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(clean, "_FLUSH_KEYS", flush_keys)
+        for keys in key_sets:
+            partials.extend(sender.process(key_array({key_text(k) for k in keys})))
+        partials.extend(element.value for element in sender.finish_bundle())
+    expected = Counter(k for keys_ in key_sets for k in keys_)
+    found = {}
+    for bucket in {bucket for bucket, _ in partials}:
+        keys, counts = sum_counts([part for b, part in partials if b == bucket])
+        assert list(keys) == sorted(keys) and all(int(k) % buckets == bucket for k in keys)
+        found.update(zip(keys.tolist(), counts.tolist()))
+    assert found == dict(expected)
+
+
 @pytest.mark.slow
 @settings(max_examples=8, deadline=None)
 @given(st.lists(st.lists(st.sampled_from([HEADER, COOKIE, FOOTER, "A line of its own text here, long.",

@@ -34,7 +34,7 @@ from chunkline.records import Document, Rejected
 from chunkline.transforms.memo import MemoUse, carrying, recalled_doc_hash
 from chunkline.transforms.spill import RemoveParts, SpillRecords, coder_of, default_spill_dir, read_part
 from chunkline.transforms.shares import GroupInShares
-from chunkline.transforms.tally import KeyCounts
+from chunkline.transforms.tally import SumCounts
 
 REJECTED = "rejected"
 REMOVED = "removed"
@@ -244,7 +244,7 @@ SHARES_PER_BUCKET = 16
 # Fewest shares the key sets are parked in (more for a corpus whose previous run was bigger):
 # each is grouped by text in one worker's memory.
 KEY_SET_SHARES = 16
-_FLUSH_KEYS = 1 << 20  # keys a bundle holds before it sends them on
+_FLUSH_KEYS = 1 << 18  # keys a bundle holds before it counts and sends them on (2 MB)
 
 
 def key_array(keys: AbstractSet[str]) -> bytes:
@@ -300,8 +300,9 @@ def key_buckets(shares: int) -> int:
 
 
 class _BucketKeys(beam.DoFn):
-    """Key sets -> ``(bucket, uint64 array)``: a bundle's keys concatenated and split by bucket,
-    so one element carries many documents' keys."""
+    """Key sets -> ``(bucket, (keys, count of each))``: a bundle's keys counted and split by
+    bucket whenever it holds :data:`_FLUSH_KEYS`, so one element carries many documents' keys
+    and what a bundle holds is bounded whatever its size."""
 
     def __init__(self, buckets: int = KEY_BUCKETS) -> None:
         self.buckets = buckets
@@ -310,7 +311,7 @@ class _BucketKeys(beam.DoFn):
         self.pending: list[np.ndarray] = []
         self.held = 0
 
-    def process(self, keys: bytes) -> Iterable[tuple[int, np.ndarray]]:
+    def process(self, keys: bytes) -> Iterable[tuple[int, tuple[np.ndarray, np.ndarray]]]:
         array = np.frombuffer(keys, dtype="<u8")
         self.pending.append(array)
         self.held += len(array)
@@ -321,13 +322,14 @@ class _BucketKeys(beam.DoFn):
         for bucketed in self._flush():
             yield WindowedValue(bucketed, 0, [GlobalWindow()])
 
-    def _flush(self) -> list[tuple[int, np.ndarray]]:
+    def _flush(self) -> list[tuple[int, tuple[np.ndarray, np.ndarray]]]:
         if not self.pending:
             return []
-        keys = np.concatenate(self.pending)
+        keys, counts = np.unique(np.concatenate(self.pending), return_counts=True)
         self.pending, self.held = [], 0
         buckets = keys % np.uint64(self.buckets)
-        return [(int(bucket), keys[buckets == bucket]) for bucket in np.unique(buckets)]
+        return [(int(bucket), (keys[buckets == bucket], counts[buckets == bucket].astype(np.int64)))
+                for bucket in np.unique(buckets)]
 
 
 class _CountWithSample(beam.CombineFn):
@@ -424,10 +426,12 @@ class RemoveBoilerplate(beam.PTransform):
 
         # Counted as arrays of 64-bit keys, a bundle's keys per bucket at a time: a line is
         # never an element of its own, and each bucket's counts can sit on another worker.
+        # Summed where received, not in a lifted combine: a sending bundle never holds every
+        # distinct line it saw (tally.SumCounts).
         frequent = (
             key_sets
             | "BucketKeys" >> beam.ParDo(_BucketKeys(key_buckets(self._shares)))
-            | "CountKeys" >> beam.CombinePerKey(KeyCounts())
+            | "CountKeys" >> SumCounts()
             | "KeepFrequent" >> beam.FlatMap(
                 lambda kv, f: kv[1][0][kv[1][1] >= f].tolist(), AsSingleton(floor))
             | "Collect" >> beam.combiners.ToList()

@@ -161,6 +161,60 @@ def read_packed(path: str) -> bytes:
     return _CODEC.decompress(memoryview(data)[8:], decompressed_size=size, asbytes=True)
 
 
+# A part read a block at a time (:func:`write_blocks`) holds this much of its records in memory.
+BLOCK_BYTES = 64 << 10
+
+
+def write_blocks(path: str, blocks: Iterable[bytes]) -> None:
+    """Encoded records as a part read back a block at a time (:func:`read_blocks`): each block
+    (whole records, as :class:`PartWriter` lays them out) as its length and the length of its
+    LZ4 frame (8 bytes each, little-endian), then the frame. An external merge reads many parts
+    at once, one block of each (Knuth, TAOCP vol. 3, section 5.4.1: a buffer per input run);
+    one frame for the whole part would hold each part whole, or the codec's ~1 MB buffer per
+    stream."""
+    with FileSystems.create(path) as handle:
+        for block in blocks:
+            packed = _CODEC.compress(block, asbytes=True)
+            handle.write(len(block).to_bytes(8, "little") + len(packed).to_bytes(8, "little"))
+            handle.write(packed)
+
+
+def read_blocks(path: str) -> Iterator[bytes]:
+    """The records of a part :func:`write_blocks` wrote, in order, one block in memory at a
+    time (an iterator object: the block goes once its last record is handed out)."""
+    return _BlockRecords(path)
+
+
+class _BlockRecords:
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._handle: Any = None
+        self._records: _PartRecords | None = None
+        self._done = False
+
+    def __iter__(self) -> "_BlockRecords":
+        return self
+
+    def __next__(self) -> bytes:
+        while not self._done:
+            if self._records is not None:
+                record = next(self._records, None)
+                if record is not None:
+                    return record
+                self._records = None
+            if self._handle is None:
+                self._handle = FileSystems.open(self._path)
+            header = self._handle.read(16)
+            if len(header) < 16:
+                self._handle.close()
+                self._handle, self._done = None, True
+                break
+            size, packed = int.from_bytes(header[:8], "little"), int.from_bytes(header[8:], "little")
+            self._records = _PartRecords(_CODEC.decompress(
+                self._handle.read(packed), decompressed_size=size, asbytes=True))
+        raise StopIteration
+
+
 def part_path(directory: str, prefix: str = "") -> str:
     """A new part's name under ``directory``: unique, so a retried bundle never overwrites one
     that a committed bundle emitted."""

@@ -57,3 +57,19 @@ class KeyCounts(beam.CombineFn):
 
     def extract_output(self, accumulator: list[Counted]) -> Counted:
         return sum_counts(accumulator, self.dtype)
+
+
+class SumCounts(beam.PTransform):
+    """``(key, (keys, counts))`` partial counts -> ``(key, (keys, summed counts))`` per key: what
+    ``CombinePerKey(KeyCounts())`` gives, with no combine lifted into the bundles that send. A
+    lifted combine (the sending stage's ``Precombine``, Beam's
+    ``PartialGroupByKeyCombiningValues``) keeps each key's accumulator until its bundle ends,
+    so a bundle held every distinct key it saw, and on the multi-processing FnApiRunner a
+    bundle is a worker's share of the whole corpus. The senders sum what they hold and send it
+    whenever it reaches their bound (in-mapper combining with a flush: Lin & Dyer, section
+    3.1); only the receiving side, a key at a time, holds a key's partials."""
+
+    def expand(self, partials):
+        return (partials
+                | "Group" >> beam.GroupByKey()
+                | "Sum" >> beam.MapTuple(lambda key, parts: (key, sum_counts(list(parts)))))

@@ -6,21 +6,22 @@ chunks stay together), and each shard is sorted before it is written: the same i
 give the same files, on any runner.
 
 Records are written where they are made (``transforms/spill.py``): each bundle appends its
-records to part files of their shard under ``_spill/<table>``; only the parts' paths cross the
-grouping by shard. A runner that holds a grouping in memory (the local
+records to part files of their shard under ``_spill/<table>``, each part sorted; only the parts'
+paths cross the grouping by shard. A runner that holds a grouping in memory (the local
 FnApiRunner keeps a stage's whole input and output) then holds paths, not every chunk three
-times; each shard is read back, sorted and written one at a time, and the parts are deleted
-once every shard is written.
+times; each shard's parts are merged as its file is written (an external merge sort: no worker
+holds a shard), one shard at a time, and the parts are deleted once every shard is written.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import heapq
 import json
 import os
 from collections import Counter
-from typing import Any, Callable, Iterable, NamedTuple, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional, Sequence
 
 import apache_beam as beam
 import numpy as np
@@ -28,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from apache_beam.coders import Coder
+from apache_beam.coders.coder_impl import create_OutputStream
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.pvalue import AsSingleton, PCollection
 from apache_beam.transforms.window import GlobalWindow
@@ -38,7 +40,8 @@ from chunkline.records import as_row, framed_state
 from chunkline.transforms.progress import WRITTEN, tally
 from chunkline.transforms.match import is_local
 from chunkline.transforms.memory import release_after
-from chunkline.transforms.spill import PartWriter, RemoveParts, coder_of, read_part, spill_dir
+from chunkline.transforms import spill
+from chunkline.transforms.spill import RemoveParts, coder_of, spill_dir
 
 # Every shard's part is written once the bundle's buffers hold this much together: memory stays
 # bounded whatever the number of shards.
@@ -220,27 +223,79 @@ class _DigestingFile:
         return self.digest.hexdigest()
 
 
+class _SortedParts:
+    """A shard's records of one bundle as sorted runs (Knuth, TAOCP vol. 3, section 5.4: the
+    first phase of an external merge sort): records held, with their sort keys, until they
+    reach :data:`chunkline.transforms.spill.PART_BYTES`, then sorted and written as a part read
+    back a block at a time (``spill.write_blocks``). ``written`` lists the parts written since
+    it was last drained."""
+
+    def __init__(self, directory: str, coder: Coder, sort_key: Callable[[Any], Any],
+                 prefix: str) -> None:
+        self.directory, self.coder, self.sort_key, self.prefix = directory, coder, sort_key, prefix
+        self.held: list[tuple[Any, bytes]] = []
+        self.size = 0  # encoded bytes held
+        self.added_bytes = 0  # encoded, over every part: what the bundle moved
+        self.written: list[str] = []
+
+    def add(self, record: Any) -> None:
+        data = self.coder.encode(record)
+        self.held.append((self.sort_key(record), data))
+        self.size += len(data)
+        self.added_bytes += len(data)
+        if self.size >= spill.PART_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.held:
+            return
+        self.held.sort(key=lambda pair: pair[0])  # stable: equal keys keep their order
+        path = spill.part_path(self.directory, self.prefix)
+        spill.write_blocks(path, _blocks(data for _, data in self.held))
+        self.written.append(path)
+        self.held, self.size = [], 0
+
+    def drain(self) -> list[str]:
+        written, self.written = self.written, []
+        return written
+
+
+def _blocks(encoded: Iterable[bytes]) -> Iterable[bytes]:
+    """Encoded records laid out as a part holds them (each after its length, Beam's nested
+    encoding), cut between records into blocks of about ``spill.BLOCK_BYTES``."""
+    out = create_OutputStream()
+    for data in encoded:
+        out.write(data, True)
+        if out.size() >= spill.BLOCK_BYTES:
+            yield out.get()
+            out = create_OutputStream()
+    if out.size():
+        yield out.get()
+
+
 class _WriteParts(beam.DoFn):
-    """Records -> ``(shard, part path)``: each record appended to its shard's part
-    (``transforms/spill.py``), parts written when full, when the bundle's buffers hold
+    """Records -> ``(shard, part path)``: each record held for its shard's next sorted part
+    (:class:`_SortedParts`), parts written when full, when the bundle's buffers hold
     :data:`BUFFERED_BYTES`, and when the bundle ends."""
 
     def __init__(self, directory: str, shards: int, shard_key: Callable[[Any], str],
-                 coder: Coder) -> None:
+                 coder: Coder, sort_key: Callable[[Any], Any]) -> None:
         self.directory = directory
         self.shards = shards
         self.shard_key = shard_key
         self.coder = coder
+        self.sort_key = sort_key
 
     def start_bundle(self) -> None:
-        self.writers: dict[int, PartWriter] = {}
+        self.writers: dict[int, _SortedParts] = {}
         self.buffered = 0
 
     def process(self, record: Any) -> Iterable[tuple[int, str]]:
         shard = shard_of(self.shard_key(record), self.shards)
         writer = self.writers.get(shard)
         if writer is None:
-            writer = self.writers[shard] = PartWriter(self.directory, self.coder, f"{shard:05d}-")
+            writer = self.writers[shard] = _SortedParts(self.directory, self.coder, self.sort_key,
+                                                        f"{shard:05d}-")
         before = writer.size
         writer.add(record)
         self.buffered += writer.size - before  # negative when the add wrote the part out
@@ -256,10 +311,30 @@ class _WriteParts(beam.DoFn):
         for written in self._written():
             yield WindowedValue(written, 0, [GlobalWindow()])
         release_after(sum(writer.added_bytes for writer in self.writers.values()))
+        self.writers = {}
 
     def _written(self) -> list[tuple[int, str]]:
         return [(shard, path) for shard, writer in sorted(self.writers.items())
                 for path in writer.drain()]
+
+
+class _MergedParts:
+    """The records of a shard's sorted parts in one sorted order, merged as they are read
+    (``heapq.merge``, stable: for equal keys, the parts in the order given, each in its own
+    order, as a stable sort of their concatenation gives): one block of each part in memory,
+    never the shard (TAOCP vol. 3, section 5.4.1, merging with a selection tree). Each
+    iteration reads the parts again."""
+
+    def __init__(self, parts: Sequence[str], coder: Coder, sort_key: Callable[[Any], Any]) -> None:
+        self.parts, self.coder, self.sort_key = parts, coder, sort_key
+
+    def _keyed(self, part: str) -> Iterator[tuple[Any, bytes]]:
+        for data in spill.read_blocks(part):
+            yield self.sort_key(self.coder.decode(data)), data
+
+    def __iter__(self) -> Iterator[bytes]:
+        merged = heapq.merge(*(self._keyed(part) for part in self.parts), key=lambda pair: pair[0])
+        return (data for _, data in merged)
 
 
 def _table_of(encoded: list[bytes], coder: Any, schema: pa.Schema,
@@ -275,18 +350,18 @@ def _table_of(encoded: list[bytes], coder: Any, schema: pa.Schema,
     return pa.Table.from_batches(batches, schema=schema)
 
 
-def _row_groups(encoded: list[bytes]) -> Iterable[list[bytes]]:
-    """``encoded`` in row groups, in order. The records are taken out of ``encoded`` as their
-    group is handed on (it is left empty): a group's records are let go once the group is
-    written, not held until the whole shard is (one document's 14,336 chunks, ~21 MB encoded,
-    were all held while the shard's last row group was converted and written)."""
+def _row_groups(encoded: Iterable[bytes]) -> Iterable[list[bytes]]:
+    """``encoded`` in row groups, in order, each handed on as it fills: a group's records are
+    let go once the group is written, and the shard is never held whole (one document's 14,336
+    chunks, ~21 MB encoded, were all held while the shard's last row group was converted and
+    written)."""
     group: list[bytes] = []
     size = 0
-    empty = not encoded
-    encoded.reverse()  # taken from the end, where a list gives them up in O(1)
-    while encoded:
-        group.append(encoded.pop())
-        size += len(group[-1])
+    empty = True
+    for data in encoded:
+        empty = False
+        group.append(data)
+        size += len(data)
         if len(group) >= ROW_GROUP or size >= ROW_GROUP_BYTES:
             yield group
             group, size = [], 0
@@ -294,11 +369,10 @@ def _row_groups(encoded: list[bytes]) -> Iterable[list[bytes]]:
         yield group
 
 
-def _records_table(encoded: list[bytes], coder: Any, schema: pa.Schema,
+def _records_table(encoded: Iterable[bytes], coder: Any, schema: pa.Schema,
                    to_row: Callable[[Any, pa.Schema], dict],
                    to_table: Callable[[list[bytes], pa.Schema], pa.Table | None] | None) -> pa.Table:
-    """The (sorted) encoded records as one Arrow table, a row group at a time (``encoded`` is
-    emptied)."""
+    """The (sorted) encoded records as one Arrow table, a row group at a time."""
     parts = []
     for group in _row_groups(encoded):
         table = to_table(group, schema) if to_table is not None else None
@@ -335,9 +409,10 @@ def in_order(table: pa.Table, order: np.ndarray) -> pa.Table:
 
 
 class _WriteShard(beam.DoFn):
-    """``(shard, part paths)`` -> the shard's Parquet file, its records sorted. The records
-    stay encoded while they are sorted (a shard's bytes, not its Python objects), and become
-    Arrow one row group at a time."""
+    """``(shard, part paths)`` -> the shard's Parquet file, its records sorted. The parts are
+    sorted runs, merged as the file is written (:class:`_MergedParts`): a worker holds a block
+    of each part and one row group, whatever the shard's size, and the records become Arrow
+    one row group at a time."""
 
     def __init__(self, directory: str, table: str, shards: int, schema: pa.Schema,
                  sort_key: Callable[[Any], Any], to_row: Callable[[Any, pa.Schema], dict],
@@ -363,22 +438,22 @@ class _WriteShard(beam.DoFn):
 
     def process(self, keyed, *side):  # unannotated: Beam would type-check the side inputs
         index, values = keyed
-        parts = [value for value in values if isinstance(value, str)]
+        parts = sorted(value for value in values if isinstance(value, str))
         carried = [value for value in values if value is not None and not isinstance(value, str)]
-        # How many records share each shard key (a document's chunks): the sidecar row says so.
+        # One pass over the parts, a block at a time: how many records there are, their bytes,
+        # and how many share each shard key (a document's chunks: the sidecar row says so).
         together: Counter = Counter()
-        keyed_records = []
-        for part in sorted(parts):
-            for data in read_part(part):
-                record = self.coder.decode(data)
+        count = size = 0
+        for part in parts:
+            for data in spill.read_blocks(part):
+                count += 1
+                size += len(data)
                 if self.sidecar is not None:
-                    together[self.shard_key(record)] += 1
-                keyed_records.append((self.sort_key(record), data))
-        keyed_records.sort(key=lambda pair: pair[0])
-        encoded = [data for _, data in keyed_records]
-        del keyed_records
-        size = sum(map(len, encoded))
-        written = list(self._write(index, encoded, together, carried, side))
+                    together[self.shard_key(self.coder.decode(data))] += 1
+        # The parts are sorted runs (_SortedParts): merged as the shard is written, the shard's
+        # records are never in memory together.
+        encoded = _MergedParts(parts, self.coder, self.sort_key)
+        written = list(self._write(index, encoded, count, together, carried, side))
         for table in dict.fromkeys(table for table, *_ in written):
             write_listing(self.directory, table, index,
                           [(path, rows, deleted) for name, path, rows, deleted in written
@@ -386,24 +461,24 @@ class _WriteShard(beam.DoFn):
         yield from ((table, path, rows) for table, path, rows, _ in written)
         release_after(size)
 
-    def _write(self, index: int, encoded: list[bytes], together: Counter, carried: list[Any],
-               side: tuple[Any, ...]) -> Iterable[tuple[str, str, int, tuple[int, ...]]]:
-        """The shard ``index`` of ``encoded`` (sorted) and ``carried`` rows, as :meth:`process`
-        describes: ``(table, path, rows, deleted positions)`` of each file that holds its live
-        rows. ``encoded`` is emptied as its row groups are written."""
-        count = len(encoded)  # _row_groups empties ``encoded`` as it goes
+    def _write(self, index: int, encoded: Iterable[bytes], count: int, together: Counter,
+               carried: list[Any], side: tuple[Any, ...]
+               ) -> Iterable[tuple[str, str, int, tuple[int, ...]]]:
+        """The shard ``index`` of ``encoded`` (``count`` records, sorted; iterated once per
+        pass) and ``carried`` rows, as :meth:`process` describes: ``(table, path, rows, deleted
+        positions)`` of each file that holds its live rows."""
         path = shard_path(self.directory, self.table, index, self.shards)
         side_path = (shard_path(self.directory, self.sidecar.table, index, self.shards)
                      if self.sidecar is not None else None)
         if carried and side_path is not None and hasattr(self.carried_rows, "referenced"):
             # Merge-on-read: carried rows stay in the previous files that hold them, only the
             # others (and this run's new rows) are written.
-            kept, carried = self.carried_rows.referenced(path, carried, bool(encoded), *side)
+            kept, carried = self.carried_rows.referenced(path, carried, count > 0, *side)
             for ref in kept:
                 tally(WRITTEN.format(table=self.table), ref.rows - len(ref.deleted))
                 yield (self.table, ref.chunk_path, ref.rows, ref.deleted)
                 yield (self.sidecar.table, ref.side_path, ref.rows, ref.deleted)
-            if kept and not carried and not encoded:
+            if kept and not carried and not count:
                 return  # nothing new in this shard: no file of this run
         if carried:
             rows = self._merged(encoded, together, carried, side)
@@ -420,8 +495,8 @@ class _WriteShard(beam.DoFn):
                     if shard.rsplit("/", 1)[-1] == name and same_output(shard, path)]
             if len(mine) == 1 and not mine[0][1] and intact_with_digest(mine[0][0], digest):
                 # The previous run's file holds these rows, as written: referenced, not copied.
-                tally(WRITTEN.format(table=self.table), len(encoded))
-                yield (self.table, mine[0][0], len(encoded), ())
+                tally(WRITTEN.format(table=self.table), count)
+                yield (self.table, mine[0][0], count, ())
                 return
             if mine:
                 merged = self._merge_on_read(path, encoded, mine)
@@ -465,7 +540,7 @@ class _WriteShard(beam.DoFn):
         if side_path is not None:
             yield (self.sidecar.table, side_path, count, ())
 
-    def _merge_on_read(self, path: str, encoded: list[bytes], mine: list[tuple[str, tuple[int, ...]]]
+    def _merge_on_read(self, path: str, encoded: Iterable[bytes], mine: list[tuple[str, tuple[int, ...]]]
                        ) -> list[tuple[str, str, int, tuple[int, ...]]] | None:
         """The shard as the previous files that hold its rows (a row of this run equal, column
         for column, to a live row of a previous file stays there) with the positions of the
@@ -484,7 +559,6 @@ class _WriteShard(beam.DoFn):
                 previous.append((shard, held, deleted))
         except Exception:  # noqa: BLE001 - unreadable now: the shard is written whole
             return None
-        # Only now: ``encoded`` is emptied as it is read.
         table = _records_table(encoded, self.coder, self.schema, self.to_row, self.to_table)
         wanted = Counter(_row_keys(table))
         found: list[tuple[str, pa.Table, list[int], list[int]]] = []  # path, rows, live, dead
@@ -526,7 +600,7 @@ class _WriteShard(beam.DoFn):
     def _finished(self, record: Any, side: tuple[Any, ...]) -> Any:
         return self.finish(record, *side) if self.finish is not None else record
 
-    def _merged(self, encoded: list[bytes], together: Counter, carried: list[Any],
+    def _merged(self, encoded: Iterable[bytes], together: Counter, carried: list[Any],
                 side: tuple[Any, ...]) -> tuple[pa.Table, pa.Table | None]:
         """The shard as Arrow tables: this run's records (finished) and the rows carried over
         (``carried_rows``, already in their final form), sorted together by ``sort_columns``."""
@@ -645,7 +719,7 @@ class WriteParquetShards(beam.PTransform):
         )
         parts = [
             part_records | ("WriteParts" if n == 0 else f"WriteParts{n}") >> beam.ParDo(
-                _WriteParts(parts_dir, self.shards, self.shard_key, coder)
+                _WriteParts(parts_dir, self.shards, self.shard_key, coder, self.sort_key)
             ).with_output_types(tuple[int, Optional[str]])
             for n, part_records in enumerate(inputs)
         ]

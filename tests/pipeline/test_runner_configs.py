@@ -244,3 +244,22 @@ def test_relative_paths_reach_workers_that_run_in_another_directory(tmp_path, mo
     from chunkline.pipeline.summary import format_summary
 
     assert "(named in out/LATEST)" in format_summary(summary)
+
+
+def test_worker_processes_start_with_few_malloc_arenas(monkeypatch) -> None:
+    # A process started during the job (as the runner starts its SDK workers) inherits
+    # MALLOC_ARENA_MAX; afterwards the environment is as it was, and a value the user set wins.
+    from chunkline.pipeline.run import WORKER_MALLOC_ARENAS, _worker_malloc_arenas
+
+    def child_value() -> str:
+        return subprocess.run([sys.executable, "-c", "import os; print(os.environ.get('MALLOC_ARENA_MAX'))"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+
+    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
+    with _worker_malloc_arenas():
+        assert child_value() == WORKER_MALLOC_ARENAS
+    assert "MALLOC_ARENA_MAX" not in os.environ
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "8")
+    with _worker_malloc_arenas():
+        assert child_value() == "8"
+    assert os.environ["MALLOC_ARENA_MAX"] == "8"
