@@ -363,9 +363,10 @@ def _signature(data: bytes) -> np.ndarray:
 # travelling as one element: a key is never an element of its own (nearly every key is one
 # document's alone), and each share can be paired on another worker.
 BAND_SHARES = 256
-# Band keys a bundle holds before it sends them on: ~140 bytes each as Python objects (a
-# 46-byte key and its node), and as much again pickled when sent, so 65,536 hold ~20 MB
-# (262,144 held ~75 MB, reached only by a worker's share of 20,000 documents or more).
+# Band keys a bundle holds before it sends them on (counted as documents x bands): the
+# signatures they come from, the keys' arrays and the shares' lists pickled when sent. As
+# Python objects, before keys were made as arrays, 65,536 held ~20 MB and 262,144 ~75 MB, a
+# size reached only by a worker's share of 20,000 documents or more.
 _FLUSH_BANDS = 1 << 16
 
 
