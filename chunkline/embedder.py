@@ -105,7 +105,7 @@ def native_bfloat16(device: str) -> bool:
                 or getattr(cpu, "_is_avx512_bf16_supported", lambda: False)())
 
 
-def resolve_dtype(options: "EmbedOptions") -> str:
+def resolve_dtype(options: "EmbedOptions") -> Literal["float32", "bfloat16", "int8"]:
     """``options.dtype`` with ``auto`` decided for this machine. ONNX's auto is float32: its
     int8 lost 1.4 points of R@5 on a 423-question set (bench/RESULTS.md), bfloat16 none."""
     if options.dtype != "auto":

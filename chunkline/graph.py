@@ -19,16 +19,23 @@ pipeline (``transforms/dedupe.py``) follows.
 
 from __future__ import annotations
 
-from typing import Hashable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence, TypeVar
 
 from chunkline.minhash import components
 
-Edge = tuple[Hashable, Hashable]
+if TYPE_CHECKING:
+    from _typeshed import SupportsDunderLT
+
+# A node: hashable (sets and dicts hold them) and ordered (the smallest is the root). One type
+# per graph, so what a caller puts in (the pipeline's tuples) is what it gets back.
+# Compared with ``<`` only (as sorted() and min() compare).
+Node = TypeVar("Node", bound="SupportsDunderLT[Any]")
+Edge = tuple[Node, Node]
 
 
-def neighbours(edges: Iterable[Edge]) -> dict:
+def neighbours(edges: Iterable[Edge[Node]]) -> dict[Node, set[Node]]:
     """Every node of ``edges`` -> its distinct neighbours (self-loops dropped)."""
-    found: dict = {}
+    found: dict[Node, set[Node]] = {}
     for a, b in edges:
         if a != b:
             found.setdefault(a, set()).add(b)
@@ -36,15 +43,15 @@ def neighbours(edges: Iterable[Edge]) -> dict:
     return found
 
 
-def large_star(node, adjacent: Iterable) -> list[Edge]:
+def large_star(node: Node, adjacent: Iterable[Node]) -> list[Edge[Node]]:
     """Large-star at ``node``: each neighbour larger than it, joined to the smallest of
     ``node`` and its neighbours."""
     adjacent = set(adjacent)
     smallest = min(adjacent | {node})
-    return [(other, smallest) for other in sorted(adjacent) if other > node]
+    return [(other, smallest) for other in sorted(adjacent) if node < other]
 
 
-def small_star(node, adjacent: Iterable) -> list[Edge]:
+def small_star(node: Node, adjacent: Iterable[Node]) -> list[Edge[Node]]:
     """Small-star at ``node``: ``node`` and each neighbour smaller than it, joined to the
     smallest of those."""
     lower = sorted(other for other in set(adjacent) if other < node)
@@ -53,20 +60,20 @@ def small_star(node, adjacent: Iterable) -> list[Edge]:
     return [(other, lower[0]) for other in (*lower[1:], node)]
 
 
-def label(node, adjacent: Iterable) -> tuple:
+def label(node: Node, adjacent: Iterable[Node]) -> Node:
     """``node``'s label: the smallest of it and its neighbours (the centre, once every
     component is a star)."""
     return min(set(adjacent) | {node})
 
 
-def settled(own: Hashable, neighbour_labels: Iterable) -> bool:
+def settled(own: Node, neighbour_labels: Iterable[Node]) -> bool:
     """Whether a node of label ``own`` is settled: every neighbour has its label. When every
     node is, each component is a star and every label is its component's smallest node (a
     label is a node of the component, no larger than the node, and one for the component)."""
     return all(other == own for other in neighbour_labels)
 
 
-def unsettled_edges(node: Hashable, told: Iterable[tuple[Hashable, Hashable]]) -> list[Edge]:
+def unsettled_edges(node: Node, told: Iterable[tuple[Node, Node]]) -> list[Edge[Node]]:
     """What an unsettled ``node`` gives the union-find that finishes the job: its edge to each
     neighbour and each neighbour's edge to its label (``told``: ``(neighbour, its label)``).
     Edges of the graph all (a label is a node or a neighbour of it), so the union-find never
@@ -75,20 +82,20 @@ def unsettled_edges(node: Hashable, told: Iterable[tuple[Hashable, Hashable]]) -
     return [edge for other, theirs in sorted(told) for edge in ((node, other), (other, theirs))]
 
 
-def final_root(node: Hashable, own: Hashable, is_settled: bool, roots: dict) -> Hashable:
+def final_root(node: Node, own: Node, is_settled: bool, roots: dict[Node, Node]) -> Node:
     """A node's component root from its label (``own``) and the union-find's ``roots`` (over
     the :func:`unsettled_edges`): a settled node's label, followed through ``roots`` when its
     component is not yet a star; an unsettled node's root."""
     return roots.get(own, own) if is_settled else roots[node]
 
 
-def star_round(edges: Iterable[Edge], large: bool) -> list[Edge]:
+def star_round(edges: Iterable[Edge[Node]], large: bool) -> list[Edge[Node]]:
     """One round over the whole edge set: large-star or small-star at every node."""
     step = large_star if large else small_star
     return sorted({edge for node, adjacent in neighbours(edges).items() for edge in step(node, adjacent)})
 
 
-def star_components(edges: Sequence[Edge], rounds: int) -> tuple[dict, int]:
+def star_components(edges: Sequence[Edge[Node]], rounds: int) -> tuple[dict[Node, Node], int]:
     """(every node of ``edges`` -> the smallest node of its component, how many nodes were left
     unsettled), as the pipeline computes it: ``rounds`` alternations of large-star and
     small-star, the labels checked on the last small-star's input (its grouping serves both;
@@ -107,8 +114,8 @@ def star_components(edges: Sequence[Edge], rounds: int) -> tuple[dict, int]:
         current = star_round(checked, large=False)
     adjacency = neighbours(checked)
     label_of = {node: label(node, adjacent) for node, adjacent in adjacency.items()}
-    pending: list[Edge] = []
-    settled_nodes = set()
+    pending: list[Edge[Node]] = []
+    settled_nodes: set[Node] = set()
     for node, adjacent in adjacency.items():
         if settled(label_of[node], (label_of[other] for other in adjacent)):
             settled_nodes.add(node)

@@ -470,11 +470,17 @@ class RecalledShares:
 
 class Placed(Protocol):
     """A document as the memo sees it: where it was read (``uri``, ``position``) and the
-    previous results it carries (``memo``, :func:`pack`'s bytes)."""
+    previous results it carries (``memo``, :func:`pack`'s bytes). Read-only members
+    (properties), so that a frozen dataclass such as ``Document`` satisfies it: a plain
+    protocol attribute is settable, which a frozen field is not (mypy's docs, "Protocols and
+    structural subtyping", read-only attributes)."""
 
-    uri: str
-    position: int
-    memo: bytes
+    @property
+    def uri(self) -> str: ...
+    @property
+    def position(self) -> int: ...
+    @property
+    def memo(self) -> bytes: ...
 
 
 Rows = dict[tuple[bytes, bytes], bytes]  # (doc ref, key) -> value

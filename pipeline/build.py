@@ -54,6 +54,14 @@ def ocr_cache_dir(config: Config) -> str:
     return FileSystems.join(config.output.path, CACHE, "ocr")
 
 
+def _vector_dim(plan: Plan) -> int:
+    """The vectors' width, which the plan derives whenever embedding is on (previous vectors
+    are reused only then)."""
+    if plan.dim is None:
+        raise ValueError("embedding is on, but the plan holds no vector width")
+    return plan.dim
+
+
 def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
     """Add the whole job to ``pipeline``; every document read ends in the documents table."""
     stages = plan.options if plan.options is not None else stage_options(config)
@@ -104,7 +112,7 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
     # Carried rows never travel one per chunk: their shard writer reads them as Arrow tables.
     carried = (deduped.carried | "Carried" >> CarriedShards(carry, config.output.chunk_shards, shard_of,
                                                             plan.join_shares)
-               if deduped.carried is not None else None)
+               if carry is not None and deduped.carried is not None else None)
     # One element per document, its chunks with it, until they are flattened once before reuse
     # and embed: the stages between need a chunk's whole document and never re-join it by id.
     split = deduped.kept | "Split" >> SplitDocuments(
@@ -137,7 +145,7 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
 
         split = split | "ContentKey" >> LateContentKeys(plan.embedding_signature)
         if plan.previous_files:
-            split = split | "Reuse" >> ReuseForDocuments(plan.previous_files, plan.dim, plan.normalize)
+            split = split | "Reuse" >> ReuseForDocuments(plan.previous_files, _vector_dim(plan), plan.normalize)
         chunks = split | "Embed" >> LateEmbedChunks(options, stages.late) | "Chunks" >> FlattenChunks()
     else:
         chunks = split | "ContentKey" >> ContentKeys(plan.embedding_signature) | "Chunks" >> FlattenChunks()
@@ -147,7 +155,7 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
             to_embed = chunks
             if plan.previous_files:
                 reuse = chunks | "Reuse" >> ReusePreviousEmbeddings(
-                    plan.previous_files, plan.dim, plan.normalize)
+                    plan.previous_files, _vector_dim(plan), plan.normalize)
                 to_embed = reuse.missing
             embedded = to_embed | "Embed" >> EmbedChunks(options)
             chunks = ((reuse.reused, embedded) | "ReusedAndEmbedded" >> beam.Flatten()
@@ -185,7 +193,7 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
     schema = chunk_schema(plan.dim, config.output.vector_dtype, principals=plan.access is not None)
     merge = ({"carried": carried.parts, "sort_columns": ("doc_id", "chunk_index"),
               "carried_rows": CarriedRows(carry, schema, carry_schema(), weights)}
-             if carried is not None else {})
+             if carried is not None and carry is not None else {})
     chunks | "WriteChunks" >> WriteParquetShards(
         plan.run_dir, "chunks", schema,
         config.output.chunk_shards, record_type=ChunkRecord, to_row=chunk_row,

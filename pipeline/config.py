@@ -11,7 +11,7 @@ import dataclasses
 import re
 import typing
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Generic, Literal, Sequence, TypeVar
 
 import yaml
 from pydantic import (
@@ -42,12 +42,15 @@ class _Section(BaseModel):
     model_config = _STRICT
 
 
-class _OptionsSection(_Section):
+Options = TypeVar("Options")
+
+
+class _OptionsSection(_Section, Generic[Options]):
     """A config section generated from a library options dataclass (:func:`options_section`)."""
 
     options_class: typing.ClassVar[type]
 
-    def options(self):
+    def options(self) -> Options:
         """The library's options object this section describes."""
         cls = self.options_class
         values = {spec.name: getattr(self, spec.name) for spec in dataclasses.fields(cls)}
@@ -68,7 +71,7 @@ class _OptionsSection(_Section):
         return self
 
 
-def options_section(cls: type, **extra_fields: Any) -> type[_OptionsSection]:
+def options_section(cls: type, **extra_fields: Any) -> type[_OptionsSection[Any]]:
     """The config section for a library options dataclass: the same fields, types, bounds
     (annotated-types markers, which pydantic reads), defaults and help text
     (``field(metadata={"help": ...})``), plus ``extra_fields`` the pipeline alone uses."""
@@ -76,9 +79,9 @@ def options_section(cls: type, **extra_fields: Any) -> type[_OptionsSection]:
     fields: dict[str, Any] = {}
     for spec in dataclasses.fields(cls):
         hint, default = hints[spec.name], spec.default
-        if dataclasses.is_dataclass(hint):  # options within options: a section within a section
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint):  # options within options
             hint = options_section(hint)
-            default = hint(**dataclasses.asdict(default))
+            default = hint(**dataclasses.asdict(default))  # type: ignore[arg-type]  # its default: an instance
         fields[spec.name] = (hint, Field(default, description=spec.metadata.get("help")))
     fields.update(extra_fields)
     section = create_model(cls.__name__.removesuffix("Options") + "Config", __base__=_OptionsSection,
@@ -98,18 +101,64 @@ class RunnerConfig(_Section):
     )
 
 
-InputConfig = options_section(
-    ReadOptions,
-    pattern=(str, Field("examples/corpus/**", description="File pattern (local path or gs://), "
-                        "Beam glob syntax.")),
-    follow_symlinks=(bool, Field(False, description="Follow symlinks that lead out of the input "
-                                 "root (links inside it are always read); off: such a link is a "
-                                 "rejected row.")),
-    trust_file_metadata=(bool, Field(False, description="A file listed with the size and "
-                                     "modification time (gs://: update time) it had in the "
-                                     "previous run is not read: what it made then is recalled. "
-                                     "An edit that keeps both is then missed.")),
-)
+if TYPE_CHECKING:
+    from chunkline.containers import ContainerOptions
+    from chunkline.ocr import OcrOptions
+    from chunkline.readers.options import JsonlOptions, ParquetOptions
+    from chunkline.splitting.semantic import SemanticOptions
+
+    # mypy never sees a class create_model() makes (a value, not a class statement). For the
+    # checker each generated section is declared here as what options_section() makes of it:
+    # a section with its options dataclass's fields, typed as there (a nested dataclass is a
+    # section of its own), and its extra fields. Where the declaration names a field again, its
+    # default is the runtime definition's (``_DEFAULTED``: the checker learns only that it has one).
+    _DEFAULTED: Any = ...
+
+    class _JsonlConfig(_OptionsSection[JsonlOptions], JsonlOptions): ...
+    class _ParquetConfig(_OptionsSection[ParquetOptions], ParquetOptions): ...
+    class _ContainerConfig(_OptionsSection[ContainerOptions], ContainerOptions): ...
+    class _OcrConfig(_OptionsSection[OcrOptions], OcrOptions): ...
+
+    class InputConfig(_OptionsSection[ReadOptions], ReadOptions):
+        jsonl: _JsonlConfig = _DEFAULTED
+        parquet: _ParquetConfig = _DEFAULTED
+        containers: _ContainerConfig = _DEFAULTED
+        ocr: _OcrConfig = _DEFAULTED
+        pattern: str = _DEFAULTED
+        follow_symlinks: bool = _DEFAULTED
+        trust_file_metadata: bool = _DEFAULTED
+
+    class CleanConfig(_OptionsSection[CleanOptions], CleanOptions): ...
+    class SecretsConfig(_OptionsSection[CredentialOptions], CredentialOptions): ...
+    class BoilerplateConfig(_OptionsSection[BoilerplateOptions], BoilerplateOptions): ...
+    class NearDedupeConfig(_OptionsSection[MinHashOptions], MinHashOptions): ...
+    class _SemanticConfig(_OptionsSection[SemanticOptions], SemanticOptions): ...
+
+    class SplitConfig(_OptionsSection[SplitOptions], SplitOptions):
+        semantic: _SemanticConfig = _DEFAULTED
+
+    class LateConfig(_OptionsSection[LateOptions], LateOptions): ...
+
+    class EmbedConfig(_OptionsSection[EmbedOptions], EmbedOptions):
+        mode: Literal["standard", "late"] = _DEFAULTED
+        late: LateConfig = _DEFAULTED
+
+    class ContextConfig(_OptionsSection[ContextOptions], ContextOptions): ...
+    class SparseConfig(_OptionsSection[SparseOptions], SparseOptions): ...
+    class AccessConfig(_OptionsSection[AccessOptions], AccessOptions): ...
+else:
+    InputConfig = options_section(
+        ReadOptions,
+        pattern=(str, Field("examples/corpus/**", description="File pattern (local path or gs://), "
+                            "Beam glob syntax.")),
+        follow_symlinks=(bool, Field(False, description="Follow symlinks that lead out of the input "
+                                     "root (links inside it are always read); off: such a link is a "
+                                     "rejected row.")),
+        trust_file_metadata=(bool, Field(False, description="A file listed with the size and "
+                                         "modification time (gs://: update time) it had in the "
+                                         "previous run is not read: what it made then is recalled. "
+                                         "An edit that keeps both is then missed.")),
+    )
 
 
 class OutputConfig(_Section):
@@ -151,10 +200,11 @@ class OutputConfig(_Section):
         "taken over (the holder renews it every minute; a dead holder on the same host at once).")
 
 
-CleanConfig = options_section(CleanOptions)
-SecretsConfig = options_section(CredentialOptions)
-BoilerplateConfig = options_section(BoilerplateOptions)
-NearDedupeConfig = options_section(MinHashOptions)
+if not TYPE_CHECKING:  # the checker's declarations: above
+    CleanConfig = options_section(CleanOptions)
+    SecretsConfig = options_section(CredentialOptions)
+    BoilerplateConfig = options_section(BoilerplateOptions)
+    NearDedupeConfig = options_section(MinHashOptions)
 
 
 class DedupeConfig(_Section):
@@ -166,18 +216,20 @@ class DedupeConfig(_Section):
 # the MLTransform chunker take too: one home for the defaults, bounds and help. The rule across
 # fields (overlap below a given budget) is SplitOptions.__post_init__'s; a derived budget is
 # checked when the plan derives it.
-SplitConfig = options_section(SplitOptions)
+if not TYPE_CHECKING:  # the checker's declarations: above
+    SplitConfig = options_section(SplitOptions)
 
 
-LateConfig = options_section(LateOptions)
-EmbedConfig = options_section(
-    EmbedOptions,
-    mode=(Literal["standard", "late"], Field(
-        "standard", description="late: embed the whole document (in overlapping windows) and "
-        "mean-pool each chunk's token vectors (late chunking); the heading path and context "
-        "header are then not part of the vector.")),
-    late=(LateConfig, Field(LateConfig(), description="Late mode: how the document is read.")),
-)
+if not TYPE_CHECKING:  # the checker's declarations: above
+    LateConfig = options_section(LateOptions)
+    EmbedConfig = options_section(
+        EmbedOptions,
+        mode=(Literal["standard", "late"], Field(
+            "standard", description="late: embed the whole document (in overlapping windows) and "
+            "mean-pool each chunk's token vectors (late chunking); the heading path and context "
+            "header are then not part of the vector.")),
+        late=(LateConfig, Field(LateConfig(), description="Late mode: how the document is read.")),
+    )
 
 
 class SinkConfig(_Section):
@@ -188,9 +240,10 @@ class SinkConfig(_Section):
     batch_size: int = Field(1000, ge=1, description="Rows per write (one transaction or commit).")
 
 
-ContextConfig = options_section(ContextOptions)
-SparseConfig = options_section(SparseOptions)
-AccessConfig = options_section(AccessOptions)
+if not TYPE_CHECKING:  # the checker's declarations: above
+    ContextConfig = options_section(ContextOptions)
+    SparseConfig = options_section(SparseOptions)
+    AccessConfig = options_section(AccessOptions)
 
 
 class ReportConfig(_Section):
@@ -277,7 +330,7 @@ def _set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
     node[leaf] = value
 
 
-def load_config(path: str | Path | None, overrides: list[str] = ()) -> Config:
+def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> Config:
     """Read YAML (or defaults when ``path`` is None), apply ``key.path=value`` overrides (values
     parsed as YAML, so ``split.overlap=16`` is an int), validate."""
     data: Any = {}

@@ -166,7 +166,8 @@ class _LocalStore:
         if current is None or current[0] != token[1]:
             return None
         os.utime(self.path)
-        return self.read()[2]
+        renewed = self.read()
+        return renewed[2] if renewed is not None else None  # removed meanwhile: not ours now
 
     def delete(self, token: Any) -> None:
         current = self.read()
@@ -180,7 +181,7 @@ class _LocalStore:
 
 class _GcsStore:
     def __init__(self, output: str, name: str = LEASE_NAME) -> None:
-        from google.cloud import storage
+        import google.cloud.storage as storage  # its module (google.cloud: a namespace package)
 
         bucket, _, prefix = output[len("gs://"):].partition("/")
         if os.environ.get("STORAGE_EMULATOR_HOST"):
@@ -288,7 +289,10 @@ class OutputLease:
                             holder.describe() if holder else "an unreadable lease", why)
             elif not self.store.create(data, self.run_id):
                 raise LeaseHeld(f"{self.subject}: another run took the lease at the same moment")
-        self._token = self.store.read()[2]
+        taken = self.store.read()
+        if taken is None:  # removed between our write and this read (a hand, or a cleanup)
+            raise LeaseHeld(f"{self.subject}: the lease was removed as this run took it")
+        self._token = taken[2]
         self._renewer = threading.Thread(target=self._renew_loop, name="chunkline-lease",
                                          daemon=True)
         self._renewer.start()

@@ -41,7 +41,7 @@ def stage_options(config: Config) -> StageOptions:
     def optional(section):
         return section.options() if section is not None else None
 
-    late = config.embed is not None and config.embed.mode == "late"
+    embed = config.embed
     return StageOptions(
         read=config.input.options(),
         clean=optional(config.clean),
@@ -50,7 +50,7 @@ def stage_options(config: Config) -> StageOptions:
         near_duplicates=optional(config.dedupe.near),
         semantic=config.split.semantic.options() if config.split.mode == "semantic" else None,
         embed=optional(config.embed),
-        late=config.embed.late.options() if late else None,
+        late=embed.late.options() if embed is not None and embed.mode == "late" else None,
         context=optional(config.context),
         sparse=optional(config.sparse),
         access=optional(config.access),

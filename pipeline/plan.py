@@ -273,7 +273,7 @@ def carry_pairs(config: Config, signature: str
         manifest = load_manifest(run_dir) if run_dir is not None else None
     except ManifestError:
         return [], [], None, []  # reuse and the publish guard say what is wrong with it
-    if manifest is None:
+    if run_dir is None or manifest is None:
         return [], [], None, []
     name = run_dir.rstrip("/").rsplit("/", 1)[-1]
     documents = [(file.path, file.deleted) for file in live_files(run_dir, manifest, "documents")]
@@ -525,7 +525,7 @@ def plan(config: Config, run_id: str) -> Plan:
     # preflight errors, as it always was.
     tokenizer_spec, max_tokens = split_budget(config.split.options(), options.model, max_seq_length,
                                               special, reserve, embedded=config.embed is not None)
-    if config.context is not None:
+    if stages.context is not None:
         resolve_api_key(stages.context)  # a missing key fails here, not on every worker
     if stages.embed is not None and stages.embed.backend != "torch" and late:
         raise ValueError(f"embed.backend {stages.embed.backend} is not supported with embed.mode: "

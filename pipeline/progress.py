@@ -18,7 +18,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Literal, TextIO
+from typing import TYPE_CHECKING, Literal, TextIO
 
 from chunkline.transforms.counters import (
     CHUNKS_CARRIED,
@@ -30,6 +30,9 @@ from chunkline.transforms.counters import (
     TOKENS_EMBEDDED,
 )
 from chunkline.transforms.progress import PIECES_MATCHED, PIECES_READ, PROGRESS_ENV, WRITTEN, flush_progress
+
+if TYPE_CHECKING:
+    from rich.live import Live
 
 log = logging.getLogger("chunkline.progress")
 Mode = Literal["live", "lines", "off"]
@@ -120,32 +123,34 @@ class RunProgress:
         self._thread: threading.Thread | None = None
         self._directory: str | None = None
         self._previous_env: str | None = None
-        self._live = None
+        self._live: Live | None = None
         self._handlers: list[logging.Handler] = []
 
     def __enter__(self) -> "RunProgress":
         if self.mode == "off":
             return self
-        self._directory = tempfile.mkdtemp(prefix="chunkline-progress-")
+        self._directory = directory = tempfile.mkdtemp(prefix="chunkline-progress-")
         self._previous_env = os.environ.get(PROGRESS_ENV)
-        os.environ[PROGRESS_ENV] = self._directory
+        os.environ[PROGRESS_ENV] = directory
         self._started = time.monotonic()
         self._rates = _Rates()
         self._shown: dict[str, str] = {}
         if self.mode == "live":
             self._start_live()
-        self._thread = threading.Thread(target=self._loop, name="chunkline-display", daemon=True)
+        self._thread = threading.Thread(target=self._loop, args=(directory,), name="chunkline-display",
+                                        daemon=True)
         self._thread.start()
         return self
 
     def __exit__(self, *exc_info) -> None:
-        if self.mode == "off":
+        directory = self._directory
+        if self.mode == "off" or directory is None:  # off, or never entered
             return
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
         flush_progress()  # this process's own last counts (the in-process runner's workers)
-        self.final = read_totals(self._directory)
+        self.final = read_totals(directory)
         self._show(self.final, final=True)
         if self._live is not None:
             self._live.stop()
@@ -158,7 +163,7 @@ class RunProgress:
             os.environ.pop(PROGRESS_ENV, None)
         else:
             os.environ[PROGRESS_ENV] = self._previous_env
-        shutil.rmtree(self._directory, ignore_errors=True)
+        shutil.rmtree(directory, ignore_errors=True)
 
     def _start_live(self) -> None:
         from rich.console import Console
@@ -167,9 +172,9 @@ class RunProgress:
 
         console = Console(file=self.stream)
         # Refreshed by _loop alone: rich's own refresh thread would draw the same rows again.
-        self._live = Live(console=console, auto_refresh=False, transient=False,
-                          redirect_stdout=False, redirect_stderr=False)
-        self._live.start()
+        self._live = live = Live(console=console, auto_refresh=False, transient=False,
+                                 redirect_stdout=False, redirect_stderr=False)
+        live.start()
         # Log records print above the display, not through it.
         root = logging.getLogger()
         self._saved_handlers = list(root.handlers)
@@ -179,10 +184,10 @@ class RunProgress:
         root.addHandler(handler)
         self._handlers = [handler]
 
-    def _loop(self) -> None:
+    def _loop(self, directory: str) -> None:
         wait = LIVE_SECONDS if self.mode == "live" else self.interval
         while not self._stop.wait(wait):
-            self._show(read_totals(self._directory))
+            self._show(read_totals(directory))
 
     def _show(self, totals: dict[str, int], final: bool = False) -> None:
         now = time.monotonic()

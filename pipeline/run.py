@@ -483,10 +483,10 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
     memo = {kind: {name: _metric(result, MEMO_NAMESPACE, f"{kind}_{name}") or 0
                    for name in ("recalled", "computed")}
             for kind in MEMO_KINDS} if job.memo is not None else None
-    context = None
-    if config.context is not None:
+    context: dict[str, Any] | None = None
+    context_opts = job.options.context if job.options is not None else None  # set with config.context
+    if context_opts is not None:
         counters = {name: _metric(result, CONTEXT_NAMESPACE, name) or 0 for name in CONTEXT_COUNTERS}
-        context_opts = job.options.context
         context = {"counters": counters, "estimated_cost_usd": estimate_cost(counters, context_opts),
                    "summary": summary_lines(counters, context_opts)}
         if over_failure_budget(counters, context_opts):

@@ -140,8 +140,8 @@ def _read_errors() -> tuple[type[BaseException], ...]:
 def _cause(exc: BaseException) -> str:
     """The innermost error of a Beam filesystem error, on one line: BeamIOError nests a dict of
     per-path errors, twice for a match, around the one that says what happened."""
-    while getattr(exc, "exception_details", None):
-        exc = next(iter(exc.exception_details.values()))
+    while details := getattr(exc, "exception_details", None):
+        exc = next(iter(details.values()))
     return " ".join(f"{type(exc).__name__}: {exc}".split())
 
 
@@ -385,6 +385,7 @@ def describe_run(tree: LocalOutput | BucketOutput, name: str, latest: str | None
     """One run's row: its status (a live writer first, then LATEST, then its manifest), counts
     and size."""
     path = tree.path(name)
+    reasons: tuple[str, ...]
     if writer is not None and writer.run_id == name:
         # Its manifest may be half-written: the lease, not the directory, says it is not done.
         status, manifest, reasons = RUNNING, None, (f"writing: {writer.description}",)
@@ -686,9 +687,9 @@ def _leftovers(tree: LocalOutput | BucketOutput, runs: list[Run], doomed: set[st
     for run in runs:
         if run.run_id in doomed or run.status == RUNNING:
             continue
-        size = tree.folder_size(f"{run.run_id}/{SPILL_DIR}")
-        if size is not None:
-            found.append(Removal(f"{run.run_id}/{SPILL_DIR}", "spill parts", size))
+        spilled = tree.folder_size(f"{run.run_id}/{SPILL_DIR}")
+        if spilled is not None:
+            found.append(Removal(f"{run.run_id}/{SPILL_DIR}", "spill parts", spilled))
     return found
 
 
@@ -772,7 +773,8 @@ class _Exclusion:
             return True
         except LeaseHeld:
             now = live_writer(self.output, self.timeout)
-        return now is not None and now.run_id == self.beside.run_id
+        beside = self.beside  # set by enter() whenever gc does not hold the lease itself
+        return now is not None and beside is not None and now.run_id == beside.run_id
 
     def exit(self) -> None:
         if self.holding:

@@ -137,7 +137,7 @@ def _vector_problems(chunks: pa.Table, dim: int, normalize: bool) -> list[str | 
     values = column.fill_null([0] * dim) if missing.any() else column
     matrix = pc.list_flatten(values).to_numpy(zero_copy_only=False).reshape(rows, dim)
     vectors = dequantized(matrix, scales).astype(np.float64)
-    finite = np.isfinite(vectors).all(axis=1)
+    finite = np.all(np.isfinite(vectors), axis=1)  # np.all: an array (numpy stubs: ndarray.all may be a scalar)
     norms = np.linalg.norm(np.where(finite[:, None], vectors, 0), axis=1)
     tolerance = UNIT_TOLERANCE[dtype]
     for row in range(rows):

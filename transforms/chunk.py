@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Literal, NamedTuple, Sequence
 
 import apache_beam as beam
 import pyarrow as pa
@@ -131,7 +131,7 @@ class ChunkTexts(beam.PTransform):
         # Derived once, on the driver, when the graph is built (the model's config files).
         self._budget: SplitBudget | None = None
         self._dim: int | None = None
-        self._dtype: str | None = None
+        self._dtype: Literal["float32", "bfloat16", "int8"] | None = None
 
     def with_rejected(self) -> "ChunkTexts":
         """The same transform, giving a :class:`ChunkTextsResult` (chunks, rejected)."""
@@ -143,8 +143,7 @@ class ChunkTexts(beam.PTransform):
 
     def budget(self) -> SplitBudget:
         """The tokenizer spec and chunk budget the splitter counts with."""
-        self._derive()
-        return self._budget
+        return self._derive()
 
     def schema(self, vector_dtype: str = "float32") -> pa.Schema:
         """The chunks table's schema for these records (``chunkline.records.chunk_schema``:
@@ -155,14 +154,15 @@ class ChunkTexts(beam.PTransform):
         self._derive()
         return chunk_schema(self._dim, vector_dtype)
 
-    def _derive(self) -> None:
+    def _derive(self) -> SplitBudget:
+        """The budget, derived (with the vector's width and dtype) on the first call."""
         if self._budget is not None:
-            return
+            return self._budget
         split = self.split
         if self.embed is None and split.tokenizer is not None and split.max_tokens is not None:
             # Nothing to read from a model: a tokenizer like "words" needs none installed.
             self._budget = SplitBudget(split.tokenizer, split.max_tokens)
-            return
+            return self._budget
         from chunkline.embedder import model_info, resolve_dtype
         from chunkline.transforms.model_cache import local_model_dir
 
@@ -177,12 +177,13 @@ class ChunkTexts(beam.PTransform):
             # ``dtype: auto`` decided once on the driver, as the run does: every worker then
             # makes the same vectors whatever its CPU.
             self._dtype = resolve_dtype(self.embed)
+        return self._budget
 
     def expand(self, elements):  # PCollection[ChunkRecord], or a ChunkTextsResult
-        self._derive()
-        split, budget = self.split, self._budget
+        split, budget = self.split, self._derive()
+        # _derive decides the dtype whenever embedding is on.
         embed = (dataclasses.replace(self.embed, dtype=self._dtype)
-                 if self.embed is not None else None)
+                 if self.embed is not None and self._dtype is not None else self.embed)
         semantic = split.semantic if split.mode == "semantic" else None
         documents = (elements
                      | "Documents" >> beam.ParDo(_ToDocument(self.fields, not self._with_rejected))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import AbstractSet, Iterable, Literal, NamedTuple
+from typing import AbstractSet, Final, Iterable, Literal, NamedTuple
 
 import apache_beam as beam
 import numpy as np
@@ -36,9 +36,9 @@ from chunkline.transforms.spill import RemoveParts, SpillRecords, coder_of, defa
 from chunkline.transforms.shares import GroupInShares
 from chunkline.transforms.tally import SumCounts
 
-REJECTED = "rejected"
-REMOVED = "removed"
-KEYS = "keys"
+REJECTED: Final = "rejected"  # Final: a Literal type, as the TaggedOutput[Literal[...]] outputs name it
+REMOVED: Final = "removed"
+KEYS: Final = "keys"
 EMPTY_AFTER_CLEANING = "empty after cleaning"
 EMPTY_AFTER_BOILERPLATE = "empty after boilerplate removal"
 
@@ -89,8 +89,8 @@ class _Clean(beam.DoFn):
                 return
         # A PDF's page starts move with the lines cleaning drops.
         text, page_starts = clean_marked(doc.text, doc.page_starts, self._options)
-        if key is not None and text == doc.text and page_starts == tuple(doc.page_starts) \
-                and text.strip():
+        if memo is not None and key is not None and text == doc.text \
+                and page_starts == tuple(doc.page_starts) and text.strip():
             memo.keep(doc, key, b"")
         if not text.strip():
             self._rejected.inc()
@@ -279,11 +279,11 @@ class _KeysOfText(beam.DoFn):
     def process(self, doc: Document) -> Iterable[Document | TaggedOutput[Literal["keys"], tuple[str, bytes]]]:
         memo = self._memo.memo
         key = memo.key(doc.text) if memo is not None else None
-        keys = memo.recall(doc, key, width=8) if memo is not None else None
+        keys = memo.recall(doc, key, width=8) if memo is not None and key is not None else None
         fresh: dict[bytes, bytes] = {}
         if keys is None:
             keys = key_array(line_keys(doc.text, self._options))
-            if memo is not None:
+            if memo is not None and key is not None:
                 memo.keep(doc, key, keys)
                 fresh[key] = keys
         hashed = recalled_doc_hash(self._hashes.memo, doc, fresh)
@@ -320,7 +320,7 @@ class _BucketKeys(beam.DoFn):
 
     def finish_bundle(self) -> Iterable[WindowedValue]:
         for bucketed in self._flush():
-            yield WindowedValue(bucketed, 0, [GlobalWindow()])
+            yield WindowedValue(bucketed, 0, (GlobalWindow(),))
 
     def _flush(self) -> list[tuple[int, tuple[np.ndarray, np.ndarray]]]:
         if not self.pending:

@@ -26,7 +26,9 @@ import numpy as np
 import pyarrow as pa
 from apache_beam.coders import Coder
 from apache_beam.coders.coder_impl import create_InputStream, create_OutputStream
-from apache_beam.typehints import trivial_inference
+# Beam's own Tuple hint: its parameters are values here (the inputs' key type), which a builtin
+# tuple[...] would be to a type checker as well.
+from apache_beam.typehints import trivial_inference, typehints
 
 from chunkline.records import (
     ChunkRecord,
@@ -146,7 +148,7 @@ def decode_chunk(stream) -> ChunkRecord:
         _read_str(stream) for _ in range(8))
     page_start, page_end = _read_optional_int(stream), _read_optional_int(stream)
     sparse_indices = _read_ints(stream)
-    sparse_values = _read_vector(stream)
+    sparse_values = _read_vector(stream) or ()  # never None: encoded from a tuple
     embedding = _read_vector(stream)
     return ChunkRecord(
         doc_id=doc_id, chunk_id=chunk_id(doc_id, start, end) if explicit_id is None else explicit_id,
@@ -427,11 +429,11 @@ class JoinByKey(beam.PTransform):
             coder = beam.coders.registry.get_coder(value_type)
             coders.append(coder)
             parts.append(pcolls[tag] | f"Encode[{tag}]" >> beam.Map(_tagged, index, coder)
-                         .with_output_types(tuple[key_type, bytes]))
+                         .with_output_types(typehints.Tuple[key_type, bytes]))
         key_type = key_types.pop() if len(key_types) == 1 else Any
         return (
             parts
-            | "Flatten" >> beam.Flatten().with_output_types(tuple[key_type, bytes])
+            | "Flatten" >> beam.Flatten().with_output_types(typehints.Tuple[key_type, bytes])
             | "GroupByKey" >> beam.GroupByKey()
             | "Decode" >> beam.Map(_untagged, tags, tuple(coders))
         )

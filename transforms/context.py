@@ -186,7 +186,7 @@ class _WriteHeaders(beam.DoFn):
                 yield dataclasses.replace(work, chunks=tuple(answered))
             else:
                 waiting.append((work, answered))
-        if misses:
+        if misses and document is not None and digest is not None:  # both set with the first item
             future = self._writer.submit(document, list(misses.values()))
             self._pending.append(_Pending(future, digest, list(misses), waiting, timestamp, window))
         yield from self._emit(keep=self._max_pending)

@@ -17,7 +17,7 @@ kind what became of it: ``rejected:<name>`` (in a rejected document) or ``masked
 from __future__ import annotations
 
 import json
-from typing import Iterable, Literal
+from typing import Final, Iterable, Literal
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
@@ -34,7 +34,7 @@ NAMESPACE = "credentials"
 KIND_PREFIX = "kind:"
 # What became of each credential found, by kind: in a rejected document, or masked in a kept one.
 REJECTED_PREFIX, MASKED_PREFIX = "rejected:", "masked:"
-REJECTED = "rejected"
+REJECTED: Final = "rejected"  # Final: a Literal type, as the TaggedOutput[Literal[...]] outputs name it
 
 
 def outcomes(counters: dict[str, int]) -> dict[str, dict[str, int]]:
@@ -96,7 +96,7 @@ class _ScanDocument(beam.DoFn):
                 except (ValueError, KeyError, TypeError):
                     pass  # a damaged entry: scanned again
         findings, in_metadata = scan_document(doc, self.options)
-        if key is not None:
+        if memo is not None and key is not None:
             memo.keep(doc, key, b"" if not findings and not in_metadata else json.dumps(
                 {"text": _as_json(findings),
                  "metadata": [[k, _as_json(fs)] for k, fs in in_metadata]}).encode("utf-8"))
@@ -119,7 +119,9 @@ class _ScanDocument(beam.DoFn):
             yield decision.document
             return
         self.rejected.inc()
-        yield TaggedOutput(REJECTED, Rejected(doc.uri, doc.doc_id, decision.reason))
+        # decide() gives a reason with every rejection; the fallback only keeps the row typed.
+        reason = decision.reason or "holds credentials"
+        yield TaggedOutput(REJECTED, Rejected(doc.uri, doc.doc_id, reason))
 
 
 class ScanCredentials(beam.PTransform):

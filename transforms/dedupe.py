@@ -30,7 +30,7 @@ does (the in-process FnApiRunner keeps it in memory) holds summaries, not the co
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Iterable, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple, Sequence
 
 import apache_beam as beam
 import numpy as np
@@ -70,11 +70,13 @@ from chunkline.transforms.memo import MemoUse, recalled_doc_hash, without_memo
 from chunkline.transforms.memory import release_after
 from chunkline.transforms.spill import PartWriter, RemoveParts, coder_of, default_spill_dir, read_part
 
+if TYPE_CHECKING:  # loaded when carrying is on (Dedupe.expand)
+    from chunkline.transforms.carry import CarryIndexOutputs
+
 # Documents per signature batch: numpy's per-call overhead is paid once per batch (~2.5x the
 # throughput of one document per call, bench/dedupe_bench.py).
 _SIGNATURE_BATCH = 64
 _SIGNATURE_DTYPE = "<u4"  # fixed byte order: signatures travel between workers as bytes
-
 
 class DedupeOutputs(NamedTuple):
     kept: PCollection[Document]  # one document per id and per (near) duplicate cluster
@@ -300,24 +302,26 @@ class _ParkAndSummarize(beam.DoFn):
         self._hashes.flush()
         release_after(self._parts.added_bytes)
 
-    def _signatures(self, batch: list[Document]) -> list[bytes]:
+    def _signatures(self, batch: list[Document], hasher: MinHasher, num_perm: int) -> list[bytes]:
         """Each text's signature as bytes (b"": no shingles); a text the previous run signed
         is recalled (``chunkline.memo``), the others signed together."""
         memo = self._memo.memo
-        keys = [memo.key(doc.text) for doc in batch] if memo is not None else [None] * len(batch)
-        width = 4 * self._near.num_perm  # a whole signature, or b"" (no shingles)
-        found = [memo.recall(doc, key) if memo is not None else None
-                 for doc, key in zip(batch, keys, strict=True)]
-        found = [data if data is None or len(data) in (0, width) else None for data in found]
+        keys = [memo.key(doc.text) for doc in batch] if memo is not None else []
+        width = 4 * num_perm  # a whole signature, or b"" (no shingles)
+        found: list[bytes | None] = [None] * len(batch)
+        if memo is not None:
+            for index, (doc, key) in enumerate(zip(batch, keys, strict=True)):
+                data = memo.recall(doc, key)
+                found[index] = data if data is not None and len(data) in (0, width) else None
         missing = [index for index, data in enumerate(found) if data is None]
+        signed: dict[int, bytes] = {}
         if missing:
-            signed = self._hasher.signatures([batch[index].text for index in missing])
-            for index, signature in zip(missing, signed, strict=True):
-                data = b"" if is_empty(signature) else signature.astype(_SIGNATURE_DTYPE).tobytes()
-                found[index] = data
+            for index, signature in zip(missing, hasher.signatures([batch[index].text for index in missing]),
+                                        strict=True):
+                signed[index] = b"" if is_empty(signature) else signature.astype(_SIGNATURE_DTYPE).tobytes()
                 if memo is not None:
-                    memo.keep(batch[index], keys[index], data)
-        return found
+                    memo.keep(batch[index], keys[index], signed[index])
+        return [signed[index] if data is None else data for index, data in enumerate(found)]
 
     def process(self, batch: list[Document]):
         hashes = self._hashes.memo
@@ -326,10 +330,12 @@ class _ParkAndSummarize(beam.DoFn):
                                 lambda doc: recalled_doc_hash(hashes, doc)) for doc in batch]
         for summary in summaries:
             yield summary.doc_id, summary
-        if self._hasher is None:
+        hasher, near = self._hasher, self._near
+        if hasher is None or near is None:  # near-duplicate detection off (set together)
             return
-        for doc, summary, data in zip(batch, summaries, self._signatures(batch), strict=True):
-            node = survivor_key(doc.doc_id, len(doc.text), self._near.survivor)
+        for doc, summary, data in zip(batch, summaries, self._signatures(batch, hasher, near.num_perm),
+                                      strict=True):
+            node = survivor_key(doc.doc_id, len(doc.text), near.survivor)
             if self._access:
                 # First in the node: a component never spans two access sets (the survivor
                 # rule still orders within one, where every node starts alike).
@@ -396,7 +402,7 @@ class _ShareBands(beam.DoFn):
 
     def finish_bundle(self) -> Iterable[WindowedValue]:
         for shared in self._flush():
-            yield WindowedValue(shared, 0, [GlobalWindow()])
+            yield WindowedValue(shared, 0, (GlobalWindow(),))
 
     def _flush(self) -> list[tuple[int, tuple]]:
         nodes, data = self._nodes, self._data
@@ -540,7 +546,7 @@ class _ContractBundle(beam.DoFn):
 
     def finish_bundle(self) -> Iterable[WindowedValue]:
         for edge in self._flush():
-            yield WindowedValue(edge, 0, [GlobalWindow()])
+            yield WindowedValue(edge, 0, (GlobalWindow(),))
 
     def _flush(self) -> list[tuple[tuple, tuple]]:
         roots, self._found = self._found.roots(), Components()
@@ -761,7 +767,7 @@ class Dedupe(beam.PTransform):
     def __init__(self, exact: bool = True, near: MinHashOptions | None = None,
                  spill_dir: str | None = None, roots: Sequence[str] = (),
                  carry_keys: Callable[[Document], str] | None = None,
-                 carry_index: PCollection | None = None, memo: MemoSource | None = None,
+                 carry_index: CarryIndexOutputs | None = None, memo: MemoSource | None = None,
                  access: bool = False, shares: int = 1024) -> None:
         super().__init__()
         self.shares = shares  # of every grouping by document (transforms/shares.py)

@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from apache_beam.transforms import userstate
 
-_Specs = tuple[set, set]
+_Specs = tuple[set[userstate.StateSpec], set[userstate.TimerSpec]]
 _KEPT: "weakref.WeakKeyDictionary[type, dict[tuple, _Specs]]" = weakref.WeakKeyDictionary()
 
 
@@ -57,4 +57,4 @@ def remember_dofn_specs() -> None:
     current = getattr(userstate, "get_dofn_specs", None)
     if current is None or hasattr(current, "__wrapped__"):
         return
-    userstate.get_dofn_specs = _remembering(current)
+    userstate.get_dofn_specs = _remembering(current)  # type: ignore[assignment]  # Beam types it as its own def

@@ -95,9 +95,9 @@ class SentenceTransformerHandler(ModelHandler[str, np.ndarray, OnFirstUse]):
         inference_args: Optional[dict[str, Any]] = None,
     ) -> Iterable[np.ndarray]:
         self.validate_inference_args(inference_args)
-        model = model.get()
+        transformer: SentenceTransformer = model.get()
         # Each text tokenized once, passes cut by padded tokens (chunkline.embedder).
-        vectors, stats = embed_by_tokens(model, batch, self._options)
+        vectors, stats = embed_by_tokens(transformer, batch, self._options)
         # Tokens the model read (special tokens included), the positions it computed, and
         # texts cut at max_seq_length: a truncated chunk is embedded from its beginning only,
         # so it is counted, not hidden.
@@ -164,7 +164,8 @@ class EmbedChunks(beam.PTransform[beam.PCollection[ChunkRecord], beam.PCollectio
         self._options = options
 
     def expand(self, chunks: beam.PCollection[ChunkRecord]) -> beam.PCollection[ChunkRecord]:
-        handler = KeyedModelHandler(SentenceTransformerHandler(self._options))
+        handler: KeyedModelHandler[ChunkRecord, str, np.ndarray, OnFirstUse] = (
+            KeyedModelHandler(SentenceTransformerHandler(self._options)))
         return (
             chunks
             | "KeyByChunk" >> beam.Map(_keyed_text).with_output_types(tuple[ChunkRecord, str])

@@ -30,7 +30,7 @@ from chunkline.transforms.counters import READ_EXCLUDED
 
 _LOG = logging.getLogger(__name__)
 # What Beam's FileSystem.match takes for the part of a pattern before any glob character.
-_LITERAL_PREFIX = re.compile(r"^[^[*?]*")
+_LITERAL = re.compile(r"[^[*?]*")  # no glob metacharacter: one path, nothing to walk
 _SEGMENT_WILDCARDS = ("**", "?", "[")  # may match "/" in Beam's regex: no per-segment pruning
 _SHOWN_EXCLUDED = 5
 
@@ -125,15 +125,15 @@ class _WalkLocal(beam.DoFn):
 
     def _items(self, pattern: str) -> Iterable[Matched | Rejected | Excluded]:
         root = input_root(pattern)
-        options = {"follow_symlinks": self._follow, "exclude": self._exclude}
-        if _LITERAL_PREFIX.match(pattern).group(0) == pattern:
-            return look_up(pattern, root, **options)
+        if _LITERAL.fullmatch(pattern):
+            return look_up(pattern, root, follow_symlinks=self._follow, exclude=self._exclude)
         if not root:
             # Beam's LocalFileSystem lists the directory "" (there is none) and matches nothing.
             _LOG.warning("read: pattern %r has no directory part and matches nothing; "
                          "write ./%s for the working directory", pattern, pattern)
             return ()
-        return walk(root, BeamGlob(pattern, root), **options)
+        return walk(root, BeamGlob(pattern, root), follow_symlinks=self._follow,
+                    exclude=self._exclude)
 
 
 class _MatchWithBeam(beam.DoFn):

@@ -54,11 +54,13 @@ class MemoUse:
     def _write(self, used: dict[int, Rows]) -> None:
         """A segment per share. A retried bundle may leave its first attempt's segments beside
         the retry's: the same rows, harmless to the next run."""
+        source = self.source
+        if source is None:  # no memo without a source (setup), so nothing to write
+            return
         for share, rows in sorted(used.items()):
             if not rows:
                 continue
-            path = FileSystems.join(self.source.write_dir,
-                                    segment_name(self.kind, share, self.source.shares))
+            path = FileSystems.join(source.write_dir, segment_name(self.kind, share, source.shares))
             try:
                 with FileSystems.create(path) as handle:
                     write_segment(rows, self.kind, handle)

@@ -15,7 +15,7 @@ import logging
 import os
 import stat
 import threading
-from typing import Any, BinaryIO, Iterable, Iterator, Literal, NamedTuple, Sequence, Union
+from typing import Any, BinaryIO, Final, Iterable, Iterator, Literal, NamedTuple, Sequence, Union
 
 import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
@@ -47,7 +47,7 @@ from chunkline.readers import (
     stream_file,
     streams,
 )
-from chunkline.memo import READ, MemoSource, unit_share
+from chunkline.memo import READ, MemoSource, RecalledShares, unit_share
 from chunkline.records import Document, Rejected, input_digest
 from chunkline.transforms.memo import MemoUse, recalled_shares
 from chunkline.transforms.spill import coder_of
@@ -58,7 +58,7 @@ from chunkline.transforms.shares import GroupInShares, share_of
 
 log = logging.getLogger("chunkline.read")
 
-REJECTED = "rejected"
+REJECTED: Final = "rejected"  # Final: a Literal type, as the TaggedOutput[Literal[...]] outputs name it
 
 
 class ReadOutputs(NamedTuple):
@@ -96,7 +96,7 @@ class _DecodeFile(beam.DoFn):
         # unscreened, by an earlier version) are never recalled.
         self._memo = MemoUse(trusted, READ, repr(options) + "\0" + screening_key(credentials))
         self._source = memo if memo is not None else trusted
-        self._recalled = None  # set up per worker (setup)
+        self._recalled: RecalledShares | None = None  # set up per worker (setup)
 
     def setup(self) -> None:
         self._ocr_cache = (OcrPageCache(self._ocr_cache_dir, self._credentials)
@@ -162,7 +162,7 @@ class _DecodeFile(beam.DoFn):
             # accounted for under a readable form of its name, never read.
             shown = shown_name(uri)
             reason = problem + (f"; {found.reason}" if isinstance(found, Rejected) else "")
-            records: list[Document | Rejected] = [
+            records: Iterable[Document | Rejected] = [
                 Rejected(shown, relative_id(shown, shown_name(self._root)), reason)]
         elif isinstance(found, Rejected):
             records = [found]
@@ -326,28 +326,29 @@ class _SliceRecordFiles(beam.DoFn):
             return self._options.jsonl.slice_bytes
         return None
 
-    def process(self, found: ReadableFile | Rejected) -> Iterable:
-        slice_bytes = None if isinstance(found, Rejected) else self._slice_bytes(found.metadata.path)
+    def _slices_of(self, found: ReadableFile) -> Sequence[ParquetSlice | LineSlice]:
+        """The file's pieces; fewer than two: it is read whole."""
+        slice_bytes = self._slice_bytes(found.metadata.path)
         # A Parquet file an eighth of a slice on disk holds about one slice of text (zstd packs
         # text 3-8x), a JSONL file under a slice is one: read whole, never opened here.
         parquet = slice_bytes is not None and extension(found.metadata.path) in PARQUET_EXTENSIONS
         if slice_bytes is None or found.metadata.size_in_bytes <= (
                 slice_bytes // 8 if parquet else slice_bytes):
-            tally(PIECES_MATCHED)
-            yield found
-            return
+            return []
         try:
             with _open(found)[0] as handle:
                 head = handle.read(HEAD_BYTES)
                 handle.seek(0)
                 if not streams(found.metadata.path, head):
-                    slices = []
-                elif parquet:
-                    slices = parquet_slices(handle, slice_bytes)
-                else:
-                    slices = jsonl_slices(handle, slice_bytes)
+                    return []
+                if parquet:
+                    return parquet_slices(handle, slice_bytes)
+                return jsonl_slices(handle, slice_bytes)
         except Exception:  # noqa: BLE001 - not Parquet, unreadable, gone: the reader says which
-            slices = []
+            return []
+
+    def process(self, found: ReadableFile | Rejected) -> Iterable:
+        slices = [] if isinstance(found, Rejected) else self._slices_of(found)
         if len(slices) < 2:
             tally(PIECES_MATCHED)
             yield found

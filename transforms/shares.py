@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import pickle
 import zlib
-from typing import Any, Iterable, Union
+from typing import Any, Iterable, Sequence, Union
 
 import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindow
@@ -62,7 +62,7 @@ class _ToShares(beam.DoFn):
         self.held: dict[int, list] = {}
         self.count = 0
 
-    def process(self, element: tuple[Any, Any]) -> Iterable[tuple[int, bytes]]:
+    def process(self, element: tuple[Any, Any]) -> Iterable[tuple[int, bytes | str]]:
         key, value = element
         self.held.setdefault(share_of(key, self.shares), []).append((key, self.tag, value))
         self.count += 1
@@ -74,9 +74,13 @@ class _ToShares(beam.DoFn):
 
     def finish_bundle(self) -> Iterable[WindowedValue]:
         for element in self._sent():
-            yield WindowedValue(element, 0, [GlobalWindow()])
+            yield WindowedValue(element, 0, (GlobalWindow(),))
 
-    def _sent(self) -> list[tuple[int, bytes]]:
+    def _sent(self) -> Sequence[tuple[int, bytes | str]]:
+        """What the held elements go out as: here each share's pickled list."""
+        return self._pickled()
+
+    def _pickled(self) -> list[tuple[int, bytes]]:
         sent = [(share, pickle.dumps(held, protocol=pickle.HIGHEST_PROTOCOL))
                 for share, held in sorted(self.held.items())]
         self.held, self.count = {}, 0
@@ -98,9 +102,9 @@ class _ToParkedShares(_ToShares):
     def _held_at_most(self) -> int:
         return HELD_ELEMENTS if self.sent_inline < INLINE_ELEMENTS else PARKED_ELEMENTS
 
-    def _sent(self) -> list[tuple[int, bytes | str]]:
+    def _sent(self) -> Sequence[tuple[int, bytes | str]]:
         count = self.count
-        sent = super()._sent()
+        sent = self._pickled()
         if self.sent_inline + count <= INLINE_ELEMENTS:
             self.sent_inline += count
             return sent

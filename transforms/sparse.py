@@ -116,9 +116,9 @@ class _ShareTerms(beam.DoFn):
     def finish_bundle(self):
         for found in self._flush():
             if isinstance(found, TaggedOutput):
-                yield TaggedOutput(found.tag, WindowedValue(found.value, 0, [GlobalWindow()]))
+                yield TaggedOutput(found.tag, WindowedValue(found.value, 0, (GlobalWindow(),)))
             else:
-                yield WindowedValue(found, 0, [GlobalWindow()])
+                yield WindowedValue(found, 0, (GlobalWindow(),))
 
     def _flush(self) -> list:
         if not self._documents:

@@ -234,7 +234,7 @@ class _PartRecords:
     caller's alone."""
 
     def __init__(self, data: bytes) -> None:
-        self._stream = create_InputStream(data)
+        self._stream: create_InputStream | None = create_InputStream(data)  # the class (Beam names it so)
 
     def __iter__(self) -> "_PartRecords":
         return self
@@ -313,7 +313,7 @@ class _Spill(beam.DoFn):
     def finish_bundle(self):
         self.writer.flush()
         for path in self.writer.drain():
-            yield WindowedValue(path, 0, [GlobalWindow()])
+            yield WindowedValue(path, 0, (GlobalWindow(),))
         release_after(self.writer.added_bytes)
 
 

@@ -19,7 +19,7 @@ from chunkline.pdf import outline_headings
 from chunkline.readers.formats import PAGED_MARKDOWN_FORMATS
 from chunkline.records import ChunkRecord, Document, DocumentChunks, chunk_id
 from chunkline.splitting.core import Chunk
-from chunkline.splitting.semantic import SemanticOptions, model_embed, semantic_split
+from chunkline.splitting.semantic import Embed, SemanticOptions, model_embed, semantic_split
 from chunkline.splitting.text import heading_prefix
 from chunkline.transforms.coders import DocumentChunksCoder  # noqa: F401 - registered: how elements shuffle
 from chunkline.transforms.model_cache import local_model_dir, local_tokenizer_spec
@@ -61,13 +61,14 @@ class _SplitDocument(beam.DoFn):
             self.tokenizer if self.prefix_tokenizer_spec == self.tokenizer_spec
             else get_tokenizer(local_tokenizer_spec(self.prefix_tokenizer_spec))
         )
-        self.embed = None
-        if self.semantic is not None:
+        # The semantic options with the embedding they cut by; None: cut by structure.
+        self.semantic_embed: tuple[SemanticOptions, Embed] | None = None
+        if self.semantic is not None and self.semantic_model is not None:  # both, or neither
             from chunkline.embedder import load_model
 
             options = dataclasses.replace(self.semantic_model,
                                           model=local_model_dir(self.semantic_model.model))
-            self.embed = model_embed(load_model(options), options)
+            self.semantic_embed = self.semantic, model_embed(load_model(options), options)
 
     def _split(self, doc: Document) -> list[Chunk]:
         language = language_for(doc.uri)
@@ -80,9 +81,10 @@ class _SplitDocument(beam.DoFn):
         # are Markdown with pages (``PAGED_MARKDOWN_FORMATS``).
         markdown = self.markdown and language is None and (
             not doc.page_starts or doc.format in PAGED_MARKDOWN_FORMATS)
-        if self.embed is not None:
-            return semantic_split(doc.text, self.max_tokens, self.tokenizer, self.embed,
-                                  self.semantic, markdown, max_chars=self.max_chars)
+        if self.semantic_embed is not None:
+            semantic, embed = self.semantic_embed
+            return semantic_split(doc.text, self.max_tokens, self.tokenizer, embed,
+                                  semantic, markdown, max_chars=self.max_chars)
         outline = (outline_headings(doc.text, doc.page_starts, doc.outline)
                    if doc.outline else None)
         return split(doc.text, self.max_tokens, self.overlap, self.tokenizer, markdown,

@@ -309,7 +309,7 @@ class _WriteParts(beam.DoFn):
         for writer in self.writers.values():
             writer.flush()
         for written in self._written():
-            yield WindowedValue(written, 0, [GlobalWindow()])
+            yield WindowedValue(written, 0, (GlobalWindow(),))
         release_after(sum(writer.added_bytes for writer in self.writers.values()))
         self.writers = {}
 
@@ -416,8 +416,8 @@ class _WriteShard(beam.DoFn):
 
     def __init__(self, directory: str, table: str, shards: int, schema: pa.Schema,
                  sort_key: Callable[[Any], Any], to_row: Callable[[Any, pa.Schema], dict],
-                 coder: Coder, finish: Callable[..., Any] | None,
-                 sidecar: Sidecar | None = None, shard_key: Callable[[Any], str] | None = None,
+                 coder: Coder, finish: Callable[..., Any] | None, shard_key: Callable[[Any], str],
+                 sidecar: Sidecar | None = None,
                  carried_rows: Callable[..., tuple[pa.Table, pa.Table | None, np.ndarray]] | None = None,
                  sort_columns: tuple[str, ...] = (),
                  previous: tuple[str, tuple[tuple[str, tuple[int, ...]], ...]] | None = None,
@@ -468,21 +468,25 @@ class _WriteShard(beam.DoFn):
         pass) and ``carried`` rows, as :meth:`process` describes: ``(table, path, rows, deleted
         positions)`` of each file that holds its live rows."""
         path = shard_path(self.directory, self.table, index, self.shards)
-        side_path = (shard_path(self.directory, self.sidecar.table, index, self.shards)
-                     if self.sidecar is not None else None)
-        if carried and side_path is not None and hasattr(self.carried_rows, "referenced"):
+        sidecar = self.sidecar
+        side_path = (shard_path(self.directory, sidecar.table, index, self.shards)
+                     if sidecar is not None else None)
+        # transforms/carry.py's CarriedRows has it (this module cannot import that one).
+        referenced = getattr(self.carried_rows, "referenced", None)
+        if carried and sidecar is not None and side_path is not None and referenced is not None:
             # Merge-on-read: carried rows stay in the previous files that hold them, only the
             # others (and this run's new rows) are written.
-            kept, carried = self.carried_rows.referenced(path, carried, count > 0, *side)
+            kept, carried = referenced(path, carried, count > 0, *side)
             for ref in kept:
                 tally(WRITTEN.format(table=self.table), ref.rows - len(ref.deleted))
                 yield (self.table, ref.chunk_path, ref.rows, ref.deleted)
-                yield (self.sidecar.table, ref.side_path, ref.rows, ref.deleted)
+                yield (sidecar.table, ref.side_path, ref.rows, ref.deleted)
             if kept and not carried and not count:
                 return  # nothing new in this shard: no file of this run
         if carried:
-            rows = self._merged(encoded, together, carried, side)
-            yield from self._write_tables(index, path, side_path, *rows)
+            table, sides = self._merged(encoded, together, carried, side)
+            yield from self._write_tables(index, path, table,
+                                          None if side_path is None or sides is None else (side_path, sides))
             return
         digest = None
         if self.previous is not None:
@@ -504,9 +508,9 @@ class _WriteShard(beam.DoFn):
                     yield from merged
                     return
         with contextlib.ExitStack() as side_files:
-            side_writer = None if side_path is None else side_files.enter_context(pq.ParquetWriter(
-                side_files.enter_context(FileSystems.create(unlinked(side_path))), self.sidecar.schema,
-                compression="zstd", write_page_checksum=True))
+            side_writer = None if sidecar is None or side_path is None else side_files.enter_context(
+                pq.ParquetWriter(side_files.enter_context(FileSystems.create(unlinked(side_path))),
+                                 sidecar.schema, compression="zstd", write_page_checksum=True))
             # The shard is closed first: its digest goes into the sidecar's footer.
             with FileSystems.create(unlinked(path)) as handle:
                 digesting = _DigestingFile(handle)
@@ -520,13 +524,12 @@ class _WriteShard(beam.DoFn):
                         if table is not None:
                             writer.write_table(table)
                             continue
-                        if side_writer is not None:
+                        if side_writer is not None and sidecar is not None:
                             # Before ``finish``: the sidecar keeps what the finished row no
                             # longer holds.
                             side_writer.write_table(_table_of(
-                                group, self.coder, self.sidecar.schema,
-                                lambda record: self.sidecar.to_row(
-                                    record, together[self.shard_key(record)])))
+                                group, self.coder, sidecar.schema,
+                                lambda record: sidecar.to_row(record, together[self.shard_key(record)])))
                         writer.write_table(_table_of(
                             group, self.coder, self.schema,
                             lambda record: self.to_row(self._finished(record, side), self.schema)))
@@ -537,8 +540,8 @@ class _WriteShard(beam.DoFn):
                 side_writer.add_key_value_metadata({SHARD_DIGEST_KEY: digesting.hexdigest()})
         tally(WRITTEN.format(table=self.table), count)
         yield (self.table, path, count, ())
-        if side_path is not None:
-            yield (self.sidecar.table, side_path, count, ())
+        if sidecar is not None and side_path is not None:
+            yield (sidecar.table, side_path, count, ())
 
     def _merge_on_read(self, path: str, encoded: Iterable[bytes], mine: list[tuple[str, tuple[int, ...]]]
                        ) -> list[tuple[str, str, int, tuple[int, ...]]] | None:
@@ -594,7 +597,7 @@ class _WriteShard(beam.DoFn):
             order = SORT_ORDER.get(self.table, ())
             if order:
                 delta = delta.take(pc.sort_indices(delta, sort_keys=[(c, "ascending") for c in order]))
-            out.extend(self._write_tables(0, path, None, delta, None))
+            out.extend(self._write_tables(0, path, delta, None))
         return out
 
     def _finished(self, record: Any, side: tuple[Any, ...]) -> Any:
@@ -614,6 +617,8 @@ class _WriteShard(beam.DoFn):
             tables.append(pa.Table.from_pylist(
                 [self.to_row(self._finished(record, side), self.schema) for record in records],
                 schema=self.schema))
+        if self.carried_rows is None:  # WriteParquetShards takes carried and carried_rows together
+            raise ValueError("carried rows reached a shard writer without carried_rows")
         carried_table, carried_side, taken = self.carried_rows(carried, *side)
         table = pa.concat_tables([*tables, carried_table])
         keep = np.concatenate([np.ones(table.num_rows - carried_table.num_rows, dtype=bool), taken])
@@ -624,8 +629,10 @@ class _WriteShard(beam.DoFn):
                  if self.sidecar is not None else None)
         return in_order(table, order), sides
 
-    def _write_tables(self, index: int, path: str, side_path: str | None, table: pa.Table,
-                      sides: pa.Table | None) -> Iterable[tuple[str, str, int]]:
+    def _write_tables(self, index: int, path: str, table: pa.Table,
+                      side: tuple[str, pa.Table] | None) -> Iterable[tuple[str, str, int, tuple[int, ...]]]:
+        """``table`` written at ``path``, and the sidecar's rows ``side`` (its path, its table)
+        beside it: ``(table, path, rows, no deleted position)`` of each."""
         # Row groups by the table's own size: the same rows give the same file.
         rows = max(1, min(ROW_GROUP, ROW_GROUP_BYTES * table.num_rows // max(1, table.nbytes)))
         with FileSystems.create(unlinked(path)) as handle:
@@ -633,7 +640,8 @@ class _WriteShard(beam.DoFn):
             pq.write_table(table, digesting, row_group_size=rows, compression="zstd")
         tally(WRITTEN.format(table=self.table), table.num_rows)
         yield (self.table, path, table.num_rows, ())
-        if side_path is not None:
+        if side is not None and self.sidecar is not None:
+            side_path, sides = side
             with FileSystems.create(unlinked(side_path)) as handle, \
                     pq.ParquetWriter(handle, sides.schema, compression="zstd",
                                      write_page_checksum=True) as side_writer:
@@ -678,7 +686,7 @@ class WriteParquetShards(beam.PTransform):
                  carried: PCollection | None = None,
                  carried_rows: Callable[..., tuple[pa.Table, pa.Table | None, np.ndarray]] | None = None,
                  sort_columns: tuple[str, ...] = (),
-                 previous: tuple[str, Sequence[str]] | None = None,
+                 previous: tuple[str, Sequence[str | tuple[str, Sequence[int]]]] | None = None,
                  to_table: Callable[[list[bytes], pa.Schema], pa.Table | None] | None = None) -> None:
         super().__init__()
         if (previous is not None or to_table is not None) and (
@@ -731,8 +739,8 @@ class WriteParquetShards(beam.PTransform):
             | "GroupByShard" >> beam.GroupByKey()
             | "WriteShard" >> beam.ParDo(
                 _WriteShard(self.directory, self.table, self.shards, self.schema,
-                            self.sort_key, self.to_row, coder, self.finish, self.sidecar,
-                            self.shard_key, self.carried_rows, self.sort_columns,
+                            self.sort_key, self.to_row, coder, self.finish, self.shard_key,
+                            self.sidecar, self.carried_rows, self.sort_columns,
                             self.previous, self.to_table),
                 *side)
         )

@@ -312,7 +312,7 @@ def resolve_clusters(found: dict[str, list[dict]], survivor_hashes: dict[str, st
         near_rows = [r for r in rows if hasher is not None and r["doc_id"] in texts
                      and survivor in texts]
         estimates: dict[str, float] = {}
-        if near_rows:
+        if near_rows and hasher is not None:
             sigs = hasher.signatures([survivor_text] + [texts[r["doc_id"]][1] for r in near_rows])
             estimates = {r["doc_id"]: float(estimate_jaccard(sigs[0], sig))
                          for r, sig in zip(near_rows, sigs[1:], strict=True)}

@@ -4,7 +4,7 @@ library and nothing from the network. Every label goes through :func:`escape`.""
 from __future__ import annotations
 
 import html
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from chunkline.pipeline.report.gather import Histogram, counted
 
@@ -25,7 +25,7 @@ def _number(value: float) -> str:
     return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.2f}"
 
 
-def stacked_bars(chart_id: str, title: str, rows: Sequence[tuple[str, dict[str, int]]],
+def stacked_bars(chart_id: str, title: str, rows: Sequence[tuple[str, Mapping[str, float]]],
                  colours: dict[str, str], width: int = 720) -> str:
     """One horizontal bar per row, its parts stacked in ``colours``' order, scaled to the
     largest row's total; each part has a ``<title>`` (its name and value)."""

@@ -88,8 +88,8 @@ def run_args(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = s
     except (ManifestError, ValueError, FileNotFoundError) as exc:
         print(f"error: {redacted(str(exc))}", file=err)
         return exits.USAGE
-    for note in notes:
-        print(f"note: {note}", file=err)
+    for line in notes:
+        print(f"note: {line}", file=err)
     where, store = redacted(args.to), None
     try:
         store = open_store(args.to)
@@ -177,6 +177,7 @@ def select_run(output: str, run: str | None, unpublished: bool = False) -> tuple
     from chunkline.pipeline.manifest import MANIFEST, ManifestError, complete_runs, latest_run, load_manifest, resolve_run
 
     latest = None
+    run_dir: str | None
     if run is not None:
         if not run or "/" in run or "\\" in run or run in (".", ".."):
             raise ManifestError(f"--run takes the id of a run of {output} (a directory name under "
@@ -334,6 +335,10 @@ def grant_args(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO =
                              "readers filter with principals_where / principals_filter")
         store = open_store(args.to)
         where = store_name(store, args.to)
+        from chunkline.pipeline.sync.pgvector import PgvectorStore  # loaded by open_store
+
+        if not isinstance(store, PgvectorStore):  # the scheme is PostgreSQL's: it is one
+            raise ValueError(f"{where} is not a PostgreSQL store")
         if args.role is None:
             held = store.grants()
             for role, principals in held:
@@ -344,9 +349,9 @@ def grant_args(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO =
             done = store.revoke(args.role)
             print(f"{'revoked' if done else 'held no grant:'} {args.role} in {where}", file=out)
         else:
-            held, notes = store.grant(args.role, [p.strip() for p in args.principals.split(",")
-                                                  if p.strip()])
-            print(f"granted {args.role}: {','.join(held)} (and the public rows) in {where}",
+            granted, notes = store.grant(args.role, [p.strip() for p in args.principals.split(",")
+                                                     if p.strip()])
+            print(f"granted {args.role}: {','.join(granted)} (and the public rows) in {where}",
                   file=out)
             for note in notes:
                 print(f"note: {note}", file=err)

@@ -28,12 +28,12 @@ from __future__ import annotations
 import sys
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, fields, replace
-from typing import Callable, Iterable, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Protocol, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from chunkline.pipeline.sync.generations import generation_name
+from chunkline.pipeline.sync.generations import Generations, generation_name
 from chunkline.pipeline.sync.plan import Plan, batches, make_plan
 from chunkline.pipeline.sync.rows import (
     DIGEST,
@@ -45,6 +45,9 @@ from chunkline.pipeline.sync.rows import (
     row_digests,
     set_digest,
 )
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs  # typing's own from Python 3.13
 
 
 class StoreError(Exception):
@@ -115,18 +118,27 @@ class Store(Protocol):
 
     def close(self) -> None: ...
 
-    # A store whose readers weigh a query by IDF themselves (pgvector's query vector) keeps the
-    # run's BM25 terms beside the rows; it then has these two as well (``holds_terms``):
-    #   terms() -> (term_id -> df as held, N as held or None);
-    #   write_terms(upsert: list[tuple[int, int]], delete: list[int], chunks: int) -> None:
-    #     the df changes and N, in one transaction.
     # A store may also name what its setup lacks for its readers (Qdrant's IDF modifier):
     #   setup_problems() -> list[str].
-    # Every store here also holds generations (``generations.Generations``: ``base``, ``use``,
-    # ``current``, ``generations``, ``switch``, ``drop``), which ``sync`` uses given a signature.
 
 
-def holds_terms(store: Store) -> bool:
+class TermStore(Store, Protocol):
+    """A store whose readers weigh a query by IDF themselves (pgvector's query vector): it keeps
+    the run's BM25 terms beside the rows (``holds_terms``)."""
+
+    def terms(self) -> tuple[dict[int, int], int | None]:
+        """(term_id -> df as held, N as held or None)."""
+
+    def write_terms(self, upsert: list[tuple[int, int]], delete: list[int], chunks: int) -> None:
+        """The df changes and N, in one transaction."""
+
+
+class GenerationalStore(Store, Generations, Protocol):
+    """A store of generations (``generations.Generations``; every store here), which ``sync``
+    uses given a signature."""
+
+
+def holds_terms(store: Store) -> TypeIs[TermStore]:
     return callable(getattr(store, "write_terms", None))
 
 
@@ -241,7 +253,8 @@ def verify(store: Store, run: pa.Table, store_format: int = ROW_FORMAT,
         have, chunks = store.terms()
         terms_differ = (sum(have.get(t) != df for t, df in wanted.items()) + len(have.keys() - wanted.keys())
                         + (chunks != len(run)))
-    setup = tuple(store.setup_problems()) if callable(getattr(store, "setup_problems", None)) else ()
+    problems = getattr(store, "setup_problems", None)
+    setup = tuple(problems()) if callable(problems) else ()
     return Verification(
         rows=len(held), expected=len(run),
         missing=tuple(sorted(expected.keys() - seen)),
@@ -266,7 +279,7 @@ def _format_only(held: pa.Table, run: pa.Table, ids: set[str]) -> set[str]:
     return {chunk_id for chunk_id, digest in zip(mine_ids, neutral) if expected.get(chunk_id) == digest}
 
 
-def generational(store: Store) -> bool:
+def generational(store: Store) -> TypeIs[GenerationalStore]:
     """Whether the store holds generations (``generations.Generations``)."""
     return callable(getattr(store, "switch", None))
 
@@ -283,7 +296,7 @@ class Placement:
     found_again: tuple[tuple[str, str], ...] = ()
 
 
-def place(store: Store, signature: str, run: pa.Table, lookup: Callable[[str], str | None] | None,
+def place(store: GenerationalStore, signature: str, run: pa.Table, lookup: Callable[[str], str | None] | None,
           sparse: bool, create: bool) -> Placement:
     """The generation ``run`` (of ``signature``) belongs in: the current one when its signature
     is the run's, else another of that signature, else (``create``) a new name for it: the plain
@@ -398,19 +411,23 @@ def sync(store: Store, run_id: str, run: pa.Table, batch_size: int, sparse: bool
                                 terms, signature, lookup, drop_old)
 
 
-def _sync_generation(store: Store, run_id: str, run: pa.Table, batch_size: int, sparse: bool,
+def _sync_generation(store: GenerationalStore, run_id: str, run: pa.Table, batch_size: int, sparse: bool,
                      repair: bool, progress: Callable[[str], None] | None, stop: Callable[[], bool],
                      terms: pa.Table | None, signature: str,
                      lookup: Callable[[str], str | None] | None, drop_old: bool) -> Report:
     say = progress or (lambda line: None)
     placed = place(store, signature, run, lookup, sparse, create=True)
     target = placed.target
+    if target is None:  # place() names one whenever it may create
+        raise ValueError(f"no generation for signature {signature!r}")
     if placed.current is not None and target != placed.current:
         say(f"generation {target}: the run's embedding signature differs from that of "
             f"{placed.current}, which readers get until {target} verifies")
     for name, found in placed.found_again:
         store.use(name)
-        store.save_state(replace(store.state(), signature=found))
+        state = store.state()
+        if state is not None:  # found again from its state (place), held under the lock since
+            store.save_state(replace(state, signature=found))
     store.use(target)
     report = _sync_locked(store, run_id, run, batch_size, sparse, repair, progress, stop, terms,
                           signature)
@@ -476,16 +493,16 @@ def _sync_locked(store: Store, run_id: str, run: pa.Table, batch_size: int, spar
     refresh = repair or not plan.empty or before is None or before.run_id != run_id
     notes = store.finish() if refresh else []
     checked = verify(store, run, terms=terms)
-    upgraded = before is not None and before.row_format < ROW_FORMAT
+    upgraded_from = before.row_format if before is not None and before.row_format < ROW_FORMAT else None
     if checked.ok:
         store.save_state(SyncState(run_id, None, len(run), set_digest(ids, list(wanted.values())),
                                    ROW_FORMAT, signature))
     return Report(run_id, len(plan.upsert), len(plan.delete), plan.unchanged,
                   bool(before and before.syncing), before.run_id if before else None, checked,
-                  tuple(notes), before.row_format if upgraded else None, terms_written, terms_deleted)
+                  tuple(notes), upgraded_from, terms_written, terms_deleted)
 
 
-def _write_terms(store: Store, terms: pa.Table, chunks: int) -> tuple[int, int]:
+def _write_terms(store: TermStore, terms: pa.Table, chunks: int) -> tuple[int, int]:
     """Bring the store's BM25 terms to the run's: only terms whose df changed, new or gone, and
     N (the run's chunks, which its statistics count)."""
     wanted = dict(zip(terms.column("term_id").to_pylist(), terms.column("df").to_pylist()))

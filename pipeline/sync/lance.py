@@ -81,7 +81,8 @@ def search_as(table: lancedb.table.Table, vector: Sequence[float], k: int,
     among those a caller holding ``principals`` may read, as ``(chunk_id, distance)``: the
     documented reader query, prefiltered."""
     found = (table.search(list(map(float, vector)), vector_column_name="vector")
-             .distance_type("cosine").where(principals_where(principals, public), prefilter=True)
+             .distance_type("cosine")  # type: ignore[attr-defined]  # a vector builder; Table.search names its base
+             .where(principals_where(principals, public), prefilter=True)
              .select(["chunk_id"]).limit(k).to_list())
     return [(row["chunk_id"], row["_distance"]) for row in found]
 
@@ -122,8 +123,8 @@ class LanceStore:
         # ``base``: the alias and the lock's name; ``name``: the generation written (``use``).
         self.path, self.name, self.base = path, table, table
         self.where = f"lancedb table {table!r} at {path}"
-        self.db = None
-        self.table = None
+        self.db: lancedb.DBConnection | None = None  # connected on first use (_connect)
+        self.table: lancedb.table.Table | None = None  # the generation ``open`` opened
         self.dim = 0
         self.principals = False  # rows carry who may read them (``open``)
         found = Path(path)
@@ -161,16 +162,22 @@ class LanceStore:
             return None
         return self._lease("check").live_holder()
 
-    def _connect(self) -> None:
+    def _connect(self) -> lancedb.DBConnection:
         if self.db is None:
             try:
                 self.db = lancedb.connect(self.path)
             except OSError as exc:
                 raise ValueError(f"lancedb: cannot open {self.path}: {exc}") from None
+        return self.db
+
+    def _opened(self) -> lancedb.table.Table:
+        """The table ``open`` opened: every row operation comes after it (``core.Store``)."""
+        if self.table is None:
+            raise ValueError(f"{self.where}: not opened (Store.open comes first)")
+        return self.table
 
     def _names(self) -> set[str]:
-        self._connect()
-        return set(self.db.list_tables(limit=1_000_000).tables)
+        return set(self._connect().list_tables(limit=1_000_000).tables)
 
     def use(self, generation: str) -> None:
         self.name, self.table = generation, None
@@ -178,8 +185,7 @@ class LanceStore:
     def current(self) -> str | None:
         if not Path(self.path).is_dir():
             return None
-        self._connect()
-        found = current_generation(self.db, self.base)
+        found = current_generation(self._connect(), self.base)
         return found if found in self._names() else None
 
     def generations(self) -> list[str]:
@@ -194,11 +200,11 @@ class LanceStore:
         if pointer not in self._names():
             # A table is listed before its first commit: made first naming the generation readers
             # get now (no pointer: ``base``), so a reader that finds it half made reads ``base``.
-            self.db.create_table(pointer, pa.Table.from_pylist([{"generation": self.base}],
-                                                               schema=_ALIAS_SCHEMA))
+            self._connect().create_table(pointer, pa.Table.from_pylist([{"generation": self.base}],
+                                                                       schema=_ALIAS_SCHEMA))
         row = pa.Table.from_pylist([{"generation": generation}], schema=_ALIAS_SCHEMA)
         # One overwrite, one commit: a reader opening the pointer gets the old name or the new.
-        self.db.create_table(pointer, row, mode="overwrite")
+        self._connect().create_table(pointer, row, mode="overwrite")
 
     def drop(self, generation: str) -> None:
         if generation == self.current():
@@ -206,16 +212,16 @@ class LanceStore:
         names = self._names()
         for name in (generation, generation + "_sync"):
             if name in names:
-                self.db.drop_table(name)
+                self._connect().drop_table(name)
 
     def open(self, dim: int, sparse: bool, create: bool = True, principals: bool = False) -> bool:
         self.dim = dim
         self.principals = principals
         if not create and not Path(self.path).is_dir():
             return False
-        self._connect()
+        db = self._connect()
         if self.name in self._names():
-            self.table = self.db.open_table(self.name)
+            self.table = db.open_table(self.name)
             found = self.table.schema
             vector = found.field("vector").type if "vector" in found.names else None
             if found.names == schema(dim, principals=not principals).names:
@@ -223,43 +229,42 @@ class LanceStore:
                 raise ValueError(f"lancedb table {self.name!r} at {self.path} was synced from a run "
                                  f"{had} access control (principals), this run is not: sync into "
                                  "another table (?table=NAME)")
-            if found.names != schema(dim, principals=principals).names or \
-                    getattr(vector, "list_size", None) != dim:
-                what = (f"{vector.list_size}-d vectors" if getattr(vector, "list_size", None)
-                        else "other columns (not a table chunkline wrote)")
+            width = getattr(vector, "list_size", None)
+            if found.names != schema(dim, principals=principals).names or width != dim:
+                what = f"{width}-d vectors" if width else "other columns (not a table chunkline wrote)"
                 raise ValueError(f"lancedb table {self.name!r} at {self.path} holds {what}; this "
                                  f"run has {dim}-d: sync into another table (?table=NAME)")
             return True
         if not create:
             return False
-        self.table = self.db.create_table(self.name, schema=schema(dim, principals=principals))
+        self.table = db.create_table(self.name, schema=schema(dim, principals=principals))
         return True
 
     def state(self) -> SyncState | None:
         if self.name + "_sync" not in self._names():
             return None
-        rows = self.db.open_table(self.name + "_sync").to_arrow().to_pylist()
+        rows = self._connect().open_table(self.name + "_sync").to_arrow().to_pylist()
         return SyncState.from_record(rows[0]) if rows else None
 
     def save_state(self, state: SyncState) -> None:
         row = pa.Table.from_pylist([asdict(state)], schema=_STATE_SCHEMA)
         # An overwrite is one commit: readers see the old state or the new, never none.
-        self.db.create_table(self.name + "_sync", row, mode="overwrite")
+        self._connect().create_table(self.name + "_sync", row, mode="overwrite")
 
     def digests(self) -> list[tuple[str, str]]:
-        held = self.table.search().select(["chunk_id", DIGEST]).limit(None).to_arrow()
+        held = self._opened().search().select(["chunk_id", DIGEST]).limit(None).to_arrow()
         return list(zip(held.column("chunk_id").to_pylist(), held.column(DIGEST).to_pylist()))
 
     def upsert(self, rows: pa.Table) -> None:
-        (self.table.merge_insert("chunk_id").when_matched_update_all()
+        (self._opened().merge_insert("chunk_id").when_matched_update_all()
          .when_not_matched_insert_all().execute(rows))
 
     def delete(self, chunk_ids: Sequence[str]) -> None:
-        self.table.delete(f"chunk_id IN ({_quoted(chunk_ids)})")
+        self._opened().delete(f"chunk_id IN ({_quoted(chunk_ids)})")
 
     def read_all(self) -> pa.Table:
         target = schema(self.dim, principals=self.principals)
-        held = self.table.to_arrow().select(target.names).cast(target)
+        held = self._opened().to_arrow().select(target.names).cast(target)
         # Lance keeps the text as written; canonical again, as the other stores' JSON is, so a
         # row written by an older chunkline (``1.0``) compares by value.
         position = held.schema.get_field_index("metadata")
@@ -268,21 +273,22 @@ class LanceStore:
 
     def finish(self) -> list[str]:
         notes = []
-        indexed = {tuple(index.columns) for index in self.table.list_indices()}
-        rows = self.table.count_rows()
+        table = self._opened()
+        indexed = {tuple(index.columns) for index in table.list_indices()}
+        rows = table.count_rows()
         if ("search_text",) not in indexed:
-            self.table.create_index("search_text", config=FTS())
+            table.create_index("search_text", config=FTS())
         if self.principals and (PRINCIPALS,) not in indexed:
-            self.table.create_index(PRINCIPALS, config=LabelList())
+            table.create_index(PRINCIPALS, config=LabelList())
         if ("vector",) not in indexed:
             if rows >= VECTOR_INDEX_MIN_ROWS:
-                self.table.create_index(metric="cosine", vector_column_name="vector",
+                table.create_index(metric="cosine", vector_column_name="vector",
                                         index_type="IVF_PQ")
             else:
                 notes.append(f"lancedb: no vector index on {rows} rows (IVF-PQ from "
                              f"{VECTOR_INDEX_MIN_ROWS:,}); searches scan every vector, exactly")
         # Folds the batches' small fragments together and brings new rows into the indexes.
-        self.table.optimize()
+        table.optimize()
         return notes
 
     def close(self) -> None:

@@ -119,7 +119,7 @@ import contextlib
 import hashlib
 import json
 import struct
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 from urllib.parse import parse_qsl, urlencode
 
 import numpy as np
@@ -261,7 +261,7 @@ class PgvectorStore:
         self.dim = 0
         self.principals = False  # rows carry who may read them (``open``)
         self.public = "public"  # the run's public principal (``access.public``), every reader's
-        schema_name = self.conn.execute("SELECT current_schema()").fetchone()[0]
+        schema_name = self._scalar("SELECT current_schema()")
         # Schema-qualified: the policies name it, and the sync's search_path decides nothing.
         self.grants_table = sql.Identifier(*([schema_name] if schema_name else []), table + "_grants")
         # Advisory lock keys are 64-bit integers shared by every application of the database:
@@ -316,7 +316,7 @@ class PgvectorStore:
 
     def switch(self, generation: str, previous: str | None, rename_to: str | None) -> None:
         q = sql.SQL
-        version = int(self.conn.execute("SHOW server_version_num").fetchone()[0])
+        version = int(self._scalar("SHOW server_version_num"))
         # security_invoker: PostgreSQL 15 and later; an older server's views check the tables
         # with the view owner's privileges (and bypass row-level security for them).
         option = q(" WITH (security_invoker = true)") if version >= 150000 else q("")
@@ -329,6 +329,8 @@ class PgvectorStore:
                 if previous == self.base and self._kind(self.base) in ("r", "p"):
                     # The first switch: the plain tables take their generation's name, and the
                     # alias theirs, in this transaction (readers wait for it, then read the view).
+                    if rename_to is None:
+                        raise ValueError(f"table {self.base!r} needs a name to move to")
                     for suffix in ("", "_sync", "_terms"):
                         if self._kind(self.base + suffix) == "r":
                             self.conn.execute(q("ALTER TABLE {} RENAME TO {}").format(
@@ -383,7 +385,7 @@ class PgvectorStore:
     def lock(self, holder: str) -> Iterator[None]:
         self.conn.execute("SELECT set_config('application_name', %s, false)",
                           (f"chunkline sync of run {holder}"[:63],))
-        if not self.conn.execute("SELECT pg_try_advisory_lock(%s)", (self.lock_key,)).fetchone()[0]:
+        if not self._scalar("SELECT pg_try_advisory_lock(%s)", (self.lock_key,)):
             who = self._holder() or "another session"
             raise StoreBusy(f"PostgreSQL table {self.base!r} is being synced by {who}; the lock "
                             "is released when that session ends (a killed sync's included)")
@@ -402,6 +404,9 @@ class PgvectorStore:
                                        ("sparsevec", SparseValue, lambda v: sparse_bytes(*v), parse_sparse),
                                        ("jsonb", JsonText, jsonb_bytes, None)):
             info = TypeInfo.fetch(self.conn, name)
+            if info is None:  # a table of that name, in a database without the extension
+                raise ValueError(f"this database has no type {name!r}: the pgvector extension is "
+                                 "not installed in it (a sync creates it; --check does not)")
             info.register(self.conn)
             dumper = type(f"{name}Dumper", (Dumper,), {"format": Format.BINARY, "oid": info.oid,
                                                       "dump": lambda self, obj, f=dump: f(obj)})
@@ -411,9 +416,15 @@ class PgvectorStore:
             if load is not None:
                 self.conn.adapters.register_loader(info.oid, loader)
 
+    def _scalar(self, query: str, params: tuple = ()) -> Any:
+        """The one value of a query that returns one row (a SELECT of expressions, a SHOW)."""
+        row = self.conn.execute(query, params).fetchone()
+        if row is None:
+            raise StoreError(f"PostgreSQL returned no row for {query!r}")
+        return row[0]
+
     def _exists(self, table: str) -> bool:
-        return self.conn.execute("SELECT to_regclass(%s) IS NOT NULL",
-                                 (sql.Identifier(table).as_string(self.conn),)).fetchone()[0]
+        return self._scalar("SELECT to_regclass(%s) IS NOT NULL", (sql.Identifier(table).as_string(self.conn),))
 
     def open(self, dim: int, sparse: bool, create: bool = True, principals: bool = False) -> bool:
         q = sql.SQL
@@ -510,8 +521,8 @@ class PgvectorStore:
         if columns[:2] != [("role", "regrole"), ("principals", "text[]")]:
             raise ValueError(f"{name} is not a grants table chunkline made (role regrole, "
                              f"principals text[]): rename it, or sync into another table")
-        owner = self.conn.execute("SELECT pg_has_role(relowner, 'USAGE') FROM pg_class "
-                                  "WHERE oid = to_regclass(%s)", (name,)).fetchone()[0]
+        owner = self._scalar("SELECT pg_has_role(relowner, 'USAGE') FROM pg_class "
+                             "WHERE oid = to_regclass(%s)", (name,))
         if not owner:
             return  # its owner keeps it; a sync as another role only reads it through the policy
         self.conn.execute(q("ALTER TABLE {} ENABLE ROW LEVEL SECURITY").format(self.grants_table))
@@ -572,8 +583,7 @@ class PgvectorStore:
                                  .format(self.grants_table)).fetchall()
 
     def _exists_grants(self) -> bool:
-        return self.conn.execute("SELECT to_regclass(%s) IS NOT NULL",
-                                 (self.grants_table.as_string(self.conn),)).fetchone()[0]
+        return self._scalar("SELECT to_regclass(%s) IS NOT NULL", (self.grants_table.as_string(self.conn),))
 
     def _grant_notes(self, role: str, bypasses: bool) -> list[str]:
         """Why a grant may not be what ``role`` reads: it bypasses row security, or the alias's
@@ -598,8 +608,8 @@ class PgvectorStore:
     def terms(self) -> tuple[dict[int, int], int | None]:
         if not self._exists(self.name + "_terms"):
             return {}, None
-        held = dict(self.conn.execute(sql.SQL("SELECT term_id, df FROM {}")
-                                      .format(self.terms_table)).fetchall())
+        held: dict[int, int] = dict(self.conn.execute(sql.SQL("SELECT term_id, df FROM {}")
+                                                      .format(self.terms_table)).fetchall())
         row = self.conn.execute(sql.SQL("SELECT to_jsonb(s) ->> 'bm25_chunks' FROM {} s")
                                 .format(self.state_table)).fetchone()
         return held, int(row[0]) if row and row[0] is not None else None
@@ -704,7 +714,7 @@ class PgvectorStore:
                 "row_digest{} FROM {}").format(sql.SQL(", " + held if self.principals else ""),
                                                self.table))
             fetched = cur.fetchall()
-        columns = list(zip(*fetched)) if fetched else [[] for _ in range(17)]
+        columns: list[tuple[Any, ...]] = list(zip(*fetched)) if fetched else [() for _ in range(17)]
         target = schema(self.dim, principals=self.principals)
         data = {name: list(columns[i]) for i, name in enumerate(_SCALARS)}
         data["metadata"] = [canonical_metadata(m) for m in data["metadata"]]

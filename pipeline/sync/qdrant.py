@@ -85,7 +85,7 @@ def search_as(client: QdrantClient, collection: str, vector: Sequence[float], k:
     found = client.query_points(collection, query=list(map(float, vector)), using="dense",
                                 query_filter=principals_filter(principals, public), limit=k,
                                 with_payload=["chunk_id"])
-    return [(point.payload["chunk_id"], point.score) for point in found.points]
+    return [((point.payload or {})["chunk_id"], point.score) for point in found.points]
 
 
 def point_id(chunk_id: str) -> str:
@@ -121,8 +121,12 @@ class QdrantStore:
     def _aliases(self) -> dict[str, str]:
         return {a.alias_name: a.collection_name for a in self._connect().get_aliases().aliases}
 
+    def _no_directory(self) -> bool:
+        """Local mode, and its directory is not there (yet): nothing is held."""
+        return self.path is not None and not os.path.isdir(self.path)
+
     def current(self) -> str | None:
-        if self.local and not os.path.isdir(self.path):
+        if self._no_directory():
             return None
         found = self._aliases().get(self.base)
         if found is not None:
@@ -130,46 +134,50 @@ class QdrantStore:
         return self.base if self.base in self._collections() else None
 
     def generations(self) -> list[str]:
-        if self.local and not os.path.isdir(self.path):
+        if self._no_directory():
             return []
         return sorted(name for name in self._collections() if is_generation(self.base, name))
 
     def switch(self, generation: str, previous: str | None, rename_to: str | None) -> None:
+        client = self._connect()
         m = models
         if previous == self.base and self.base in self._collections():
+            if rename_to is None:  # the alias takes the plain table's name: it must move first
+                raise ValueError(f"qdrant: collection {self.base!r} needs a name to move to")
             self._copy(self.base, rename_to)
-            self.client.delete_collection(self.base)
-            self.client.delete_collection(self.base + "_sync")
-        operations = []
+            client.delete_collection(self.base)
+            client.delete_collection(self.base + "_sync")
+        operations: list[models.DeleteAliasOperation | models.CreateAliasOperation] = []
         if self.base in self._aliases():
             operations.append(m.DeleteAliasOperation(delete_alias=m.DeleteAlias(alias_name=self.base)))
         operations.append(m.CreateAliasOperation(create_alias=m.CreateAlias(
             collection_name=generation, alias_name=self.base)))
         # One request: the alias is never missing nor on both (applied atomically, Qdrant docs).
-        self.client.update_collection_aliases(change_aliases_operations=operations)
+        client.update_collection_aliases(change_aliases_operations=operations)
 
     def _copy(self, source: str, target: str) -> None:
         """Collection ``source`` and its state copied, point for point, to ``target``."""
-        params = self.client.get_collection(source).config.params
-        self.client.create_collection(target, vectors_config=params.vectors,
-                                      sparse_vectors_config=params.sparse_vectors)
+        client = self._connect()
+        params = client.get_collection(source).config.params
+        client.create_collection(target, vectors_config=params.vectors,
+                                 sparse_vectors_config=params.sparse_vectors)
         offset = None
         while True:
-            points, offset = self.client.scroll(source, limit=_PAGE, offset=offset,
-                                                with_payload=True, with_vectors=True)
+            points, offset = client.scroll(source, limit=_PAGE, offset=offset,
+                                           with_payload=True, with_vectors=True)
             if points:
-                self.client.upsert(target, [models.PointStruct(id=p.id, vector=p.vector, payload=p.payload)
-                                            for p in points], wait=True)
+                client.upsert(target, [models.PointStruct(id=p.id, vector=p.vector, payload=p.payload)
+                                       for p in points], wait=True)
             if offset is None:
                 break
-        held = [self.client.count(name, exact=True).count for name in (source, target)]
+        held = [client.count(name, exact=True).count for name in (source, target)]
         if held[0] != held[1]:
             raise StoreError(f"copying {source!r} to {target!r} gave {held[1]} points of {held[0]}")
-        self.client.create_collection(target + "_sync", vectors_config={})
-        if self.client.collection_exists(source + "_sync"):
-            state = self.client.retrieve(source + "_sync", [1], with_payload=True)
+        client.create_collection(target + "_sync", vectors_config={})
+        if client.collection_exists(source + "_sync"):
+            state = client.retrieve(source + "_sync", [1], with_payload=True)
             if state:
-                self.client.upsert(target + "_sync", [models.PointStruct(
+                client.upsert(target + "_sync", [models.PointStruct(
                     id=1, vector={}, payload=state[0].payload)], wait=True)
 
     def drop(self, generation: str) -> None:
@@ -177,7 +185,7 @@ class QdrantStore:
             raise ValueError(f"generation {generation!r} is the one readers get: not dropped")
         for name in (generation, generation + "_sync"):
             if name in self._collections():
-                self.client.delete_collection(name)
+                self._connect().delete_collection(name)
 
     def _connect(self) -> QdrantClient:
         if self.client is None:
@@ -197,7 +205,7 @@ class QdrantStore:
         yield
 
     def busy(self) -> str | None:
-        if self.local and not os.path.isdir(self.path):
+        if self._no_directory():
             return None
         try:
             self._connect()
@@ -209,15 +217,15 @@ class QdrantStore:
         m = models
         self.dim = dim
         self.principals = principals
-        if not create and self.local and not os.path.isdir(self.path):
+        if not create and self._no_directory():
             return False
-        self._connect()
+        client = self._connect()
         try:
-            exists = self.client.collection_exists(self.name)
+            exists = client.collection_exists(self.name)
         except Exception as exc:  # noqa: BLE001 - httpx and gRPC errors alike: no server answers
             raise StoreError(f"cannot reach Qdrant: {type(exc).__name__}: {exc}") from None
         if exists:
-            vectors = self.client.get_collection(self.name).config.params.vectors
+            vectors = client.get_collection(self.name).config.params.vectors
             have = vectors.get("dense") if isinstance(vectors, dict) else None
             if have is None or have.size != dim:
                 raise ValueError(f"collection {self.name!r} has no {dim}-d 'dense' vector: sync "
@@ -225,28 +233,30 @@ class QdrantStore:
         elif not create:
             return False
         else:
-            self.client.create_collection(
+            client.create_collection(
                 self.name, vectors_config={"dense": m.VectorParams(size=dim, distance=m.Distance.DOT)},
                 sparse_vectors_config={"bm25": m.SparseVectorParams(modifier=m.Modifier.IDF)})
-        if create and not self.client.collection_exists(self.state_name):
-            self.client.create_collection(self.state_name, vectors_config={})
+        if create and not client.collection_exists(self.state_name):
+            client.create_collection(self.state_name, vectors_config={})
         return True
 
     def state(self) -> SyncState | None:
-        if not self._connect().collection_exists(self.state_name):
+        client = self._connect()
+        if not client.collection_exists(self.state_name):
             return None
-        found = self.client.retrieve(self.state_name, [1], with_payload=True)
-        return SyncState.from_record(found[0].payload) if found else None
+        found = client.retrieve(self.state_name, [1], with_payload=True)
+        # A state point always has its payload (save_state); one without says nothing.
+        return SyncState.from_record(found[0].payload) if found and found[0].payload is not None else None
 
     def save_state(self, state: SyncState) -> None:
-        self.client.upsert(self.state_name, [models.PointStruct(
+        self._connect().upsert(self.state_name, [models.PointStruct(
             id=1, vector={}, payload=asdict(state))], wait=True)
 
-    def _scroll(self, payload: Sequence[str] | bool, vectors: bool):
+    def _scroll(self, payload: list[str] | bool, vectors: bool):
         offset = None
         while True:
-            points, offset = self.client.scroll(self.name, limit=_PAGE, offset=offset,
-                                                with_payload=payload, with_vectors=vectors)
+            points, offset = self._connect().scroll(self.name, limit=_PAGE, offset=offset,
+                                                    with_payload=payload, with_vectors=vectors)
             yield from points
             if offset is None:
                 return
@@ -271,11 +281,11 @@ class QdrantStore:
                                         "bm25": m.SparseVector(indices=indices[i], values=values[i])},
                                 payload={name: payload[name][i] for name in names})
                   for i in range(len(rows))]
-        self.client.upsert(self.name, points, wait=True)
+        self._connect().upsert(self.name, points, wait=True)
 
     def delete(self, chunk_ids: Sequence[str]) -> None:
         ids = [found.group(1) if (found := _FOREIGN.search(c)) else point_id(c) for c in chunk_ids]
-        self.client.delete(self.name, models.PointIdsList(points=ids), wait=True)
+        self._connect().delete(self.name, models.PointIdsList(points=ids), wait=True)
 
     def read_all(self) -> pa.Table:
         target = schema(self.dim, principals=self.principals)
@@ -293,7 +303,7 @@ class QdrantStore:
         return pa.table(columns, schema=target)
 
     def setup_problems(self) -> list[str]:
-        sparse = self.client.get_collection(self.name).config.params.sparse_vectors or {}
+        sparse = self._connect().get_collection(self.name).config.params.sparse_vectors or {}
         if "bm25" in sparse and sparse["bm25"].modifier != models.Modifier.IDF:
             return ["the bm25 sparse vector ranks without Modifier.IDF (its weights hold no IDF)"]
         return []
@@ -302,10 +312,11 @@ class QdrantStore:
         """A collection made by an older chunkline ranks ``bm25`` without IDF (its weights held
         it): switched once its points hold the new weights, so that its readers never see the new
         weights unweighted for longer than the sync takes."""
-        sparse = self.client.get_collection(self.name).config.params.sparse_vectors or {}
+        client = self._connect()
+        sparse = client.get_collection(self.name).config.params.sparse_vectors or {}
         if "bm25" not in sparse or sparse["bm25"].modifier == models.Modifier.IDF:
             return []
-        self.client.update_collection(self.name, sparse_vectors_config={
+        client.update_collection(self.name, sparse_vectors_config={
             "bm25": models.SparseVectorParams(modifier=models.Modifier.IDF)})
         return ["qdrant: the bm25 sparse vector now ranks with Modifier.IDF (its weights no "
                 "longer hold IDF): a reader's query vector is 1 at each term"]
@@ -316,7 +327,7 @@ class QdrantStore:
             return [*notes, "qdrant local mode: no HNSW index, every search scans all points (exact)"]
         m = models
         for field in ("doc_id", "chunk_id", *((PRINCIPALS,) if self.principals else ())):
-            self.client.create_payload_index(self.name, field, m.PayloadSchemaType.KEYWORD, wait=True)
+            self._connect().create_payload_index(self.name, field, m.PayloadSchemaType.KEYWORD, wait=True)
         return notes
 
     def close(self) -> None:

@@ -182,3 +182,34 @@ def test_a_section_with_a_mode_takes_the_mode_alone(override, path, mode) -> Non
     assert section.options().mode == mode
     with pytest.raises(ConfigError, match=".".join(path) + ".mode"):
         load_config(None, [override.split("=")[0] + "=sometimes"])
+
+
+def test_the_type_checkers_declarations_match_the_generated_sections() -> None:
+    """pipeline/config.py declares each section options_section() generates for mypy (in its
+    TYPE_CHECKING block, which never runs): each declaration names the dataclass its section
+    was made from, and every field it names again is one of the section's, a nested section
+    declared with its own dataclass."""
+    import ast
+    import inspect
+
+    from chunkline.pipeline import config
+
+    tree = ast.parse(inspect.getsource(config))
+    block = next(node for node in tree.body
+                 if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING")
+    declared = {node.name: node for node in block.body if isinstance(node, ast.ClassDef)}
+    made_from = {name: ast.unparse(node.bases[1]) for name, node in declared.items()}
+    public = [name for name in declared if not name.startswith("_")]
+    assert len(public) == 11  # input, clean, secrets, boilerplate, near, split, late, embed, ...
+    for name in public:
+        section = getattr(config, name)
+        assert section.options_class.__name__ == made_from[name]
+        for item in declared[name].body:
+            if not isinstance(item, ast.AnnAssign) or not isinstance(item.target, ast.Name):
+                continue
+            field = item.target.id
+            assert field in section.model_fields, f"{name}.{field}"
+            nested = ast.unparse(item.annotation)
+            if nested in made_from:
+                runtime = section.model_fields[field].annotation
+                assert runtime.options_class.__name__ == made_from[nested], f"{name}.{field}"

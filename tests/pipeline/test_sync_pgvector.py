@@ -148,6 +148,23 @@ def test_check_on_an_empty_target_writes_nothing(uri, sync_runs) -> None:
     cases.check_check_writes_nothing(uri, sync_runs.demo_run, nothing_there)
 
 
+def test_check_of_a_database_without_pgvector_names_the_extension(server, sync_runs) -> None:
+    """A table of the name in a database that never had the extension: ``--check`` creates
+    nothing and says what is missing (pgvector's types are looked up by name, and psycopg's
+    ``TypeInfo.fetch`` gives None for one the database lacks), never a traceback."""
+    admin = psycopg.connect(server, autocommit=True)
+    with admin:
+        admin.execute("DROP DATABASE IF EXISTS no_pgvector")
+        admin.execute("CREATE DATABASE no_pgvector")
+    bare = server.replace("/postgres?", "/no_pgvector?", 1)
+    with psycopg.connect(bare, autocommit=True) as conn:
+        conn.execute("CREATE TABLE chunks (chunk_id text)")
+    code, _, err = cases.cli(str(sync_runs.demo), "--to", f"{bare}&table=chunks", "--check")
+    assert code == 2 and "the pgvector extension is not installed" in err
+    with psycopg.connect(bare, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM pg_extension WHERE extname = 'vector'").fetchone()[0] == 0
+
+
 def test_metadata_of_any_json_values_round_trips(uri, sync_runs) -> None:
     cases.check_metadata_round_trips(uri, sync_runs.demo_run)
 
