@@ -159,7 +159,7 @@ def bm25_reference(config: Config) -> tuple[float | None, str | None]:
         bm25 = load_manifest(run_dir).bm25 if run_dir else None
     except ManifestError:
         return None, None  # reuse and the publish guard say what is wrong with it
-    if bm25 is None:
+    if bm25 is None or run_dir is None:
         return None, None
     if bm25.weights != "tf":
         return None, (f"BM25 re-based: {run_dir.rstrip('/').rsplit('/', 1)[-1]} stored IDF in its "

@@ -500,6 +500,7 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
     model = None
     if config.embed is not None:
         assert job.dim is not None, "the plan of a run that embeds knows its model's width"
+        assert job.options is not None and job.options.embed is not None, "and its options"
         model = Model(name=redacted(config.embed.model), dim=job.dim, dtype=job.options.embed.dtype,
                       normalize=config.embed.normalize, max_seq_length=config.embed.max_seq_length,
                       vector_dtype=config.output.vector_dtype)
