@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from chunkline.carry import embedding_prefix
 from chunkline.index.manifest import load_manifest
+from chunkline.index.manifest_types import Listing, parse_listing
 from chunkline.index.tables import LiveFile, live_files, read_table
 from chunkline.memo import MEMO_TABLE, MIN_USED
 from chunkline.pipeline.config import load_config
@@ -221,6 +222,11 @@ def test_a_damaged_memo_is_computed_again_never_misread(carried, tmp_path) -> No
     assert memo["signature"]["computed"] > 0 and memo["line_keys"]["computed"] > 0, memo
 
 
+def _one_file(listing: dict) -> Listing:
+    """A listing of one table file, as a manifest's ``tables`` states it."""
+    return parse_listing(listing, where="a test's listing")
+
+
 def test_damaged_previous_rows_are_computed_again(carried, tmp_path) -> None:
     _, corpus, _, second, rebuild = carried
     copy = tmp_path / "index"
@@ -229,16 +235,16 @@ def test_damaged_previous_rows_are_computed_again(carried, tmp_path) -> None:
     shards = [Path(file.path) for file in files]
     # One row's text no longer matches its search text; another shard is cut in half.
     first_shard = pq.read_table(shards[0])
-    live = read_table(str(run_dir), {"format": 2, "tables": {"chunks": [
-        {"path": files[0].name, "rows": files[0].rows, "deleted": list(files[0].deleted)}]}}, "chunks")
+    live = read_table(str(run_dir), _one_file({"format": 2, "tables": {"chunks": [
+        {"path": files[0].name, "rows": files[0].rows, "deleted": list(files[0].deleted)}]}}), "chunks")
     victim = live.column("doc_id")[0].as_py()
     at = first_shard.column("doc_id").to_pylist().index(victim)
     texts = first_shard.column("text").to_pylist()
     texts[at] = texts[at] + " tampered"
     pq.write_table(first_shard.set_column(first_shard.schema.get_field_index("text"), "text",
                                           pa.array(texts)), shards[0])
-    lost = len(set(read_table(str(run_dir), {"format": 2, "tables": {"chunks": [
-        {"path": files[1].name, "rows": files[1].rows, "deleted": list(files[1].deleted)}]}},
+    lost = len(set(read_table(str(run_dir), _one_file({"format": 2, "tables": {"chunks": [
+        {"path": files[1].name, "rows": files[1].rows, "deleted": list(files[1].deleted)}]}}),
         "chunks", ["doc_id"]).column("doc_id").to_pylist()))
     shards[1].write_bytes(shards[1].read_bytes()[: shards[1].stat().st_size // 2])
     again = job(corpus, copy)
@@ -287,9 +293,9 @@ def test_a_shard_with_its_recorded_digest_is_not_decoded_to_be_trusted(carried, 
     data = bytearray(side.read_bytes())
     data[len(data) // 3] ^= 0xFF
     side.write_bytes(bytes(data))
-    lost = len(set(read_table(again.run_dir, {"format": 2, "tables": {"chunks": [
+    lost = len(set(read_table(again.run_dir, _one_file({"format": 2, "tables": {"chunks": [
         {"path": side_file.name.replace("carry-", "chunks-"), "rows": side_file.rows,
-         "deleted": list(side_file.deleted)}]}}, "chunks", ["doc_id"]).column("doc_id").to_pylist()))
+         "deleted": list(side_file.deleted)}]}}), "chunks", ["doc_id"]).column("doc_id").to_pylist()))
     third = job(corpus, copy)
     assert third.counts["carry_rejected"] == lost
     assert_tables_equal(third.run_dir, rebuild.run_dir)

@@ -8,12 +8,13 @@ Chromium and its driver come from Debian (``.ci/install-chromium``); Selenium ta
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
 import pytest
 
+from chunkline.index.manifest import load_manifest
+from chunkline.index.manifest_types import Manifest
 from chunkline.index.tables import read_table
 from chunkline.pipeline.config import load_config
 from chunkline.pipeline.report import REPORT
@@ -50,7 +51,7 @@ def corpus(root: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def published(tmp_path_factory) -> tuple[Path, dict]:
+def published(tmp_path_factory) -> tuple[Path, Manifest]:
     base = tmp_path_factory.mktemp("report")
     cfg = load_config(ROOT / "configs" / "local.yaml", [
         f"input.pattern={corpus(base / 'corpus')}/**", f"output.path={base / 'out'}",
@@ -58,7 +59,7 @@ def published(tmp_path_factory) -> tuple[Path, dict]:
     summary = run(cfg)
     assert summary.published, summary.problems
     run_dir = Path(summary.run_dir)
-    return run_dir, json.loads((run_dir / "manifest.json").read_text())
+    return run_dir, load_manifest(str(run_dir))
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +94,7 @@ def page(published, browser, tmp_path_factory):
 
 def test_funnel_shown_is_the_manifests(published, page) -> None:
     _, manifest = published
-    counts = manifest["counts"]
+    counts = manifest.counts
     shown = {e.get_attribute("data-funnel"): int(e.text.replace(",", ""))
              for e in page.find_elements("css selector", "[data-funnel]")}
     assert shown == {"read": counts["read"], "kept": counts["kept"], "duplicate": counts["duplicate"],

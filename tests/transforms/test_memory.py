@@ -38,14 +38,23 @@ def test_map_with_a_setting_runs_with_beams_simple_invoker() -> None:
     assert not isinstance(mapped, SimpleInvoker)
 
 
-def test_row_groups_take_their_records_out_as_they_go(monkeypatch) -> None:
+def test_row_groups_are_handed_on_as_they_fill(monkeypatch) -> None:
     from chunkline.transforms import write
 
     monkeypatch.setattr(write, "ROW_GROUP", 3)
     encoded = [bytes([n]) * n for n in range(1, 9)]
     expected = [encoded[0:3], encoded[3:6], encoded[6:8]]
-    groups = []
-    for group in _row_groups(encoded):
+    pulled = []
+
+    def merged():  # as the shard's sorted parts are merged: one record at a time
+        for record in encoded:
+            pulled.append(record)
+            yield record
+
+    groups, pulled_at_each = [], []
+    for group in _row_groups(merged()):
         groups.append(list(group))
-    assert groups == expected and encoded == []
+        pulled_at_each.append(len(pulled))
+    # A group is written before the next record is read: the shard is never held whole.
+    assert groups == expected and pulled_at_each == [3, 6, 8]
     assert list(_row_groups([])) == [[]]  # an empty shard is one empty group
