@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shutil
 import sys
 import tempfile
 from collections import defaultdict
@@ -171,8 +172,6 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="chunkline-shuffle-"))
     source = corpus_for(args.corpus_dir or work, args.mb)
     corpus = work / "corpus"
-    import shutil
-
     shutil.copytree(source, corpus)
     output = work / "out"
     figures = {}

@@ -64,15 +64,12 @@ class SpillDirRequired(ValueError):
 
 def workers_share_local_disk(pipeline: beam.Pipeline) -> bool:
     """Whether every SDK worker of ``pipeline``'s runner sees the driver's local files."""
-    from apache_beam.options.pipeline_options import PortableOptions, StandardOptions
+    from apache_beam.options.pipeline_options import PortableOptions
 
-    options = pipeline.options
-    runner = type(pipeline.runner).__name__ if getattr(pipeline, "runner", None) is not None else ""
-    if not runner and options is not None:
-        named = options.view_as(StandardOptions).runner
-        runner = named if isinstance(named, str) else type(named).__name__ if named else "DirectRunner"
-    if runner in _IN_PROCESS_RUNNERS or not runner:
+    runner = type(pipeline.runner).__name__  # Pipeline() resolves its runner when made
+    if runner in _IN_PROCESS_RUNNERS:
         return True
+    options = pipeline.options
     environment = options.view_as(PortableOptions).environment_type if options is not None else None
     if not environment and runner == "PrismRunner":
         environment = "LOOPBACK"  # Prism's own default (apache_beam/runners/portability/prism_runner.py)
