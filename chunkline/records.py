@@ -26,6 +26,12 @@ from chunkline.metadata import (
 )
 from chunkline.quantize import stored
 
+# What the reader calls a record of a dump (a JSONL line, a Parquet row). Its file is the dump,
+# whose size and modification time change with any record in it: they are not the record's
+# facts, and on its row they would make a nightly edit of one record rewrite every other
+# record's row (a dump of a million tickets, 1 % of them edited, would rewrite all of them).
+RECORD_FORMATS = frozenset({"jsonl", "parquet"})
+
 KEPT = "kept"
 DUPLICATE = "duplicate"
 REJECTED = "rejected"
@@ -70,7 +76,11 @@ class Document:
 
     def all_metadata(self) -> MetadataPairs:
         """The file's facts (``source_uri``, ``file_size``, ``file_modified``) under the
-        document's own metadata: what the documents table's ``metadata`` column holds."""
+        document's own metadata: what the documents table's ``metadata`` column holds. A record
+        of a dump (:data:`RECORD_FORMATS`) has ``source_uri`` only: the size and time are the
+        dump's."""
+        if self.format in RECORD_FORMATS:
+            return merged(file_facts(self.uri, None, None), self.metadata)
         return merged(file_facts(self.uri, self.file_size, self.file_modified), self.metadata)
 
     def chunk_metadata(self, keys: Sequence[str] | None = None) -> MetadataPairs:
@@ -78,8 +88,9 @@ class Document:
         the file's size and modification time unless ``keys`` (``output.chunk_metadata``) names
         them. A row then changes only with its content or the user's metadata: a touched file,
         a fresh clone, or a record appended to its JSONL dump (which grows the file) leaves
-        every other row as it was, and a store synced from the index takes only real changes."""
-        wanted = set(keys or ())
+        every other row as it was, and a store synced from the index takes only real changes.
+        A record of a dump never carries them (:meth:`all_metadata`)."""
+        wanted = set(keys or ()) if self.format not in RECORD_FORMATS else set()
         return merged(file_facts(self.uri, self.file_size if FILE_SIZE in wanted else None,
                                  self.file_modified if FILE_MODIFIED in wanted else None),
                       self.metadata)

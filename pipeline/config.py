@@ -178,7 +178,8 @@ class OutputConfig(_Section):
     chunk_metadata: tuple[Annotated[str, StringConstraints(min_length=1)], ...] | None = Field(
         None, description="Metadata keys copied onto chunk rows (the documents table keeps "
         "them all). None: every key but the file's file_size and file_modified, which reach a "
-        "chunk only when named here (a touched file then rewrites its rows in every store).")
+        "chunk only when named here (a touched file then rewrites its rows in every store); a "
+        "record of a JSONL or Parquet dump has neither (they are the dump's).")
     previous: str | None = Field(
         None, min_length=1,
         description="Reuse vectors from this index: an output root (its LATEST run) or a run "

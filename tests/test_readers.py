@@ -824,12 +824,17 @@ def test_html_metadata_from_the_page() -> None:
         "url": "https://example.org/arm", "language": "de-AT"}
 
 
-def test_record_metadata_wins_and_file_facts_are_recorded() -> None:
+def test_record_metadata_wins_and_the_dumps_size_and_time_are_not_the_records() -> None:
     data = jsonl({"id": "a", "text": "Alpha.", "metadata": {"source_uri": "https://wiki/a", "n": 1}})
     [doc] = decode_file(f"{ROOT}/d.jsonl", data, ROOT, OPTIONS, 86_400.0)
     assert doc.format == "jsonl"
-    assert meta(doc) == {"source_uri": "https://wiki/a", "n": 1, "file_size": len(data),
-                         "file_modified": "1970-01-02T00:00:00Z"}
+    # The dump's size and time change with any record in it: a record's row would change
+    # with every other record's edit.
+    assert meta(doc) == {"source_uri": "https://wiki/a", "n": 1}
+    assert dict(doc.chunk_metadata(("file_size", "file_modified"))) == dict(doc.all_metadata())
+    [page] = decode_file(f"{ROOT}/d.md", b"Alpha.", ROOT, OPTIONS, 86_400.0)
+    assert meta(page) == {"source_uri": f"{ROOT}/d.md", "file_size": 6,
+                          "file_modified": "1970-01-02T00:00:00Z"}
 
 
 def test_metadata_json_cannot_hold_rejects_the_record() -> None:
@@ -931,14 +936,14 @@ def test_jsonl_metadata_over_the_byte_limit_is_rejected_alone() -> None:
     records = decode("d.jsonl", jsonl(big, small))
     rejected, kept = records
     assert rejected.doc_id == "d.jsonl#L1" and kept.doc_id == "ok"
-    size = len(metadata_json_of(big["metadata"], "d.jsonl", len(jsonl(big, small))).encode())
+    size = len(metadata_json_of(big["metadata"], "d.jsonl", None).encode())  # a record: no size
     assert rejected.reason == (
         f"line 1: metadata is {size} bytes of JSON, over the limit of 65536 "
         f"(the largest value: 'body', 70002 bytes) (id 'big')")
     assert isinstance(only(decode("d.jsonl", jsonl(big), ReadOptions(max_metadata_bytes=None))), Document)
 
 
-def metadata_json_of(fields: dict, name: str, size: int) -> str:
+def metadata_json_of(fields: dict, name: str, size: int | None) -> str:
     """The metadata column of a document of ``name`` with ``fields``, as the reader writes it."""
     from chunkline.metadata import file_facts, merged, metadata_json, metadata_pairs
 

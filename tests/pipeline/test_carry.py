@@ -383,6 +383,33 @@ def test_a_file_too_big_to_remember_is_read_again_not_held(tmp_path, monkeypatch
     assert table(second.run_dir, "documents").num_rows == others + 40
 
 
+def test_one_edited_record_of_a_dump_writes_one_documents_row(tmp_path) -> None:
+    """A dump's size and time are not its records' facts: editing one record rewrites the
+    dump (its size and time change), and the rerun writes that record's row only; every other
+    row stays where the first run wrote it, and the tables equal a rebuild's."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    dump = corpus / "tickets.jsonl"
+    lines = [json.dumps({"id": f"t{n}", "text": f"Ticket {n}: the pump on line {n} stalls again."})
+             for n in range(40)]
+    dump.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    first = job(corpus, tmp_path / "index")
+    lines[17] = json.dumps({"id": "t17", "text": "Ticket 17: the pump on line 17 was replaced."})
+    dump.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    os.utime(dump, (1_000_000_000, 1_000_000_000))
+    second = job(corpus, tmp_path / "index")
+    files = listed(second.run_dir, "documents")
+    mine = [f for f in files if f.folder == Path(second.run_dir).name]
+    theirs = [f for f in files if f.folder == Path(first.run_dir).name]
+    assert [(f.rows, len(f.deleted)) for f in theirs] == [(40, 1)], files
+    assert [f.rows for f in mine] == [1], files
+    metadata = json.loads(table(second.run_dir, "documents").column("metadata")[0].as_py())
+    assert metadata == {"source_uri": str(dump)}
+    # Weighed against the first run's recorded reference length, as the rerun is.
+    rebuild = job(corpus, tmp_path / "rebuild", "output.carry=false", f"output.previous={first.run_dir}")
+    assert_tables_equal(second.run_dir, rebuild.run_dir)
+
+
 def test_two_worker_processes_recall_what_either_computed(tmp_path, monkeypatch) -> None:
     """The memo is loaded where each piece is read and travels with its documents: a rerun by
     two SDK worker processes, each reading some of the pieces, computes nothing again, whichever
