@@ -85,6 +85,18 @@ def test_archive_members_are_documents_under_the_archive_id() -> None:
     assert next(d for d in docs if d.doc_id.endswith("arm.md")).format == "markdown"
 
 
+def test_an_archives_time_is_not_its_members_but_a_compressed_files_is_its_own() -> None:
+    """An archive rewritten for one edited member must not move every member's row: the
+    archive's modification time is not recorded on its members (their own size is)."""
+    member = b"# Arm\n\nMount the arm level.\n"
+    records = decode_file("/corpus/share.zip", zipped({"arm.md": member}), "/corpus", LOW, 86_400.0)
+    [doc] = [r for r in records if isinstance(r, Document)]
+    assert dict(doc.all_metadata()) == {"source_uri": '"/corpus/share.zip//arm.md"',
+                                        "file_size": str(len(member))}
+    [single] = decode_file("/corpus/arm.md.gz", gzip.compress(member), "/corpus", LOW, 86_400.0)
+    assert dict(single.all_metadata())["file_modified"] == '"1970-01-02T00:00:00Z"'
+
+
 def test_gnu_tar_and_gzip_write_what_is_read(tmp_path: Path) -> None:
     source = tmp_path / "share"
     (source / "manuals").mkdir(parents=True)

@@ -212,8 +212,10 @@ def _decode_mbox(uri: str, path_id: str, data: bytes, options: ReadOptions,
     records: list[Document | Rejected] = []
     for number, message in enumerate(messages, start=1):
         name = f"{number}.eml"
+        # The mbox's time changes with every message delivered into it: not this message's
+        # fact, and on its row it would rewrite every message's row each night.
         records.extend(_decode_mail(_member(uri, name), _member(path_id, name), message, options,
-                                    modified, depth))
+                                    None, depth))
     return records
 
 
@@ -297,7 +299,10 @@ def _decode_container(uri: str, path_id: str, data: bytes, options: ReadOptions,
         if reason is not None or inner.data is None:  # (the second never without the first)
             records.append(Rejected(member_uri, member_id, reason or "unsupported file type"))
             continue
-        records.extend(_decoded(member_uri, member_id, ext, inner.data, options, modified))
+        # An archive's time is not its members' (one member edited rewrites the archive and
+        # would move every member's row); a compressed single file's content is the file.
+        records.extend(_decoded(member_uri, member_id, ext, inner.data, options,
+                                modified if member_id == path_id else None))
     return records
 
 

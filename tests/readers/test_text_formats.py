@@ -103,6 +103,19 @@ def test_mbox_messages_are_members() -> None:
     assert rejection("x.mbox", b"no from line here\n") == 'not an mbox file (it does not begin with a "From " line)'
 
 
+def test_an_mboxs_time_is_not_its_messages() -> None:
+    """Mail delivered into an mbox rewrites it: its time on every message would move every
+    message's row each night. A lone .eml file's time is its own."""
+    from chunkline.readers import decode_file
+    from tests.readers.helpers import ROOT
+
+    data = b"From bob@example.com Tue Oct  1 11:00:00 2024\nSubject: Re: dock\n\nFixed it.\n"
+    [boxed] = decode_file(f"{ROOT}/box.mbox", data, ROOT, ReadOptions(), 86_400.0)
+    assert "file_modified" not in dict(boxed.all_metadata())
+    [alone] = decode_file(f"{ROOT}/a.eml", data.split(b"\n", 1)[1], ROOT, ReadOptions(), 86_400.0)
+    assert dict(alone.all_metadata())["file_modified"] == '"1970-01-02T00:00:00Z"'
+
+
 def test_a_mail_without_a_body_is_rejected_and_its_attachments_still_read() -> None:
     mail = message(body="")
     mail.clear_content()
