@@ -418,6 +418,33 @@ def band_key_array(signatures: np.ndarray, bands: int, rows: int,
     return keys.reshape(count, bands * keys.shape[2]).view(f"V{keys.shape[2]}")
 
 
+def band_digests(keys: np.ndarray) -> np.ndarray:
+    """A 64-bit digest of each :func:`band_key_array` key (the same shape, uint64): what a run
+    keeps of a document's buckets (``chunkline.state``), an eighth of the keys' bytes. Equal
+    keys give equal digests; two keys sharing one by chance (2^-64 a pair) only make a rerun
+    look at a document it need not. Each key's bytes, zero-padded to whole 64-bit words, are
+    folded with SplitMix64's finaliser (Steele et al., "Fast splittable pseudorandom number
+    generators", OOPSLA 2014), all keys at once."""
+    keys = np.ascontiguousarray(keys)
+    width = keys.dtype.itemsize
+    raw = keys.reshape(-1).view(np.uint8).reshape(-1, width)
+    words = -(-width // 8)
+    padded = np.zeros((raw.shape[0], words * 8), np.uint8)
+    padded[:, :width] = raw
+    columns = padded.view("<u8")
+    digest = np.full(raw.shape[0], np.uint64(width), np.uint64)
+    with np.errstate(over="ignore"):
+        for word in range(words):
+            digest = _splitmix64(digest ^ columns[:, word] + np.uint64(0x9E3779B97F4A7C15))
+    return digest.reshape(keys.shape)
+
+
+def _splitmix64(x: np.ndarray) -> np.ndarray:
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
 def shared_keys(keys: np.ndarray) -> list[np.ndarray]:
     """The positions of each key that several elements of ``keys`` (a 1-D array of
     :func:`band_key_array` keys) share, a sorted array per key, in the keys' byte order: the

@@ -73,6 +73,10 @@ class Document:
     # it is read, read by the stages that would compute them, dropped before it is parked for
     # the split. Never a credential's value (``chunkline.memo``'s kinds); not content.
     memo: bytes = field(default=b"", compare=False, repr=False)
+    # What the corpus-wide stages computed of it for the run's state table
+    # (``chunkline.state``: the text boilerplate counted and its keys, dedupe's band keys),
+    # recorded as it passes them and read where dedupe releases it. Not content.
+    counted: bytes = field(default=b"", compare=False, repr=False)
 
     def all_metadata(self) -> MetadataPairs:
         """The file's facts (``source_uri``, ``file_size``, ``file_modified``) under the

@@ -9,6 +9,7 @@ from chunkline.carry import CARRY_TABLE, carry_row, carry_schema
 from chunkline.credentials import ALLOW
 from chunkline.index.layout import CACHE
 from chunkline.readers import input_root
+from chunkline.state import STATE_TABLE, state_schema, state_shard_key, state_sort_key, state_to_row
 from chunkline.records import (
     REJECTED,
     ChunkRecord,
@@ -213,6 +214,15 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
         # The text, most of the table, goes to Arrow as the UTF-8 its records hold.
         to_table=statuses_table,
     )
+    # What the corpus-wide stages decided on, by the place each document was read, so that a
+    # rerun finds an unchanged document's part where it reads it (chunkline/state.py).
+    if deduped.state is not None:
+        deduped.state | "WriteState" >> WriteParquetShards(
+            plan.run_dir, STATE_TABLE, state_schema(principals=plan.access is not None),
+            config.output.document_shards, shard_key=state_shard_key, sort_key=state_sort_key,
+            to_row=state_to_row,
+            previous=(carry.signature, plan.previous_state) if carry is not None else None,
+        )
     rejected | "WriteRejected" >> WriteParquetShards(
         plan.run_dir, "rejected", rejected_schema(), 1, record_type=Rejected,
         shard_key=lambda r: r.doc_id, sort_key=lambda r: (r.doc_id, r.uri, r.reason),

@@ -19,6 +19,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
+from chunkline.state import STATE_TABLE
 from chunkline.access import AccessPolicy, load_policy
 from chunkline.carry import CARRY_TABLE
 from chunkline.context import context_reserve, resolve_api_key
@@ -70,6 +71,9 @@ class Plan:
     # The terms file of the run this one follows (output.carry on): referenced when this run's
     # document frequencies are the same.
     previous_terms: tuple[str, ...] = ()
+    # The state table of the run this one follows (chunkline/state.py), each file with its
+    # deleted row positions: this run's rows equal to a live one there stay there.
+    previous_state: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
 
 class PreflightError(ValueError):
@@ -312,6 +316,20 @@ def previous_terms(config: Config) -> tuple[str, ...]:
     except ManifestError:
         return ()
     return tuple(file.path for file in files if not file.deleted)
+
+
+def previous_state(config: Config) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """The state table of the run carry follows (``chunkline.state``), each file with its
+    deleted row positions; none with carry off, or before a run kept one."""
+    if not config.output.carry or not (config.output.previous or config.output.reuse_latest):
+        return ()
+    try:
+        run_dir = (resolve_run(config.output.previous) if config.output.previous
+                   else latest_run(config.output.path))
+        files = live_files(run_dir, load_manifest(run_dir), STATE_TABLE) if run_dir is not None else []
+    except ManifestError:
+        return ()
+    return tuple((file.path, file.deleted) for file in files)
 
 
 def reusable_files(run_dir: str, signature: str, dim: int) -> tuple[list[str], list[str]]:
@@ -561,7 +579,8 @@ def plan(config: Config, run_id: str) -> Plan:
     return Plan(run_dir, tokenizer_spec, max_tokens, stored_dim,
                 signature, previous, tuple(files), tuple(skipped), normalize, stages,
                 reference, reference_note, carry, carry_note, memo_source(config, run_dir),
-                access_policy(config), join_shares(config), previous_terms(config))
+                access_policy(config), join_shares(config), previous_terms(config),
+                previous_state(config))
 
 
 # Documents per share of a per-document grouping: a share's keys are grouped in one worker's

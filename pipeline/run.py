@@ -41,6 +41,7 @@ from chunkline.transforms.write import LISTING_DIR
 from chunkline.transforms.memo import NAMESPACE as MEMO_NAMESPACE, SEGMENTS_NAMESPACE as MEMO_SEGMENTS
 from chunkline.memo import KINDS as MEMO_KINDS, MEMO_DIR, MEMO_TABLE, Listed, MemoSource
 from chunkline.carry import CARRY_TABLE
+from chunkline.state import STATE_TABLE
 from chunkline.transforms.counters import (
     CARRY_COUNTERS, CHUNKS_CARRIED, CHUNKS_EMBEDDED, CHUNKS_REUSED, READ_DOCUMENTS, READ_REJECTED, REUSE_REJECTED, TOKENS_EMBEDDED,
     TOKENS_PADDED,
@@ -311,7 +312,7 @@ def account(run_dir: str, result, embedding: bool = True, sparse: bool = False,
     with ``job_carries`` (the graph had a carry index), kept = carried + recomputed + new too.
     The fourth value names what could not be checked (a runner that reports no metrics): the
     counts are then the files' alone, and say so."""
-    names = ("chunks", "documents", "rejected") + (("terms",) if sparse else ()) + (CARRY_TABLE,)
+    names = ("chunks", "documents", "rejected") + (("terms",) if sparse else ()) + (CARRY_TABLE, STATE_TABLE)
     files = run_tables(run_dir, names)
     statuses = _read_column(run_dir, files, "documents", "status")
     tokens = _read_column(run_dir, files, "chunks", "tokens")
@@ -366,6 +367,11 @@ def account(run_dir: str, result, embedding: bool = True, sparse: bool = False,
         side_rows = _live_rows(files, CARRY_TABLE)
         if side_rows != counts["chunks"]:
             problems.append(f"{side_rows} carry sidecar rows but {counts['chunks']} chunks")
+    if files[STATE_TABLE]:
+        state_rows = _live_rows(files, STATE_TABLE)
+        if state_rows != counts["kept"] + counts["duplicate"]:
+            problems.append(f"{state_rows} state rows but {counts['kept'] + counts['duplicate']} "
+                            "kept and duplicate documents")
     return counts, files, problems, unverified
 
 

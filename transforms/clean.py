@@ -21,6 +21,7 @@ from apache_beam.pvalue import AsSingleton, PCollection, TaggedOutput
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
+from chunkline.state import pack_counted
 from chunkline.boilerplate import (
     BoilerplateOptions,
     boilerplate_lines,
@@ -290,8 +291,9 @@ class _KeysOfText(beam.DoFn):
         yield TaggedOutput(KEYS, (hashed, keys))
         # What was computed here travels on with the document, and the hash even when recalled
         # (marked as this run's, so dedupe neither counts nor records it again): the strip reads
-        # its keys and dedupe its hash, in whatever worker process they run.
-        yield carrying(doc, fresh)
+        # its keys and dedupe its hash, in whatever worker process they run. What was counted
+        # goes on to the run's state table (chunkline.state).
+        yield carrying(dataclasses.replace(doc, counted=pack_counted(hashed, keys)), fresh)
 
 
 def key_buckets(shares: int) -> int:

@@ -179,6 +179,7 @@ def encode_document(out, d: Document) -> None:
         out.write_var_int64(level)
         _write_str(out, title)
     _write_optional_strs(out, d.principals)
+    out.write(d.counted, True)
     out.write(d.memo, True)
 
 
@@ -194,7 +195,8 @@ def decode_document(stream) -> Document:
     return Document(doc_id, uri, text, metadata, position=position, encoding=encoding,
                     format=format_, file_size=file_size, file_modified=file_modified,
                     page_starts=page_starts, outline=outline, input_digest=digest,
-                    principals=_read_optional_strs(stream), memo=bytes(stream.read_all(True)))
+                    principals=_read_optional_strs(stream), counted=bytes(stream.read_all(True)),
+                    memo=bytes(stream.read_all(True)))
 
 
 def encode_document_chunks(out, e: DocumentChunks) -> None:

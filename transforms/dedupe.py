@@ -45,6 +45,7 @@ from chunkline.minhash import (
     Components,
     MinHasher,
     MinHashOptions,
+    band_digests,
     band_key_array,
     bucket_pairs,
     estimate_jaccard,
@@ -64,6 +65,7 @@ from chunkline.records import (
     text_digest,
 )
 from chunkline.memo import DOC_HASH, SIGNATURE, MemoSource
+from chunkline.state import StateRow, pack_bands, state_row
 from chunkline.transforms import coders  # noqa: F401 - registers the record coders these shuffles use
 from chunkline.transforms.shares import GroupInShares, JoinInShares
 from chunkline.transforms.memo import MemoUse, recalled_doc_hash, without_memo
@@ -85,6 +87,8 @@ class DedupeOutputs(NamedTuple):
     # (pair, doc_id) of each kept document whose rows are carried (not in ``kept``); None
     # without a carry index.
     carried: PCollection | None = None
+    # A chunkline.state.StateRow per decided document: what the run's state table holds.
+    state: PCollection[StateRow] | None = None
 
 
 Occurrence = tuple[str, int]  # (part path, index): where one record read is parked
@@ -289,6 +293,7 @@ class _ParkAndSummarize(beam.DoFn):
     def setup(self) -> None:
         # Permutations drawn once per worker.
         self._hasher = MinHasher(self._near) if self._near is not None else None
+        self._bands, self._rows = self._near.lsh() if self._near is not None else (0, 0)
         self._memo.setup()
         self._hashes.setup()
 
@@ -323,18 +328,41 @@ class _ParkAndSummarize(beam.DoFn):
                     memo.keep(batch[index], keys[index], signed[index])
         return [signed[index] if data is None else data for index, data in enumerate(found)]
 
+    def _with_bands(self, batch: list[Document], signed: list[bytes]) -> list[Document]:
+        """Each document with its band keys' digests recorded for the run's state table
+        (``chunkline.state``); a text without shingles has none."""
+        near, bands, rows = self._near, self._bands, self._rows
+        present = [index for index, data in enumerate(signed) if data]
+        if near is None or not present:
+            return batch
+        signatures = np.frombuffer(b"".join(signed[index] for index in present),
+                                   dtype=_SIGNATURE_DTYPE).reshape(len(present), -1)
+        prefixes = None
+        if self._access:
+            heads = [access_digest(batch[index].principals or ()).encode() for index in present]
+            prefixes = np.frombuffer(b"".join(heads), np.uint8).reshape(len(present), -1)
+        digests = band_digests(band_key_array(signatures, bands, rows, prefixes))
+        marked = list(batch)
+        for row, index in enumerate(present):
+            marked[index] = dataclasses.replace(
+                batch[index], counted=batch[index].counted + pack_bands(digests[row]))
+        return marked
+
     def process(self, batch: list[Document]):
         hashes = self._hashes.memo
+        hasher, near = self._hasher, self._near
+        signed = (self._signatures(batch, hasher, near.num_perm)
+                  if hasher is not None and near is not None else None)
+        parked = self._with_bands(batch, signed) if signed is not None else batch
         # Parked without what it carries: nothing after dedupe reads the memo.
         summaries = [_summarize(doc, self._parts.add(without_memo(doc)), self._carry_keys,
-                                lambda doc: recalled_doc_hash(hashes, doc)) for doc in batch]
+                                lambda doc: recalled_doc_hash(hashes, doc))
+                     for doc in parked]
         for summary in summaries:
             yield summary.doc_id, summary
-        hasher, near = self._hasher, self._near
-        if hasher is None or near is None:  # near-duplicate detection off (set together)
+        if signed is None or near is None:  # near-duplicate detection off
             return
-        for doc, summary, data in zip(batch, summaries, self._signatures(batch, hasher, near.num_perm),
-                                      strict=True):
+        for doc, summary, data in zip(batch, summaries, signed, strict=True):
             node = survivor_key(doc.doc_id, len(doc.text), near.survivor)
             if self._access:
                 # First in the node: a component never spans two access sets (the survivor
@@ -737,8 +765,11 @@ class _ReleasePart(beam.DoFn):
             del data
             status = DocumentStatus.of(doc, decision.digest, decision.status, decision.duplicate_of)
             yield beam.pvalue.TaggedOutput("statuses", status)
+            yield beam.pvalue.TaggedOutput("state", state_row(
+                doc.doc_id, doc.uri, doc.position, doc.input_digest, doc.counted, decision.digest,
+                decision.status, decision.duplicate_of, doc.principals))
             if decision.status == KEPT and not decision.carried:
-                yield doc
+                yield dataclasses.replace(doc, counted=b"") if doc.counted else doc
 
 
 class Dedupe(beam.PTransform):
@@ -844,13 +875,13 @@ class Dedupe(beam.PTransform):
             | "KeyByPart" >> beam.Map(lambda d: (d.occurrence[0], d)).with_output_types(tuple[str, Any])
             | "GroupByPart" >> GroupInShares(self.shares)
             | "Release" >> beam.ParDo(_ReleasePart())
-            .with_output_types(Document, statuses=DocumentStatus)
-            .with_outputs("statuses", main="kept")
+            .with_output_types(Document, statuses=DocumentStatus, state=Any)
+            .with_outputs("statuses", "state", main="kept")
         )
         (released.statuses
          | "CountReleased" >> beam.combiners.Count.Globally()
          | "RemoveParts" >> beam.ParDo(RemoveParts(parked)))
-        return DedupeOutputs(released.kept, released.statuses, unique.rejected, carried)
+        return DedupeOutputs(released.kept, released.statuses, unique.rejected, carried, released.state)
 
 
 class ExactDedupe(Dedupe):

@@ -73,6 +73,7 @@ SORT_ORDER: dict[str, tuple[str, ...]] = {
     "carry": ("doc_id", "chunk_index"),
     "documents": ("doc_id", "uri", "status"),
     "rejected": ("doc_id", "uri", "reason"),
+    "state": ("uri", "position", "doc_id"),  # by place: chunkline.state.state_sort_key
 }
 
 

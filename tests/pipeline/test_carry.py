@@ -35,7 +35,7 @@ WORDS = ("robot arm calibration sensor firmware battery dock mission route map l
          "encoder gripper payload controller network latency safety zone charger floor aisle "
          "shelf pallet scanner camera operator ticket alert restart update rollback").split()
 NEWSLETTER = "Follow the robot fleet newsletter for weekly maintenance updates."
-TABLES = ("chunks", "documents", "rejected", "terms")
+TABLES = ("chunks", "documents", "rejected", "terms", "state")
 
 
 def paragraph(rng: random.Random, sentences: int) -> str:
@@ -148,6 +148,43 @@ def test_a_rerun_carries_what_no_change_touches_and_equals_a_rebuild(carried) ->
     # Cleaning records only "unchanged" (a text it changes is cleaned again, never stored).
     assert all(rows <= memo[kind]["computed"] for kind, rows in own.items()), (own, memo)
     assert earlier == {e["path"] for e in memo_listing(first.run_dir)}
+
+
+def test_the_state_table_holds_what_the_corpus_wide_stages_decided_on(carried) -> None:
+    """One state row per kept or duplicate document, by its place: the decision and survivor
+    the documents table states, the exact hash, and, for a text boilerplate left alone, the
+    line keys it counted and the band keys of its MinHash signature (chunkline.state)."""
+
+    from chunkline.boilerplate import line_keys
+    from chunkline.minhash import MinHasher, band_digests, band_key_array
+    from chunkline.pipeline.options import stage_options
+    from chunkline.records import doc_hash
+
+    _, corpus, _, second, _ = carried
+    documents = {row["doc_id"]: row for row in table(second.run_dir, "documents").to_pylist()
+                 if row["status"] != "rejected"}
+    state = table(second.run_dir, "state").to_pylist()
+    assert sorted(row["doc_id"] for row in state) == sorted(documents)
+    assert [(row["uri"], row["position"]) for row in state] == sorted(
+        (row["uri"], row["position"]) for row in state)
+    stages = stage_options(load_config(ROOT / "configs" / "local.yaml", [f"input.pattern={corpus}/**"]))
+    near = stages.near_duplicates
+    hasher, (bands, rows) = MinHasher(near), near.lsh()
+    stripped = 0
+    for row in state:
+        document = documents[row["doc_id"]]
+        assert (row["status"], row["doc_hash"], row["input_digest"]) == (
+            document["status"], document["doc_hash"], document["input_digest"])
+        assert row["survivor"] == (document["duplicate_of"] or row["doc_id"])
+        signature = hasher.signatures([document["text"]])[0]
+        expected = band_digests(band_key_array(signature[None, :], bands, rows))[0]
+        assert row["bands"] == expected.tolist()
+        if row["text_hash"] != bytes.fromhex(document["doc_hash"]):
+            stripped += 1  # boilerplate dropped lines: the counted text was the longer one
+            continue
+        assert row["text_hash"] == bytes.fromhex(doc_hash(document["text"]))
+        assert row["line_keys"] == sorted(int(key, 16) for key in line_keys(document["text"], stages.boilerplate))
+    assert 0 < stripped < len(state)  # the newsletter line turned boilerplate in five documents
 
 
 def test_a_second_unchanged_rerun_carries_every_document(carried, tmp_path) -> None:
