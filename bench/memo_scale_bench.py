@@ -95,6 +95,8 @@ def measure(corpus: Path, output: Path, label: str) -> dict:
     row = {"run": label, "pipeline_s": float(manifest.wall_seconds or 0), "wall_s": wall,
            "documents": manifest.counts.get("documents"),
            "carried": manifest.counts.get("documents_carried"),
+           # Read as the previous run's state row holds them (chunkline/state.py).
+           "settled": manifest.counts.get("documents_settled"),
            "recalled": sum(kind["recalled"] for kind in memo.values()),
            "computed": sum(kind["computed"] for kind in memo.values()),
            "memo": memo, "memo_mb": sum(p.stat().st_size for p in
@@ -148,12 +150,12 @@ def report(docs: int, files: int, repeat: int, rows: list[dict]) -> str:
         return (by[name]["pipeline_s"] - by["floor rerun"]["pipeline_s"]) / above
 
     lines = [f"`python bench/memo_scale_bench.py --docs {docs} --files {files} --repeat {repeat}`",
-             "", "| run | pipeline s (median) | each | documents | carried | memo recalled | "
-             "memo computed | memo MB |", "|---|---:|---|---:|---:|---:|---:|---:|"]
+             "", "| run | pipeline s (median) | each | documents | settled | carried | memo recalled | "
+             "memo computed | memo MB |", "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
     for row in rows:
         lines.append(f"| {row['run']} | {row['pipeline_s']:.2f} | "
                      + " ".join(f"{each:.1f}" for each in row["each"])
-                     + f" | {row['documents'] or 0:,} | {row['carried'] or 0:,} | "
+                     + f" | {row['documents'] or 0:,} | {row.get('settled') or 0:,} | {row['carried'] or 0:,} | "
                      f"{row['recalled']:,} | {row['computed']:,} | {row['memo_mb']:.1f} |")
     lines += ["", "(rerun - floor rerun) / (full - floor full): "
               f"no change {ratio('no change'):.3f}, 1 % {ratio('1 %'):.3f} "

@@ -18,11 +18,14 @@ its row (:func:`state_row`).
 from __future__ import annotations
 
 import struct
-from typing import NamedTuple
+from collections import OrderedDict
+from typing import BinaryIO, Callable, NamedTuple, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
+from chunkline.index.layout import shard_name, shard_of
 from chunkline.memo import BLOCK
 
 STATE_TABLE = "state"
@@ -142,3 +145,108 @@ def state_to_row(row: StateRow, schema: pa.Schema) -> dict:
     if "principals" not in schema.names:
         values.pop("principals")
     return values
+
+
+class StateSource(NamedTuple):
+    """The previous run's state table as its files (path, deleted row positions, shard) and its
+    shard count; what a reader looks a document's row up in."""
+
+    files: tuple[tuple[str, tuple[int, ...], int], ...]
+    shards: int
+
+
+def state_source(files: Sequence[tuple[str, tuple[int, ...]]]) -> StateSource | None:
+    """The source of a run's state files (``<run>/state-SSSSS-of-NNNNN.parquet``, with their
+    deleted positions); None when there are none or they disagree on the shard count."""
+    named = [(path, tuple(deleted), shard_name(path)) for path, deleted in files]
+    counts = {name[2] for _, _, name in named if name is not None}
+    if not named or len(counts) != 1 or any(name is None for _, _, name in named):
+        return None
+    return StateSource(tuple((path, deleted, name[1]) for path, deleted, name in named if name),
+                       counts.pop())
+
+
+_LOOKUP_COLUMNS = ("uri", "position", "doc_id", "input_digest")
+
+
+class PreviousState:
+    """The previous run's state rows of the units a reader asks for (a file, a block of a
+    dump's records: :func:`state_shard_key`), loaded when first asked and held while they fit
+    ``held`` units (the least recently asked let go first): the pieces of one unit are read one
+    after another, so each is loaded about once. A unit's rows are found by the row groups'
+    statistics (the files are sorted by place), so a reader never holds a whole shard."""
+
+    def __init__(self, source: StateSource, open_file: Callable[[str], BinaryIO],
+                 held: int = 4) -> None:
+        self.source, self.open_file, self.held = source, open_file, held
+        self._by_shard: dict[int, list[tuple[str, frozenset[int]]]] = {}
+        for path, deleted, shard in source.files:
+            self._by_shard.setdefault(shard, []).append((path, frozenset(deleted)))
+        self._metadata: dict[str, pq.FileMetaData] = {}
+        self._loaded: OrderedDict[tuple[str, int], dict[int, tuple[str, str]]] = OrderedDict()
+        self.loads = 0
+
+    def row_of(self, uri: str, position: int) -> tuple[str, str] | None:
+        """(doc_id, input digest) of the previous run's row for the document read at
+        ``position`` of ``uri``; None without one (or with a damaged file: then it is read as new)."""
+        unit = (uri, position // BLOCK)
+        found = self._loaded.get(unit)
+        if found is None:
+            found = self._load(uri, unit[1])
+            self._loaded[unit] = found
+            while len(self._loaded) > self.held:
+                self._loaded.popitem(last=False)
+        else:
+            self._loaded.move_to_end(unit)
+        return found.get(position)
+
+    def _load(self, uri: str, block: int) -> dict[int, tuple[str, str]]:
+        self.loads += 1
+        low, high = block * BLOCK, (block + 1) * BLOCK
+        shard = shard_of(f"{block}\0{uri}", self.source.shards)
+        rows: dict[int, tuple[str, str]] = {}
+        for path, deleted in self._by_shard.get(shard, ()):
+            try:
+                rows.update(self._rows_in(path, deleted, uri, low, high))
+            except Exception:  # noqa: BLE001 - a damaged state file: its documents are read as new
+                continue
+        return rows
+
+    def _rows_in(self, path: str, deleted: frozenset[int], uri: str, low: int, high: int
+                 ) -> dict[int, tuple[str, str]]:
+        with self.open_file(path) as handle:
+            parquet = pq.ParquetFile(handle)
+            metadata = parquet.metadata
+            names = parquet.schema_arrow.names
+            uri_at, position_at = names.index("uri"), names.index("position")
+            found: dict[int, tuple[str, str]] = {}
+            start = 0
+            for group in range(metadata.num_row_groups):
+                columns = metadata.row_group(group)
+                count = columns.num_rows
+                first = start
+                start += count
+                if not _may_hold(columns.column(uri_at).statistics,
+                                 columns.column(position_at).statistics, uri, low, high):
+                    continue
+                table = parquet.read_row_group(group, columns=list(_LOOKUP_COLUMNS))
+                uris, positions = table.column("uri").to_pylist(), table.column("position").to_pylist()
+                ids, digests = table.column("doc_id").to_pylist(), table.column("input_digest").to_pylist()
+                for offset in range(count):
+                    if (uris[offset] == uri and low <= positions[offset] < high
+                            and first + offset not in deleted):
+                        found[positions[offset]] = (ids[offset], digests[offset])
+            return found
+
+
+def _may_hold(uris: pq.Statistics | None, positions: pq.Statistics | None, uri: str, low: int,
+              high: int) -> bool:
+    """Whether a row group with these statistics may hold a row of ``uri`` at a position in
+    [low, high): without statistics, it may."""
+    if uris is None or not uris.has_min_max:
+        return True
+    if not uris.min <= uri <= uris.max:
+        return False
+    if uris.min == uris.max and positions is not None and positions.has_min_max:
+        return positions.max >= low and positions.min < high
+    return True

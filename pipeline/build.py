@@ -9,7 +9,7 @@ from chunkline.carry import CARRY_TABLE, carry_row, carry_schema
 from chunkline.credentials import ALLOW
 from chunkline.index.layout import CACHE
 from chunkline.readers import input_root
-from chunkline.state import STATE_TABLE, state_schema, state_shard_key, state_sort_key, state_to_row
+from chunkline.state import STATE_TABLE, state_schema, state_source, state_shard_key, state_sort_key, state_to_row
 from chunkline.records import (
     REJECTED,
     ChunkRecord,
@@ -72,7 +72,7 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
         follow_symlinks=config.input.follow_symlinks, exclude=(config.output.path,),
         ocr_cache=ocr_cache_dir(config) if stages.read.ocr.mode != "never" else None,
         trusted=plan.memo if config.input.trust_file_metadata else None, shares=plan.join_shares,
-        credentials=stages.credentials, memo=plan.memo)
+        credentials=stages.credentials, memo=plan.memo, state=state_source(plan.previous_state))
     documents, rejected_parts = read.documents, [read.rejected]
     # Clean, then drop corpus boilerplate, then dedupe: duplicates are judged on the text that
     # is chunked, and the documents table stores exactly the text chunk offsets refer to.

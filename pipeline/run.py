@@ -43,7 +43,8 @@ from chunkline.memo import KINDS as MEMO_KINDS, MEMO_DIR, MEMO_TABLE, Listed, Me
 from chunkline.carry import CARRY_TABLE
 from chunkline.state import STATE_TABLE
 from chunkline.transforms.counters import (
-    CARRY_COUNTERS, CHUNKS_CARRIED, CHUNKS_EMBEDDED, CHUNKS_REUSED, READ_DOCUMENTS, READ_REJECTED, REUSE_REJECTED, TOKENS_EMBEDDED,
+    CARRY_COUNTERS, CHUNKS_CARRIED, CHUNKS_EMBEDDED, CHUNKS_REUSED, READ_DOCUMENTS, READ_REJECTED, READ_SETTLED,
+    REUSE_REJECTED, TOKENS_EMBEDDED,
     TOKENS_PADDED,
 )
 
@@ -344,6 +345,7 @@ def account(run_dir: str, result, embedding: bool = True, sparse: bool = False,
     if metrics:
         for counter in CARRY_COUNTERS:
             counts[counter.name] = _metric(result, *counter) or 0
+        counts["documents_settled"] = _metric(result, *READ_SETTLED) or 0
         if job_carries:
             made = counts["documents_carried"] + counts["documents_recomputed"] + counts["documents_new"]
             if made != counts["kept"]:

@@ -15,6 +15,10 @@ READ_DOCUMENTS = Counter("read", "documents")
 READ_REJECTED = Counter("read", "rejected")
 READ_EXCLUDED = Counter("read", "excluded")
 READ_SLICES = Counter("read", "slices")  # pieces big record dumps were cut into  # the output root met under the input: not input
+# Documents read as the previous run's state row holds them (same id, same input, same place:
+# chunkline.state): those a rerun need not pass through the corpus-wide stages once it can
+# take their part from that row (docs/ARCHITECTURE.md, "A rerun whose work follows the change").
+READ_SETTLED = Counter("read", "settled")
 CHUNKS_EMBEDDED = Counter("chunkline.embed", "chunks_embedded")
 TOKENS_EMBEDDED = Counter("chunkline.embed", "tokens_embedded")
 # Positions the model computed: real tokens plus each pass's padding.

@@ -24,6 +24,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 from apache_beam.pvalue import PBegin, PCollection, TaggedOutput
 
+from chunkline.state import PreviousState, StateSource
 from chunkline.containers import HEAD_BYTES
 from chunkline.credentials import CredentialOptions
 from chunkline.screening import screen_document, screen_text, screening_key
@@ -52,7 +53,7 @@ from chunkline.records import Document, Rejected, input_digest
 from chunkline.transforms.memo import MemoUse, recalled_shares
 from chunkline.transforms.spill import coder_of
 from chunkline.transforms.progress import PIECES_MATCHED, PIECES_READ, progress_counter, tally
-from chunkline.transforms.counters import READ_DOCUMENTS, READ_REJECTED, READ_SLICES
+from chunkline.transforms.counters import READ_DOCUMENTS, READ_REJECTED, READ_SETTLED, READ_SLICES
 from chunkline.transforms.match import MatchPattern, is_local
 from chunkline.transforms.shares import GroupInShares, share_of
 
@@ -85,8 +86,10 @@ class _DecodeFile(beam.DoFn):
     def __init__(self, root: str, options: ReadOptions, ocr_cache: str | None = None,
                  trusted: MemoSource | None = None,
                  credentials: CredentialOptions = CredentialOptions(),
-                 memo: MemoSource | None = None) -> None:
+                 memo: MemoSource | None = None, state: StateSource | None = None) -> None:
         self._root = root
+        self._state_source = state
+        self._settled = Metrics.counter(*READ_SETTLED)
         self._options = options
         self._ocr_cache_dir = ocr_cache
         self._credentials = credentials
@@ -106,6 +109,8 @@ class _DecodeFile(beam.DoFn):
         # document leaves with its own previous results (chunkline/memo.py).
         self._recalled = recalled_shares(self._source)
         self._coders = (coder_of(Document), coder_of(Rejected))
+        self._state = (PreviousState(self._state_source, FileSystems.open)
+                       if self._state_source is not None else None)
 
     def finish_bundle(self) -> None:
         self._memo.flush()
@@ -171,12 +176,15 @@ class _DecodeFile(beam.DoFn):
             early = reject_before_reading(uri, self._root, found.metadata.size_in_bytes,
                                           self._options)
             records = [early] if early else self._recalled_or_read(found, uri, part)
-        recalled = self._recalled
+        recalled, state = self._recalled, self._state
         for record in records:
             if isinstance(record, Document):
                 self._documents.inc()
+                digest = input_digest(record)
+                if state is not None and state.row_of(record.uri, record.position) == (record.doc_id, digest):
+                    self._settled.inc()
                 yield dataclasses.replace(
-                    record, input_digest=input_digest(record),
+                    record, input_digest=digest,
                     memo=recalled.entries_of(record.uri, record.position) if recalled else b"")
             else:
                 self._rejected.inc()
@@ -418,8 +426,10 @@ class _ReadPattern(beam.PTransform):
         self, pattern: str, options: ReadOptions, follow_symlinks: bool, exclude: tuple[str, ...],
         ocr_cache: str | None = None, trusted: MemoSource | None = None, shares: int = 1024,
         credentials: CredentialOptions = CredentialOptions(), memo: MemoSource | None = None,
+        state: StateSource | None = None,
     ) -> None:
         super().__init__()
+        self._state = state
         self._memo = memo if memo is not None else trusted
         self._shares = shares
         self._trusted = trusted
@@ -444,7 +454,7 @@ class _ReadPattern(beam.PTransform):
             | "Unspread" >> beam.FlatMap(lambda shared: shared[1]).with_output_types(Any)
             | "Decode" >> beam.ParDo(_DecodeFile(input_root(self._pattern), self._options,
                                                  self._ocr_cache, self._trusted, self._credentials,
-                                                 self._memo))
+                                                 self._memo, self._state))
             .with_input_types(Union[ReadableFile, Rejected,
                                     tuple[ReadableFile, Union[ParquetSlice, LineSlice]]])
             .with_output_types(Document, rejected=Rejected)
@@ -473,7 +483,9 @@ class ReadDocuments(beam.PTransform):
     run's memo source (``trusted``'s when not given): each document leaves the reader carrying
     the previous run's results for it (``Document.memo``). ``credentials``:
     the credential stage's options, which screen what the OCR cache and the memo keep (the
-    default: the stage's defaults, never nothing).
+    default: the stage's defaults, never nothing). ``state``: the previous run's state table
+    (``chunkline.state``): a document read as its row there holds it is counted
+    (``read/settled``).
 
         outputs = p | "Read" >> ReadDocuments("gs://bucket/docs/**", ReadOptions())
         outputs.documents, outputs.rejected
@@ -490,8 +502,10 @@ class ReadDocuments(beam.PTransform):
         shares: int = 1024,
         credentials: CredentialOptions = CredentialOptions(),
         memo: MemoSource | None = None,
+        state: StateSource | None = None,
     ) -> None:
         super().__init__()
+        self._state = state
         self._shares = shares
         self._trusted = trusted
         self._memo = memo
@@ -511,7 +525,8 @@ class ReadDocuments(beam.PTransform):
         branches = [
             begin | f"Pattern{index}" >> _ReadPattern(pattern, self._options, self._follow,
                                                       self._exclude, self._ocr_cache, self._trusted,
-                                                      self._shares, self._credentials, self._memo)
+                                                      self._shares, self._credentials, self._memo,
+                                                      self._state)
             for index, pattern in enumerate(self._patterns)
         ]
         documents = (

@@ -35,6 +35,7 @@ from apache_beam.pvalue import AsSingleton, PCollection
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
+from chunkline.index.layout import shard_of  # noqa: F401 - where the writers and readers share it
 from chunkline.index.tables import SORT_ORDER, relative_path
 from chunkline.records import as_row, framed_state
 from chunkline.transforms.progress import WRITTEN, tally
@@ -64,11 +65,6 @@ class Sidecar(NamedTuple):
     table: str
     schema: pa.Schema
     to_row: Callable[[Any, int], dict]
-
-
-def shard_of(key: str, shards: int) -> int:
-    """Stable across processes and runs (Python's hash() is salted per process)."""
-    return int.from_bytes(hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "big") % shards
 
 
 def shard_path(directory: str, table: str, index: int, shards: int) -> str:

@@ -15,6 +15,7 @@ reader (``chunkline.index.manifest``, ``pipeline/runs.py``, ``pipeline/run.py``,
 
 from __future__ import annotations
 
+import hashlib
 import re
 from datetime import datetime
 
@@ -26,6 +27,23 @@ STAGED_LATEST = ".LATEST."
 PROBE = ".probe-"
 # The tables every manifest lists (``terms`` only when the run has BM25 statistics).
 TABLES = ("chunks", "documents", "rejected")
+
+def shard_of(key: str, shards: int) -> int:
+    """The shard of a row whose shard key is ``key``, of ``shards``: stable across processes
+    and runs (Python's ``hash()`` is salted per process), so a reader finds a row's shard as
+    the writer chose it."""
+    return int.from_bytes(hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=8).digest(),
+                          "big") % shards
+
+
+def shard_name(name: str) -> tuple[str, int, int] | None:
+    """(table, shard, shards) of a file named ``<table>-SSSSS-of-NNNNN.parquet``; None else."""
+    found = _SHARD_NAME.fullmatch(name.rsplit("/", 1)[-1])
+    return (found.group(1), int(found.group(2)), int(found.group(3))) if found else None
+
+
+_SHARD_NAME = re.compile(r"(.+)-(\d{5})-of-(\d{5})\.parquet")
+
 
 # UTC start time, config digest, random part: the start time first, so that names sort by age.
 # A directory without a manifest is taken for a run (and so for gc to remove) only when its

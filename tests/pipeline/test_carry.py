@@ -185,6 +185,11 @@ def test_the_state_table_holds_what_the_corpus_wide_stages_decided_on(carried) -
         assert row["text_hash"] == bytes.fromhex(doc_hash(document["text"]))
         assert row["line_keys"] == sorted(int(key, 16) for key in line_keys(document["text"], stages.boilerplate))
     assert 0 < stripped < len(state)  # the newsletter line turned boilerplate in five documents
+    # The reader tells each document read as the first run's state row holds it.
+    before = {(row["doc_id"], row["input_digest"]) for row in table(carried[2].run_dir, "state").to_pylist()}
+    expected = sum((row["doc_id"], row["input_digest"]) in before for row in state)
+    assert 0 < expected < len(state)
+    assert load_manifest(second.run_dir).counts["documents_settled"] == expected
 
 
 def test_a_second_unchanged_rerun_carries_every_document(carried, tmp_path) -> None:
