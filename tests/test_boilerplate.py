@@ -160,13 +160,13 @@ def check_chunks_against(documents: dict[str, str]):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("inline", [1 << 20, 0], ids=["sets-in-the-grouping", "sets-parked"])
-def test_boilerplate_corpus(inline, monkeypatch) -> None:
+def test_boilerplate_corpus(inline, monkeypatch, tmp_path) -> None:
     # Parked: every batch of key sets waits in part files (a dump's do, past a bundle's first
     # INLINE_KEY_BYTES), sent a few texts at a time.
     monkeypatch.setattr(clean_module, "INLINE_KEY_BYTES", inline)
     monkeypatch.setattr(clean_module, "_FLUSH_TEXTS", 2 if not inline else clean_module._FLUSH_TEXTS)
     with fnapi_pipeline() as p:
-        out = p | beam.Create(CORPUS) | RemoveBoilerplate(OPTIONS)
+        out = p | beam.Create(CORPUS) | RemoveBoilerplate(OPTIONS, spill_dir=str(tmp_path / "parked"))
         assert_that(out.documents | beam.Map(lambda d: (d.doc_id, d.text)),
                     equal_to(sorted(EXPECTED.items())), label="documents")
         assert_that(out.rejected,
@@ -185,6 +185,7 @@ def test_boilerplate_corpus(inline, monkeypatch) -> None:
     # the signature.
     assert counters["frequent_keys"] == 10
     assert counters["documents_changed"] == 7 and counters["rejected"] == 1
+    assert list(tmp_path.iterdir()) == []  # the documents' parts and the key sets' removed
 
 
 @pytest.mark.slow

@@ -368,7 +368,9 @@ class _TextShares(beam.DoFn):
         self._held_keys = self._held_texts = 0
 
     def process(self, batch: KeySets) -> Iterable[tuple[int, bytes | str]]:
-        for share, part in split_by_share(checked(batch), self.shares):
+        # A batch that crossed a coder other than KeySets' (pickled as a plain tuple) is one again.
+        batch = checked(KeySets(*batch))
+        for share, part in split_by_share(batch, self.shares):
             self._held_parts.setdefault(share, []).append(part)
         self._held_keys += len(batch.keys)
         self._held_texts += batch.texts
@@ -524,7 +526,7 @@ class RemoveBoilerplate(beam.PTransform):
         self._options = options if options is not None else BoilerplateOptions()
         self._spill_dir = spill_dir
         self._memo = memo
-        self._shares = shares  # of the grouping by text (transforms/shares.py)
+        self._shares = shares  # the run's key-space shares (plan.join_shares): the text shares and key buckets follow
         self._settled = settled
 
     def expand(self, documents: PCollection[Document]):
