@@ -23,6 +23,7 @@ The run keeps the frequent keys it found as a small Parquet file in its folder
 from __future__ import annotations
 
 import io
+import logging
 from typing import Iterable, NamedTuple, Sequence
 
 import numpy as np
@@ -30,6 +31,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from chunkline.index import layout, storage
+
+log = logging.getLogger("chunkline.key_sets")
 
 # 128 bits of SHA-256: two distinct texts share a hash with probability ~n^2 / 2^129, below
 # 10^-20 for a billion texts (the birthday bound), so equal hashes are taken for equal texts.
@@ -193,11 +196,22 @@ def frequent_parquet(keys: np.ndarray) -> bytes:
 
 def read_frequent(run_dir: str) -> np.ndarray | None:
     """The frequent keys the run in ``run_dir`` (local or ``gs://``) kept, ascending uint64; None
-    when it kept none (a run from before the file, or with boilerplate removal off)."""
+    when it kept none (a run from before the file, or with boilerplate removal off) or the file
+    is damaged (a warning names it): a caller without them treats every key as changed, which
+    costs time, never a wrong table."""
     path = storage.join(run_dir, layout.BOILERPLATE_FREQUENT)
     try:
         data = storage.read_bytes(path)
     except FileNotFoundError:
         return None
-    keys = pq.read_table(io.BytesIO(data), columns=["key"]).column("key").to_numpy()
-    return keys.astype(KEY, copy=False)
+    try:
+        column = pq.read_table(io.BytesIO(data), columns=["key"]).column("key")
+        if column.type != pa.uint64() or column.null_count:
+            raise ValueError(f"column key is {column.type} with {column.null_count} nulls, not uint64")
+        keys = column.to_numpy().astype(KEY, copy=False)
+        if np.any(keys[1:] <= keys[:-1]):
+            raise ValueError("keys are not ascending and distinct")
+    except (pa.ArrowException, ValueError, KeyError) as error:
+        log.warning("%s is not a frequent-keys file (%s): read as absent", path, error)
+        return None
+    return keys

@@ -451,7 +451,7 @@ def test_key_set_batches_keep_each_texts_keys_through_the_coder_and_a_split() ->
         coder.encode(batch._replace(offsets=batch.offsets[::-1].copy()))
 
 
-def test_the_frequent_keys_file_round_trips_and_a_run_without_one_reads_none(tmp_path) -> None:
+def test_the_frequent_keys_file_round_trips_and_a_run_without_one_reads_none(tmp_path, caplog) -> None:
     import numpy as np
     import pyarrow.parquet as pq
 
@@ -466,6 +466,10 @@ def test_the_frequent_keys_file_round_trips_and_a_run_without_one_reads_none(tmp
     assert pq.read_schema(path).field("key").type == "uint64"
     back = read_frequent(str(tmp_path))
     assert back.dtype == np.dtype("<u8") and back.tolist() == sorted(keys.tolist())
+    (tmp_path / BOILERPLATE_FREQUENT).write_bytes(b"PAR1 cut short")
+    with caplog.at_level("WARNING", logger="chunkline.key_sets"):
+        assert read_frequent(str(tmp_path)) is None
+    assert "is not a frequent-keys file" in caplog.text
 
 
 @pytest.mark.slow
