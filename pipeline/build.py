@@ -24,7 +24,7 @@ from chunkline.pipeline.config import Config
 from chunkline.pipeline.options import stage_options
 from chunkline.pipeline.plan import Plan
 from chunkline.transforms.access import AssignPrincipals
-from chunkline.transforms.clean import CleanDocuments, RemoveBoilerplate, WriteRemovedLines
+from chunkline.transforms.clean import CleanDocuments, RemoveBoilerplate, WriteFrequentKeys, WriteRemovedLines
 from chunkline.transforms.credentials import ScanCredentials
 from chunkline.transforms.dedupe import Dedupe, UniqueRejectedIds
 from chunkline.transforms.read import ReadDocuments
@@ -93,6 +93,8 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
         documents = stripped.documents
         rejected_parts.append(stripped.rejected)
         stripped.removed | "WriteBoilerplateLines" >> beam.ParDo(WriteRemovedLines(plan.run_dir))
+        # The run's frequent keys, for the next run to compare its own with.
+        stripped.frequent | "WriteBoilerplateKeys" >> beam.ParDo(WriteFrequentKeys(plan.run_dir))
     # Who may read each document, decided once before dedupe, which never merges documents
     # that different principals may read; a malformed principal is a rejected document.
     if plan.access is not None:

@@ -20,7 +20,7 @@ from chunkline.boilerplate import (
 )
 from chunkline.records import Document, Rejected
 from tests.beam_helpers import fnapi_pipeline
-from chunkline.transforms import shares as shares_module
+from chunkline.transforms import clean as clean_module
 from chunkline.transforms.clean import EMPTY_AFTER_BOILERPLATE, TOP_REMOVED, RemoveBoilerplate
 from chunkline.transforms.split import SplitDocuments
 
@@ -159,13 +159,14 @@ def check_chunks_against(documents: dict[str, str]):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("inline", [65_536, 0], ids=["sets-in-the-grouping", "sets-parked"])
-def test_boilerplate_corpus(inline, monkeypatch) -> None:
-    # Parked: every key set waits in part files (a dump's millions do, past the first 65,536).
-    monkeypatch.setattr(shares_module, "INLINE_ELEMENTS", inline)
-    monkeypatch.setattr(shares_module, "PARKED_ELEMENTS", 2)
+@pytest.mark.parametrize("inline", [1 << 20, 0], ids=["sets-in-the-grouping", "sets-parked"])
+def test_boilerplate_corpus(inline, monkeypatch, tmp_path) -> None:
+    # Parked: every batch of key sets waits in part files (a dump's do, past a bundle's first
+    # INLINE_KEY_BYTES), sent a few texts at a time.
+    monkeypatch.setattr(clean_module, "INLINE_KEY_BYTES", inline)
+    monkeypatch.setattr(clean_module, "_FLUSH_TEXTS", 2 if not inline else clean_module._FLUSH_TEXTS)
     with fnapi_pipeline() as p:
-        out = p | beam.Create(CORPUS) | RemoveBoilerplate(OPTIONS)
+        out = p | beam.Create(CORPUS) | RemoveBoilerplate(OPTIONS, spill_dir=str(tmp_path / "parked"))
         assert_that(out.documents | beam.Map(lambda d: (d.doc_id, d.text)),
                     equal_to(sorted(EXPECTED.items())), label="documents")
         assert_that(out.rejected,
@@ -184,6 +185,44 @@ def test_boilerplate_corpus(inline, monkeypatch) -> None:
     # the signature.
     assert counters["frequent_keys"] == 10
     assert counters["documents_changed"] == 7 and counters["rejected"] == 1
+    assert list(tmp_path.iterdir()) == []  # the documents' parts and the key sets' removed
+
+
+@pytest.mark.slow
+def test_settled_batches_count_as_documents_and_no_element_per_document_is_grouped() -> None:
+    """Documents the run does not process again, given as key-set batches, count towards the
+    frequent set exactly as documents do (never stripped or output themselves); what the grouping
+    by text receives is a few batches per bundle, not an element per document."""
+    import numpy as np
+
+    from chunkline.key_sets import key_sets, text_hash
+    from chunkline.records import doc_hash
+
+    many = [Document(f"m{i:03d}.md", f"/c/m{i:03d}.md", f"Many page {i} has its own long line.\n\n{COOKIE}\n")
+            for i in range(300)]
+    settled_texts = [d.text for d in CORPUS]
+    texts = [d.text for d in many] + settled_texts
+    options = BoilerplateOptions(min_docs=3, min_fraction=0.01)  # 309 texts: floor 4
+    frequent = plain_frequent(texts, options)
+    expected = sorted((d.doc_id, remove_boilerplate(d.text, {f"{k:016x}" for k in frequent}, options))
+                      for d in many)
+    settled = key_sets([(text_hash(doc_hash(t)), [int(k, 16) for k in line_keys(t, options)])
+                        for t in settled_texts])
+    with fnapi_pipeline() as p:
+        batches = p | "Settled" >> beam.Create([settled])
+        out = p | beam.Create(many) | RemoveBoilerplate(options, settled=batches)
+        assert_that(out.documents | beam.Map(lambda d: (d.doc_id, d.text)), equal_to(expected),
+                    label="documents")
+        assert_that(out.frequent | beam.Map(lambda keys: (keys.dtype.str, keys.tolist())),
+                    equal_to([(np.dtype("<u8").str, sorted(frequent))]), label="frequent")
+    counters = {c.key.metric.name: c.committed for c in p.result.metrics().query(
+        MetricsFilter().with_namespace("boilerplate"))["counters"]}
+    # The cookie line (in every page) and the header's lines from the settled pages alone.
+    assert {f"{k:016x}" for k in frequent} >= line_keys(f"{COOKIE}\n\n{HEADER}", options)
+    assert counters["frequent_keys"] == len(frequent)
+    # One batch per share of the text-hash space (16) per sending bundle, whatever the count of
+    # documents: 309 texts in at most a few dozen elements.
+    assert 1 <= counters["text_batches"] <= 2 * 16
 
 
 @pytest.mark.slow
@@ -296,33 +335,141 @@ def test_key_counts_in_arrays_are_documents_per_key(key_sets, cut) -> None:
     assert list(keys) == sorted(expected)
 
 
-@settings(max_examples=40, deadline=None)
-@given(st.lists(st.sets(st.integers(0, (1 << 64) - 1), max_size=30), max_size=40),
-       st.integers(1, 50), st.integers(1, 5))
-def test_bucketed_partials_sum_to_documents_per_key(key_sets, flush_keys, buckets) -> None:
-    """The stage's senders count what they hold whenever it reaches their bound, by bucket, and
-    the partials of a bucket summed where received give each key's number of sets, ascending."""
+LINE_POOL = [HEADER, COOKIE, FOOTER, "A line of its own text here, long.",
+             "Another line that a few pages share today.", "Yet another sentence long enough to count.",
+             "Short", "# A heading the pages share, never counted"]
+
+
+def plain_frequent(texts: list[str], options: BoilerplateOptions) -> set[int]:
+    """The frequent keys as a plain Python count says: one set per distinct text (doc_hash),
+    each key's number of sets against the floor of the distinct texts."""
     from collections import Counter
 
-    from chunkline.transforms import clean
-    from chunkline.transforms.clean import _BucketKeys, key_array, key_text
+    from chunkline.records import doc_hash
+
+    distinct = {doc_hash(text): text for text in texts}
+    counts = Counter(k for text in distinct.values() for k in line_keys(text, options))
+    floor = frequency_floor(len(distinct), options)
+    return {int(k, 16) for k, n in counts.items() if n >= floor}
+
+
+def array_frequent(documents: list[Document], settled: list, options: BoilerplateOptions, *,
+                   shares: int, buckets: int, park) -> set[int]:
+    """The stage's own steps run by hand over one bundle each: the documents' key sets batched
+    (_KeysOfText), every batch split by text share (_TextShares), each share's texts made
+    distinct and counted by bucket (_CountTexts), the buckets' partials summed (tally)."""
+    from apache_beam.pvalue import TaggedOutput
+
+    from chunkline.transforms.clean import KEYS, TEXTS, _CountTexts, _KeysOfText, _TextShares
     from chunkline.transforms.tally import sum_counts
 
-    sender = _BucketKeys(buckets)
-    sender.start_bundle()
-    partials = []
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(clean, "_FLUSH_KEYS", flush_keys)
-        for keys in key_sets:
-            partials.extend(sender.process(key_array({key_text(k) for k in keys})))
-        partials.extend(element.value for element in sender.finish_bundle())
-    expected = Counter(k for keys_ in key_sets for k in keys_)
-    found = {}
+    def run(dofn, elements):
+        outputs = []
+        dofn.setup()
+        dofn.start_bundle()
+        for element in elements:
+            outputs.extend(dofn.process(element) or ())
+        for output in dofn.finish_bundle() or ():
+            outputs.append(output if not hasattr(output, "windows") else output.value)
+            if isinstance(output, TaggedOutput) and hasattr(output.value, "windows"):
+                outputs[-1] = TaggedOutput(output.tag, output.value.value)
+        return outputs
+
+    batches = [out.value for out in run(_KeysOfText(options), documents)
+               if isinstance(out, TaggedOutput) and out.tag == KEYS]
+    grouped: dict[int, list] = {}
+    for share, data in run(_TextShares(shares, park), batches + settled):
+        grouped.setdefault(share, []).append(data)
+    partials, texts = [], 0
+    for share in grouped.items():
+        for out in run(_CountTexts(buckets), [share]):
+            if isinstance(out, TaggedOutput):
+                assert out.tag == TEXTS
+                texts += out.value
+            else:
+                partials.append(out)
+    floor = frequency_floor(texts, options)
+    frequent = set()
     for bucket in {bucket for bucket, _ in partials}:
         keys, counts = sum_counts([part for b, part in partials if b == bucket])
         assert list(keys) == sorted(keys) and all(int(k) % buckets == bucket for k in keys)
-        found.update(zip(keys.tolist(), counts.tolist()))
-    assert found == dict(expected)
+        frequent.update(keys[counts >= floor].tolist())
+    return frequent
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(LINE_POOL), min_size=1, max_size=5), min_size=1, max_size=25),
+       st.lists(st.integers(0, 24), max_size=8), st.data(), st.integers(1, 40), st.integers(1, 5),
+       st.integers(1, 6), st.sampled_from([0, 1 << 30]))
+def test_the_array_count_is_a_plain_count_however_documents_and_batches_split(
+        tmp_path_factory, pages, copies, data, flush, shares, buckets, inline) -> None:
+    """Frequent keys from the stage's array steps are those of a plain Python count over the
+    distinct texts, with some texts exact copies (a spacing change included) and the corpus
+    split between documents and settled batches in any way, batches of any size, senders
+    flushing at any bound, parked or not."""
+    from chunkline.key_sets import key_sets, text_hash
+    from chunkline.records import doc_hash
+    from chunkline.transforms import clean
+
+    texts = ["\n\n".join(lines) + "\n" for lines in pages]
+    texts += [texts[i % len(texts)].replace(" ", "  ", i % 2) for i in copies]
+    settled_at = data.draw(st.sets(st.integers(0, len(texts) - 1)), label="settled")
+    cuts = data.draw(st.lists(st.integers(0, len(settled_at)), max_size=3), label="cuts")
+    settled_texts = [texts[i] for i in sorted(settled_at)]
+    bounds = sorted({0, len(settled_texts), *cuts})
+    settled = [key_sets([(text_hash(doc_hash(t)), [int(k, 16) for k in line_keys(t, OPTIONS)])
+                         for t in settled_texts[lo:hi]]) for lo, hi in zip(bounds, bounds[1:])]
+    documents = [Document(f"d{i}", f"/c/d{i}.md", t) for i, t in enumerate(texts) if i not in settled_at]
+    park = str(tmp_path_factory.mktemp("keys"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(clean, "_FLUSH_KEYS", flush)
+        patch.setattr(clean, "_FLUSH_TEXTS", flush)
+        patch.setattr(clean, "INLINE_KEY_BYTES", inline)
+        found = array_frequent(documents, settled, OPTIONS, shares=shares, buckets=buckets, park=park)
+    assert found == plain_frequent(texts, OPTIONS)
+
+
+def test_key_set_batches_keep_each_texts_keys_through_the_coder_and_a_split() -> None:
+    from chunkline.key_sets import concat, key_sets, one_per_text, split_by_share
+    from chunkline.transforms.coders import KeySetsCoder
+
+    entries = [(bytes([i]) * 15 + b"\x00", [5, i, i, 2**64 - 1]) for i in range(6)] + [(b"\x07" * 16, [])]
+    batch = key_sets(entries)
+    coder = KeySetsCoder()
+    decoded = coder.decode(coder.encode(batch))
+    assert coder.encode(decoded) == coder.encode(batch)
+    # An element of an S16 array reads without its trailing NUL bytes: the array's bytes are whole.
+    raw = decoded.text_hashes.tobytes()
+    assert [raw[i * 16:(i + 1) * 16] for i in range(decoded.texts)] == [h for h, _ in entries]
+    assert [decoded.keys_of(i).tolist() for i in range(decoded.texts)] == \
+        [sorted(set(keys)) for _, keys in entries]
+    parts = split_by_share(batch, 3)
+    assert sorted(share for share, _ in parts) == [share for share, _ in parts]
+    whole = one_per_text(concat([part for _, part in parts] + [batch]))
+    assert coder.encode(whole) == coder.encode(one_per_text(batch))
+    with pytest.raises(ValueError, match="offsets"):
+        coder.encode(batch._replace(offsets=batch.offsets[::-1].copy()))
+
+
+def test_the_frequent_keys_file_round_trips_and_a_run_without_one_reads_none(tmp_path, caplog) -> None:
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from chunkline.index.layout import BOILERPLATE_FREQUENT
+    from chunkline.key_sets import read_frequent
+    from chunkline.transforms.clean import WriteFrequentKeys
+
+    assert read_frequent(str(tmp_path)) is None
+    keys = np.array([2**64 - 1, 7, 0, 2**63], dtype="<u8")
+    (path,) = WriteFrequentKeys(str(tmp_path)).process(keys)
+    assert path == str(tmp_path / BOILERPLATE_FREQUENT)
+    assert pq.read_schema(path).field("key").type == "uint64"
+    back = read_frequent(str(tmp_path))
+    assert back.dtype == np.dtype("<u8") and back.tolist() == sorted(keys.tolist())
+    (tmp_path / BOILERPLATE_FREQUENT).write_bytes(b"PAR1 cut short")
+    with caplog.at_level("WARNING", logger="chunkline.key_sets"):
+        assert read_frequent(str(tmp_path)) is None
+    assert "is not a frequent-keys file" in caplog.text
 
 
 @pytest.mark.slow

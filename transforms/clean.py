@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import AbstractSet, Final, Iterable, Literal, NamedTuple
+from typing import AbstractSet, Final, Iterable, Literal, NamedTuple, Union
 
 import apache_beam as beam
 import numpy as np
@@ -29,17 +29,37 @@ from chunkline.boilerplate import (
     line_keys,
     remove_boilerplate_found,
 )
+from chunkline.index.layout import BOILERPLATE_FREQUENT
+from chunkline.key_sets import (
+    KeySets,
+    checked,
+    concat,
+    frequent_parquet,
+    from_arrays,
+    one_per_text,
+    split_by_share,
+    text_hash,
+)
 from chunkline.clean import CleanOptions, clean_marked, line_indexes, without_lines_marked
 from chunkline.memo import CLEAN, DOC_HASH, LINE_KEYS, STRIP, MemoSource, packed_value
 from chunkline.records import Document, Rejected
 from chunkline.transforms.memo import MemoUse, carrying, recalled_doc_hash
-from chunkline.transforms.spill import RemoveParts, SpillRecords, coder_of, default_spill_dir, read_part
-from chunkline.transforms.shares import GroupInShares
+from chunkline.transforms.spill import (
+    RemoveParts,
+    SpillRecords,
+    coder_of,
+    default_spill_dir,
+    part_path,
+    read_packed,
+    read_part,
+    write_packed,
+)
 from chunkline.transforms.tally import SumCounts
 
 REJECTED: Final = "rejected"  # Final: a Literal type, as the TaggedOutput[Literal[...]] outputs name it
 REMOVED: Final = "removed"
 KEYS: Final = "keys"
+TEXTS: Final = "texts"
 EMPTY_AFTER_CLEANING = "empty after cleaning"
 EMPTY_AFTER_BOILERPLATE = "empty after boilerplate removal"
 
@@ -57,13 +77,16 @@ BOILERPLATE_FILE = "boilerplate.json"
 
 
 class BoilerplateOutputs(NamedTuple):
-    """What :class:`RemoveBoilerplate` returns: :class:`CleanOutputs`' two, and ``removed``, one
+    """What :class:`RemoveBoilerplate` returns: :class:`CleanOutputs`' two; ``removed``, one
     element: the :data:`TOP_REMOVED` most often removed lines and blocks as
-    ``{"text": first occurrence, "documents": documents it was removed from}``, most first."""
+    ``{"text": first occurrence, "documents": documents it was removed from}``, most first; and
+    ``frequent``, one element: the frequent keys, an ascending uint64 array (the run keeps it:
+    :class:`WriteFrequentKeys`)."""
 
     documents: PCollection[Document]
     rejected: PCollection[Rejected]
     removed: PCollection[list[dict]]
+    frequent: PCollection[np.ndarray]
 
 class _Clean(beam.DoFn):
     """One document cleaned; a text the previous run found already clean passes untouched
@@ -242,10 +265,15 @@ class _Strip(beam.DoFn):
 # count holds that bucket's distinct keys alone, and each bucket can be counted on another worker.
 KEY_BUCKETS = 16
 SHARES_PER_BUCKET = 16
-# Fewest shares the key sets are parked in (more for a corpus whose previous run was bigger):
-# each is grouped by text in one worker's memory.
+# Fewest shares of the text-hash space the key sets are grouped in (more for a corpus whose
+# previous run was bigger): each share's texts are made distinct in one worker's memory.
 KEY_SET_SHARES = 16
-_FLUSH_KEYS = 1 << 18  # keys a bundle holds before it counts and sends them on (2 MB)
+# What a bundle holds before it sends a batch on: keys (2 MB) or texts (their hashes, 1 MB).
+_FLUSH_KEYS = 1 << 18
+_FLUSH_TEXTS = 1 << 16
+# Encoded batches a bundle sends in the grouping itself before it parks the rest in part files:
+# a corpus of a few hundred thousand texts writes no part.
+INLINE_KEY_BYTES = 16 << 20
 
 
 def key_array(keys: AbstractSet[str]) -> bytes:
@@ -260,9 +288,11 @@ def key_text(key: int) -> str:
 
 
 class _KeysOfText(beam.DoFn):
-    """A document -> ``(doc_hash, its candidate keys as key_array bytes)`` (``keys``) and the
-    document itself, carrying what was computed (main); the keys of a text the previous run saw
-    are recalled (``chunkline.memo``), not computed."""
+    """A document -> the document itself, carrying what was computed (main), and its text's
+    hash with its candidate keys gathered into :class:`~chunkline.key_sets.KeySets` batches
+    (``keys``), one sent whenever the bundle holds :data:`_FLUSH_KEYS` keys or
+    :data:`_FLUSH_TEXTS` texts, and at its end; the keys of a text the previous run saw are
+    recalled (``chunkline.memo``), not computed."""
 
     def __init__(self, options: BoilerplateOptions, memo: MemoSource | None = None) -> None:
         self._options = options
@@ -273,11 +303,18 @@ class _KeysOfText(beam.DoFn):
         self._memo.setup()
         self._hashes.setup()
 
-    def finish_bundle(self) -> None:
+    def start_bundle(self) -> None:
+        self._held_hashes: list[bytes] = []
+        self._held_keys: list[np.ndarray] = []
+        self._held = 0
+
+    def finish_bundle(self) -> Iterable[TaggedOutput]:
         self._memo.flush()
         self._hashes.flush()
+        for batch in self._flush():
+            yield TaggedOutput(KEYS, WindowedValue(batch, 0, (GlobalWindow(),)))
 
-    def process(self, doc: Document) -> Iterable[Document | TaggedOutput[Literal["keys"], tuple[str, bytes]]]:
+    def process(self, doc: Document) -> Iterable[Document | TaggedOutput[Literal["keys"], KeySets]]:
         memo = self._memo.memo
         key = memo.key(doc.text) if memo is not None else None
         keys = memo.recall(doc, key, width=8) if memo is not None and key is not None else None
@@ -288,50 +325,114 @@ class _KeysOfText(beam.DoFn):
                 memo.keep(doc, key, keys)
                 fresh[key] = keys
         hashed = recalled_doc_hash(self._hashes.memo, doc, fresh)
-        yield TaggedOutput(KEYS, (hashed, keys))
+        self._held_hashes.append(text_hash(hashed))
+        self._held_keys.append(np.frombuffer(keys, dtype="<u8"))
+        self._held += len(keys) // 8
+        if self._held >= _FLUSH_KEYS or len(self._held_hashes) >= _FLUSH_TEXTS:
+            for batch in self._flush():
+                yield TaggedOutput(KEYS, batch)
         # What was computed here travels on with the document, and the hash even when recalled
         # (marked as this run's, so dedupe neither counts nor records it again): the strip reads
         # its keys and dedupe its hash, in whatever worker process they run. What was counted
         # goes on to the run's state table (chunkline.state).
         yield carrying(dataclasses.replace(doc, counted=pack_counted(hashed, keys)), fresh)
 
+    def _flush(self) -> list[KeySets]:
+        if not self._held_hashes:
+            return []
+        batch = from_arrays(self._held_hashes, self._held_keys)
+        self.start_bundle()
+        return [batch]
+
+
+class _TextShares(beam.DoFn):
+    """Key-set batches -> ``(share, encoded batch)``: each batch's texts split by share of the
+    text-hash space (:func:`chunkline.key_sets.split_by_share`), a share's parts held together
+    and sent as one batch whenever the bundle holds :data:`_FLUSH_KEYS` keys or
+    :data:`_FLUSH_TEXTS` texts, and at its end. Past the bundle's first
+    :data:`INLINE_KEY_BYTES`, a share's batch is parked in a part file under ``directory`` and
+    only ``(share, its path)`` is sent: the in-process runner holds a grouping's whole input in
+    memory while the stage that makes it runs (as ``transforms/shares.py`` parks)."""
+
+    def __init__(self, shares: int, directory: str) -> None:
+        self.shares, self.directory = shares, directory
+        self._batches = Metrics.counter("boilerplate", "text_batches")
+
+    def setup(self) -> None:
+        self._coder = coder_of(KeySets)
+
+    def start_bundle(self) -> None:
+        self._sent_inline = 0
+        self._clear()
+
+    def _clear(self) -> None:
+        self._held_parts: dict[int, list[KeySets]] = {}
+        self._held_keys = self._held_texts = 0
+
+    def process(self, batch: KeySets) -> Iterable[tuple[int, bytes | str]]:
+        # A batch that crossed a coder other than KeySets' (pickled as a plain tuple) is one again.
+        batch = checked(KeySets(*batch))
+        for share, part in split_by_share(batch, self.shares):
+            self._held_parts.setdefault(share, []).append(part)
+        self._held_keys += len(batch.keys)
+        self._held_texts += batch.texts
+        if self._held_keys >= _FLUSH_KEYS or self._held_texts >= _FLUSH_TEXTS:
+            yield from self._sent()
+
+    def finish_bundle(self) -> Iterable[WindowedValue]:
+        for element in self._sent():
+            yield WindowedValue(element, 0, (GlobalWindow(),))
+
+    def _sent(self) -> list[tuple[int, bytes | str]]:
+        sent: list[tuple[int, bytes | str]] = []
+        for share, parts in sorted(self._held_parts.items()):
+            data = self._coder.encode(concat(parts))
+            if self._sent_inline < INLINE_KEY_BYTES:
+                self._sent_inline += len(data)
+                sent.append((share, data))
+            else:
+                path = part_path(self.directory)
+                write_packed(path, data)
+                sent.append((share, path))
+        self._batches.inc(len(sent))
+        self._clear()
+        return sent
+
+
+class _CountTexts(beam.DoFn):
+    """``(share, its batches)`` -> the share's distinct texts' keys counted by bucket of the key
+    space, ``(bucket, (keys, count of each))``, and the number of its distinct texts
+    (``texts``). A text hash is in one share only, so a text is counted once in the corpus."""
+
+    def __init__(self, buckets: int) -> None:
+        self.buckets = buckets
+
+    def setup(self) -> None:
+        self._coder = coder_of(KeySets)
+
+    def process(self, share: tuple[int, Iterable[bytes | str]]
+                ) -> Iterable[tuple[int, tuple[np.ndarray, np.ndarray]] | TaggedOutput[Literal["texts"], int]]:
+        batches = [self._coder.decode(read_packed(data) if isinstance(data, str) else data)
+                   for data in share[1]]
+        texts = one_per_text(concat(batches))
+        yield TaggedOutput(TEXTS, texts.texts)
+        yield from bucket_counts(texts.keys, self.buckets)
+
+
+def bucket_counts(keys: np.ndarray, buckets: int) -> list[tuple[int, tuple[np.ndarray, np.ndarray]]]:
+    """Keys (one per text holding it) -> ``(bucket, (distinct keys ascending, count of each))``
+    per bucket of the key space (``key % buckets``) that holds any."""
+    if not len(keys):
+        return []
+    keys, counts = np.unique(keys, return_counts=True)
+    of = keys % np.uint64(buckets)
+    return [(int(bucket), (keys[of == bucket], counts[of == bucket].astype(np.int64)))
+            for bucket in np.unique(of)]
+
 
 def key_buckets(shares: int) -> int:
     """How many buckets the line keys are counted in for a run of ``shares`` key-space shares."""
     return max(KEY_BUCKETS, shares // SHARES_PER_BUCKET)
-
-
-class _BucketKeys(beam.DoFn):
-    """Key sets -> ``(bucket, (keys, count of each))``: a bundle's keys counted and split by
-    bucket whenever it holds :data:`_FLUSH_KEYS`, so one element carries many documents' keys
-    and what a bundle holds is bounded whatever its size."""
-
-    def __init__(self, buckets: int = KEY_BUCKETS) -> None:
-        self.buckets = buckets
-
-    def start_bundle(self) -> None:
-        self.pending: list[np.ndarray] = []
-        self.held = 0
-
-    def process(self, keys: bytes) -> Iterable[tuple[int, tuple[np.ndarray, np.ndarray]]]:
-        array = np.frombuffer(keys, dtype="<u8")
-        self.pending.append(array)
-        self.held += len(array)
-        if self.held >= _FLUSH_KEYS:
-            yield from self._flush()
-
-    def finish_bundle(self) -> Iterable[WindowedValue]:
-        for bucketed in self._flush():
-            yield WindowedValue(bucketed, 0, (GlobalWindow(),))
-
-    def _flush(self) -> list[tuple[int, tuple[np.ndarray, np.ndarray]]]:
-        if not self.pending:
-            return []
-        keys, counts = np.unique(np.concatenate(self.pending), return_counts=True)
-        self.pending, self.held = [], 0
-        buckets = keys % np.uint64(self.buckets)
-        return [(int(bucket), (keys[buckets == bucket], counts[buckets == bucket].astype(np.int64)))
-                for bucket in np.unique(buckets)]
 
 
 class _CountWithSample(beam.CombineFn):
@@ -374,15 +475,42 @@ class WriteRemovedLines(beam.DoFn):
         yield path
 
 
+class WriteFrequentKeys(beam.DoFn):
+    """The stage's ``frequent`` keys as ``run_dir/boilerplate-frequent.parquet``
+    (:func:`chunkline.key_sets.frequent_parquet`; read back with
+    :func:`chunkline.key_sets.read_frequent`)."""
+
+    def __init__(self, run_dir: str) -> None:
+        self.run_dir = run_dir
+
+    def process(self, frequent: np.ndarray) -> Iterable[str]:
+        path = FileSystems.join(self.run_dir, BOILERPLATE_FREQUENT)
+        with FileSystems.create(path) as handle:
+            handle.write(frequent_parquet(frequent))
+        yield path
+
+
+def _sorted_keys(parts: list[np.ndarray]) -> np.ndarray:
+    return np.sort(np.concatenate(parts)) if parts else np.empty(0, dtype="<u8")
+
+
 class RemoveBoilerplate(beam.PTransform):
     """``PCollection[Document]`` -> :class:`BoilerplateOutputs`: lines and short blocks that occur in
     at least ``frequency_floor(n_documents, options)`` documents removed from every document.
 
-    The count is a Beam combine per bucket of the key space (:func:`key_buckets`) over uint64
-    arrays, each a bundle's key sets together, summed with numpy, lifted before the shuffle; the
-    frequent keys reach the documents as one side input (a frozenset:
-    only the frequent keys, not the corpus's lines). Counters ``boilerplate/frequent_keys``,
-    ``boilerplate/documents_changed``, ``boilerplate/chars_removed``, ``boilerplate/rejected``.
+    The count is on arrays, never an element per document or per line: each bundle's texts go
+    on as :class:`~chunkline.key_sets.KeySets` batches (text hashes, CSR offsets, uint64 keys),
+    split by share of the text-hash space and grouped by share, where each share's texts are
+    made distinct (:func:`~chunkline.key_sets.one_per_text`) and their keys counted per bucket
+    of the key space (:func:`key_buckets`), summed where received (``tally.SumCounts``). The
+    frequent keys reach the documents as one side input (a frozenset: only the frequent keys,
+    not the corpus's lines). Counters ``boilerplate/frequent_keys``,
+    ``boilerplate/documents_changed``, ``boilerplate/chars_removed``, ``boilerplate/rejected``,
+    ``boilerplate/text_batches`` (the batches the grouping by text received).
+
+    ``settled``: more texts to count, as batches of their key sets: documents the run does not
+    process again (a rerun's unchanged ones, their previous state). They are counted exactly as
+    the documents' texts are, and never stripped or output.
 
     The documents wait for the frequent keys in part files under ``spill_dir`` (default:
     ``default_spill_dir``; deleted once every document is stripped), not in a shuffle.
@@ -395,58 +523,63 @@ class RemoveBoilerplate(beam.PTransform):
 
     def __init__(self, options: BoilerplateOptions | None = None,
                  spill_dir: str | None = None, memo: MemoSource | None = None,
-                 shares: int = 1024) -> None:
+                 shares: int = 1024, *, settled: PCollection[KeySets] | None = None) -> None:
         super().__init__()
         self._options = options if options is not None else BoilerplateOptions()
         self._spill_dir = spill_dir
         self._memo = memo
-        self._shares = shares  # of the grouping by text (transforms/shares.py)
+        self._shares = shares  # the run's key-space shares (plan.join_shares): the text shares and key buckets follow
+        self._settled = settled
 
     def expand(self, documents: PCollection[Document]):
         options = self._options
         parked = self._spill_dir or default_spill_dir(documents.pipeline, "boilerplate")
-        # One set of keys per distinct text: exact copies count once. There is a set per record
-        # of a dump of any size: past a bundle's first 65,536 they wait in part files, in a few
-        # large shares.
         keyed = documents | "KeysByText" >> beam.ParDo(_KeysOfText(options, self._memo)).with_outputs(
             KEYS, main="documents")
         documents = keyed.documents
-        key_sets = (
-            keyed[KEYS]
-            | "ByText" >> GroupInShares(max(KEY_SET_SHARES, self._shares // 64),
-                                        park=parked.rstrip("/") + "-keys")
-            # Equal hashes: (nearly always) equal sets; the smallest, whatever the order.
-            | "OnePerText" >> beam.Map(lambda keyed: min(keyed[1]))
+        batches = [keyed[KEYS]] + ([self._settled] if self._settled is not None else [])
+        # One set of keys per distinct text, found per share of the text-hash space: exact copies
+        # count once, wherever they come from. A dump of millions of records sends a few hundred
+        # batches; past a bundle's first INLINE_KEY_BYTES they wait in part files.
+        key_parts = parked.rstrip("/") + "-keys"
+        counted = (
+            batches
+            | "AllTexts" >> beam.Flatten().with_output_types(KeySets)
+            | "ToTextShares" >> beam.ParDo(_TextShares(max(KEY_SET_SHARES, self._shares // 64), key_parts))
+            .with_output_types(tuple[int, Union[bytes, str]])
+            | "ByText" >> beam.GroupByKey()
+            | "CountTexts" >> beam.ParDo(_CountTexts(key_buckets(self._shares))).with_outputs(
+                TEXTS, main="keys")
         )
-        n_documents = key_sets | "CountTexts" >> beam.combiners.Count.Globally()
+        # Once every share is read: a part is never deleted while a retry could need it.
+        (counted[TEXTS]
+         | "CountShares" >> beam.combiners.Count.Globally()
+         | "RemoveKeyParts" >> beam.ParDo(RemoveParts(key_parts)))
+        n_documents = counted[TEXTS] | "SumTexts" >> beam.CombineGlobally(sum)
         floor = n_documents | "Floor" >> beam.Map(frequency_floor, options)
         frequent_counter = Metrics.counter("boilerplate", "frequent_keys")
 
-        def as_set(keys: list[str]) -> frozenset[str]:
+        def as_set(keys: np.ndarray) -> frozenset[str]:
             frequent_counter.inc(len(keys))
-            return frozenset(keys)
+            return frozenset(key_text(key) for key in keys.tolist())
 
-        # Counted as arrays of 64-bit keys, a bundle's keys per bucket at a time: a line is
-        # never an element of its own, and each bucket's counts can sit on another worker.
         # Summed where received, not in a lifted combine: a sending bundle never holds every
         # distinct line it saw (tally.SumCounts).
         frequent = (
-            key_sets
-            | "BucketKeys" >> beam.ParDo(_BucketKeys(key_buckets(self._shares)))
+            counted.keys
             | "CountKeys" >> SumCounts()
-            | "KeepFrequent" >> beam.FlatMap(
-                lambda kv, f: kv[1][0][kv[1][1] >= f].tolist(), AsSingleton(floor))
+            | "KeepFrequent" >> beam.Map(lambda kv, f: kv[1][0][kv[1][1] >= f], AsSingleton(floor))
             | "Collect" >> beam.combiners.ToList()
-            | "AsSet" >> beam.Map(lambda keys: as_set([key_text(key) for key in keys]))
-            .with_output_types(frozenset[str])
+            | "Sorted" >> beam.Map(_sorted_keys).with_output_types(np.ndarray)
         )
+        frequent_set = frequent | "AsSet" >> beam.Map(as_set).with_output_types(frozenset[str])
         # The side input is known only once every document is counted: until then the
         # documents wait in part files, and only the parts' paths wait in memory.
         stripped = (
             documents
             | "Park" >> SpillRecords(parked, Document)
             | "Spread" >> beam.Reshuffle()
-            | "Strip" >> beam.ParDo(_Strip(options, self._memo), AsSingleton(frequent))
+            | "Strip" >> beam.ParDo(_Strip(options, self._memo), AsSingleton(frequent_set))
             .with_outputs(REJECTED, REMOVED, main="documents")
         )
         (stripped.documents
@@ -459,4 +592,4 @@ class RemoveBoilerplate(beam.PTransform):
             | "TopRemoved" >> beam.combiners.Top.Of(TOP_REMOVED, key=lambda kv: (kv[1][0], kv[0]))
             | "AsRows" >> beam.Map(_top_removed)
         )
-        return BoilerplateOutputs(stripped.documents, stripped[REJECTED], removed)
+        return BoilerplateOutputs(stripped.documents, stripped[REJECTED], removed, frequent)

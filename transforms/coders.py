@@ -30,6 +30,7 @@ from apache_beam.coders.coder_impl import create_InputStream, create_OutputStrea
 # tuple[...] would be to a type checker as well.
 from apache_beam.typehints import trivial_inference, typehints
 
+from chunkline.key_sets import KEY, TEXT_HASH, KeySets, checked
 from chunkline.records import (
     ChunkRecord,
     Document,
@@ -286,6 +287,22 @@ def decode_rejected(stream) -> Rejected:
     return Rejected(*(_read_str(stream) for _ in range(3)))
 
 
+def encode_key_sets(out, batch: KeySets) -> None:
+    # Each array's bytes as they lie (fixed-width, little-endian): numpy reads them back
+    # without a copy, and equal batches encode equally.
+    hashes, offsets, keys = checked(batch)
+    out.write(np.ascontiguousarray(hashes).tobytes(), True)
+    out.write(np.ascontiguousarray(offsets, dtype="<i8").tobytes(), True)
+    out.write(np.ascontiguousarray(keys).tobytes(), True)
+
+
+def decode_key_sets(stream) -> KeySets:
+    hashes = np.frombuffer(stream.read_all(True), dtype=TEXT_HASH)
+    offsets = np.frombuffer(stream.read_all(True), dtype="<i8").astype(np.int64, copy=False)
+    keys = np.frombuffer(stream.read_all(True), dtype=KEY)
+    return checked(KeySets(hashes, offsets, keys))
+
+
 def _estimated_size(value: Any) -> int:
     """What :class:`_RecordCoder` estimates a record's encoding at: a string's UTF-8 (and its
     length), the sum over a record's fields and a tuple's items, a number, flag or None a few
@@ -385,7 +402,18 @@ class RejectedCoder(_RecordCoder):
         return Rejected
 
 
+class KeySetsCoder(_RecordCoder):
+    _encode, _decode = staticmethod(encode_key_sets), staticmethod(decode_key_sets)
+
+    def estimate_size(self, value: Any) -> int:
+        return sum(array.nbytes + 4 for array in value)
+
+    def to_type_hint(self):
+        return KeySets
+
+
 CODERS: dict[type, type[Coder]] = {
+    KeySets: KeySetsCoder,
     ChunkRecord: ChunkRecordCoder,
     Document: DocumentCoder,
     DocumentChunks: DocumentChunksCoder,

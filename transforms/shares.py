@@ -14,8 +14,9 @@ the same way (``transforms/dedupe.py``, ``_ShareBands``).
 A share's keys are grouped in memory where it is received: choose shares so that a share holds
 thousands of keys, not millions (``chunkline.pipeline.plan.join_shares``).
 
-A grouping with an element per record of an input of any size (boilerplate's key sets, one per
-text of a dump of millions of records) parks its lists instead (``park``): past the first
+A grouping with an element per record of an input of any size (a value per record of a dump
+of millions of records) parks its lists instead (``park``; boilerplate's key sets, which were
+such a grouping, now go as arrays and park the same way: ``transforms/clean.py``): past the first
 :data:`INLINE_ELEMENTS` of a bundle, each share's list is written to a part file
 (``transforms/spill.py``) and only ``(share, path)`` crosses the grouping, since the in-process
 runner holds a grouping's whole input in memory while the stage that makes it runs; the parts

@@ -11,6 +11,8 @@ reader (``chunkline.index.manifest``, ``pipeline/runs.py``, ``pipeline/run.py``,
       <run id>/<table>-NNNNN-of-MMMMM.parquet, ...   (a rerun writes only new and changed
                               rows: its manifest may list earlier runs' files)
       <run id>/_listing/<table>-NNNNN.json   each shard's files, as the manifest lists them
+      <run id>/boilerplate-frequent.parquet  the line keys boilerplate removal found frequent
+                              (``chunkline.key_sets``): the next run compares its own with them
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ CACHE = "_cache"
 # Left behind only by a process killed between writing and renaming or deleting them.
 STAGED_LATEST = ".LATEST."
 PROBE = ".probe-"
+BOILERPLATE_FREQUENT = "boilerplate-frequent.parquet"
 # The tables every manifest lists (``terms`` only when the run has BM25 statistics).
 TABLES = ("chunks", "documents", "rejected")
 

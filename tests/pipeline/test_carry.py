@@ -491,3 +491,16 @@ def test_two_worker_processes_recall_what_either_computed(tmp_path, monkeypatch)
     assert [e["path"] for e in listed] == [e["path"] for e in memo_listing(first.run_dir)]
     assert all(e["used"] == e["rows"] and e["age"] == 1 for e in listed), listed
     assert_tables_equal(first.run_dir, second.run_dir)
+
+
+def test_each_run_keeps_its_frequent_line_keys(carried) -> None:
+    """The run's frequent keys are kept beside its tables: the line that turned boilerplate is
+    what tells the second run's set from the first's."""
+    from chunkline.boilerplate import BoilerplateOptions, line_keys
+    from chunkline.key_sets import read_frequent
+
+    _, _, first, second, rebuild = carried
+    before, after = read_frequent(first.run_dir), read_frequent(second.run_dir)
+    assert list(after) == sorted(after) and after.tolist() == read_frequent(rebuild.run_dir).tolist()
+    assert set(before.tolist()) ^ set(after.tolist()) == {
+        int(key, 16) for key in line_keys(NEWSLETTER, BoilerplateOptions())}
