@@ -32,6 +32,8 @@ STATE_TABLE = "state"
 
 _COUNTED = b"B"  # what boilerplate counted: the text's doc_hash (32 bytes) and its line keys
 _BANDS = b"N"  # the band keys dedupe's LSH bucketed the (stripped) text by
+_PLACE = b"P"  # a record's bytes in its file (offset, length): read again from there alone
+_SPAN = struct.Struct("<QI")
 _LENGTH = struct.Struct("<I")
 
 
@@ -41,6 +43,8 @@ class Counted(NamedTuple):
     text_hash: bytes | None = None  # 32 bytes: chunkline.records.doc_hash of the text counted
     line_keys: np.ndarray | None = None  # uint64: boilerplate's candidate keys of that text
     bands: np.ndarray | None = None  # uint64: the band keys of the text dedupe signed
+    offset: int | None = None  # where the reader found a record's line in its file (plain JSONL)
+    length: int | None = None  # ... and its bytes there
 
 
 def pack_counted(text_hash_hex: str, keys: bytes) -> bytes:
@@ -58,14 +62,24 @@ def pack_bands(bands: np.ndarray) -> bytes:
     return _BANDS + _LENGTH.pack(len(data) // 8) + data
 
 
+def pack_place(offset: int, length: int) -> bytes:
+    """The reader's part: a record's line at ``offset`` of its (plain, uncompressed) file,
+    ``length`` bytes with its line break, so that a rerun reads that record alone again."""
+    return _PLACE + _SPAN.pack(offset, length)
+
+
 def unpack(packed: bytes) -> Counted:
     """The parts a document carries. A part recorded twice (a stage run again on a retried
     bundle) is the later one's: both are of the same text."""
     text_hash = line_keys = bands = None
+    offset = length = None
     at = 0
     while at < len(packed):
         tag = packed[at:at + 1]
-        if tag == _COUNTED:
+        if tag == _PLACE:
+            offset, length = _SPAN.unpack_from(packed, at + 1)
+            at += 1 + _SPAN.size
+        elif tag == _COUNTED:
             text_hash = packed[at + 1:at + 33]
             (count,) = _LENGTH.unpack_from(packed, at + 33)
             start = at + 37
@@ -78,7 +92,7 @@ def unpack(packed: bytes) -> Counted:
             at = start + 8 * count
         else:
             raise ValueError(f"a document's counted parts are damaged at byte {at}")
-    return Counted(text_hash, line_keys, bands)
+    return Counted(text_hash, line_keys, bands, offset, length)
 
 
 def state_schema(principals: bool = False) -> pa.Schema:
@@ -88,6 +102,9 @@ def state_schema(principals: bool = False) -> pa.Schema:
         pa.field("uri", pa.string(), nullable=False),
         pa.field("position", pa.int64(), nullable=False),
         pa.field("input_digest", pa.string(), nullable=False),
+        # A record of a plain JSONL file: its line's bytes there (null for any other document).
+        pa.field("offset", pa.int64(), nullable=True),
+        pa.field("length", pa.int64(), nullable=True),
         # Boilerplate's part (null with boilerplate off): the text it counted and that text's keys.
         pa.field("text_hash", pa.binary(32), nullable=True),
         pa.field("line_keys", pa.list_(pa.uint64()), nullable=True),
@@ -108,6 +125,8 @@ class StateRow(NamedTuple):
     uri: str
     position: int
     input_digest: str
+    offset: int | None
+    length: int | None
     text_hash: bytes | None
     line_keys: tuple[int, ...] | None
     doc_hash: str
@@ -122,7 +141,7 @@ def state_row(doc_id: str, uri: str, position: int, input_digest: str, counted: 
               principals: tuple[str, ...] | None) -> StateRow:
     """The row of a decided document: ``counted`` is what the stages recorded on it."""
     parts = unpack(counted)
-    return StateRow(doc_id, uri, position, input_digest, parts.text_hash,
+    return StateRow(doc_id, uri, position, input_digest, parts.offset, parts.length, parts.text_hash,
                     tuple(parts.line_keys.tolist()) if parts.line_keys is not None else None,
                     doc_hash,
                     tuple(parts.bands.tolist()) if parts.bands is not None else None,

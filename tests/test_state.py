@@ -16,6 +16,7 @@ from chunkline.state import (
     StateRow,
     pack_bands,
     pack_counted,
+    pack_place,
     state_row,
     state_schema,
     state_shard_key,
@@ -34,7 +35,9 @@ def test_what_a_document_carries_unpacks_as_packed(keys, bands) -> None:
     parts = unpack(packed)
     assert parts.text_hash == bytes.fromhex(HASH)
     assert parts.line_keys.tolist() == keys and parts.bands.tolist() == bands
-    assert unpack(b"") == (None, None, None)
+    assert unpack(b"") == (None,) * 5
+    placed = unpack(pack_place(2**40 + 3, 517) + packed)
+    assert (placed.offset, placed.length, placed.bands.tolist()) == (2**40 + 3, 517, bands)
 
 
 def test_a_damaged_pack_is_refused_not_misread() -> None:

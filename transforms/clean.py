@@ -335,7 +335,7 @@ class _KeysOfText(beam.DoFn):
         # (marked as this run's, so dedupe neither counts nor records it again): the strip reads
         # its keys and dedupe its hash, in whatever worker process they run. What was counted
         # goes on to the run's state table (chunkline.state).
-        yield carrying(dataclasses.replace(doc, counted=pack_counted(hashed, keys)), fresh)
+        yield carrying(dataclasses.replace(doc, counted=doc.counted + pack_counted(hashed, keys)), fresh)
 
     def _flush(self) -> list[KeySets]:
         if not self._held_hashes:

@@ -25,7 +25,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.pvalue import PBegin, PCollection, TaggedOutput
 
 from chunkline.state import PreviousState, StateSource
-from chunkline.containers import HEAD_BYTES
+from chunkline.containers import HEAD_BYTES, MEMBER_SEPARATOR
 from chunkline.credentials import CredentialOptions
 from chunkline.screening import screen_document, screen_text, screening_key
 from chunkline.ocr import using_page_cache
@@ -461,6 +461,94 @@ class _ReadPattern(beam.PTransform):
             .with_outputs(REJECTED, main="documents")
         )
         return ReadOutputs(decoded.documents, decoded[REJECTED])
+
+
+class Place(NamedTuple):
+    """Where a document was read (``Document.uri`` and ``position``) and, for a record of a
+    plain JSONL file, its line's bytes there (``chunkline.state.unpack(doc.counted)``'s offset and
+    length, as this run's read found them): what :class:`ReadPlaces` reads again."""
+
+    uri: str
+    position: int
+    offset: int | None = None
+    length: int | None = None
+
+
+def file_of(uri: str) -> str:
+    """The file a document's uri lies in: an archive member's or attachment's
+    (``<file>//<member>``, ``chunkline.containers.MEMBER_SEPARATOR``) is its container's."""
+    scheme, sep, rest = uri.partition("://")
+    if not sep:
+        scheme, rest = "", uri
+    path = rest.split(MEMBER_SEPARATOR, 1)[0]
+    return f"{scheme}://{path}" if sep else path
+
+
+class _PlacePieces(beam.DoFn):
+    """``(file, places)`` -> ``(piece, wanted places)``: a record whose line's bytes are known is
+    read alone (a one-line :class:`LineSlice`); any other document, with the whole file it lies
+    in. A file no longer there gives nothing: its documents are gone."""
+
+    def process(self, keyed: tuple[str, Iterable[Place]]):
+        path, places = keyed
+        try:
+            matched = FileSystems.match([path])[0].metadata_list
+        except Exception:  # noqa: BLE001 - each filesystem says "not there" its own way
+            matched = []
+        if not matched:
+            return
+        readable = ReadableFile(matched[0])
+        whole: set[tuple[str, int]] = set()
+        for place in places:
+            if place.offset is not None and place.length is not None and place.uri == path:
+                yield ((readable, LineSlice(place.offset, place.offset + place.length, place.position)),
+                       frozenset({(place.uri, place.position)}))
+            else:
+                whole.add((place.uri, place.position))
+        if whole:
+            yield readable, frozenset(whole)
+
+
+class _DecodePlaces(_DecodeFile):
+    """:class:`_DecodeFile` of a piece, keeping only the documents at the places asked for."""
+
+    def process(self, element):  # type: ignore[override]
+        piece, wanted = element
+        for record in super().process(piece):
+            if isinstance(record, Document) and (record.uri, record.position) in wanted:
+                yield record
+
+
+class ReadPlaces(beam.PTransform):
+    """``PCollection[Place]`` -> ``PCollection[Document]``: the documents at those places read
+    again, each exactly as :class:`ReadDocuments` of ``pattern`` with the same arguments makes
+    it (ids, facts, input digest, the memo entries it carries). A rerun reads again only the
+    unchanged documents a change affected (docs/ARCHITECTURE.md, "A rerun whose work follows
+    the change"): a JSONL record from its line's bytes alone, any other document from its file
+    (a Parquet row, an archive member or a page of a PDF with its whole file). A place whose file
+    is gone, or that no longer holds a document, gives nothing: the caller compares what it
+    asked for with what came back."""
+
+    def __init__(self, pattern: str, options: ReadOptions | None = None, ocr_cache: str | None = None,
+                 trusted: MemoSource | None = None, credentials: CredentialOptions = CredentialOptions(),
+                 memo: MemoSource | None = None) -> None:
+        super().__init__()
+        self._pattern = pattern
+        self._options = options if options is not None else ReadOptions()
+        self._ocr_cache, self._trusted, self._credentials, self._memo = ocr_cache, trusted, credentials, memo
+
+    def expand(self, places: PCollection[Place]):
+        memo = self._memo if self._memo is not None else self._trusted
+        return (
+            places
+            | "ByFile" >> beam.Map(lambda place: (file_of(place.uri), place))
+            | "GroupByFile" >> beam.GroupByKey()
+            | "Pieces" >> beam.ParDo(_PlacePieces())
+            | "Decode" >> beam.ParDo(_DecodePlaces(input_root(self._pattern), self._options,
+                                                   self._ocr_cache, self._trusted,
+                                                   self._credentials, memo))
+            .with_output_types(Document)
+        )
 
 
 class ReadDocuments(beam.PTransform):

@@ -130,7 +130,7 @@ def stream_file(uri: str, root: str, handle: BinaryIO, size: int, options: ReadO
                                  part if isinstance(part, ParquetSlice) else None)
     else:
         records = stream_jsonl(uri, path_id, handle, options,
-                               part if isinstance(part, LineSlice) else None)
+                               part if isinstance(part, LineSlice) else None, places=True)
     for record in records:
         yield (_finished(replace(record, format=FORMATS.get(ext, ""), file_size=size, file_modified=modified),
                          path_id, options) if isinstance(record, Document) else record)

@@ -11,6 +11,7 @@ from typing import Any, BinaryIO, Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from chunkline.state import pack_place
 from chunkline.metadata import NUL, MetadataError, metadata_pairs
 from chunkline.readers.formats import BINARY, EMPTY, over_limit
 from chunkline.readers.options import ReadOptions
@@ -77,12 +78,14 @@ def jsonl_slices(handle: BinaryIO, slice_bytes: int) -> list[LineSlice]:
 
 
 def stream_jsonl(uri: str, path_id: str, handle: BinaryIO, options: ReadOptions,
-                 part: LineSlice | None = None) -> Iterator[Document | Rejected]:
+                 part: LineSlice | None = None, places: bool = False) -> Iterator[Document | Rejected]:
     """The records of a JSONL file read from ``handle`` a line at a time: memory holds one
     line, whatever the file's size. Only a file behind a UTF-16 or UTF-32 BOM is read whole
     (it must be decoded before it has lines). With ``part``, only that piece of the file
     (:func:`jsonl_slices`): its lines keep their file-wide numbers; the file's head decides,
-    in every piece, whether it is binary (the first piece says so)."""
+    in every piece, whether it is binary (the first piece says so). With ``places`` (``handle``
+    is the file itself), each record carries where its line lies in it
+    (``chunkline.state.pack_place``), so that a rerun can read that record alone again."""
     encoding = "utf-8"  # RFC 8259 section 8.1: JSON exchanged between systems is UTF-8
     head = handle.read(SNIFF_BYTES)
     bom = next((name for bom, name in BOMS if head.startswith(bom)), None)
@@ -95,6 +98,7 @@ def stream_jsonl(uri: str, path_id: str, handle: BinaryIO, options: ReadOptions,
         # As UTF-8 again, the lines take the one path below (a decoded text re-encodes losslessly).
         text, encoding = decoded
         lines = iter(io.BytesIO(text.encode("utf-8")))
+        places = False  # the lines' offsets are in the re-encoded text, not the file
     elif looks_binary(head):
         if part is None or part.start == 0:
             yield Rejected(uri, path_id, BINARY)
@@ -120,7 +124,8 @@ def stream_jsonl(uri: str, path_id: str, handle: BinaryIO, options: ReadOptions,
         if isinstance(result, str):
             yield Rejected(uri, locator(path_id, number), f"line {number}: {result}")
         else:
-            yield replace(result, position=number, encoding=encoding)
+            yield replace(result, position=number, encoding=encoding,
+                          counted=pack_place(line_start, len(line)) if places else b"")
     if not found and part is None:  # a sliced file has text: some piece yields a record
         yield Rejected(uri, path_id, f"{EMPTY} (no JSON lines)")
 

@@ -447,6 +447,15 @@ def test_one_edited_record_of_a_dump_writes_one_documents_row(tmp_path) -> None:
     assert [f.rows for f in mine] == [1], files
     metadata = json.loads(table(second.run_dir, "documents").column("metadata")[0].as_py())
     assert metadata == {"source_uri": str(dump)}
+    # The state table says where each record's line lies in the dump (chunkline.state), the
+    # edited one's where the edit put it.
+    data = dump.read_bytes()
+    state = table(second.run_dir, "state").to_pylist()
+    assert len(state) == 40
+    for row in state:
+        line = data[row["offset"]:row["offset"] + row["length"]]
+        assert line.endswith(b"\n") and json.loads(line)["id"] == row["doc_id"]
+        assert data[:row["offset"]].count(b"\n") + 1 == row["position"]
     # Weighed against the first run's recorded reference length, as the rerun is.
     rebuild = job(corpus, tmp_path / "rebuild", "output.carry=false", f"output.previous={first.run_dir}")
     assert_tables_equal(second.run_dir, rebuild.run_dir)
