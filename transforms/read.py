@@ -512,7 +512,7 @@ class _PlacePieces(beam.DoFn):
 class _DecodePlaces(_DecodeFile):
     """:class:`_DecodeFile` of a piece, keeping only the documents at the places asked for."""
 
-    def process(self, element):  # type: ignore[override]
+    def process(self, element):
         piece, wanted = element
         for record in super().process(piece):
             if isinstance(record, Document) and (record.uri, record.position) in wanted:
