@@ -10,7 +10,8 @@ decisions stand unless a change elsewhere reaches it. Two corpus-wide stages can
   hash or an LSH bucket with it, or a component they shared loses or gains a member
   (:func:`dedupe_affected`).
 
-Both are numpy over the whole state, with no Python step per document. The re-processed
+Both are numpy over the whole state, with no Python loop per document (string columns are
+digested by Python's own ``hash``, called from C). The re-processed
 documents (the changed, new and affected ones), deduplicated alone, get the decisions a full
 run over the whole corpus gives them, and every settled document keeps its previous decision:
 ``tests/test_settle.py`` holds both to a full recomputation.
@@ -118,32 +119,95 @@ def _fmix64(h: np.ndarray) -> np.ndarray:
     return h ^ (h >> np.uint64(33))
 
 
+def _fold(fixed: np.ndarray) -> np.ndarray:
+    """(m,) uint64 of ``m`` fixed-width byte strings (``S`` or ``V``): each one's bytes folded 8
+    at a time through MurmurHash3's finalizer, its width first. Equal strings, equal values."""
+    width = fixed.dtype.itemsize
+    data = np.zeros((len(fixed), -(-width // 8) * 8), np.uint8)
+    data[:, :width] = np.ascontiguousarray(fixed).view(np.uint8).reshape(len(fixed), width)
+    words = data.view("<u8")
+    folded = np.full(len(fixed), np.uint64(width), np.uint64)
+    with np.errstate(over="ignore"):
+        for column in range(words.shape[1]):
+            folded = _fmix64(folded ^ words[:, column]) + np.uint64(column + 1)
+    return folded
+
+
 def band_key_hashes(keys: np.ndarray) -> np.ndarray:
     """``chunkline.minhash.band_key_array``'s ``(n, bands)`` fixed-width keys -> ``(n, bands)``
     uint64, 8 bytes a key to keep instead of ``2 + 4 x rows``: each key's bytes (its band
-    index, rows and any access prefix) folded 8 at a time through MurmurHash3's finalizer.
-    Equal keys give equal values; two different keys share one with probability ~2^-64, and a
-    false share only makes a settled document affected that need not be."""
+    index, rows and any access prefix) folded through MurmurHash3's finalizer. Equal keys give
+    equal values; two different keys share one with probability ~2^-64, and a false share only
+    makes a settled document affected that need not be (the closure still holds)."""
     keys = np.asarray(keys)
     if keys.ndim != 2 or keys.dtype.kind != "V":
         raise ValueError(f"band keys must be an (n, bands) array of fixed-width keys, not {keys.dtype} "
                          f"{keys.shape}")
-    count, bands = keys.shape
-    width = keys.dtype.itemsize
-    data = np.zeros((count * bands, -(-width // 8) * 8), np.uint8)
-    data[:, :width] = np.ascontiguousarray(keys).view(np.uint8).reshape(count * bands, width)
-    words = data.view("<u8")
-    folded = np.full(count * bands, np.uint64(width), np.uint64)
-    with np.errstate(over="ignore"):
-        for column in range(words.shape[1]):
-            folded = _fmix64(folded ^ words[:, column]) + np.uint64(column + 1)
-    return folded.reshape(count, bands)
+    return _fold(keys.reshape(-1)).reshape(keys.shape)
 
 
-def _any_of(owners: np.ndarray, hits: np.ndarray, n: int) -> np.ndarray:
-    """(n,) bool: the documents owning one of the values marked in ``hits`` (``owners``: the
-    document of each value)."""
-    return np.bincount(owners[hits], minlength=n).astype(bool) if n else np.zeros(0, bool)
+def _digests(*columns: np.ndarray) -> list[np.ndarray]:
+    """Each column's values as uint64, equal for equal values across the columns (taken at
+    their common dtype, so ``S32`` and ``S33`` copies of one hash agree): integers as they
+    are, fixed-width bytes folded (:func:`_fold`), strings by Python's own ``hash`` (called from
+    C through ``map``: ~50 ns a string, where sorting them compares Python objects, ~8 s a
+    million). Two values that differ share a digest with probability ~2^-64, and that only
+    adds documents to an affected set, which stays closed."""
+    arrays = [np.asarray(column) for column in columns]
+    for array in arrays:
+        if array.ndim != 1:
+            raise ValueError(f"a column must be 1-D, not {array.shape}")
+    common = np.result_type(*arrays)
+    out = []
+    for array in (array.astype(common) for array in arrays):
+        if common.kind in "ui":
+            out.append(array.astype(np.uint64))
+        elif common.kind in "SV":
+            out.append(_fold(array))
+        else:
+            out.append(np.fromiter(map(hash, array.tolist()), dtype=np.int64, count=len(array)).view(np.uint64))
+    return out
+
+
+def _holding(owners: np.ndarray, values: np.ndarray, wanted: np.ndarray, n: int) -> np.ndarray:
+    """(n,) bool: the documents holding one of ``wanted`` among their ``values`` (``owners``:
+    the document of each value), by a binary search of the few wanted values per value, in
+    one pass, not a sort of the many."""
+    wanted = np.unique(wanted)
+    if len(wanted) == 0 or n == 0:
+        return np.zeros(n, bool)
+    index = np.minimum(np.searchsorted(wanted, values), len(wanted) - 1)
+    return np.bincount(owners[wanted[index] == values], minlength=n).astype(bool)
+
+
+class _Index:
+    """A column sorted once, with the document of each value: the holders of a few values are
+    then a binary search each (``np.searchsorted``) and a slice, not a pass over the column,
+    however many rounds ask."""
+
+    def __init__(self, values: np.ndarray, owners: np.ndarray) -> None:
+        order = np.argsort(values)
+        self.values, self.owners = values[order], owners[order]
+
+    def _spans(self, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return (np.searchsorted(self.values, wanted, "left"),
+                np.searchsorted(self.values, wanted, "right"))
+
+    def counts(self, wanted: np.ndarray) -> np.ndarray:
+        """How many values equal each of ``wanted``."""
+        low, high = self._spans(wanted)
+        return high - low
+
+    def mark(self, wanted: np.ndarray, n: int) -> np.ndarray:
+        """(n,) bool: the documents holding one of ``wanted``."""
+        low, high = self._spans(np.unique(wanted))
+        lengths = high - low
+        total = int(lengths.sum())
+        # The positions low[i]..high[i]-1 of every span, as one array.
+        positions = np.arange(total) + np.repeat(low - (np.cumsum(lengths) - lengths), lengths)
+        marked = np.zeros(n, bool)
+        marked[self.owners[positions]] = True
+        return marked
 
 
 def boilerplate_affected(state: SettledState, frequent_now: np.ndarray,
@@ -154,19 +218,7 @@ def boilerplate_affected(state: SettledState, frequent_now: np.ndarray,
     (``chunkline.boilerplate.frequency_floor``): only the set matters, not why it moved."""
     changed = np.setxor1d(np.asarray(frequent_now, np.uint64), np.asarray(frequent_before, np.uint64))
     keys = state.line_keys
-    return _any_of(keys.owners(), np.isin(keys.values, changed), len(state))
-
-
-def _codes(*columns: np.ndarray) -> list[np.ndarray]:
-    """Each column's values as int64 codes over all of them together: equal values, equal
-    codes, so the tests below are integer ``isin`` whatever the values' type."""
-    arrays = [np.asarray(column) for column in columns]
-    joined = np.concatenate(arrays) if arrays else np.empty(0)
-    if len(joined) == 0:
-        return [np.empty(0, np.int64) for _ in arrays]
-    _, inverse = np.unique(joined, return_inverse=True)
-    bounds = np.cumsum([len(array) for array in arrays])[:-1]
-    return [part.astype(np.int64) for part in np.split(inverse.reshape(-1), bounds)]
+    return _holding(keys.owners(), keys.values, changed, len(state))
 
 
 def dedupe_affected(state: SettledState, touch: Touch, *, max_bucket_pairs: int) -> np.ndarray:
@@ -199,26 +251,33 @@ def dedupe_affected(state: SettledState, touch: Touch, *, max_bucket_pairs: int)
     if max_bucket_pairs < 1:
         raise ValueError(f"max_bucket_pairs must be at least 1, not {max_bucket_pairs}")
     n = len(state)
-    ids, touch_ids = _codes(state.doc_id, touch.doc_id)
-    hashes, touch_hashes = _codes(state.doc_hash, touch.doc_hash)
-    survivors, touch_survivors = _codes(state.survivor, touch.survivor)
-    signed_rows = np.flatnonzero(np.asarray(state.signed, bool))
-    owners = np.repeat(signed_rows, state.band_keys.shape[1])
-    keys, touch_keys = _codes(state.band_keys[signed_rows].reshape(-1), np.asarray(touch.band_keys))
+    documents = np.arange(n)
+    ids, touch_ids = _digests(state.doc_id, touch.doc_id)
+    survivors, touch_survivors = _digests(state.survivor, touch.survivor)
+    hashes, touch_hashes = _digests(state.doc_hash, touch.doc_hash)
+    by_id, by_survivor, by_hash = _Index(ids, documents), _Index(survivors, documents), _Index(hashes, documents)
+    signed = np.asarray(state.signed, bool)
+    keys = np.asarray(state.band_keys, np.uint64)
+    signed_rows = np.flatnonzero(signed)
+    by_key = _Index(keys[signed_rows].reshape(-1), np.repeat(signed_rows, keys.shape[1]))
 
-    sharing_id = np.isin(ids, touch_ids)
-    moved = sharing_id | np.isin(hashes, np.union1d(touch_hashes, hashes[sharing_id]))
-    moved_keys = keys[moved[owners]]
-    affected = moved | _any_of(owners, np.isin(keys, np.union1d(touch_keys, moved_keys)), n)
+    sharing_id = by_id.mark(touch_ids, n)
+    moved = sharing_id | by_hash.mark(np.concatenate((touch_hashes, hashes[sharing_id])), n)
+    affected = moved | by_key.mark(
+        np.concatenate((np.asarray(touch.band_keys, np.uint64), keys[moved & signed].reshape(-1))), n)
 
-    # A bucket's holders among the settled documents: more than the cap, and its pairs are a
-    # star from its smallest member (touched holders make every holder affected already).
-    capped = np.bincount(keys, minlength=int(keys.max()) + 1 if len(keys) else 0)[keys] > max_bucket_pairs
+    # Each round takes the documents the last one added (the frontier): their survivors, ids
+    # and capped band keys mark the documents holding one. Every document is expanded once.
+    frontier = affected.copy()
+    wanted_survivors = np.concatenate((survivors[frontier], touch_survivors))
     while True:
-        grown = (affected
-                 | np.isin(survivors, np.union1d(survivors[affected], touch_survivors))
-                 | np.isin(ids, ids[affected])
-                 | _any_of(owners, np.isin(keys, keys[capped & affected[owners]]), n))
-        if np.array_equal(grown, affected):
+        frontier_keys = np.unique(keys[frontier & signed].reshape(-1))
+        # A key held by more than the cap: its bucket pairs only its smallest member (a key a
+        # touched document holds made every holder affected already).
+        capped = frontier_keys[by_key.counts(frontier_keys) > max_bucket_pairs]
+        grown = by_survivor.mark(wanted_survivors, n) | by_id.mark(ids[frontier], n) | by_key.mark(capped, n)
+        frontier = grown & ~affected
+        if not frontier.any():
             return affected
-        affected = grown
+        affected |= frontier
+        wanted_survivors = survivors[frontier]

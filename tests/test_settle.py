@@ -424,3 +424,17 @@ def test_malformed_columns_are_refused_with_a_reason() -> None:
     with pytest.raises(ValueError, match="max_bucket_pairs must be at least 1"):
         dedupe_affected(state, touch, max_bucket_pairs=0)
     assert dedupe_affected(state, touch, max_bucket_pairs=1).tolist() == [False]
+
+
+def test_columns_of_different_widths_compare_by_value() -> None:
+    """A hash kept as S32 in the state and S40 in the touch, ids as str and as object: equal
+    values still share."""
+    empty = Csr.of([[], []])
+    state = SettledState(np.array(["a", "b"]), np.array([b"x" * 32, b"y" * 32], dtype="S32"),
+                         np.zeros((2, 1), np.uint64), np.zeros(2, bool), np.array(["a", "b"]), empty, empty)
+    touch = Touch(np.array(["c"], dtype=object), np.array([b"y" * 32], dtype="S40"),
+                  np.zeros(0, np.uint64), np.array([], dtype=object))
+    assert dedupe_affected(state, touch, max_bucket_pairs=1).tolist() == [False, True]
+    touch = Touch(np.array(["a"], dtype=object), np.array([b"z"], dtype="S40"),
+                  np.zeros(0, np.uint64), np.array([], dtype=object))
+    assert dedupe_affected(state, touch, max_bucket_pairs=1).tolist() == [True, False]
