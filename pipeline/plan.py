@@ -23,7 +23,7 @@ from chunkline.access import AccessPolicy, load_policy
 from chunkline.carry import CARRY_TABLE
 from chunkline.context import context_reserve, resolve_api_key
 from chunkline.index.layout import CACHE, LATEST, PROBE, format_run_id
-from chunkline.index.tables import has_table, live_files
+from chunkline.index.tables import Deletions, has_table, live_files
 from chunkline.memo import MEMO_DIR, Listed, MemoSource, retired, shares_for
 from chunkline.sizers import model_fingerprint
 from chunkline.splitting.options import split_budget
@@ -253,16 +253,17 @@ def memo_source(config: Config, run_dir: str) -> MemoSource | None:
 
 
 def carry_pairs(config: Config, signature: str
-                ) -> tuple[list[tuple[str, str]], list[tuple[str, tuple[int, ...]]], str | None,
-                           list[tuple[int, ...]]]:
+                ) -> tuple[list[tuple[str, str]], list[tuple[str, Deletions]], str | None,
+                           list[tuple[Deletions, Deletions]]]:
     """(the (chunk shard, carry sidecar) pairs of the run this one follows whose rows may be
-    carried, that run's documents shards with their deleted row positions, why there are no
-    pairs, each pair's deleted row positions): the published run (``output.previous``'s when given, none with
-    ``reuse_latest`` off); pairs only when it was made under the same processing signature.
-    A pair may lie in an earlier run's folder, and some of its rows may be deleted (a
-    format-2 manifest, ``chunkline.index.tables``): they are never carried. Every row is
-    checked again in the job; the documents tell an edited document from one only a
-    corpus-wide change moved."""
+    carried, that run's documents shards with their deleted rows, why there are no pairs, each
+    pair's deleted rows, of the shard and of the sidecar): the published run
+    (``output.previous``'s when given, none with ``reuse_latest`` off); pairs only when it was
+    made under the same processing signature. A pair may lie in an earlier run's folder, and
+    some of its rows may be deleted (``chunkline.index.tables``): they are never carried.
+    Deleted rows are :class:`Deletions`, references to their shard's deletion file: the
+    driver reads none (the worker that reads a shard reads its). Every row is checked again in
+    the job; the documents tell an edited document from one only a corpus-wide change moved."""
     if not config.output.carry:
         return [], [], None, []
     if not (config.output.previous or config.output.reuse_latest):
@@ -276,7 +277,7 @@ def carry_pairs(config: Config, signature: str
     if run_dir is None or manifest is None:
         return [], [], None, []
     name = run_dir.rstrip("/").rsplit("/", 1)[-1]
-    documents = [(file.path, file.deleted) for file in live_files(run_dir, manifest, "documents")]
+    documents = [(file.path, file.deletions) for file in live_files(run_dir, manifest, "documents")]
     sidecars = live_files(run_dir, manifest, CARRY_TABLE)
     if not sidecars:
         return [], documents, f"{name} has no carry sidecars (an older chunkline): every document is computed", []
@@ -284,17 +285,33 @@ def carry_pairs(config: Config, signature: str
         return [], documents, (f"{name} was made with other processing (split, context, embed or "
                                f"BM25 settings, or the code): every document is computed"), []
     # A sidecar is carry-SSSSS-of-NNNNN.parquet beside its chunks-SSSSS-of-NNNNN.parquet, its
-    # rows aligned with the shard's: the same positions are deleted in both.
+    # rows aligned with the shard's: the same positions are deleted in both (counted here,
+    # compared where the pair is verified, transforms/carry.py's verify_pair).
     by_shard = {(side.folder, side.name.rsplit("/", 1)[-1].split("-", 1)[1]): side
                 for side in sidecars if "-" in side.name.rsplit("/", 1)[-1]}
     pairs, deleted = [], []
     for chunks in live_files(run_dir, manifest, "chunks"):
         base = chunks.name.rsplit("/", 1)[-1]
         side = by_shard.get((chunks.folder, base.split("-", 1)[1])) if "-" in base else None
-        if side is not None and side.deleted == chunks.deleted:
+        if side is not None and side.deletions.count == chunks.deletions.count:
             pairs.append((chunks.path, side.path))
-            deleted.append(chunks.deleted)
+            deleted.append((chunks.deletions, side.deletions))
     return pairs, documents, None, deleted
+
+
+def carry_source(config: Config, signature: str, dim: int | None, normalize: bool
+                 ) -> tuple[CarrySource, str | None]:
+    """What the carry stage is handed (:func:`carry_pairs`, as a :class:`CarrySource`), and why
+    nothing may be carried. It holds paths and, for deleted rows, references to the shards'
+    deletion files, never positions: pickled into every carry worker, it stays the size of the
+    previous run's file list whatever it deletes."""
+    pairs, documents, note, deleted = carry_pairs(config, signature)
+    return CarrySource(tuple(pairs), signature,
+                       tuple(config.output.chunk_metadata) if config.output.chunk_metadata is not None else None,
+                       dim, normalize, documents=tuple(path for path, _ in documents),
+                       deleted=tuple(deleted) if any(c.count or s.count for c, s in deleted) else (),
+                       documents_deleted=tuple(gone for _, gone in documents)
+                       if any(gone.count for _, gone in documents) else ()), note
 
 
 def previous_terms(config: Config) -> tuple[str, ...]:
@@ -311,7 +328,7 @@ def previous_terms(config: Config) -> tuple[str, ...]:
         files = live_files(run_dir, load_manifest(run_dir), "terms") if run_dir is not None else []
     except ManifestError:
         return ()
-    return tuple(file.path for file in files if not file.deleted)
+    return tuple(file.path for file in files if not file.deletions.count)
 
 
 def reusable_files(run_dir: str, signature: str, dim: int) -> tuple[list[str], list[str]]:
@@ -550,14 +567,7 @@ def plan(config: Config, run_id: str) -> Plan:
     stored_dim = dim if config.embed is not None else None
     normalize = config.embed.normalize if config.embed is not None else False
     carry_key_signature = carry_signature(config, tokenizer_spec, max_tokens, signature, stored_dim)
-    pairs, previous_documents, carry_note, deleted = carry_pairs(config, carry_key_signature)
-    carry = CarrySource(tuple(pairs), carry_key_signature,
-                        tuple(config.output.chunk_metadata)
-                        if config.output.chunk_metadata is not None else None,
-                        stored_dim, normalize, documents=tuple(path for path, _ in previous_documents),
-                        deleted=tuple(deleted) if any(deleted) else (),
-                        documents_deleted=tuple(gone for _, gone in previous_documents)
-                        if any(gone for _, gone in previous_documents) else ())
+    carry, carry_note = carry_source(config, carry_key_signature, stored_dim, normalize)
     return Plan(run_dir, tokenizer_spec, max_tokens, stored_dim,
                 signature, previous, tuple(files), tuple(skipped), normalize, stages,
                 reference, reference_note, carry, carry_note, memo_source(config, run_dir),

@@ -35,7 +35,7 @@ from apache_beam.pvalue import AsSingleton, PCollection
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
-from chunkline.index.tables import SORT_ORDER, relative_path
+from chunkline.index.tables import SORT_ORDER, Deletions, relative_path, shard_deletion_file
 from chunkline.records import as_row, framed_state
 from chunkline.transforms.progress import WRITTEN, tally
 from chunkline.transforms.match import is_local
@@ -156,13 +156,25 @@ def same_output(path: str, other: str) -> bool:
 
 def write_listing(directory: str, table: str, index: int,
                   files: Sequence[tuple[str, int, Sequence[int]]]) -> None:
-    """The shard ``index`` of ``table`` as the manifest lists it (``chunkline.index.tables``,
-    format 2): each ``(path, rows, deleted positions)``, its path relative to OUTPUT (a file
-    may lie in an earlier run's folder), in order. A retried bundle writes the same."""
+    """The shard ``index`` of ``table`` as the manifest lists it (``chunkline.index.tables``):
+    each ``(path, rows, deleted positions)``, its path relative to OUTPUT (a file may lie in an
+    earlier run's folder), in order; the positions, when any, in the shard's own deletion file
+    (``chunkline.index.tables.shard_deletion_file``, in the run's ``deletes/``), which the
+    listing references, so the driver that makes the manifest never reads them (Iceberg v2's
+    position delete files, written by the writer of the data files they delete from). The
+    listing is ``{"files": [entry...], "deletes": the deletion file or null}``. A retried bundle
+    writes the same."""
     entries = [{"path": relative_path(path), "rows": rows, "deleted": list(deleted), "shard": index}
                for path, rows, deleted in files]
+    output, run_folder = directory.replace("\\", "/").rstrip("/").rsplit("/", 1)
+
+    def write(path: str, data: bytes) -> None:
+        with FileSystems.create(unlinked(FileSystems.join(output, *path.split("/")))) as handle:
+            handle.write(data)
+
+    listed, deletes = shard_deletion_file(run_folder, table, index, entries, write)
     with FileSystems.create(listing_path(directory, table, index)) as handle:
-        handle.write(json.dumps(entries).encode("utf-8"))
+        handle.write(json.dumps({"files": listed, "deletes": deletes}).encode("utf-8"))
 
 
 def unlinked(path: str) -> str:
@@ -420,7 +432,7 @@ class _WriteShard(beam.DoFn):
                  sidecar: Sidecar | None = None,
                  carried_rows: Callable[..., tuple[pa.Table, pa.Table | None, np.ndarray]] | None = None,
                  sort_columns: tuple[str, ...] = (),
-                 previous: tuple[str, tuple[tuple[str, tuple[int, ...]], ...]] | None = None,
+                 previous: tuple[str, tuple[tuple[str, Deletions], ...]] | None = None,
                  to_table: Callable[[list[bytes], pa.Schema], pa.Table | None] | None = None) -> None:
         self.carried_rows, self.sort_columns = carried_rows, sort_columns
         self.previous = previous
@@ -497,7 +509,7 @@ class _WriteShard(beam.DoFn):
             # several run folders), of this output.
             mine = [(shard, deleted) for shard, deleted in previous_files
                     if shard.rsplit("/", 1)[-1] == name and same_output(shard, path)]
-            if len(mine) == 1 and not mine[0][1] and intact_with_digest(mine[0][0], digest):
+            if len(mine) == 1 and not mine[0][1].count and intact_with_digest(mine[0][0], digest):
                 # The previous run's file holds these rows, as written: referenced, not copied.
                 tally(WRITTEN.format(table=self.table), count)
                 yield (self.table, mine[0][0], count, ())
@@ -543,7 +555,7 @@ class _WriteShard(beam.DoFn):
         if sidecar is not None and side_path is not None:
             yield (sidecar.table, side_path, count, ())
 
-    def _merge_on_read(self, path: str, encoded: Iterable[bytes], mine: list[tuple[str, tuple[int, ...]]]
+    def _merge_on_read(self, path: str, encoded: Iterable[bytes], mine: list[tuple[str, Deletions]]
                        ) -> list[tuple[str, str, int, tuple[int, ...]]] | None:
         """The shard as the previous files that hold its rows (a row of this run equal, column
         for column, to a live row of a previous file stays there) with the positions of the
@@ -552,7 +564,8 @@ class _WriteShard(beam.DoFn):
         for chunk shards (:data:`MOST_DEAD`, :data:`MOST_FILES`)."""
         try:
             previous = []
-            for shard, deleted in mine:
+            for shard, deletions in mine:
+                deleted = deletions.positions()  # this shard's deletion file only
                 with FileSystems.open(shard) as handle:
                     # Page checksums (written with every such shard): a damaged page is a
                     # shard written whole, never a row kept from garbage.
@@ -686,7 +699,7 @@ class WriteParquetShards(beam.PTransform):
                  carried: PCollection | None = None,
                  carried_rows: Callable[..., tuple[pa.Table, pa.Table | None, np.ndarray]] | None = None,
                  sort_columns: tuple[str, ...] = (),
-                 previous: tuple[str, Sequence[str | tuple[str, Sequence[int]]]] | None = None,
+                 previous: tuple[str, Sequence[str | tuple[str, Deletions | Sequence[int]]]] | None = None,
                  to_table: Callable[[list[bytes], pa.Schema], pa.Table | None] | None = None) -> None:
         super().__init__()
         if (previous is not None or to_table is not None) and (
@@ -694,9 +707,12 @@ class WriteParquetShards(beam.PTransform):
             raise ValueError("WriteParquetShards takes previous and to_table only for rows made "
                              "from the records alone (no finish, sidecar or carried rows)")
         self.to_table = to_table
-        # Each previous file as (path, deleted positions); a plain path: none deleted.
-        self.previous = (previous[0], tuple((p, ()) if isinstance(p, str) else (p[0], tuple(p[1]))
-                                            for p in previous[1])) if previous is not None else None
+        # Each previous file as (path, Deletions): a reference to its shard's deletion file, read
+        # by the one shard writer that needs it; a plain path: none deleted.
+        self.previous = (previous[0], tuple(
+            (p, Deletions()) if isinstance(p, str)
+            else (p[0], p[1] if isinstance(p[1], Deletions) else Deletions.listed(tuple(p[1])))
+            for p in previous[1])) if previous is not None else None
         if (carried is None) != (carried_rows is None) or (carried is not None and not sort_columns):
             raise ValueError("WriteParquetShards takes carried, carried_rows and sort_columns together")
         self.carried, self.carried_rows, self.sort_columns = carried, carried_rows, sort_columns

@@ -58,8 +58,16 @@ def shard(directory: Path, index: int) -> Path:
 
 def listing(directory: Path, index: int) -> list[dict]:
     """The shard's files as its listing names them (``chunkline.transforms.write.write_listing``): this
-    run's own and the previous run's, paths relative to their common parent, with deletions."""
-    return json.loads((directory / "_listing" / f"documents-{index:05d}.json").read_text())
+    run's own and the previous run's, paths relative to their common parent, with deletions
+    (read back from the shard's deletion file, which the listing references)."""
+    listed = json.loads((directory / "_listing" / f"documents-{index:05d}.json").read_text())
+    positions: dict[str, list[int]] = {}
+    if listed["deletes"] is not None:
+        held = pq.read_table(directory.parent / listed["deletes"]["path"])
+        for name, at in zip(held.column("file").to_pylist(), held.column("pos").to_pylist()):
+            positions.setdefault(name, []).append(at)
+    return [{**{k: v for k, v in entry.items() if k != "deleted_rows"}, "deleted": positions.get(entry["path"], [])}
+            for entry in listed["files"]]
 
 
 def listed(directory: Path, index: int) -> Path:
