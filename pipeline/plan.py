@@ -32,6 +32,7 @@ from chunkline.pipeline.manifest import (ManifestError, complete_runs, latest_ru
                                table_files)
 from chunkline.pipeline.options import StageOptions, stage_options
 from chunkline.transforms.carry import CarrySource
+from chunkline.transforms.write import compaction_allowed
 
 log = logging.getLogger("chunkline.run")
 
@@ -254,10 +255,11 @@ def memo_source(config: Config, run_dir: str) -> MemoSource | None:
 
 def carry_pairs(config: Config, signature: str
                 ) -> tuple[list[tuple[str, str]], list[tuple[str, Deletions]], str | None,
-                           list[tuple[Deletions, Deletions]]]:
+                           list[tuple[Deletions, Deletions]], frozenset[str]]:
     """(the (chunk shard, carry sidecar) pairs of the run this one follows whose rows may be
     carried, that run's documents shards with their deleted rows, why there are no pairs, each
-    pair's deleted rows, of the shard and of the sidecar): the published run
+    pair's deleted rows, of the shard and of the sidecar, the chunk and documents shards this
+    run may compact: ``chunkline.transforms.write.compaction_allowed`` of each table): the published run
     (``output.previous``'s when given, none with ``reuse_latest`` off); pairs only when it was
     made under the same processing signature. A pair may lie in an earlier run's folder, and
     some of its rows may be deleted (``chunkline.index.tables``): they are never carried.
@@ -265,38 +267,42 @@ def carry_pairs(config: Config, signature: str
     driver reads none (the worker that reads a shard reads its). Every row is checked again in
     the job; the documents tell an edited document from one only a corpus-wide change moved."""
     if not config.output.carry:
-        return [], [], None, []
+        return [], [], None, [], frozenset()
     if not (config.output.previous or config.output.reuse_latest):
-        return [], [], None, []
+        return [], [], None, [], frozenset()
     try:
         run_dir = (resolve_run(config.output.previous) if config.output.previous
                    else latest_run(config.output.path))
         manifest = load_manifest(run_dir) if run_dir is not None else None
     except ManifestError:
-        return [], [], None, []  # reuse and the publish guard say what is wrong with it
+        return [], [], None, [], frozenset()  # reuse and the publish guard say what is wrong with it
     if run_dir is None or manifest is None:
-        return [], [], None, []
+        return [], [], None, [], frozenset()
     name = run_dir.rstrip("/").rsplit("/", 1)[-1]
-    documents = [(file.path, file.deletions) for file in live_files(run_dir, manifest, "documents")]
+    shards = live_files(run_dir, manifest, "documents")
+    documents = [(file.path, file.deletions) for file in shards]
+    compactable = compaction_allowed(shards)
     sidecars = live_files(run_dir, manifest, CARRY_TABLE)
     if not sidecars:
-        return [], documents, f"{name} has no carry sidecars (an older chunkline): every document is computed", []
+        return [], documents, (f"{name} has no carry sidecars (an older chunkline): every document "
+                               "is computed"), [], compactable
     if manifest.carry_signature != signature:
         return [], documents, (f"{name} was made with other processing (split, context, embed or "
-                               f"BM25 settings, or the code): every document is computed"), []
+                               f"BM25 settings, or the code): every document is computed"), [], compactable
     # A sidecar is carry-SSSSS-of-NNNNN.parquet beside its chunks-SSSSS-of-NNNNN.parquet, its
     # rows aligned with the shard's: the same positions are deleted in both (counted here,
     # compared where the pair is verified, transforms/carry.py's verify_pair).
     by_shard = {(side.folder, side.name.rsplit("/", 1)[-1].split("-", 1)[1]): side
                 for side in sidecars if "-" in side.name.rsplit("/", 1)[-1]}
     pairs, deleted = [], []
-    for chunks in live_files(run_dir, manifest, "chunks"):
+    chunk_files = live_files(run_dir, manifest, "chunks")
+    for chunks in chunk_files:
         base = chunks.name.rsplit("/", 1)[-1]
         side = by_shard.get((chunks.folder, base.split("-", 1)[1])) if "-" in base else None
         if side is not None and side.deletions.count == chunks.deletions.count:
             pairs.append((chunks.path, side.path))
             deleted.append((chunks.deletions, side.deletions))
-    return pairs, documents, None, deleted
+    return pairs, documents, None, deleted, compactable | compaction_allowed(chunk_files)
 
 
 def carry_source(config: Config, signature: str, dim: int | None, normalize: bool
@@ -305,13 +311,13 @@ def carry_source(config: Config, signature: str, dim: int | None, normalize: boo
     nothing may be carried. It holds paths and, for deleted rows, references to the shards'
     deletion files, never positions: pickled into every carry worker, it stays the size of the
     previous run's file list whatever it deletes."""
-    pairs, documents, note, deleted = carry_pairs(config, signature)
+    pairs, documents, note, deleted, compactable = carry_pairs(config, signature)
     return CarrySource(tuple(pairs), signature,
                        tuple(config.output.chunk_metadata) if config.output.chunk_metadata is not None else None,
                        dim, normalize, documents=tuple(path for path, _ in documents),
                        deleted=tuple(deleted) if any(c.count or s.count for c, s in deleted) else (),
                        documents_deleted=tuple(gone for _, gone in documents)
-                       if any(gone.count for _, gone in documents) else ()), note
+                       if any(gone.count for _, gone in documents) else (), compactable=compactable), note
 
 
 def previous_terms(config: Config) -> tuple[str, ...]:

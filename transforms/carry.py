@@ -78,6 +78,9 @@ class CarrySource(NamedTuple):
     # sidecar (aligned row for row: the same positions, which verify_pair checks): never
     # carried, never read as live. Empty: none deleted in any pair.
     deleted: tuple[tuple[Deletions, Deletions], ...] = ()
+    # The previous files (chunk shards and documents shards, full paths) this run may compact
+    # (chunkline.transforms.write.compaction_allowed, per table); None: every one.
+    compactable: frozenset[str] | None = None
 
     def deleted_of(self, pair: int) -> tuple[int, ...]:
         """The deleted row positions of pair ``pair`` (its shard's deletion file read, once per
@@ -511,8 +514,10 @@ class CarriedRows:
         file name: the same shard of as many), holds this run's columns, and its carried rows
         are what this run would write: no header to mark ``cached`` and every stored weight what
         this run computes (a re-based BM25 reference changes every row: every pair is written
-        again, once). Compaction, in the run that finds it: a pair more than
-        ``chunkline.transforms.write.MOST_DEAD`` of whose rows would be deleted is written again; and a
+        again, once). Compaction: a pair more than ``chunkline.transforms.write.MOST_DEAD`` of
+        whose rows would be deleted is written again when the plan allows it
+        (``CarrySource.compactable``), past ``HARD_MOST_DEAD`` always
+        (``chunkline.transforms.write.compacted``); and a
         shard lists at most ``chunkline.transforms.write.MOST_FILES`` files: when it would list more,
         every referenced pair but the one with the most live rows is merged into this run's
         file."""
@@ -562,7 +567,7 @@ class CarriedRows:
         previously = self.source.deleted_of(pair)
         live[np.asarray(previously, dtype=np.int64)] = False
         deleted = tuple(np.flatnonzero(~live).tolist())
-        if len(deleted) > shard_writer.MOST_DEAD * chunks.num_rows:
+        if shard_writer.compacted(chunk_path, len(deleted), chunks.num_rows, self.source.compactable):
             return None  # compacted: its live rows are written again
         mask = pa.array(live)
         if pc.any(pc.equal(chunks.column("context_status").filter(mask), OK)).as_py():

@@ -35,7 +35,7 @@ from apache_beam.pvalue import AsSingleton, PCollection
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
-from chunkline.index.tables import SORT_ORDER, Deletions, relative_path, shard_deletion_file
+from chunkline.index.tables import SORT_ORDER, Deletions, LiveFile, relative_path, shard_deletion_file
 from chunkline.records import as_row, framed_state
 from chunkline.transforms.progress import WRITTEN, tally
 from chunkline.transforms.match import is_local
@@ -127,10 +127,22 @@ def intact_with_digest(path: str, digest: str) -> bool:
         return False
 
 
-# Compaction (merge-on-read): a previous file is rewritten, in the run that finds it, once more
-# than this share of its rows would be deleted (its dead rows cost every read; Iceberg's
-# rewrite_data_files and Delta's OPTIMIZE use the same kind of bound) ...
+# Compaction (merge-on-read): a previous file is rewritten once more than this share of its rows
+# would be deleted (its dead rows cost every read; Iceberg's rewrite_data_files and Delta's
+# OPTIMIZE use the same kind of bound) ...
 MOST_DEAD = 0.2
+# ... by the runs its plan allows (compaction_allowed: a run rewrites at most about this share
+# of a table's bytes, its most dead files first), so that files written together (a full run's
+# shards, thinned out evenly by nightly changes) are compacted over several nights rather than
+# all in one, the partial progress of Iceberg's rewrite_data_files
+# (https://iceberg.apache.org/docs/latest/maintenance/#compact-data-files) and the memo's
+# rewrite budget (chunkline.memo.REWRITE_SHARE); 1/16 takes a table through in 16 runs, before
+# a file thinning by ~1 % a night passes the hard bound; a small table (up to REWRITE_FLOOR of
+# it, as for the memo) is compacted whole in the run that finds it ...
+REWRITE_SHARE = 1 / 16
+REWRITE_FLOOR = 256 << 10
+# ... past which a file is rewritten in the run that finds it, allowed or not.
+HARD_MOST_DEAD = 0.4
 # ... and a shard lists at most this many files (a base and a few small deltas): past it, every
 # file but the one with the most live rows is merged into the run's new file, so a read opens a
 # bounded number per shard.
@@ -144,6 +156,33 @@ LISTING_DIR = "_listing"
 
 def listing_path(directory: str, table: str, index: int) -> str:
     return FileSystems.join(directory, LISTING_DIR, f"{table}-{index:05d}.json")
+
+
+def compacted(path: str, dead: int, rows: int, allowed: frozenset[str] | None) -> bool:
+    """Whether a previous file ``path`` of ``rows`` rows, ``dead`` of them deleted once this run
+    is written, is compacted (its live rows written into this run's file) rather than
+    referenced: past :data:`MOST_DEAD` when ``allowed`` holds it (None: every file, no budget),
+    past :data:`HARD_MOST_DEAD` always."""
+    if dead > HARD_MOST_DEAD * rows:
+        return True
+    return dead > MOST_DEAD * rows and (allowed is None or path in allowed)
+
+
+def compaction_allowed(files: Sequence[LiveFile]) -> frozenset[str]:
+    """The paths of the previous run's ``files`` (one table's) a run may compact: the most dead
+    first (by the share of their rows the previous manifest deletes: counts, no deletion file
+    read), while their bytes fit :data:`REWRITE_SHARE` of the table's, or :data:`REWRITE_FLOOR`
+    when that is more; the last taken may pass it, so each run makes progress. Whether one is compacted is still :func:`compacted`'s, as
+    the shard writer finds it."""
+    budget = max(REWRITE_FLOOR, REWRITE_SHARE * sum(f.bytes or 0 for f in files))
+    ranked = sorted(files, key=lambda f: (-(f.deletions.count / f.rows) if f.rows else 0.0, f.path))
+    allowed = set()
+    for file in ranked:
+        if budget <= 0:
+            break
+        budget -= file.bytes or 0
+        allowed.add(file.path)
+    return frozenset(allowed)
 
 
 def same_output(path: str, other: str) -> bool:
@@ -433,9 +472,10 @@ class _WriteShard(beam.DoFn):
                  carried_rows: Callable[..., tuple[pa.Table, pa.Table | None, np.ndarray]] | None = None,
                  sort_columns: tuple[str, ...] = (),
                  previous: tuple[str, tuple[tuple[str, Deletions], ...]] | None = None,
-                 to_table: Callable[[list[bytes], pa.Schema], pa.Table | None] | None = None) -> None:
+                 to_table: Callable[[list[bytes], pa.Schema], pa.Table | None] | None = None,
+                 compactable: frozenset[str] | None = None) -> None:
         self.carried_rows, self.sort_columns = carried_rows, sort_columns
-        self.previous = previous
+        self.previous, self.compactable = previous, compactable
         self.to_table = to_table
         self.sidecar = sidecar
         self.shard_key = shard_key
@@ -561,7 +601,7 @@ class _WriteShard(beam.DoFn):
         for column, to a live row of a previous file stays there) with the positions of the
         rows gone deleted, and this run's file with the other rows, sorted; None (write the
         shard whole) when a previous file cannot be read or holds other columns. Compaction as
-        for chunk shards (:data:`MOST_DEAD`, :data:`MOST_FILES`)."""
+        for chunk shards (:func:`compacted`, :data:`MOST_FILES`)."""
         try:
             previous = []
             for shard, deletions in mine:
@@ -593,8 +633,8 @@ class _WriteShard(beam.DoFn):
             if wanted[key] > 0:  # no previous live row holds it
                 wanted[key] -= 1
                 new_rows[at] = True
-        kept = [f for f in found if f[2] and len(f[3]) <= MOST_DEAD * f[1].num_rows]
-        again = [f for f in found if f[2] and len(f[3]) > MOST_DEAD * f[1].num_rows]
+        again = [f for f in found if f[2] and compacted(f[0], len(f[3]), f[1].num_rows, self.compactable)]
+        kept = [f for f in found if f[2] and f not in again]
         if len(kept) + (1 if new_rows.any() or again else 0) > MOST_FILES:
             kept.sort(key=lambda f: -len(f[2]))
             again += kept[1:]
@@ -687,7 +727,9 @@ class WriteParquetShards(beam.PTransform):
     ``chunkline.transforms.carry.CarriedRows``), carried rows stay in the previous files that hold them
     and only the others are written. ``to_table(encoded records, schema)``: the rows
     of a row group made from the encoded records directly (None: decoded and converted one by
-    one, as without it)."""
+    one, as without it). ``compactable``: the previous files (full paths) this run may compact
+    past :data:`MOST_DEAD` (:func:`compaction_allowed`; None: every one), any past
+    :data:`HARD_MOST_DEAD` compacted whatever it holds."""
 
     def __init__(self, directory: str, table: str, schema: pa.Schema, shards: int,
                  shard_key: Callable[[Any], str], sort_key: Callable[[Any], Any],
@@ -700,8 +742,10 @@ class WriteParquetShards(beam.PTransform):
                  carried_rows: Callable[..., tuple[pa.Table, pa.Table | None, np.ndarray]] | None = None,
                  sort_columns: tuple[str, ...] = (),
                  previous: tuple[str, Sequence[str | tuple[str, Deletions | Sequence[int]]]] | None = None,
-                 to_table: Callable[[list[bytes], pa.Schema], pa.Table | None] | None = None) -> None:
+                 to_table: Callable[[list[bytes], pa.Schema], pa.Table | None] | None = None,
+                 compactable: frozenset[str] | None = None) -> None:
         super().__init__()
+        self.compactable = compactable
         if (previous is not None or to_table is not None) and (
                 finish is not None or sidecar is not None or carried is not None):
             raise ValueError("WriteParquetShards takes previous and to_table only for rows made "
@@ -757,7 +801,7 @@ class WriteParquetShards(beam.PTransform):
                 _WriteShard(self.directory, self.table, self.shards, self.schema,
                             self.sort_key, self.to_row, coder, self.finish, self.shard_key,
                             self.sidecar, self.carried_rows, self.sort_columns,
-                            self.previous, self.to_table),
+                            self.previous, self.to_table, self.compactable),
                 *side)
         )
         # After every shard is written: a part is never deleted while a retry could need it.
