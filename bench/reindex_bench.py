@@ -246,7 +246,7 @@ def index_bytes(output: Path, run_id: str, manifest: Manifest, skip: tuple[str, 
     return sum(Path(file.path).stat().st_size for table in manifest.listing.table_names() if table not in skip
                for file in live_files(run_dir, manifest, table)) + \
         sum((output / described.path).stat().st_size
-            for table, described in manifest.listing.deletes.items() if table not in skip)
+            for table, files in manifest.listing.deletes.items() if table not in skip for described in files)
 
 
 def run_process(corpus: Path, output: Path, overrides: list[str]) -> Measured:

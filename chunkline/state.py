@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from chunkline.index.layout import shard_name, shard_of
+from chunkline.index.tables import Deletions
 from chunkline.memo import BLOCK
 
 STATE_TABLE = "state"
@@ -170,14 +171,16 @@ class StateSource(NamedTuple):
     """The previous run's state table as its files (path, deleted row positions, shard) and its
     shard count; what a reader looks a document's row up in."""
 
-    files: tuple[tuple[str, tuple[int, ...], int], ...]
+    files: tuple[tuple[str, Deletions, int], ...]
     shards: int
 
 
-def state_source(files: Sequence[tuple[str, tuple[int, ...]]]) -> StateSource | None:
+def state_source(files: Sequence[tuple[str, Deletions | Sequence[int]]]) -> StateSource | None:
     """The source of a run's state files (``<run>/state-SSSSS-of-NNNNN.parquet``, with their
-    deleted positions); None when there are none or they disagree on the shard count."""
-    named = [(path, tuple(deleted), shard_name(path)) for path, deleted in files]
+    deleted rows: by reference, read where a reader needs them, or as positions); None when
+    there are none or they disagree on the shard count."""
+    named = [(path, deleted if isinstance(deleted, Deletions) else Deletions.listed(tuple(deleted)),
+              shard_name(path)) for path, deleted in files]
     counts = {name[2] for _, _, name in named if name is not None}
     if not named or len(counts) != 1 or any(name is None for _, _, name in named):
         return None
@@ -198,9 +201,9 @@ class PreviousState:
     def __init__(self, source: StateSource, open_file: Callable[[str], BinaryIO],
                  held: int = 4) -> None:
         self.source, self.open_file, self.held = source, open_file, held
-        self._by_shard: dict[int, list[tuple[str, frozenset[int]]]] = {}
+        self._by_shard: dict[int, list[tuple[str, Deletions]]] = {}
         for path, deleted, shard in source.files:
-            self._by_shard.setdefault(shard, []).append((path, frozenset(deleted)))
+            self._by_shard.setdefault(shard, []).append((path, deleted))
         self._metadata: dict[str, pq.FileMetaData] = {}
         self._loaded: OrderedDict[tuple[str, int], dict[int, tuple[str, str]]] = OrderedDict()
         self.loads = 0
@@ -226,7 +229,7 @@ class PreviousState:
         rows: dict[int, tuple[str, str]] = {}
         for path, deleted in self._by_shard.get(shard, ()):
             try:
-                rows.update(self._rows_in(path, deleted, uri, low, high))
+                rows.update(self._rows_in(path, frozenset(deleted.positions()), uri, low, high))
             except Exception:  # noqa: BLE001 - a damaged state file: its documents are read as new
                 continue
         return rows

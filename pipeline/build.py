@@ -213,6 +213,8 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
         # referenced, not encoded and compressed again; of one where some changed, only the
         # changed rows are written (merge-on-read by row).
         previous=(carry.signature, carry.document_files()) if carry is not None else None,
+        # Compaction spread over runs: the files the plan allows (its most dead, within a budget).
+        compactable=carry.compactable if carry is not None else None,
         # The text, most of the table, goes to Arrow as the UTF-8 its records hold.
         to_table=statuses_table,
     )

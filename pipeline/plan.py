@@ -24,7 +24,7 @@ from chunkline.access import AccessPolicy, load_policy
 from chunkline.carry import CARRY_TABLE
 from chunkline.context import context_reserve, resolve_api_key
 from chunkline.index.layout import CACHE, LATEST, PROBE, format_run_id
-from chunkline.index.tables import has_table, live_files
+from chunkline.index.tables import Deletions, has_table, live_files
 from chunkline.memo import MEMO_DIR, Listed, MemoSource, retired, shares_for
 from chunkline.sizers import model_fingerprint
 from chunkline.splitting.options import split_budget
@@ -33,6 +33,7 @@ from chunkline.pipeline.manifest import (ManifestError, complete_runs, latest_ru
                                table_files)
 from chunkline.pipeline.options import StageOptions, stage_options
 from chunkline.transforms.carry import CarrySource
+from chunkline.transforms.write import compaction_allowed
 
 log = logging.getLogger("chunkline.run")
 
@@ -73,7 +74,7 @@ class Plan:
     previous_terms: tuple[str, ...] = ()
     # The state table of the run this one follows (chunkline/state.py), each file with its
     # deleted row positions: this run's rows equal to a live one there stay there.
-    previous_state: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    previous_state: tuple[tuple[str, Deletions], ...] = ()
 
 
 class PreflightError(ValueError):
@@ -257,48 +258,70 @@ def memo_source(config: Config, run_dir: str) -> MemoSource | None:
 
 
 def carry_pairs(config: Config, signature: str
-                ) -> tuple[list[tuple[str, str]], list[tuple[str, tuple[int, ...]]], str | None,
-                           list[tuple[int, ...]]]:
+                ) -> tuple[list[tuple[str, str]], list[tuple[str, Deletions]], str | None,
+                           list[tuple[Deletions, Deletions]], frozenset[str]]:
     """(the (chunk shard, carry sidecar) pairs of the run this one follows whose rows may be
-    carried, that run's documents shards with their deleted row positions, why there are no
-    pairs, each pair's deleted row positions): the published run (``output.previous``'s when given, none with
-    ``reuse_latest`` off); pairs only when it was made under the same processing signature.
-    A pair may lie in an earlier run's folder, and some of its rows may be deleted (a
-    format-2 manifest, ``chunkline.index.tables``): they are never carried. Every row is
-    checked again in the job; the documents tell an edited document from one only a
-    corpus-wide change moved."""
+    carried, that run's documents shards with their deleted rows, why there are no pairs, each
+    pair's deleted rows, of the shard and of the sidecar, the chunk and documents shards this
+    run may compact: ``chunkline.transforms.write.compaction_allowed`` of each table): the published run
+    (``output.previous``'s when given, none with ``reuse_latest`` off); pairs only when it was
+    made under the same processing signature. A pair may lie in an earlier run's folder, and
+    some of its rows may be deleted (``chunkline.index.tables``): they are never carried.
+    Deleted rows are :class:`Deletions`, references to their shard's deletion file: the
+    driver reads none (the worker that reads a shard reads its). Every row is checked again in
+    the job; the documents tell an edited document from one only a corpus-wide change moved."""
     if not config.output.carry:
-        return [], [], None, []
+        return [], [], None, [], frozenset()
     if not (config.output.previous or config.output.reuse_latest):
-        return [], [], None, []
+        return [], [], None, [], frozenset()
     try:
         run_dir = (resolve_run(config.output.previous) if config.output.previous
                    else latest_run(config.output.path))
         manifest = load_manifest(run_dir) if run_dir is not None else None
     except ManifestError:
-        return [], [], None, []  # reuse and the publish guard say what is wrong with it
+        return [], [], None, [], frozenset()  # reuse and the publish guard say what is wrong with it
     if run_dir is None or manifest is None:
-        return [], [], None, []
+        return [], [], None, [], frozenset()
     name = run_dir.rstrip("/").rsplit("/", 1)[-1]
-    documents = [(file.path, file.deleted) for file in live_files(run_dir, manifest, "documents")]
+    shards = live_files(run_dir, manifest, "documents")
+    documents = [(file.path, file.deletions) for file in shards]
+    compactable = compaction_allowed(shards)
     sidecars = live_files(run_dir, manifest, CARRY_TABLE)
     if not sidecars:
-        return [], documents, f"{name} has no carry sidecars (an older chunkline): every document is computed", []
+        return [], documents, (f"{name} has no carry sidecars (an older chunkline): every document "
+                               "is computed"), [], compactable
     if manifest.carry_signature != signature:
         return [], documents, (f"{name} was made with other processing (split, context, embed or "
-                               f"BM25 settings, or the code): every document is computed"), []
+                               f"BM25 settings, or the code): every document is computed"), [], compactable
     # A sidecar is carry-SSSSS-of-NNNNN.parquet beside its chunks-SSSSS-of-NNNNN.parquet, its
-    # rows aligned with the shard's: the same positions are deleted in both.
+    # rows aligned with the shard's: the same positions are deleted in both (counted here,
+    # compared where the pair is verified, transforms/carry.py's verify_pair).
     by_shard = {(side.folder, side.name.rsplit("/", 1)[-1].split("-", 1)[1]): side
                 for side in sidecars if "-" in side.name.rsplit("/", 1)[-1]}
     pairs, deleted = [], []
-    for chunks in live_files(run_dir, manifest, "chunks"):
+    chunk_files = live_files(run_dir, manifest, "chunks")
+    for chunks in chunk_files:
         base = chunks.name.rsplit("/", 1)[-1]
         side = by_shard.get((chunks.folder, base.split("-", 1)[1])) if "-" in base else None
-        if side is not None and side.deleted == chunks.deleted:
+        if side is not None and side.deletions.count == chunks.deletions.count:
             pairs.append((chunks.path, side.path))
-            deleted.append(chunks.deleted)
-    return pairs, documents, None, deleted
+            deleted.append((chunks.deletions, side.deletions))
+    return pairs, documents, None, deleted, compactable | compaction_allowed(chunk_files)
+
+
+def carry_source(config: Config, signature: str, dim: int | None, normalize: bool
+                 ) -> tuple[CarrySource, str | None]:
+    """What the carry stage is handed (:func:`carry_pairs`, as a :class:`CarrySource`), and why
+    nothing may be carried. It holds paths and, for deleted rows, references to the shards'
+    deletion files, never positions: pickled into every carry worker, it stays the size of the
+    previous run's file list whatever it deletes."""
+    pairs, documents, note, deleted, compactable = carry_pairs(config, signature)
+    return CarrySource(tuple(pairs), signature,
+                       tuple(config.output.chunk_metadata) if config.output.chunk_metadata is not None else None,
+                       dim, normalize, documents=tuple(path for path, _ in documents),
+                       deleted=tuple(deleted) if any(c.count or s.count for c, s in deleted) else (),
+                       documents_deleted=tuple(gone for _, gone in documents)
+                       if any(gone.count for _, gone in documents) else (), compactable=compactable), note
 
 
 def previous_terms(config: Config) -> tuple[str, ...]:
@@ -315,12 +338,13 @@ def previous_terms(config: Config) -> tuple[str, ...]:
         files = live_files(run_dir, load_manifest(run_dir), "terms") if run_dir is not None else []
     except ManifestError:
         return ()
-    return tuple(file.path for file in files if not file.deleted)
+    return tuple(file.path for file in files if not file.deletions.count)
 
 
-def previous_state(config: Config) -> tuple[tuple[str, tuple[int, ...]], ...]:
+def previous_state(config: Config) -> tuple[tuple[str, Deletions], ...]:
     """The state table of the run carry follows (``chunkline.state``), each file with its
-    deleted row positions; none with carry off, or before a run kept one."""
+    deleted rows (by reference: read where they are needed, never here); none with carry off,
+    or before a run kept one."""
     if not config.output.carry or not (config.output.previous or config.output.reuse_latest):
         return ()
     try:
@@ -329,7 +353,7 @@ def previous_state(config: Config) -> tuple[tuple[str, tuple[int, ...]], ...]:
         files = live_files(run_dir, load_manifest(run_dir), STATE_TABLE) if run_dir is not None else []
     except ManifestError:
         return ()
-    return tuple((file.path, file.deleted) for file in files)
+    return tuple((file.path, file.deletions) for file in files)
 
 
 def reusable_files(run_dir: str, signature: str, dim: int) -> tuple[list[str], list[str]]:
@@ -568,14 +592,7 @@ def plan(config: Config, run_id: str) -> Plan:
     stored_dim = dim if config.embed is not None else None
     normalize = config.embed.normalize if config.embed is not None else False
     carry_key_signature = carry_signature(config, tokenizer_spec, max_tokens, signature, stored_dim)
-    pairs, previous_documents, carry_note, deleted = carry_pairs(config, carry_key_signature)
-    carry = CarrySource(tuple(pairs), carry_key_signature,
-                        tuple(config.output.chunk_metadata)
-                        if config.output.chunk_metadata is not None else None,
-                        stored_dim, normalize, documents=tuple(path for path, _ in previous_documents),
-                        deleted=tuple(deleted) if any(deleted) else (),
-                        documents_deleted=tuple(gone for _, gone in previous_documents)
-                        if any(gone for _, gone in previous_documents) else ())
+    carry, carry_note = carry_source(config, carry_key_signature, stored_dim, normalize)
     return Plan(run_dir, tokenizer_spec, max_tokens, stored_dim,
                 signature, previous, tuple(files), tuple(skipped), normalize, stages,
                 reference, reference_note, carry, carry_note, memo_source(config, run_dir),

@@ -10,7 +10,7 @@ import logging
 import os
 import time
 from datetime import datetime, timezone
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import apache_beam as beam
 import pyarrow as pa
@@ -23,9 +23,9 @@ from chunkline.context import COUNTERS as CONTEXT_COUNTERS
 from chunkline.context import METRICS_NAMESPACE as CONTEXT_NAMESPACE
 from chunkline.context import estimate_cost, over_failure_budget, summary_lines
 from chunkline.index.layout import LATEST, MANIFEST, STAGED_LATEST
-from chunkline.index.manifest_types import (FORMAT, INLINE_FORMAT, Manifest, Model, Split, access_from,
+from chunkline.index.manifest_types import (FORMAT, INLINE_FORMAT, Listing, Manifest, Model, Split, access_from,
                                             bm25_from, parse_listing, to_json)
-from chunkline.index.tables import read_table, relative_path, with_deletion_files
+from chunkline.index.tables import listed_deletions, read_table, relative_path
 from chunkline.pipeline.beam_options import job_options
 from chunkline.pipeline.build import build
 from chunkline.pipeline.config import Config, to_dict
@@ -178,21 +178,41 @@ def _size(path: str) -> int:
     return FileSystems.match([path])[0].metadata_list[0].size_in_bytes
 
 
-def run_tables(run_dir: str, tables: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
-    """Each of ``tables`` as the manifest (format 2, ``chunkline.index.tables``) lists it: the
-    files its shard writers listed (``chunkline.transforms.write.write_listing``: this run's own, and
-    earlier runs' files whose rows it keeps, with the positions no longer live), in shard
-    order; a table written otherwise (the BM25 terms), its files in the run folder, every row
-    live. Each file with its size."""
+class RunTables(NamedTuple):
+    """The run's tables as its manifest lists them (:func:`run_tables`)."""
+
+    tables: dict[str, list[dict[str, Any]]]  # each table's entries (format 2/4)
+    deletes: dict[str, list[dict[str, Any]]]  # the shards' deletion files it references, by table
+    unneeded: list[str]  # deletion files whose few positions went inline (relative to OUTPUT)
+
+    def listing(self, where: str, memo: list[dict[str, Any]] | None = None) -> Listing:
+        """The listing (format 4 with deletion files, else 2), with the ``memo`` table when given."""
+        return parse_listing({"format": FORMAT if self.deletes else INLINE_FORMAT,
+                              "tables": {**self.tables, **({MEMO_TABLE: memo} if memo is not None else {})},
+                              **({"deletes": self.deletes} if self.deletes else {})}, where=where)
+
+
+def run_tables(run_dir: str, tables: Sequence[str]) -> RunTables:
+    """Each of ``tables`` as the manifest (``chunkline.index.tables``) lists it: the files its
+    shard writers listed (``chunkline.transforms.write.write_listing``: this run's own, and
+    earlier runs' files whose rows it keeps, each counting its deleted rows, with its shard's
+    deletion file), in shard order; a table written otherwise (the BM25 terms), its files in the
+    run folder, every row live. Each file with its size. The positions stay in the shards'
+    deletion files, never read here, except a table's few (``listed_deletions``: at most
+    ``INLINE_DELETES``), which go inline."""
     output = run_dir.rstrip("/").rsplit("/", 1)[0]
     found: dict[str, list[dict[str, Any]]] = {}
+    deletes: dict[str, list[dict[str, Any]]] = {}
     for table in tables:
         pattern = FileSystems.join(run_dir, LISTING_DIR, f"{table}-*.json")
         listings = sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
         entries: list[dict[str, Any]] = []
-        for listing in listings:
+        for listing in listings:  # shard order: their names number the shards
             with FileSystems.open(listing) as handle:
-                entries.extend(json.loads(handle.read()))
+                listed = json.loads(handle.read())
+            entries.extend(listed["files"])
+            if listed["deletes"] is not None:
+                deletes.setdefault(table, []).append(listed["deletes"])
         if not listings:
             for path in _files(run_dir, table):
                 with FileSystems.open(path) as handle:
@@ -201,7 +221,7 @@ def run_tables(run_dir: str, tables: Sequence[str]) -> dict[str, list[dict[str, 
         for entry in entries:
             entry["bytes"] = _size(FileSystems.join(output, *entry["path"].split("/")))
         found[table] = entries
-    return found
+    return RunTables(*listed_deletions(output, found, deletes))
 
 
 def memo_table(output: str, run_dir: str, source: MemoSource,
@@ -251,15 +271,19 @@ def _segment_counts(result) -> dict[int, int] | None:
     return counts
 
 
-def _read_column(run_dir: str, tables: dict[str, list[dict[str, Any]]], table: str,
-                 column: str) -> list[Any]:
-    listing = parse_listing({"format": INLINE_FORMAT, "tables": tables}, where=run_dir)
+def _read_column(run_dir: str, listing: Listing, table: str, column: str) -> list[Any]:
     read = read_table(run_dir, listing, table, [column])
     return [] if read is None else read.column(column).to_pylist()
 
 
 def _live_rows(tables: dict[str, list[dict[str, Any]]], table: str) -> int:
-    return sum(entry["rows"] - len(entry["deleted"]) for entry in tables[table])
+    return sum(entry["rows"] - (entry.get("deleted_rows") or len(entry.get("deleted") or ()))
+               for entry in tables[table])
+
+
+def table_names(sparse: bool) -> tuple[str, ...]:
+    """The tables a run's shard writers list (the BM25 terms with sparse vectors)."""
+    return ("chunks", "documents", "rejected") + (("terms",) if sparse else ()) + (CARRY_TABLE, STATE_TABLE)
 
 
 def _credentials(result, mode: str) -> dict[str, Any]:
@@ -306,17 +330,17 @@ def reports_metrics(result) -> bool:
 
 
 def account(run_dir: str, result, embedding: bool = True, sparse: bool = False,
-            job_carries: bool = False
+            job_carries: bool = False, found: RunTables | None = None
             ) -> tuple[dict[str, int], dict[str, list[dict[str, Any]]], list[str], list[str]]:
-    """Counts from the live rows of the files the run lists (:func:`run_tables`, its second
-    value; and the read stage's counters): documents in = kept + duplicate + rejected, checked;
+    """Counts from the live rows of the files the run lists (``found``, else :func:`run_tables`;
+    its tables the second value; and the read stage's counters): documents in = kept + duplicate + rejected, checked;
     with ``job_carries`` (the graph had a carry index), kept = carried + recomputed + new too.
     The fourth value names what could not be checked (a runner that reports no metrics): the
     counts are then the files' alone, and say so."""
-    names = ("chunks", "documents", "rejected") + (("terms",) if sparse else ()) + (CARRY_TABLE, STATE_TABLE)
-    files = run_tables(run_dir, names)
-    statuses = _read_column(run_dir, files, "documents", "status")
-    tokens = _read_column(run_dir, files, "chunks", "tokens")
+    found = found if found is not None else run_tables(run_dir, table_names(sparse))
+    files, listing = found.tables, found.listing(run_dir)
+    statuses = _read_column(run_dir, listing, "documents", "status")
+    tokens = _read_column(run_dir, listing, "chunks", "tokens")
     rejected_rows = _live_rows(files, "rejected")
     counts = {
         "documents": len(statuses),
@@ -377,13 +401,16 @@ def account(run_dir: str, result, embedding: bool = True, sparse: bool = False,
     return counts, files, problems, unverified
 
 
-def _remove_listings(run_dir: str) -> None:
-    """The shard writers' listings, once the manifest holds what they list (their deleted
-    positions would otherwise stay in the run's folder beside the deletion files)."""
+def _remove_listings(run_dir: str, unneeded: Sequence[str] = ()) -> None:
+    """The shard writers' listings, once the manifest holds what they list, and the shards'
+    deletion files whose positions the manifest holds inline (``unneeded``, relative to OUTPUT:
+    a file the manifest does not list is no part of the run)."""
+    output = run_dir.rstrip("/").rsplit("/", 1)[0]
     try:
         found = FileSystems.match([FileSystems.join(run_dir, LISTING_DIR, "*.json")])[0].metadata_list
-        if found:
-            FileSystems.delete([m.path for m in found])
+        paths = [m.path for m in found] + [FileSystems.join(output, *path.split("/")) for path in unneeded]
+        if paths:
+            FileSystems.delete(paths)
     except Exception as exc:  # noqa: BLE001 - a leftover listing is a few bytes no reader reads
         log.warning("could not remove %s/%s: %s", run_dir, LISTING_DIR, exc)
 
@@ -464,8 +491,9 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
     # What the job freed goes back before its tables are read again for the counts and the
     # report (transforms/memory.py): on the in-process runner that is this process's heap.
     release_freed_memory()
+    found = run_tables(job.run_dir, table_names(config.sparse is not None))
     counts, files, problems, unverified = account(job.run_dir, result, config.embed is not None,
-                                                  config.sparse is not None, job.carry is not None)
+                                                  config.sparse is not None, job.carry is not None, found)
     bm25 = None
     if config.sparse is not None:
         from chunkline.transforms.sparse import STATS_FILE
@@ -512,17 +540,12 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
         model = Model(name=redacted(config.embed.model), dim=job.dim, dtype=job.options.embed.dtype,
                       normalize=config.embed.normalize, max_seq_length=config.embed.max_seq_length,
                       vector_dtype=config.output.vector_dtype)
-    # Many deleted positions go to one deletion file per table (chunkline.index.tables), not
-    # into the manifest every reader parses whole.
-    listed, deletes = with_deletion_files(run_id, files, lambda path, data: _write_bytes(
-        FileSystems.join(config.output.path, *path.split("/")), data))
-    # Format 2 (chunkline.index.tables): each table's files relative to OUTPUT, an earlier run's
-    # among them where this run keeps rows of it, with the positions no longer live: inline
-    # while few, else in the table's deletion file (format 3).
-    listing = parse_listing({"format": FORMAT if deletes else INLINE_FORMAT, "tables": {
-        **listed, **({MEMO_TABLE: memo_table(config.output.path, job.run_dir, job.memo, _segment_counts(result))}
-                     if job.memo is not None else {})}, **({"deletes": deletes} if deletes else {})},
-        where=job.run_dir)
+    # Each table's files relative to OUTPUT (chunkline.index.tables), an earlier run's among
+    # them where this run keeps rows of it, with the positions no longer live: inline while few
+    # (format 2), else in the deletion files its shard writers wrote, referenced by path
+    # (format 4), never gathered here.
+    listing = found.listing(job.run_dir, memo_table(config.output.path, job.run_dir, job.memo,
+                                                    _segment_counts(result)) if job.memo is not None else None)
     manifest = Manifest(
         run_id=run_id,
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -566,7 +589,7 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
     # Manifest last among the run's files, LATEST after it, and only for a run that accounts for
     # every document and passes the guard: otherwise LATEST stays on the previous good run.
     _write_text(FileSystems.join(job.run_dir, MANIFEST), to_json(manifest))
-    _remove_listings(job.run_dir)
+    _remove_listings(job.run_dir, found.unneeded)
     report = None
     if publishable:
         report = _write_report(job.run_dir)

@@ -459,13 +459,8 @@ def file_problems(run_dir: str, manifest: Manifest) -> list[str]:
     for table in table_names(manifest):
         if table == MEMO_TABLE:
             continue  # a lost memo segment costs the next run time, never a wrong row
-        rows = 0
-        try:
-            files = live_files(run_dir, manifest, table)
-        except TableFileError as exc:  # its deletion file missing or damaged
-            problems.append(str(exc))
-            continue
-        for file in files:
+        rows, unread = 0, False
+        for file in live_files(run_dir, manifest, table):
             name = file.name
             try:
                 with storage.parquet_source(file.path) as source:
@@ -478,13 +473,22 @@ def file_problems(run_dir: str, manifest: Manifest) -> list[str]:
                 continue
             if file.rows is not None and metadata.num_rows != file.rows:
                 problems.append(f"{name} holds {metadata.num_rows:,} rows, the manifest says {file.rows:,}")
-            rows += metadata.num_rows - len(file.deleted)
+            try:
+                deleted = file.deleted  # its shard's deletion file, checked against the manifest
+            except TableFileError as exc:  # missing or damaged: once for its shard's files
+                unread = True
+                if str(exc) not in problems:
+                    problems.append(str(exc))
+                continue
+            if deleted and deleted[-1] >= metadata.num_rows:
+                problems.append(f"{name}: the manifest deletes row {deleted[-1]:,} of {metadata.num_rows:,}")
+            rows += metadata.num_rows - len(deleted)
             if table == "chunks" and dim is not None:
                 schema = metadata.schema.to_arrow_schema()
                 vector = schema.field("embedding").type if "embedding" in schema.names else None
                 if vector is None or getattr(vector, "list_size", dim) != dim:
                     problems.append(f"{name} has no {dim}-d embedding column")
-        if table in expected and rows != expected[table]:
+        if table in expected and rows != expected[table] and not unread:
             problems.append(f"{table}: its files hold {rows:,} live rows, the manifest counts {expected[table]:,}")
     return problems
 

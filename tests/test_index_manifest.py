@@ -47,27 +47,37 @@ def inline_files(draw) -> TableFile:
 
 @st.composite
 def filed_files(draw) -> TableFile:
-    """A file of a table whose deletions are in its deletion file (format 3)."""
+    """A file of a table whose deletions are in deletion files (format 3: the table's; format 4:
+    its shard's, shards 0-2)."""
     rows = draw(st.integers(0, 40))
-    return TableFile(draw(paths), rows, None, draw(st.none() | counts), draw(st.none() | counts),
+    return TableFile(draw(paths), rows, None, draw(st.integers(0, 2)), draw(st.none() | counts),
                      deleted_rows=draw(st.integers(0, rows)))
+
+
+def deletion_files(draw, entries: tuple[TableFile, ...], version: int) -> tuple[DeletionFile, ...]:
+    """The deletion files holding ``entries``' deletions: one (format 3), one per shard that
+    deletes a row (format 4, in shard order)."""
+    if version == 3:
+        return (DeletionFile(draw(paths), sum(e.deleted_rows or 0 for e in entries), draw(counts), draw(texts)),)
+    shards = sorted({e.shard for e in entries if e.deleted_rows})
+    return tuple(DeletionFile(draw(paths), sum(e.deleted_rows or 0 for e in entries if e.shard == shard),
+                              draw(counts), draw(texts), shard) for shard in shards)
 
 
 @st.composite
 def listings(draw) -> Listing:
-    version = draw(st.sampled_from([1, 2, 3]))
+    version = draw(st.sampled_from([1, 2, 3, 4]))
     tables = ["terms", *draw(st.lists(table_names, max_size=3, unique=True).map(
         lambda found: [t for t in found if t != "terms"]))]
     if version == 1:
         return Listing(1, files={t: tuple(draw(st.lists(names, max_size=3))) for t in tables})
-    filed = set(draw(st.sets(st.sampled_from(tables)))) if version == 3 else set()
+    filed = set(draw(st.sets(st.sampled_from(tables)))) if version >= 3 else set()
     listed, deletes = {}, {}
     for table in tables:
         entries = tuple(draw(st.lists(filed_files() if table in filed else inline_files(), max_size=3)))
         listed[table] = entries
-        if table in filed:
-            deletes[table] = DeletionFile(draw(paths), sum(e.deleted_rows or 0 for e in entries),
-                                          draw(counts), draw(texts))
+        if table in filed and (found := deletion_files(draw, entries, version)):
+            deletes[table] = found
     memo = draw(st.none() | st.lists(st.builds(Listed, paths, counts, counts, counts, st.none() | counts),
                                      max_size=3).map(tuple))
     return Listing(version, tables=listed, deletes=deletes, memo=memo)

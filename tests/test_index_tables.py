@@ -16,8 +16,10 @@ from hypothesis import strategies as st
 
 from chunkline.index import storage
 from chunkline.index.manifest import ManifestError, load_manifest, table_files
-from chunkline.index.tables import (FORMAT, LiveFile, TableFileError, listed_paths, live_files, live_rows,
-                                    read_file, read_table, with_deletion_files)
+from chunkline.index import tables
+from chunkline.index.tables import (FORMAT, Deletions, LiveFile, TableFileError, deletion_file_bytes, file_digest,
+                                    listed_deletions, listed_paths, live_files, live_rows, read_file, read_table,
+                                    shard_deletion_file)
 
 
 def write(path: Path, doc_ids: list[str], row_group_size: int = 3) -> None:
@@ -93,7 +95,8 @@ def test_a_manifest_of_a_newer_format_is_refused_in_one_line(tmp_path) -> None:
 def test_a_file_that_no_longer_holds_the_stated_rows_is_an_error_naming_it(tmp_path) -> None:
     path = tmp_path / "r1" / "chunks-00000-of-00001.parquet"
     write(path, ["a", "b"])
-    file = LiveFile(str(path), "r1/chunks-00000-of-00001.parquet", "r1", rows=3, deleted=(0,))
+    file = LiveFile(str(path), "r1/chunks-00000-of-00001.parquet", "r1", rows=3,
+                    deletions=Deletions.listed((0,)))
     with pytest.raises(TableFileError, match=f"^{path}: holds 2 rows, the run's manifest says 3"):
         read_file(file)
     with pytest.raises(TableFileError, match="no such file, though the run's manifest lists it"):
@@ -116,7 +119,7 @@ def test_live_rows_are_the_file_less_its_deleted_positions_then_filtered(tmp_pat
     write(path, rows, row_group_size=group)
     deleted = sorted(data.draw(st.sets(st.integers(0, len(rows) - 1), max_size=len(rows))) if rows else [])
     wanted = data.draw(st.none() | st.lists(st.sampled_from("abcdefgz"), max_size=3))
-    file = LiveFile(str(path), "r/t.parquet", "r", rows=len(rows), deleted=tuple(deleted))
+    file = LiveFile(str(path), "r/t.parquet", "r", rows=len(rows), deletions=Deletions.listed(deleted))
     filters = None if wanted is None else [("doc_id", "in", wanted)]
     got = read_file(file, ["n"], optional=["doc_id", "absent"], filters=filters)
     expected = [(doc, n) for n, doc in enumerate(rows)
@@ -156,106 +159,197 @@ def test_the_files_of_one_shard_read_merged_in_the_tables_order(tmp_path_factory
     assert list(zip(*both.to_pydict().values())) == whole
 
 
-# --- deletion files (format 3) ----------------------------------------------------------------
+# --- deletion files (format 4: per shard, as the shard writers write them; format 3: per table) ---
 
-def deletion_run(root: Path, deleted: dict[str, list[int]], rows: int = 50) -> tuple[dict, dict]:
+NAMES = ["r1/chunks-00000-of-00002.parquet", "r1/chunks-00001-of-00002.parquet", "r2/chunks-00001-of-00002.parquet"]
+
+
+def table_deletion_files(run_folder: str, inline: dict, write) -> tuple[dict, dict]:
+    """``inline`` (format 2) as a format-3 manifest listed them (what chunkline wrote before per-shard
+    deletion files): a table deleting more than ``INLINE_DELETES`` rows in one deletion file,
+    ``<run>/deletes/<table>.parquet``, its entries counting."""
+    listed, deletes = {}, {}
+    for table, entries in inline.items():
+        total = sum(len(entry.get("deleted") or ()) for entry in entries)
+        if total <= tables.INLINE_DELETES:
+            listed[table] = entries
+            continue
+        data = deletion_file_bytes(entries)
+        path = f"{run_folder}/deletes/{table}.parquet"
+        write(path, data)
+        deletes[table] = {"path": path, "rows": total, "bytes": len(data), "digest": file_digest(data)}
+        listed[table] = [{**{k: v for k, v in entry.items() if k != "deleted"},
+                          "deleted_rows": len(entry.get("deleted") or ())} for entry in entries]
+    return listed, deletes
+
+
+def deletion_run(root: Path, deleted: dict[str, list[int]], rows: int = 50) -> tuple[dict, dict, dict]:
     """Runs r1 (two files) and r2 (one of its own): the tables r2 lists with ``deleted``
-    positions inline (format 2), and as :func:`with_deletion_files` lists them (format 3)."""
-    for name in ("r1/chunks-00000-of-00002.parquet", "r1/chunks-00001-of-00002.parquet",
-                 "r2/chunks-00001-of-00002.parquet"):
-        write(root / name, [f"{name[-20:-8]}-{n:03d}" for n in range(rows)], row_group_size=16)
-    inline = {"chunks": [{"path": name, "rows": rows, "deleted": deleted.get(name, [])}
-                         for name in ("r1/chunks-00000-of-00002.parquet", "r1/chunks-00001-of-00002.parquet",
-                                      "r2/chunks-00001-of-00002.parquet")],
+    positions inline (format 2), as a format-3 manifest listed them, and as the job lists them
+    now: each shard's deletion file written by :func:`shard_deletion_file` (its shard writer),
+    the manifest made by :func:`listed_deletions` (format 4 past ``INLINE_DELETES``)."""
+    for name in NAMES:  # a chunk_index too: a shard's files are read merged in the table's order
+        ids = [f"{name[-20:-8]}-{n:03d}" for n in range(rows)]
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.table({"doc_id": ids, "chunk_index": [0] * rows, "n": range(rows)}),
+                       root / name, row_group_size=16)
+    inline = {"chunks": [{"path": name, "rows": rows, "deleted": deleted.get(name, []),
+                          "shard": int(name[-22:-17])} for name in NAMES],
               "documents": [], "rejected": []}
-    written: dict[str, bytes] = {}
-    tables, deletes = with_deletion_files("r2", inline, written.__setitem__)
-    for path, data in written.items():
+
+    def write_file(path: str, data: bytes) -> None:
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_bytes(data)
-    return inline, {"tables": tables, **({"deletes": deletes} if deletes else {})}
+
+    old_tables, old_deletes = table_deletion_files("r2", inline, write_file)
+    shards: dict[str, list] = {table: [] for table in inline}
+    files: dict[str, list] = {}
+    for table, entries in inline.items():
+        for shard in sorted({entry["shard"] for entry in entries}):
+            listed, described = shard_deletion_file("r2", table, shard,
+                                                    [e for e in entries if e["shard"] == shard], write_file)
+            shards[table].extend(listed)
+            if described is not None:
+                files.setdefault(table, []).append(described)
+    new_tables, new_deletes, _ = listed_deletions(str(root), shards, files)
+    return (inline, {"tables": old_tables, **({"deletes": old_deletes} if old_deletes else {})},
+            {"tables": new_tables, **({"deletes": new_deletes} if new_deletes else {})})
 
 
 @settings(max_examples=25)
 @given(st.lists(st.sets(st.integers(0, 49), max_size=50), min_size=3, max_size=3), st.integers(0, 60))
 def test_a_deletion_file_reads_as_the_same_positions_inline(tmp_path_factory, chosen, threshold) -> None:
     """Whatever the deletions and the inline bound: the run reads the same live rows, counts and
-    deleted positions with them inline (format 2) as with its deletion file (format 3, past the
-    bound: the entries count them, the file lists them)."""
+    deleted positions with them inline (format 2) as with its table's deletion file (format 3)
+    and its shards' (format 4), both past the bound: the entries count them, the files list them."""
     from unittest import mock
 
     root = tmp_path_factory.mktemp("deletes")
-    names = ["r1/chunks-00000-of-00002.parquet", "r1/chunks-00001-of-00002.parquet", "r2/chunks-00001-of-00002.parquet"]
-    deleted = {name: sorted(s) for name, s in zip(names, chosen)}
+    deleted = {name: sorted(s) for name, s in zip(NAMES, chosen)}
     with mock.patch("chunkline.index.tables.INLINE_DELETES", threshold):
-        inline, filed = deletion_run(root, deleted)
+        inline, old, new = deletion_run(root, deleted)
     total = sum(map(len, chosen))
-    assert ("deletes" in filed) == (total > threshold)
-    a = load_manifest(publish(root / "a", manifest("a", format=2, tables=inline)))
-    b = load_manifest(publish(root / "b", manifest("b", format=3 if "deletes" in filed else 2, **filed)))
-    assert [f.deleted for f in live_files(str(root / "a"), a, "chunks")] == \
-        [f.deleted for f in live_files(str(root / "b"), b, "chunks")] == [tuple(deleted[n]) for n in names]
-    assert live_rows(str(root / "b"), b, "chunks") == 150 - total
-    assert read_table(str(root / "a"), a, "chunks").equals(read_table(str(root / "b"), b, "chunks"))
-    if "deletes" in filed:
-        assert all("deleted" not in entry for entry in filed["tables"]["chunks"])
-        assert listed_paths(str(root / "b"), b)[-1] == "r2/deletes/chunks.parquet"
+    assert ("deletes" in old) == ("deletes" in new) == (total > threshold)
+    runs = [load_manifest(publish(root / "a", manifest("a", format=2, tables=inline))),
+            load_manifest(publish(root / "b", manifest("b", format=3 if "deletes" in old else 2, **old))),
+            load_manifest(publish(root / "c", manifest("c", format=4 if "deletes" in new else 2, **new)))]
+    dirs = [str(root / name) for name in "abc"]
+    for run_dir, loaded in zip(dirs, runs):
+        assert [f.deleted for f in live_files(run_dir, loaded, "chunks")] == [tuple(deleted[n]) for n in NAMES]
+        assert live_rows(run_dir, loaded, "chunks") == 150 - total
+        assert read_table(run_dir, loaded, "chunks").equals(read_table(dirs[0], runs[0], "chunks"))
+    if "deletes" in new:
+        assert all("deleted" not in entry for entry in new["tables"]["chunks"])
+        assert listed_paths(dirs[1], runs[1])[-1] == "r2/deletes/chunks.parquet"
+        shards = [shard for shard in (0, 1) if any(deleted[n] for n in NAMES if int(n[-22:-17]) == shard)]
+        assert listed_paths(dirs[2], runs[2])[-len(shards):] == [f"r2/deletes/chunks-{s:05d}.parquet" for s in shards]
+        assert [f.shard for f in runs[2].listing.deletes["chunks"]] == shards
 
 
 def test_a_nights_deletions_cost_the_manifest_nothing_and_the_file_a_byte_or_two_each(tmp_path) -> None:
     """20,000 deleted positions of 200,000 rows: the manifest states a count per file, the
-    deletion file holds them in a few bytes each (inline they were ~6.5 bytes of JSON each)."""
+    shard's deletion file holds them in a few bytes each (inline they were ~6.5 bytes of JSON each)."""
     deleted = list(range(0, 200_000, 10))
-    entries = [{"path": "r1/chunks-00000-of-00001.parquet", "rows": 200_000, "deleted": deleted}]
+    entries = [{"path": "r1/chunks-00000-of-00001.parquet", "rows": 200_000, "deleted": deleted, "shard": 0}]
     written: dict[str, bytes] = {}
-    tables, deletes = with_deletion_files("r2", {"chunks": entries}, written.__setitem__)
-    assert tables["chunks"] == [{"path": "r1/chunks-00000-of-00001.parquet", "rows": 200_000,
-                                 "deleted_rows": 20_000}]
-    data = written["r2/deletes/chunks.parquet"]
-    assert deletes["chunks"]["rows"] == 20_000 and deletes["chunks"]["bytes"] == len(data)
+    listed, described = shard_deletion_file("r2", "chunks", 0, entries, written.__setitem__)
+    assert listed == [{"path": "r1/chunks-00000-of-00001.parquet", "rows": 200_000, "shard": 0,
+                       "deleted_rows": 20_000}]
+    data = written["r2/deletes/chunks-00000.parquet"]
+    assert described == {"path": "r2/deletes/chunks-00000.parquet", "rows": 20_000, "bytes": len(data),
+                         "digest": file_digest(data), "shard": 0}
     assert len(data) < 2 * 20_000 < len(json.dumps(deleted)) / 3
     assert pq.read_table(pa.BufferReader(data)).column("pos").to_pylist() == deleted
 
 
-@pytest.mark.parametrize("damage, problem", [
-    ("missing", "no such deletion file, though the run's manifest lists it"),
-    ("replaced", "not the deletion file the run's manifest names"),
-    ("miscounted", "its deletions of r1/chunks-00000-of-00002.parquet are not the 3 ascending"),
-])
-def test_a_missing_or_damaged_deletion_file_is_an_error_naming_it(tmp_path, damage, problem) -> None:
+def filed_run(root: Path, version: int) -> str:
+    """r2 deleting rows of each of its three files (shards 0, 1, 1), every deletion in a
+    deletion file: its shards' (format 4) or its table's (format 3)."""
     from unittest import mock
 
     with mock.patch("chunkline.index.tables.INLINE_DELETES", 0):
-        _, filed = deletion_run(tmp_path, {"r1/chunks-00000-of-00002.parquet": [0, 1, 2, 3]})
-    path = tmp_path / "r2" / "deletes" / "chunks.parquet"
+        _, old, new = deletion_run(root, {NAMES[0]: [0, 1, 2, 3], NAMES[1]: [5], NAMES[2]: [7, 9]})
+    return publish(root / "r2", manifest("r2", format=version, **(new if version == 4 else old)))
+
+
+def test_a_reader_of_one_shard_opens_only_that_shards_deletion_file(tmp_path, monkeypatch) -> None:
+    """Listing a run's files opens no deletion file; reading a file opens its shard's, once for
+    the shard's files together; a file without deleted rows opens none."""
+    run_dir = filed_run(tmp_path, 4)
+    loaded = load_manifest(run_dir)
+    opened: list[str] = []
+    read = storage.read_bytes
+    monkeypatch.setattr(storage, "read_bytes", lambda path: opened.append(path) or read(path))
+    monkeypatch.setattr(tables, "_READ_DELETES", type(tables._READ_DELETES)())
+    first, second, third = live_files(run_dir, loaded, "chunks")
+    assert opened == [] and [f.live_rows for f in (first, second, third)] == [46, 49, 48]
+    assert read_file(first, ["n"]).column("n").to_pylist() == list(range(4, 50))
+    assert opened == [str(tmp_path / "r2" / "deletes" / "chunks-00000.parquet")]
+    read_file(second, ["n"]), read_file(third, ["n"])
+    assert opened[1:] == [str(tmp_path / "r2" / "deletes" / "chunks-00001.parquet")]
+    # A file of a shard that deletes nothing reads without a deletion file.
+    assert read_file(dataclasses.replace(first, deletions=Deletions()), ["n"]).num_rows == 50
+    assert len(opened) == 2
+
+
+@pytest.mark.parametrize("version", [3, 4])
+@pytest.mark.parametrize("damage, problem", [
+    ("missing", "no such deletion file, though the run's manifest lists it"),
+    ("replaced", "not the deletion file the run's manifest names"),
+    ("truncated", "not the deletion file the run's manifest names"),
+    ("miscounted", "its deletions of r1/chunks-00000-of-00002.parquet are not the 3 ascending"),
+])
+def test_a_missing_or_damaged_deletion_file_is_a_one_line_error_naming_it(tmp_path, damage, problem,
+                                                                          version) -> None:
+    run_dir = filed_run(tmp_path, version)
+    path = tmp_path / "r2" / "deletes" / ("chunks-00000.parquet" if version == 4 else "chunks.parquet")
     if damage == "missing":
         path.unlink()
     elif damage == "replaced":
         path.write_bytes(path.read_bytes()[:-1] + b"!")
-    run_dir = publish(tmp_path / "r2", manifest("r2", format=3, **filed))
+    elif damage == "truncated":
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
     loaded = load_manifest(run_dir)
     if damage == "miscounted":
         # The file deletes positions 0-3 of the first file; the manifest says 3 of them, and one
-        # of the second file's.
-        first, second, *rest = loaded.listing.tables["chunks"]
-        tables = {**loaded.listing.tables, "chunks": (dataclasses.replace(first, deleted_rows=3),
-                                                      dataclasses.replace(second, deleted_rows=1), *rest)}
-        loaded = dataclasses.replace(loaded, listing=dataclasses.replace(loaded.listing, tables=tables))
-    with pytest.raises(TableFileError, match=problem):
-        live_files(run_dir, loaded, "chunks")
+        # more of another file the same deletion file holds (format 4: shard 1's is another).
+        first, second, third = loaded.listing.tables["chunks"]
+        other = second if version == 3 else third
+        changed = {first.path: dataclasses.replace(first, deleted_rows=3),
+                   other.path: dataclasses.replace(other, deleted_rows=other.deleted_rows + 1)}
+        entries = tuple(changed.get(e.path, e) for e in loaded.listing.tables["chunks"])
+        loaded = dataclasses.replace(loaded, listing=dataclasses.replace(
+            loaded.listing, tables={**loaded.listing.tables, "chunks": entries}))
+    tables._READ_DELETES.clear()
+    files = live_files(run_dir, loaded, "chunks")  # lists; reads no deletion file
+    with pytest.raises(TableFileError, match=problem) as raised:
+        read_table(run_dir, loaded, "chunks")
+    assert str(raised.value).startswith(str(path)) and "\n" not in str(raised.value)
+    if version == 4 and damage != "miscounted":
+        assert read_file(files[1], ["n"]).num_rows == 49  # another shard's file still reads
 
 
-@pytest.mark.parametrize("change, problem", [
-    ({"format": 2}, "deletes \\(deletion files\\) needs format 3"),
-    ({"deletes": {"chunks": {"path": "r2/deletes/chunks.parquet", "rows": 4}}}, "deletes.chunks rows or bytes"),
-    ({"deletes": {"terms": {"path": "r2/d.parquet", "rows": 0, "bytes": 1, "digest": "x"}}},
+@pytest.mark.parametrize("version, change, problem", [
+    (3, {"format": 2}, "deletes \\(deletion files\\) needs format 3"),
+    (3, {"deletes": {"chunks": {"path": "r2/deletes/chunks.parquet", "rows": 4}}}, "deletes.chunks rows or bytes"),
+    (3, {"deletes": {"terms": {"path": "r2/d.parquet", "rows": 0, "bytes": 1, "digest": "x"}}},
      "deletes.terms names a table the manifest does not list"),
+    (4, {"deletes": {"chunks": {"path": "r2/d.parquet", "rows": 4, "bytes": 1, "digest": "x"}}},
+     "deletes is not an object of deletion files, a list of them per table"),
+    (4, {"deletes": {"chunks": [{"path": "r2/d.parquet", "rows": 4, "bytes": 1, "digest": "x"}]}},
+     "deletes.chunks\\[0\\] shard is missing"),
+    (4, {"deletes": {"chunks": [{"path": "r2/d.parquet", "rows": 4, "bytes": 1, "digest": "x", "shard": 1},
+                                {"path": "r2/e.parquet", "rows": 3, "bytes": 1, "digest": "x", "shard": 0}]}},
+     "deletes.chunks\\[1\\] is not in ascending shard order"),
+    (4, {"deletes": {"chunks": [{"path": "r2/d.parquet", "rows": 7, "bytes": 1, "digest": "x", "shard": 0}]}},
+     "deletes.chunks \\(shard 0\\) rows is not the sum of its files' deleted_rows"),
 ])
-def test_a_malformed_deletion_file_reference_is_a_manifest_error(tmp_path, change, problem) -> None:
+def test_a_malformed_deletion_file_reference_is_a_manifest_error(tmp_path, version, change, problem) -> None:
     from unittest import mock
 
     with mock.patch("chunkline.index.tables.INLINE_DELETES", 0):
-        _, filed = deletion_run(tmp_path, {"r1/chunks-00000-of-00002.parquet": [0, 1, 2, 3]})
-    run_dir = publish(tmp_path / "r2", manifest("r2", **{"format": 3, **filed, **change}))
+        _, old, new = deletion_run(tmp_path, {NAMES[0]: [0, 1, 2, 3], NAMES[2]: [1, 2, 3]})
+    run_dir = publish(tmp_path / "r2", manifest("r2", **{"format": version, **(new if version == 4 else old),
+                                                         **change}))
     with pytest.raises(ManifestError, match=problem):
         load_manifest(run_dir)

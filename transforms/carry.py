@@ -36,6 +36,7 @@ from apache_beam.pvalue import PCollection
 
 from chunkline.carry import carry_key, embedding_prefix
 from chunkline.context.writer import CACHED, FAILED, OK
+from chunkline.index.tables import Deletions
 from chunkline.quantize import UNIT_TOLERANCE, dequantized
 from chunkline.records import KEPT, DocumentChunks
 from chunkline.sparse import CorpusStats, SparseOptions
@@ -69,20 +70,30 @@ class CarrySource(NamedTuple):
     normalize: bool
     # The previous run's documents shards: what each document's input was (its input digest).
     documents: tuple[str, ...] = ()
-    # Per documents shard, the positions of its rows no longer live (empty: none in any).
-    documents_deleted: tuple[tuple[int, ...], ...] = ()
-    # Per pair, the positions of its rows the previous run's manifest deletes (the same in the
-    # chunk shard and its sidecar, which are aligned row for row): never carried, never read
-    # as live (chunkline.index.tables). Empty: none deleted in any pair.
-    deleted: tuple[tuple[int, ...], ...] = ()
+    # Per documents shard, its rows no longer live (empty: none in any). Deletions are held by
+    # reference (chunkline.index.tables.Deletions: the shard's deletion file, by path), read by
+    # the worker that reads that shard: the plan, pickled into every worker, holds no position.
+    documents_deleted: tuple[Deletions, ...] = ()
+    # Per pair, the rows the previous run's manifest deletes of its chunk shard and of its
+    # sidecar (aligned row for row: the same positions, which verify_pair checks): never
+    # carried, never read as live. Empty: none deleted in any pair.
+    deleted: tuple[tuple[Deletions, Deletions], ...] = ()
+    # The previous files (chunk shards and documents shards, full paths) this run may compact
+    # (chunkline.transforms.write.compaction_allowed, per table); None: every one.
+    compactable: frozenset[str] | None = None
 
     def deleted_of(self, pair: int) -> tuple[int, ...]:
-        """The deleted row positions of pair ``pair``."""
-        return self.deleted[pair] if self.deleted else ()
+        """The deleted row positions of pair ``pair`` (its shard's deletion file read, once per
+        process while a few are kept: ``chunkline.index.tables.read_deletions``)."""
+        return self.deleted[pair][0].positions() if self.deleted else ()
 
-    def document_files(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
-        """Each previous documents shard with its deleted row positions."""
-        deleted = self.documents_deleted or ((),) * len(self.documents)
+    def side_deleted_of(self, pair: int) -> tuple[int, ...]:
+        """The deleted row positions of pair ``pair``'s sidecar."""
+        return self.deleted[pair][1].positions() if self.deleted else ()
+
+    def document_files(self) -> tuple[tuple[str, Deletions], ...]:
+        """Each previous documents shard with its deleted rows."""
+        deleted = self.documents_deleted or (Deletions(),) * len(self.documents)
         return tuple(zip(self.documents, deleted))
 
 
@@ -160,15 +171,19 @@ def _live(table: pa.Table, deleted: Sequence[int]) -> pa.Table:
 
 
 def verify_pair(chunk_path: str, side_path: str, dim: int | None, normalize: bool,
-                deleted: Sequence[int] = ()) -> list[tuple[str, str, str | None]]:
+                deleted: Sequence[int] = (), side_deleted: Sequence[int] | None = None
+                ) -> list[tuple[str, str, str | None]]:
     """``(doc_id, carry_key, why its rows may not be carried or None)`` for each document of one
     previous (chunk shard, sidecar) pair, in shard order: every chunk index 0..n-1 there with
     its sidecar row, one carry key, each search text derivable from its text, context and
     header, term ids and counts alike in length, no failed contextual header, and each vector
     finite, of this run's length and of unit length when normalized. Checked a column at a
     time; the search texts only of a shard whose bytes are not those its sidecar recorded.
-    Rows at ``deleted`` (the previous manifest's deleted positions) are no row of the pair.
+    Rows at ``deleted`` (the previous manifest's deleted positions) are no row of the pair;
+    ``side_deleted``, the sidecar's (None: the same), must be the same positions.
     Reading fails (raises) for a file that cannot be read or whose halves do not line up."""
+    if side_deleted is not None and tuple(side_deleted) != tuple(deleted):
+        raise ValueError("the manifest deletes other rows of the sidecar than of its chunk shard")
     with FileSystems.open(side_path) as handle:
         # Page checksums (written with every sidecar): its term counts become stored weights.
         side_file = pq.ParquetFile(handle, page_checksum_verification=True)
@@ -247,7 +262,7 @@ class _IndexPair(beam.DoFn):
         chunk_path, side_path = self.source.pairs[pair]
         try:
             found = verify_pair(chunk_path, side_path, self.source.dim, self.source.normalize,
-                                self.source.deleted_of(pair))
+                                self.source.deleted_of(pair), self.source.side_deleted_of(pair))
         except Exception as exc:  # noqa: BLE001 - a damaged file raises whatever arrow raises
             self.rejected.inc(_sidecar_documents(side_path))
             log.warning("carry: %s unreadable (%s: %s); its documents are computed again",
@@ -281,9 +296,10 @@ class _PreviousDocuments(beam.DoFn):
     shard only tells apart why documents were computed, so an unreadable one is logged and its
     documents counted as changed, never a failed run."""
 
-    def process(self, shard: tuple[str, tuple[int, ...]]) -> Iterable[tuple[str, PreviousDocument]]:
-        path, deleted = shard
+    def process(self, shard: tuple[str, Deletions]) -> Iterable[tuple[str, PreviousDocument]]:
+        path, deletions = shard
         try:
+            deleted = deletions.positions()  # its shard's deletion file, read here only
             with FileSystems.open(path) as handle:
                 names = pq.read_schema(handle).names
                 handle.seek(0)
@@ -498,8 +514,10 @@ class CarriedRows:
         file name: the same shard of as many), holds this run's columns, and its carried rows
         are what this run would write: no header to mark ``cached`` and every stored weight what
         this run computes (a re-based BM25 reference changes every row: every pair is written
-        again, once). Compaction, in the run that finds it: a pair more than
-        ``chunkline.transforms.write.MOST_DEAD`` of whose rows would be deleted is written again; and a
+        again, once). Compaction: a pair more than ``chunkline.transforms.write.MOST_DEAD`` of
+        whose rows would be deleted is written again when the plan allows it
+        (``CarrySource.compactable``), past ``HARD_MOST_DEAD`` always
+        (``chunkline.transforms.write.compacted``); and a
         shard lists at most ``chunkline.transforms.write.MOST_FILES`` files: when it would list more,
         every referenced pair but the one with the most live rows is merged into this run's
         file."""
@@ -549,7 +567,7 @@ class CarriedRows:
         previously = self.source.deleted_of(pair)
         live[np.asarray(previously, dtype=np.int64)] = False
         deleted = tuple(np.flatnonzero(~live).tolist())
-        if len(deleted) > shard_writer.MOST_DEAD * chunks.num_rows:
+        if shard_writer.compacted(chunk_path, len(deleted), chunks.num_rows, self.source.compactable):
             return None  # compacted: its live rows are written again
         mask = pa.array(live)
         if pc.any(pc.equal(chunks.column("context_status").filter(mask), OK)).as_py():

@@ -36,7 +36,7 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
 from chunkline.index.layout import shard_of  # noqa: F401 - where the writers and readers share it
-from chunkline.index.tables import SORT_ORDER, relative_path
+from chunkline.index.tables import SORT_ORDER, Deletions, LiveFile, relative_path, shard_deletion_file
 from chunkline.records import as_row, framed_state
 from chunkline.transforms.progress import WRITTEN, tally
 from chunkline.transforms.match import is_local
@@ -123,10 +123,22 @@ def intact_with_digest(path: str, digest: str) -> bool:
         return False
 
 
-# Compaction (merge-on-read): a previous file is rewritten, in the run that finds it, once more
-# than this share of its rows would be deleted (its dead rows cost every read; Iceberg's
-# rewrite_data_files and Delta's OPTIMIZE use the same kind of bound) ...
+# Compaction (merge-on-read): a previous file is rewritten once more than this share of its rows
+# would be deleted (its dead rows cost every read; Iceberg's rewrite_data_files and Delta's
+# OPTIMIZE use the same kind of bound) ...
 MOST_DEAD = 0.2
+# ... by the runs its plan allows (compaction_allowed: a run rewrites at most about this share
+# of a table's bytes, its most dead files first), so that files written together (a full run's
+# shards, thinned out evenly by nightly changes) are compacted over several nights rather than
+# all in one, the partial progress of Iceberg's rewrite_data_files
+# (https://iceberg.apache.org/docs/latest/maintenance/#compact-data-files) and the memo's
+# rewrite budget (chunkline.memo.REWRITE_SHARE); 1/16 takes a table through in 16 runs, before
+# a file thinning by ~1 % a night passes the hard bound; a small table (up to REWRITE_FLOOR of
+# it, as for the memo) is compacted whole in the run that finds it ...
+REWRITE_SHARE = 1 / 16
+REWRITE_FLOOR = 256 << 10
+# ... past which a file is rewritten in the run that finds it, allowed or not.
+HARD_MOST_DEAD = 0.4
 # ... and a shard lists at most this many files (a base and a few small deltas): past it, every
 # file but the one with the most live rows is merged into the run's new file, so a read opens a
 # bounded number per shard.
@@ -142,6 +154,33 @@ def listing_path(directory: str, table: str, index: int) -> str:
     return FileSystems.join(directory, LISTING_DIR, f"{table}-{index:05d}.json")
 
 
+def compacted(path: str, dead: int, rows: int, allowed: frozenset[str] | None) -> bool:
+    """Whether a previous file ``path`` of ``rows`` rows, ``dead`` of them deleted once this run
+    is written, is compacted (its live rows written into this run's file) rather than
+    referenced: past :data:`MOST_DEAD` when ``allowed`` holds it (None: every file, no budget),
+    past :data:`HARD_MOST_DEAD` always."""
+    if dead > HARD_MOST_DEAD * rows:
+        return True
+    return dead > MOST_DEAD * rows and (allowed is None or path in allowed)
+
+
+def compaction_allowed(files: Sequence[LiveFile]) -> frozenset[str]:
+    """The paths of the previous run's ``files`` (one table's) a run may compact: the most dead
+    first (by the share of their rows the previous manifest deletes: counts, no deletion file
+    read), while their bytes fit :data:`REWRITE_SHARE` of the table's, or :data:`REWRITE_FLOOR`
+    when that is more; the last taken may pass it, so each run makes progress. Whether one is compacted is still :func:`compacted`'s, as
+    the shard writer finds it."""
+    budget = max(REWRITE_FLOOR, REWRITE_SHARE * sum(f.bytes or 0 for f in files))
+    ranked = sorted(files, key=lambda f: (-(f.deletions.count / f.rows) if f.rows else 0.0, f.path))
+    allowed = set()
+    for file in ranked:
+        if budget <= 0:
+            break
+        budget -= file.bytes or 0
+        allowed.add(file.path)
+    return frozenset(allowed)
+
+
 def same_output(path: str, other: str) -> bool:
     """Whether two files of run folders lie in the same OUTPUT (a manifest lists only files
     of its own output, by their paths relative to it)."""
@@ -152,13 +191,25 @@ def same_output(path: str, other: str) -> bool:
 
 def write_listing(directory: str, table: str, index: int,
                   files: Sequence[tuple[str, int, Sequence[int]]]) -> None:
-    """The shard ``index`` of ``table`` as the manifest lists it (``chunkline.index.tables``,
-    format 2): each ``(path, rows, deleted positions)``, its path relative to OUTPUT (a file
-    may lie in an earlier run's folder), in order. A retried bundle writes the same."""
+    """The shard ``index`` of ``table`` as the manifest lists it (``chunkline.index.tables``):
+    each ``(path, rows, deleted positions)``, its path relative to OUTPUT (a file may lie in an
+    earlier run's folder), in order; the positions, when any, in the shard's own deletion file
+    (``chunkline.index.tables.shard_deletion_file``, in the run's ``deletes/``), which the
+    listing references, so the driver that makes the manifest never reads them (Iceberg v2's
+    position delete files, written by the writer of the data files they delete from). The
+    listing is ``{"files": [entry...], "deletes": the deletion file or null}``. A retried bundle
+    writes the same."""
     entries = [{"path": relative_path(path), "rows": rows, "deleted": list(deleted), "shard": index}
                for path, rows, deleted in files]
+    output, run_folder = directory.replace("\\", "/").rstrip("/").rsplit("/", 1)
+
+    def write(path: str, data: bytes) -> None:
+        with FileSystems.create(unlinked(FileSystems.join(output, *path.split("/")))) as handle:
+            handle.write(data)
+
+    listed, deletes = shard_deletion_file(run_folder, table, index, entries, write)
     with FileSystems.create(listing_path(directory, table, index)) as handle:
-        handle.write(json.dumps(entries).encode("utf-8"))
+        handle.write(json.dumps({"files": listed, "deletes": deletes}).encode("utf-8"))
 
 
 def unlinked(path: str) -> str:
@@ -416,10 +467,11 @@ class _WriteShard(beam.DoFn):
                  sidecar: Sidecar | None = None,
                  carried_rows: Callable[..., tuple[pa.Table, pa.Table | None, np.ndarray]] | None = None,
                  sort_columns: tuple[str, ...] = (),
-                 previous: tuple[str, tuple[tuple[str, tuple[int, ...]], ...]] | None = None,
-                 to_table: Callable[[list[bytes], pa.Schema], pa.Table | None] | None = None) -> None:
+                 previous: tuple[str, tuple[tuple[str, Deletions], ...]] | None = None,
+                 to_table: Callable[[list[bytes], pa.Schema], pa.Table | None] | None = None,
+                 compactable: frozenset[str] | None = None) -> None:
         self.carried_rows, self.sort_columns = carried_rows, sort_columns
-        self.previous = previous
+        self.previous, self.compactable = previous, compactable
         self.to_table = to_table
         self.sidecar = sidecar
         self.shard_key = shard_key
@@ -493,7 +545,7 @@ class _WriteShard(beam.DoFn):
             # several run folders), of this output.
             mine = [(shard, deleted) for shard, deleted in previous_files
                     if shard.rsplit("/", 1)[-1] == name and same_output(shard, path)]
-            if len(mine) == 1 and not mine[0][1] and intact_with_digest(mine[0][0], digest):
+            if len(mine) == 1 and not mine[0][1].count and intact_with_digest(mine[0][0], digest):
                 # The previous run's file holds these rows, as written: referenced, not copied.
                 tally(WRITTEN.format(table=self.table), count)
                 yield (self.table, mine[0][0], count, ())
@@ -539,16 +591,17 @@ class _WriteShard(beam.DoFn):
         if sidecar is not None and side_path is not None:
             yield (sidecar.table, side_path, count, ())
 
-    def _merge_on_read(self, path: str, encoded: Iterable[bytes], mine: list[tuple[str, tuple[int, ...]]]
+    def _merge_on_read(self, path: str, encoded: Iterable[bytes], mine: list[tuple[str, Deletions]]
                        ) -> list[tuple[str, str, int, tuple[int, ...]]] | None:
         """The shard as the previous files that hold its rows (a row of this run equal, column
         for column, to a live row of a previous file stays there) with the positions of the
         rows gone deleted, and this run's file with the other rows, sorted; None (write the
         shard whole) when a previous file cannot be read or holds other columns. Compaction as
-        for chunk shards (:data:`MOST_DEAD`, :data:`MOST_FILES`)."""
+        for chunk shards (:func:`compacted`, :data:`MOST_FILES`)."""
         try:
             previous = []
-            for shard, deleted in mine:
+            for shard, deletions in mine:
+                deleted = deletions.positions()  # this shard's deletion file only
                 with FileSystems.open(shard) as handle:
                     # Page checksums (written with every such shard): a damaged page is a
                     # shard written whole, never a row kept from garbage.
@@ -576,8 +629,8 @@ class _WriteShard(beam.DoFn):
             if wanted[key] > 0:  # no previous live row holds it
                 wanted[key] -= 1
                 new_rows[at] = True
-        kept = [f for f in found if f[2] and len(f[3]) <= MOST_DEAD * f[1].num_rows]
-        again = [f for f in found if f[2] and len(f[3]) > MOST_DEAD * f[1].num_rows]
+        again = [f for f in found if f[2] and compacted(f[0], len(f[3]), f[1].num_rows, self.compactable)]
+        kept = [f for f in found if f[2] and f not in again]
         if len(kept) + (1 if new_rows.any() or again else 0) > MOST_FILES:
             kept.sort(key=lambda f: -len(f[2]))
             again += kept[1:]
@@ -670,7 +723,9 @@ class WriteParquetShards(beam.PTransform):
     ``chunkline.transforms.carry.CarriedRows``), carried rows stay in the previous files that hold them
     and only the others are written. ``to_table(encoded records, schema)``: the rows
     of a row group made from the encoded records directly (None: decoded and converted one by
-    one, as without it)."""
+    one, as without it). ``compactable``: the previous files (full paths) this run may compact
+    past :data:`MOST_DEAD` (:func:`compaction_allowed`; None: every one), any past
+    :data:`HARD_MOST_DEAD` compacted whatever it holds."""
 
     def __init__(self, directory: str, table: str, schema: pa.Schema, shards: int,
                  shard_key: Callable[[Any], str], sort_key: Callable[[Any], Any],
@@ -682,17 +737,22 @@ class WriteParquetShards(beam.PTransform):
                  carried: PCollection | None = None,
                  carried_rows: Callable[..., tuple[pa.Table, pa.Table | None, np.ndarray]] | None = None,
                  sort_columns: tuple[str, ...] = (),
-                 previous: tuple[str, Sequence[str | tuple[str, Sequence[int]]]] | None = None,
-                 to_table: Callable[[list[bytes], pa.Schema], pa.Table | None] | None = None) -> None:
+                 previous: tuple[str, Sequence[str | tuple[str, Deletions | Sequence[int]]]] | None = None,
+                 to_table: Callable[[list[bytes], pa.Schema], pa.Table | None] | None = None,
+                 compactable: frozenset[str] | None = None) -> None:
         super().__init__()
+        self.compactable = compactable
         if (previous is not None or to_table is not None) and (
                 finish is not None or sidecar is not None or carried is not None):
             raise ValueError("WriteParquetShards takes previous and to_table only for rows made "
                              "from the records alone (no finish, sidecar or carried rows)")
         self.to_table = to_table
-        # Each previous file as (path, deleted positions); a plain path: none deleted.
-        self.previous = (previous[0], tuple((p, ()) if isinstance(p, str) else (p[0], tuple(p[1]))
-                                            for p in previous[1])) if previous is not None else None
+        # Each previous file as (path, Deletions): a reference to its shard's deletion file, read
+        # by the one shard writer that needs it; a plain path: none deleted.
+        self.previous = (previous[0], tuple(
+            (p, Deletions()) if isinstance(p, str)
+            else (p[0], p[1] if isinstance(p[1], Deletions) else Deletions.listed(tuple(p[1])))
+            for p in previous[1])) if previous is not None else None
         if (carried is None) != (carried_rows is None) or (carried is not None and not sort_columns):
             raise ValueError("WriteParquetShards takes carried, carried_rows and sort_columns together")
         self.carried, self.carried_rows, self.sort_columns = carried, carried_rows, sort_columns
@@ -737,7 +797,7 @@ class WriteParquetShards(beam.PTransform):
                 _WriteShard(self.directory, self.table, self.shards, self.schema,
                             self.sort_key, self.to_row, coder, self.finish, self.shard_key,
                             self.sidecar, self.carried_rows, self.sort_columns,
-                            self.previous, self.to_table),
+                            self.previous, self.to_table, self.compactable),
                 *side)
         )
         # After every shard is written: a part is never deleted while a retry could need it.

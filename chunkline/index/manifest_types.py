@@ -5,7 +5,8 @@ and every reader reads through :func:`parse` (``chunkline.index.manifest.load_ma
 a field is spelled, defaulted and checked once.
 
 The JSON is the format the tables' files are listed in (``chunkline.index.tables``: format 1
-``files``, format 2 ``tables`` with inline deletions, format 3 with deletion files) around the
+``files``, format 2 ``tables`` with inline deletions, format 3 with one deletion file per table,
+format 4 with one per table and shard, each written by its shard's writer) around the
 run's record (its config, counts, model, BM25 statistics, access policy, ...). A manifest of a
 newer format than :data:`FORMAT` is refused, naming both formats, never read as if it were
 one this version knows. A manifest written before a field existed reads with the field's
@@ -30,9 +31,10 @@ from typing import Any, Mapping, Sequence
 
 from chunkline.memo import MEMO_TABLE, Listed, listed_from
 
-FORMAT = 3  # the newest manifest format this version reads (and writes, with deletion files)
+FORMAT = 4  # the newest manifest format this version reads (and writes, with deletion files)
 FIRST_FORMAT = 1  # a manifest without ``format``
 INLINE_FORMAT = 2  # every deleted position inline in the manifest (what the job writes when few)
+TABLE_DELETES_FORMAT = 3  # one deletion file per table (read, no longer written)
 
 
 class ManifestError(ValueError):
@@ -48,8 +50,8 @@ class TableFile:
     (``<run folder>/<file name>``), the ``rows`` it holds, ``deleted`` (the ascending positions
     no longer live, inline; None when the entry states none: its table has a deletion file, or
     an entry of a table written whole), the ``shard`` it belongs to, its ``bytes`` and
-    ``digest`` when stated, and ``deleted_rows`` (how many of its rows the table's deletion file
-    deletes; format 3)."""
+    ``digest`` when stated, and ``deleted_rows`` (how many of its rows the deletion file of its
+    table, format 3, or of its table and shard, format 4, deletes)."""
 
     path: str
     rows: int
@@ -62,26 +64,29 @@ class TableFile:
 
 @dataclass(frozen=True)
 class DeletionFile:
-    """A table's deletion file (format 3): ``path`` relative to OUTPUT, the positions it holds
-    (``rows``), its size and BLAKE2b-128 digest (``chunkline.index.tables.file_digest``)."""
+    """A deletion file: ``path`` relative to OUTPUT, the positions it holds (``rows``), its size
+    and BLAKE2b-128 digest (``chunkline.index.tables.file_digest``), and the ``shard`` whose
+    files' deletions it holds (format 4); None: every file of its table (format 3)."""
 
     path: str
     rows: int
     bytes: int
     digest: str
+    shard: int | None = None
 
 
 @dataclass(frozen=True)
 class Listing:
     """Which files hold a run's tables (``chunkline.index.tables`` reads them): ``format``;
-    format 1: ``files``, each table's file names in the run's own folder; format 2 and 3:
+    format 1: ``files``, each table's file names in the run's own folder; format 2 to 4:
     ``tables``, each table's :class:`TableFile`\\ s in the manifest's order, and ``deletes``, the
-    deletion files by table. ``memo``: the memo segments the run lists (the ``memo`` table,
+    deletion files by table (format 3: one, for the whole table; format 4: one per shard with
+    deletions, in shard order). ``memo``: the memo segments the run lists (the ``memo`` table,
     written last among the tables), None when it lists none."""
 
     format: int
     tables: Mapping[str, tuple[TableFile, ...]] = field(default_factory=dict)
-    deletes: Mapping[str, DeletionFile] = field(default_factory=dict)
+    deletes: Mapping[str, tuple[DeletionFile, ...]] = field(default_factory=dict)
     files: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     memo: tuple[Listed, ...] | None = None
 
@@ -434,15 +439,7 @@ def _listing(data: Mapping[str, Any], required: Sequence[str]) -> Listing:
     tables = data.get("tables")
     if not isinstance(tables, dict):
         raise _Bad("tables is missing or not an object")
-    deletes = data.get("deletes", {})
-    if version == INLINE_FORMAT and "deletes" in data:
-        raise _Bad("deletes (deletion files) needs format 3")
-    if not isinstance(deletes, dict) or not all(isinstance(d, dict) for d in deletes.values()):
-        raise _Bad("deletes is not an object of deletion files")
-    for table, described in deletes.items():
-        problem = _deletion_file_problem(described)
-        if problem or table not in tables:
-            raise _Bad(f"deletes.{table} {problem or 'names a table the manifest does not list'}")
+    deletes = _deletion_files(data, version, tables)
     for table in [*required, *(t for t in tables if t not in required)]:
         entries = tables.get(table)
         if not isinstance(entries, list):
@@ -455,8 +452,8 @@ def _listing(data: Mapping[str, Any], required: Sequence[str]) -> Listing:
                 problem = "counts deleted rows, though its table has no deletion file"
             if problem:
                 raise _Bad(f"tables.{table}[{at}] {problem}")
-        if table in deletes and sum(e.get("deleted_rows", 0) for e in entries) != deletes[table]["rows"]:
-            raise _Bad(f"deletes.{table} rows is not the sum of its files' deleted_rows")
+        if table in deletes:
+            _check_counts(table, entries, deletes[table])
     memo = None
     if MEMO_TABLE in tables:
         segments = []
@@ -470,9 +467,59 @@ def _listing(data: Mapping[str, Any], required: Sequence[str]) -> Listing:
         version,
         tables={table: tuple(_table_file(entry) for entry in entries)
                 for table, entries in tables.items() if table != MEMO_TABLE},
-        deletes={table: DeletionFile(d["path"], d["rows"], d["bytes"], d["digest"])
-                 for table, d in deletes.items()},
-        memo=memo)
+        deletes=deletes, memo=memo)
+
+
+def _deletion_files(data: Mapping[str, Any], version: int, tables: Mapping[str, Any]
+                    ) -> dict[str, tuple[DeletionFile, ...]]:
+    """``deletes``: format 3, one deletion file per table (an object); format 4, the deletion
+    files of a table's shards (a list, each naming its ``shard``, in shard order)."""
+    if "deletes" not in data:
+        return {}
+    if version == INLINE_FORMAT:
+        raise _Bad("deletes (deletion files) needs format 3")
+    deletes = data["deletes"]
+    one = version == TABLE_DELETES_FORMAT
+    if not isinstance(deletes, dict) or not all(
+            isinstance(d, dict) if one else isinstance(d, list) and all(isinstance(f, dict) for f in d)
+            for d in deletes.values()):
+        raise _Bad("deletes is not an object of deletion files"
+                   + ("" if one else ", a list of them per table"))
+    found: dict[str, tuple[DeletionFile, ...]] = {}
+    for table, described in deletes.items():
+        if table not in tables:
+            raise _Bad(f"deletes.{table} names a table the manifest does not list")
+        files: list[DeletionFile] = []
+        for at, d in enumerate([described] if one else described):
+            where = f"deletes.{table}" if one else f"deletes.{table}[{at}]"
+            problem = _deletion_file_problem(d)
+            if problem is None and not one and not _count(d.get("shard")):
+                problem = "shard is missing or not a non-negative integer"
+            if problem is None and files and not one and d["shard"] <= files[-1].shard:
+                problem = "is not in ascending shard order, one file a shard"
+            if problem:
+                raise _Bad(f"{where} {problem}")
+            files.append(DeletionFile(d["path"], d["rows"], d["bytes"], d["digest"],
+                                      None if one else d["shard"]))
+        found[table] = tuple(files)
+    return found
+
+
+def _check_counts(table: str, entries: Sequence[Mapping[str, Any]], files: Sequence[DeletionFile]) -> None:
+    """Each deletion file holds exactly the deletions its files count (``deleted_rows``): the
+    table's (format 3) or its shard's (format 4)."""
+    counted: dict[int | None, int] = {}
+    for at, entry in enumerate(entries):
+        if entry.get("deleted_rows"):
+            shard = None if files[0].shard is None else entry.get("shard")
+            if files[0].shard is not None and shard is None:
+                raise _Bad(f"tables.{table}[{at}] counts deleted rows but names no shard")
+            counted[shard] = counted.get(shard, 0) + entry["deleted_rows"]
+    held = {f.shard: f.rows for f in files}
+    for shard in sorted({*counted, *held}, key=lambda s: -1 if s is None else s):
+        if counted.get(shard, 0) != held.get(shard, 0):
+            which = f"deletes.{table}" + ("" if shard is None else f" (shard {shard})")
+            raise _Bad(f"{which} rows is not the sum of its files' deleted_rows")
 
 
 def bm25_from(data: Any, *, where: str) -> Bm25:
@@ -514,6 +561,8 @@ def _table_file(entry: Mapping[str, Any]) -> TableFile:
 
 
 def _deletion_file_problem(described: dict[str, Any]) -> str | None:
+    if not isinstance(described, dict):
+        return "is not an object"
     if not _relative_path(described.get("path")):
         return "path is not <run folder>/deletes/<file name>"
     if not all(_count(described.get(key)) for key in ("rows", "bytes")):
@@ -596,7 +645,11 @@ def listing_object(listing: Listing) -> dict[str, Any]:
         table: [table_file_object(entry) for entry in entries] for table, entries in listing.tables.items()}
     if listing.memo is not None:
         tables[MEMO_TABLE] = [segment.entry() for segment in listing.memo]
-    deletes = {table: _fields(d, ("path", "rows", "bytes", "digest")) for table, d in listing.deletes.items()}
+    fields = ("path", "rows", "bytes", "digest")
+    deletes: dict[str, Any] = {
+        table: _fields(files[0], fields) if listing.format == TABLE_DELETES_FORMAT
+        else [_fields(f, (*fields, "shard")) for f in files]
+        for table, files in listing.deletes.items()}
     return {"format": listing.format, "tables": tables, **({"deletes": deletes} if deletes else {})}
 
 

@@ -22,23 +22,29 @@ position, so the order is part of what a run holds).
 
 This is merge-on-read with position deletes, the model of Apache Iceberg v2's position delete
 files (https://iceberg.apache.org/spec/#position-delete-files: a deleted row is (file, 0-based
-position)), Delta Lake's deletion vectors and Lance's deletion files. A table's deleted
-positions are inline in the manifest (a sorted JSON list per file) while they are few
-(:data:`INLINE_DELETES` in all); past that, the run writes them as one deletion file per table,
-``<run id>/deletes/<table>.parquet`` (columns ``file``, the entry's path, and ``pos``; sorted by
-file in the manifest's order, then position), which the manifest references with its size and
-digest, each entry stating only how many of its rows it deletes (format 3)::
+position)), Delta Lake's deletion vectors and Lance's deletion files. Each shard writer writes
+the deletions of its shard's files itself, as the shard's deletion file,
+``<run id>/deletes/<table>-SSSSS.parquet`` (:func:`shard_deletion_file`; columns ``file``, the
+entry's path, and ``pos``; sorted by file in the listing's order, then position), and the
+manifest references each by path with its size and digest, each entry stating only how many of
+its rows it deletes (format 4)::
 
-    "format": 3,
-    "deletes": {"chunks": {"path": "<run id>/deletes/chunks.parquet", "rows": 20412,
-                           "bytes": 31877, "digest": "<BLAKE2b-128 of its bytes>"}},
+    "format": 4,
+    "deletes": {"chunks": [{"path": "<run id>/deletes/chunks-00000.parquet", "rows": 17,
+                            "bytes": 877, "digest": "<BLAKE2b-128 of its bytes>", "shard": 0}, ...]},
     "tables": {"chunks": [{"path": "...", "rows": 812, "deleted_rows": 17, "shard": 0}, ...]}
 
-A 1 % night over 100 M documents deletes ~2 M chunk rows: megabytes of JSON in each manifest,
-which every reader parses whole, where the file holds them delta-encoded (Parquet's
-DELTA_BINARY_PACKED, ~1-2 bytes a position) and is read only for the table asked for. Format 3
-is format 2 with deletion files; a run without one is written as format 2. A format-1 manifest
-reads as the trivial case: each file in the run's folder, no rows deleted, counts not stated.
+A reader opens the deletion file of a shard only when it reads a file of that shard with
+deleted rows (:class:`Deletions`, lazily): neither the job's driver nor a carry worker holds
+more than one shard's positions, as in Iceberg v2, where each position delete file is
+written beside the data files it deletes from and a scan reads only those that apply. A table
+deleting few rows (:data:`INLINE_DELETES` in all) has them inline instead, the manifest a
+sorted JSON list per file (format 2, as a run with no deletion file is written). Format 3, one
+deletion file per table (``<run id>/deletes/<table>.parquet``, referenced as one object), is
+still read. A 1 % night over 100 M documents deletes ~2 M chunk rows: megabytes of JSON in each
+manifest, which every reader parses whole, where the files hold them delta-encoded (Parquet's
+DELTA_BINARY_PACKED, ~1-2 bytes a position). A format-1 manifest reads as the trivial case:
+each file in the run's folder, no rows deleted, counts not stated.
 
 Beam-free: the files are opened through :mod:`chunkline.index.storage`.
 """
@@ -62,9 +68,9 @@ from chunkline.index.manifest_types import FORMAT as FORMAT  # the formats are t
 from chunkline.index.manifest_types import INLINE_FORMAT, DeletionFile, Listing, Manifest, TableFile
 
 # Deleted positions a run keeps inline in its manifest for one table, at most (~7 KB of JSON);
-# more, and they go to the table's deletion file.
+# more, and the manifest references its shards' deletion files.
 INLINE_DELETES = 1024
-DELETES_DIR = "deletes"  # in the run's folder: <table>.parquet
+DELETES_DIR = "deletes"  # in the run's folder: <table>-SSSSS.parquet (<table>.parquet: format 3)
 
 # The order each table's shards are sorted in, the job's shard writers' and the merge in
 # read_table's: one home for both.
@@ -83,12 +89,53 @@ class TableFileError(ValueError):
 
 
 @dataclasses.dataclass(frozen=True)
+class DeletionSource:
+    """A deletion file as a reader finds it: its full ``path``, what the manifest states of it
+    (``described``), and ``covers``, ``(path relative to OUTPUT, rows, deleted rows)`` of each
+    file whose deletions it holds (its shard's, format 4; its table's, format 3): what it holds
+    must be exactly those."""
+
+    path: str
+    described: DeletionFile
+    covers: tuple[tuple[str, int, int], ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Deletions:
+    """A file's deleted positions as its run's manifest states them: ``count`` of them, either
+    ``inline`` or held by the deletion file ``source`` under the file's ``name`` there, read
+    the first time :meth:`positions` asks. A plan, a worker or a :class:`LiveFile` holds a
+    file's deletions by reference, a few hundred bytes whatever their number."""
+
+    count: int = 0
+    inline: tuple[int, ...] = ()
+    source: DeletionSource | None = None
+    name: str = ""
+
+    @classmethod
+    def listed(cls, positions: Sequence[int]) -> Deletions:
+        """Deletions held inline: ``positions``, ascending."""
+        return cls(len(positions), tuple(positions))
+
+    def positions(self) -> tuple[int, ...]:
+        """The ascending 0-based positions deleted; :class:`TableFileError` naming the deletion
+        file when it is missing, damaged, or holds other deletions than the manifest counts."""
+        if self.source is None or not self.count:
+            return self.inline
+        return read_deletions(self.source).get(self.name, ())
+
+
+NO_DELETIONS = Deletions()
+
+
+@dataclasses.dataclass(frozen=True)
 class LiveFile:
     """One file of a table: its full ``path``; ``name`` as the manifest spells it (format 1: the
     file name; format 2: relative to OUTPUT, ``<run folder>/<file name>``); ``folder``, the run
     folder it lies in; what the manifest states of it (``rows``, ``bytes``, ``digest``: None
-    when it states nothing); ``deleted``, the ascending 0-based positions of rows no longer
-    live; ``shard``, the shard it belongs to when the manifest names one."""
+    when it states nothing); ``deletions``, its rows no longer live (:attr:`deleted`, the
+    positions, read from a deletion file when first asked); ``shard``, the shard it belongs to
+    when the manifest names one."""
 
     path: str
     name: str
@@ -96,13 +143,18 @@ class LiveFile:
     rows: int | None = None
     bytes: int | None = None
     digest: str | None = None
-    deleted: tuple[int, ...] = ()
+    deletions: Deletions = NO_DELETIONS
     shard: int | None = None
 
     @property
+    def deleted(self) -> tuple[int, ...]:
+        """The ascending 0-based positions of rows no longer live (:meth:`Deletions.positions`)."""
+        return self.deletions.positions()
+
+    @property
     def live_rows(self) -> int | None:
-        """Rows of the file still live, when the manifest states its rows."""
-        return None if self.rows is None else self.rows - len(self.deleted)
+        """Rows of the file still live, when the manifest states its rows (no deletion file read)."""
+        return None if self.rows is None else self.rows - self.deletions.count
 
 
 def listing_of(manifest: Manifest | Listing) -> Listing:
@@ -131,10 +183,9 @@ def has_table(manifest: Manifest | Listing, table: str) -> bool:
 def live_files(run_dir: str, manifest: Manifest | Listing, table: str) -> list[LiveFile]:
     """The files of ``table`` in the run ``run_dir`` whose manifest is ``manifest``, in the
     manifest's order; none for a table it does not list (the memo table's segments,
-    :attr:`Listing.memo`, as files every row of which is live). Never a glob: a stray file in a run folder is not part of any
-    run. A table whose deletions are in a deletion file (format 3) reads it here:
-    :class:`TableFileError` naming it when it is missing, damaged, or lists other deletions
-    than the manifest counts."""
+    :attr:`Listing.memo`, as files every row of which is live). Never a glob: a stray file in a
+    run folder is not part of any run. No deletion file is read here: a file's
+    :attr:`LiveFile.deletions` reads its shard's when its positions are asked for."""
     listing = listing_of(manifest)
     if listing.format < INLINE_FORMAT:
         folder = _folder_name(run_dir)
@@ -145,19 +196,35 @@ def live_files(run_dir: str, manifest: Manifest | Listing, table: str) -> list[L
                          segment.path.split("/", 1)[0], segment.rows, segment.bytes)
                 for segment in listing.memo]
     entries = listing.tables.get(table, ())
-    described = listing.deletes.get(table)
-    from_file = _deleted_positions(output, described, entries) if described else {}
+    sources = _deletion_sources(output, entries, listing.deletes.get(table, ()))
     return [LiveFile(storage.join(output, *entry.path.split("/")), entry.path,
                      entry.path.split("/", 1)[0], entry.rows, entry.bytes,
-                     entry.digest, from_file.get(entry.path, entry.deleted or ()), entry.shard)
+                     entry.digest, _deletions_of(entry, sources), entry.shard)
             for entry in entries]
 
 
+def _deletion_sources(output: str, entries: Sequence[TableFile], files: Sequence[DeletionFile]
+                      ) -> dict[int | None, DeletionSource]:
+    """Each deletion file of a table by the shard it serves (None: the whole table, format 3)."""
+    return {described.shard: DeletionSource(
+                storage.join(output, *described.path.split("/")), described,
+                tuple((entry.path, entry.rows, entry.deleted_rows or 0) for entry in entries
+                      if described.shard is None or entry.shard == described.shard))
+            for described in files}
+
+
+def _deletions_of(entry: TableFile, sources: dict[int | None, DeletionSource]) -> Deletions:
+    source = sources.get(None, sources.get(entry.shard)) if sources else None
+    if source is None:
+        return Deletions.listed(entry.deleted or ()) if entry.deleted else NO_DELETIONS
+    return Deletions(entry.deleted_rows or 0, (), source, entry.path)
+
+
 def deletion_files(run_dir: str, manifest: Manifest | Listing) -> list[str]:
-    """The full paths of the deletion files the manifest references, table order."""
+    """The full paths of the deletion files the manifest references, table then shard order."""
     output = storage.parent(run_dir)
     return [storage.join(output, *described.path.split("/"))
-            for described in listing_of(manifest).deletes.values()]
+            for files in listing_of(manifest).deletes.values() for described in files]
 
 
 def listed_paths(run_dir: str, manifest: Manifest | Listing) -> list[str]:
@@ -170,7 +237,7 @@ def listed_paths(run_dir: str, manifest: Manifest | Listing) -> list[str]:
         return [f"{folder}/{name}" for names in listing.files.values() for name in names]
     return [*(entry.path for entries in listing.tables.values() for entry in entries),
             *(segment.path for segment in listing.memo or ()),
-            *(described.path for described in listing.deletes.values())]
+            *(described.path for files in listing.deletes.values() for described in files)]
 
 
 # --- deletion files ---------------------------------------------------------------------------
@@ -180,9 +247,9 @@ def deletes_schema() -> pa.Schema:
                       pa.field("pos", pa.int64(), nullable=False)])
 
 
-def deletion_file_path(run_folder: str, table: str) -> str:
-    """A table's deletion file as a manifest spells it, relative to OUTPUT."""
-    return f"{run_folder}/{DELETES_DIR}/{table}.parquet"
+def shard_deletion_path(run_folder: str, table: str, shard: int) -> str:
+    """A shard's deletion file as a manifest spells it, relative to OUTPUT."""
+    return f"{run_folder}/{DELETES_DIR}/{table}-{shard:05d}.parquet"
 
 
 def file_digest(data: bytes) -> str:
@@ -192,8 +259,8 @@ def file_digest(data: bytes) -> str:
 
 
 def deletion_file_bytes(entries: Sequence[dict[str, Any]]) -> bytes:
-    """The deletion file of a table whose format-2 ``entries`` hold their positions inline: one
-    row per deleted position, in the entries' order. Positions are DELTA_BINARY_PACKED (the
+    """The deletion file of ``entries`` (each a file with its positions inline, ``deleted``):
+    one row per deleted position, in the entries' order. Positions are DELTA_BINARY_PACKED (the
     Parquet encoding for sorted integers: a few bits each) and the file column dictionary
     encoded, so the file costs about a byte or two per deletion."""
     files = [entry["path"] for entry in entries for _ in entry.get("deleted") or ()]
@@ -206,56 +273,94 @@ def deletion_file_bytes(entries: Sequence[dict[str, Any]]) -> bytes:
     return sink.getvalue()
 
 
-def with_deletion_files(run_folder: str, tables: dict[str, list[dict[str, Any]]],
-                        write: Callable[[str, bytes], None]) -> tuple[dict[str, list[dict[str, Any]]],
-                                                                      dict[str, dict[str, Any]]]:
-    """``tables`` (format 2, positions inline) as a manifest lists them, and the deletion files
-    it references: each table deleting more than :data:`INLINE_DELETES` rows has its positions
-    written by ``write(path relative to OUTPUT, bytes)`` to :func:`deletion_file_path` and its
-    entries count them (``deleted_rows``); the others stay inline. A manifest with any deletion
-    file is format 3."""
+def shard_deletion_file(run_folder: str, table: str, shard: int, entries: Sequence[dict[str, Any]],
+                        write: Callable[[str, bytes], None]
+                        ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """What a shard writer lists of shard ``shard`` of ``table``: its ``entries`` (format 2, the
+    positions inline in ``deleted``) and, when any deletes a row, its deletion file, written by
+    ``write(path relative to OUTPUT, bytes)`` at :func:`shard_deletion_path`, as the manifest
+    references it (``path``, ``rows``, ``bytes``, ``digest``, ``shard``), the entries then
+    stating only how many of their rows it deletes (``deleted_rows``)."""
+    total = sum(len(entry.get("deleted") or ()) for entry in entries)
+    if not total:
+        return [dict(entry) for entry in entries], None
+    data = deletion_file_bytes(entries)
+    path = shard_deletion_path(run_folder, table, shard)
+    write(path, data)
+    counted = [{**{k: v for k, v in entry.items() if k != "deleted"},
+                "deleted_rows": len(entry.get("deleted") or ())} for entry in entries]
+    return counted, {"path": path, "rows": total, "bytes": len(data), "digest": file_digest(data),
+                     "shard": shard}
+
+
+def listed_deletions(output: str, tables: dict[str, list[dict[str, Any]]],
+                     deletes: dict[str, list[dict[str, Any]]]
+                     ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, list[dict[str, Any]]], list[str]]:
+    """The run's ``tables`` and their shards' deletion files (``deletes``, by table, each file
+    as :func:`shard_deletion_file` describes it, in shard order) as its manifest lists them,
+    and the deletion files it no longer needs (paths relative to OUTPUT). A table deleting at
+    most :data:`INLINE_DELETES` rows in all has them read back (never more than that many) and
+    inline (format 2); the others keep their shards' files and their entries only count
+    (format 4: a manifest with any deletion file). No more positions are held at once than
+    one shard's or :data:`INLINE_DELETES`."""
     listed: dict[str, list[dict[str, Any]]] = {}
-    deletes: dict[str, dict[str, Any]] = {}
+    kept: dict[str, list[dict[str, Any]]] = {}
+    unneeded: list[str] = []
     for table, entries in tables.items():
-        total = sum(len(entry.get("deleted") or ()) for entry in entries)
-        if total <= INLINE_DELETES:
+        files = deletes.get(table, [])
+        if not files:
             listed[table] = entries
             continue
-        data = deletion_file_bytes(entries)
-        path = deletion_file_path(run_folder, table)
-        write(path, data)
-        deletes[table] = {"path": path, "rows": total, "bytes": len(data), "digest": file_digest(data)}
-        listed[table] = [{**{k: v for k, v in entry.items() if k != "deleted"},
-                          "deleted_rows": len(entry.get("deleted") or ())} for entry in entries]
-    return listed, deletes
+        sources = _deletion_sources(output, [_entry_file(entry) for entry in entries],
+                                    [_described(f) for f in files])
+        if sum(f["rows"] for f in files) > INLINE_DELETES:
+            listed[table] = [{k: v for k, v in entry.items() if k != "deleted"} for entry in entries]
+            kept[table] = files
+            continue
+        listed[table] = [{**{k: v for k, v in entry.items() if k not in ("deleted", "deleted_rows")},
+                          "deleted": list(_deletions_of(_entry_file(entry), sources).positions())}
+                         for entry in entries]
+        unneeded.extend(f["path"] for f in files)
+    return listed, kept, unneeded
 
 
-# A few tables' positions, so that the readers of one run (a table read after its live rows
-# were counted) read a deletion file once; keyed by its digest, so a rewritten file is read anew.
+def _entry_file(entry: dict[str, Any]) -> TableFile:
+    return TableFile(entry["path"], entry["rows"], None, entry.get("shard"),
+                     deleted_rows=entry.get("deleted_rows"))
+
+
+def _described(found: dict[str, Any]) -> DeletionFile:
+    return DeletionFile(found["path"], found["rows"], found["bytes"], found["digest"], found.get("shard"))
+
+
+# A few deletion files' positions, so that a shard's files (read one after the other) or a
+# table read after its live rows were counted read a deletion file once; keyed by its digest,
+# so a rewritten file is read anew. Per-shard files: a few shards' positions at most.
 _READ_DELETES: OrderedDict[tuple[str, str], dict[str, tuple[int, ...]]] = OrderedDict()
 _KEEP_READ = 4
 
 
-def _deleted_positions(output: str, described: DeletionFile,
-                       entries: Sequence[TableFile]) -> dict[str, tuple[int, ...]]:
-    path = storage.join(output, *described.path.split("/"))
-    key = (path, described.digest)
+def read_deletions(source: DeletionSource) -> dict[str, tuple[int, ...]]:
+    """The positions ``source``'s deletion file holds, by the file they delete from, checked
+    against what the manifest states (its size, digest and rows; exactly the deletions each
+    file it covers counts, below its rows); :class:`TableFileError` naming it, on one line."""
+    key = (source.path, source.described.digest)
     if key not in _READ_DELETES:
-        _READ_DELETES[key] = _read_deletion_file(path, described)
+        found = _read_deletion_file(source.path, source.described)
+        for name, rows, stated in source.covers:
+            got = found.get(name, ())
+            if len(got) != stated or (got and got[-1] >= rows):
+                raise TableFileError(f"{source.path}: its deletions of {name} are not the "
+                                     f"{stated:,} ascending positions below "
+                                     f"{rows:,} the run's manifest states")
+        if set(found) - {name for name, _, _ in source.covers}:
+            raise TableFileError(f"{source.path}: deletes rows of a file the run's manifest does "
+                                 "not list" + ("" if source.described.shard is None else " in its shard"))
+        _READ_DELETES[key] = found
         while len(_READ_DELETES) > _KEEP_READ:
             _READ_DELETES.popitem(last=False)
     _READ_DELETES.move_to_end(key)
-    found = _READ_DELETES[key]
-    for entry in entries:
-        got = found.get(entry.path, ())
-        stated = entry.deleted_rows or 0
-        if len(got) != stated or (got and got[-1] >= entry.rows):
-            raise TableFileError(f"{path}: its deletions of {entry.path} are not the "
-                                 f"{stated:,} ascending positions below "
-                                 f"{entry.rows:,} the run's manifest states")
-    if set(found) - {entry.path for entry in entries}:
-        raise TableFileError(f"{path}: deletes rows of a file the run's manifest does not list")
-    return found
+    return _READ_DELETES[key]
 
 
 def _read_deletion_file(path: str, described: DeletionFile) -> dict[str, tuple[int, ...]]:
@@ -332,23 +437,25 @@ def read_file(file: LiveFile, columns: Sequence[str] | None = None, *, optional:
     reader of the live rows sees. With ``filters`` only the filtered columns are read whole, and
     of the others only the row groups holding a row that meets them (a few documents' text, not
     every document's). :class:`TableFileError` for a file that is missing, unreadable, or holds
-    another number of rows than the manifest states."""
+    another number of rows than the manifest states, or whose deletion file is (only its
+    shard's deletion file is read, and only when the file has deleted rows)."""
+    deleted = file.deleted
 
     def read(shard: pq.ParquetFile) -> pa.Table:
         held = shard.metadata.num_rows
         if file.rows is not None and held != file.rows:
             raise TableFileError(f"{file.path}: holds {held:,} rows, the run's manifest says {file.rows:,} "
                                  "(replaced or damaged since the run)")
-        if file.deleted and file.deleted[-1] >= held:
-            raise TableFileError(f"{file.path}: the run's manifest deletes row {file.deleted[-1]:,} "
+        if deleted and deleted[-1] >= held:
+            raise TableFileError(f"{file.path}: the run's manifest deletes row {deleted[-1]:,} "
                                  f"of {held:,}")
         present = shard.schema_arrow.names
         wanted = None if columns is None else [*columns, *(c for c in optional
                                                            if c in present and c not in columns)]
         if not filters:
             table = shard.read(columns=wanted)
-            return table.filter(pa.array(_live_mask(held, file.deleted))) if file.deleted else table
-        keep = _live_mask(held, file.deleted)
+            return table.filter(pa.array(_live_mask(held, deleted))) if deleted else table
+        keep = _live_mask(held, deleted)
         tested = shard.read(columns=list(dict.fromkeys(name for name, _, _ in filters)))
         keep &= _met(tested, filters)
         return _rows_at(shard, np.flatnonzero(keep), wanted)

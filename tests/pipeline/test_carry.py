@@ -513,3 +513,52 @@ def test_each_run_keeps_its_frequent_line_keys(carried) -> None:
     assert list(after) == sorted(after) and after.tolist() == read_frequent(rebuild.run_dir).tolist()
     assert set(before.tolist()) ^ set(after.tolist()) == {
         int(key, 16) for key in line_keys(NEWSLETTER, BoilerplateOptions())}
+
+
+def test_the_plan_hands_carry_workers_deletion_files_by_path_not_positions(tmp_path, monkeypatch) -> None:
+    """A previous run deleting 60,000 rows of a pair and of a documents shard (in its shards'
+    deletion files, format 4): the plan's CarrySource names those files and counts, reads none
+    of them on the driver, and pickles to a few KB (the positions as Python ints would be
+    ~300 KB); a worker asking for a pair's positions reads them from its shard's file."""
+    import pickle
+
+    from chunkline.index import tables
+    from chunkline.index.tables import shard_deletion_file
+    from chunkline.pipeline.plan import carry_source
+
+    output, run_id, rows = tmp_path / "index", "20990101T000000Z-00000000-000001", 200_000
+    run_dir = output / run_id
+    run_dir.mkdir(parents=True)
+    ids = pa.array([f"d{n:06d}" for n in range(rows)])
+    pq.write_table(pa.table({"doc_id": ids}), run_dir / "chunks-00000-of-00001.parquet")
+    pq.write_table(pa.table({"doc_id": ids}), run_dir / "carry-00000-of-00001.parquet")
+    pq.write_table(pa.table({"doc_id": ids}), run_dir / "documents-00000-of-00001.parquet")
+    deleted = list(range(0, rows, 3))[:60_000]
+
+    def write(path: str, data: bytes) -> None:
+        (output / path).parent.mkdir(parents=True, exist_ok=True)
+        (output / path).write_bytes(data)
+
+    listing, deletes = {}, {}
+    for table in ("chunks", "carry", "documents"):
+        entry = {"path": f"{run_id}/{table}-00000-of-00001.parquet", "rows": rows, "deleted": deleted, "shard": 0}
+        listing[table], described = shard_deletion_file(run_id, table, 0, [entry], write)
+        deletes[table] = [described]
+    (run_dir / "manifest.json").write_text(json.dumps({
+        "run_id": run_id, "counts": {"documents": rows, "kept": rows, "chunks": rows}, "config": {},
+        "carry_signature": "sig", "format": 4, "tables": {**listing, "rejected": []}, "deletes": deletes}))
+    (output / "LATEST").write_text(run_id + "\n")
+    config = load_config(ROOT / "configs" / "local.yaml", [f"input.pattern={tmp_path}/in/**",
+                                                            f"output.path={output}", "embed=null"])
+    read = []
+    real = tables._read_deletion_file
+    monkeypatch.setattr(tables, "_read_deletion_file", lambda path, described: read.append(path) or real(path, described))
+    monkeypatch.setattr(tables, "_READ_DELETES", type(tables._READ_DELETES)())
+    source, note = carry_source(config, "sig", None, False)
+    assert note is None and len(source.pairs) == 1 and read == []
+    assert [(c.count, s.count) for c, s in source.deleted] == [(60_000, 60_000)]
+    assert [d.count for d in source.documents_deleted] == [60_000]
+    assert len(pickle.dumps(source)) < 4_000 < len(pickle.dumps(deleted)) / 50
+    worker = pickle.loads(pickle.dumps(source))
+    assert worker.deleted_of(0) == tuple(deleted)
+    assert read == [str(output / run_id / "deletes" / "chunks-00000.parquet")]

@@ -8,13 +8,12 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
-from unittest import mock
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from chunkline.index.manifest import load_manifest
-from chunkline.index.tables import read_table, with_deletion_files
+from chunkline.index.tables import read_table, shard_deletion_file
 from chunkline.pipeline.cli import main
 from chunkline.pipeline.runs import collect, file_problems, size_text
 
@@ -38,7 +37,8 @@ def manifest(run_id: str, tables: dict, **more) -> dict:
 
 def build(output: Path) -> None:
     """OLD: a run nothing references. BASE: two chunk shards, documents, memo, report. NEW
-    (LATEST): BASE's first shard with rows deleted (in NEW's deletion file), its own second
+    (LATEST): BASE's first shard with rows deleted (in NEW's deletion file of that shard, as its
+    shard writer writes it), its own second
     shard, BASE's documents file; its own memo segment."""
     write(output / OLD / "chunks-00000-of-00001.parquet", ["z"])
     (output / OLD / "manifest.json").write_text(json.dumps(manifest(OLD, {
@@ -56,15 +56,16 @@ def build(output: Path) -> None:
         "memo": [{"path": f"{BASE}/memo/clean-00000-of-00016-x.parquet", "rows": 1}]})))
     write(output / NEW / "chunks-00001-of-00002.parquet", ["e", "g"])
     write(output / NEW / "memo" / "clean-00000-of-00016-y.parquet", ["m"])
-    inline = {"chunks": [{"path": f"{BASE}/chunks-00000-of-00002.parquet", "rows": 4, "deleted": [1, 3]},
-                         {"path": f"{NEW}/chunks-00001-of-00002.parquet", "rows": 2}],
+    first, described = shard_deletion_file(
+        NEW, "chunks", 0, [{"path": f"{BASE}/chunks-00000-of-00002.parquet", "rows": 4, "deleted": [1, 3],
+                            "shard": 0}],
+        lambda path, data: ((output / path).parent.mkdir(parents=True, exist_ok=True),
+                            (output / path).write_bytes(data)))
+    tables = {"chunks": [*first, {"path": f"{NEW}/chunks-00001-of-00002.parquet", "rows": 2, "shard": 1}],
               "documents": [{"path": f"{BASE}/documents-00000-of-00001.parquet", "rows": 1}], "rejected": [],
               "memo": [{"path": f"{NEW}/memo/clean-00000-of-00016-y.parquet", "rows": 1}]}
-    with mock.patch("chunkline.index.tables.INLINE_DELETES", 0):
-        tables, deletes = with_deletion_files(NEW, inline, lambda path, data: (
-            (output / path).parent.mkdir(parents=True, exist_ok=True), (output / path).write_bytes(data)))
     (output / NEW / "manifest.json").write_text(json.dumps(manifest(
-        NEW, tables, format=3, deletes=deletes, counts={"documents": 1, "kept": 1, "chunks": 4})))
+        NEW, tables, format=4, deletes={"chunks": [described]}, counts={"documents": 1, "kept": 1, "chunks": 4})))
     (output / "LATEST").write_text(NEW + "\n")
 
 
@@ -88,6 +89,7 @@ def test_gc_keeps_exactly_the_files_a_kept_run_lists(tmp_path) -> None:
     # Of BASE, the two files NEW lists; its manifest, memo, report and the shard NEW replaced gone.
     assert files_of(output / BASE) == {"chunks-00000-of-00002.parquet", "documents-00000-of-00001.parquet"}
     assert files_of(output / NEW) == new_files  # with its deletion file and memo segment
+    assert "deletes/chunks-00000.parquet" in new_files
     run_dir = str(output / NEW)
     assert read_table(run_dir, load_manifest(run_dir), "chunks").equals(before)
     assert file_problems(run_dir, load_manifest(run_dir)) == []

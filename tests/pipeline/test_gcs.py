@@ -74,3 +74,29 @@ def test_index_written_to_gcs_and_queried_back(bucket, tmp_path, monkeypatch) ->
     # A rerun on GCS carries every document of the published run, vectors and all.
     again = run(config)
     assert again.counts["embedded"] == 0 and again.counts["chunks_carried"] == again.counts["chunks"]
+
+    # An edited document on a rerun: its old rows are deleted where they lie, in the deletion
+    # file its shard's writer wrote to the bucket (the inline bound set to none), which the
+    # manifest lists by path; every reader and publish's checks read them from there.
+    from unittest import mock
+
+    from chunkline.index.manifest import load_manifest
+    from chunkline.pipeline.runs import file_problems
+
+    edited = next(m.path for m in FileSystems.match([f"{bucket}/corpus/**.md"])[0].metadata_list)
+    with FileSystems.open(edited) as handle:
+        text = handle.read()
+    with FileSystems.create(edited) as handle:
+        handle.write(text + b"\n\nThe zyxquor flange needs a quarter turn after calibration.\n")
+    with mock.patch("chunkline.index.tables.INLINE_DELETES", 0):
+        third = run(config)
+    assert third.published and third.counts["documents_changed"] == 1
+    manifest = load_manifest(third.run_dir)
+    filed = [f for files in manifest.listing.deletes.values() for f in files]
+    assert manifest.format == 4 and filed and all(
+        f.path.startswith(f"{third.run_id}/deletes/") and f.shard is not None for f in filed)
+    assert all(FileSystems.exists(f"{bucket}/index/{f.path}") for f in filed)
+    assert file_problems(third.run_dir, manifest) == []
+    assert sum(third.counts[k] for k in ("kept", "duplicate", "rejected")) == 74
+    hits = search(f"{bucket}/index", "zyxquor flange", k=3)
+    assert hits and hits[0].doc_id in edited and "zyxquor" in hits[0].text

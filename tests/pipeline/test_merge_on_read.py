@@ -230,16 +230,28 @@ def test_a_rerun_that_writes_only_what_changed_reads_as_a_full_rebuild(changes) 
             # A compaction: every file with a deleted row rewritten, a shard kept in one file.
             compacting = (mock.patch.multiple(write, MOST_DEAD=0.0, MOST_FILES=1) if change == "compact"
                           else contextlib.nullcontext())
-            # Every deleted position in the table's deletion file (format 3), none inline.
+            # Every deleted position in its shard's deletion file (format 4), none inline.
             with compacting, mock.patch("chunkline.index.tables.INLINE_DELETES", 0):
                 runs.append(tiny_job(corpus, output))
             assert runs[-1].published, runs[-1].problems
             manifest = load_manifest(runs[-1].run_dir)
-            # A real format-3 manifest (deletion files) reads and writes back byte for byte.
+            # A real format-4 manifest (deletion files) reads and writes back byte for byte.
             assert to_json(manifest) == (Path(runs[-1].run_dir) / "manifest.json").read_text()
             assert not any(entry.deleted for entries in manifest.listing.tables.values() for entry in entries)
             assert bool(manifest.listing.deletes) == any(
                 f.deleted for table in ("chunks", "documents") for f in live_files(runs[-1].run_dir, manifest, table))
+            # One deletion file per shard that deletes a row, written by its shard writer in
+            # this run's folder, none left unlisted (the listings with them).
+            run_id = Path(runs[-1].run_dir).name
+            for table, filed in manifest.listing.deletes.items():
+                deleting = sorted({e.shard for e in manifest.listing.tables[table] if e.deleted_rows})
+                assert [f.shard for f in filed] == deleting
+                assert [f.path for f in filed] == [f"{run_id}/deletes/{table}-{s:05d}.parquet" for s in deleting]
+            on_disk = sorted(p.name for p in (Path(runs[-1].run_dir) / "deletes").glob("*.parquet"))
+            assert on_disk == sorted(f.path.rsplit("/", 1)[1] for filed in manifest.listing.deletes.values()
+                                     for f in filed)
+            assert not (Path(runs[-1].run_dir) / "_listing").exists() or \
+                not any((Path(runs[-1].run_dir) / "_listing").iterdir())
         last = runs[-1]
         rebuild = tiny_job(corpus, root / "rebuild", "output.carry=false", f"output.previous={last.run_dir}")
         assert_same_tables(tables_of(last.run_dir), tables_of(rebuild.run_dir))

@@ -14,6 +14,8 @@ import apache_beam as beam
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from chunkline.index.manifest_types import parse_listing
 from chunkline.index.tables import read_table
@@ -35,7 +37,7 @@ def statuses(edited: int | None = None) -> list[DocumentStatus]:
 
 
 def write(directory: Path, records: list[DocumentStatus], previous_run: Path | None,
-          made_under: str = "signature-1") -> None:
+          made_under: str = "signature-1", compactable: frozenset[str] | None = None) -> None:
     previous = None
     if previous_run is not None and (previous_run / "_listing").is_dir():
         # A run written here: the files its listings name (its own and earlier ones), with
@@ -49,7 +51,7 @@ def write(directory: Path, records: list[DocumentStatus], previous_run: Path | N
            | WriteParquetShards(str(directory), "documents", document_schema(), SHARDS,
                                 record_type=DocumentStatus, shard_key=lambda r: r.doc_id,
                                 sort_key=lambda r: (r.doc_id, r.uri, r.status), previous=previous,
-                                to_table=statuses_table))
+                                to_table=statuses_table, compactable=compactable))
 
 
 def shard(directory: Path, index: int) -> Path:
@@ -58,8 +60,16 @@ def shard(directory: Path, index: int) -> Path:
 
 def listing(directory: Path, index: int) -> list[dict]:
     """The shard's files as its listing names them (``chunkline.transforms.write.write_listing``): this
-    run's own and the previous run's, paths relative to their common parent, with deletions."""
-    return json.loads((directory / "_listing" / f"documents-{index:05d}.json").read_text())
+    run's own and the previous run's, paths relative to their common parent, with deletions
+    (read back from the shard's deletion file, which the listing references)."""
+    listed = json.loads((directory / "_listing" / f"documents-{index:05d}.json").read_text())
+    positions: dict[str, list[int]] = {}
+    if listed["deletes"] is not None:
+        held = pq.read_table(directory.parent / listed["deletes"]["path"])
+        for name, at in zip(held.column("file").to_pylist(), held.column("pos").to_pylist()):
+            positions.setdefault(name, []).append(at)
+    return [{**{k: v for k, v in entry.items() if k != "deleted_rows"}, "deleted": positions.get(entry["path"], [])}
+            for entry in listed["files"]]
 
 
 def listed(directory: Path, index: int) -> Path:
@@ -209,3 +219,48 @@ def test_compaction_keeps_each_shard_in_few_mostly_live_files(first, tmp_path) -
         previous = run
     write(tmp_path / "fresh2", records, previous_run=None)
     assert compacted and live(previous, 0).equals(pq.read_table(shard(tmp_path / "fresh2", 0)))
+
+
+@pytest.mark.parametrize("share, allowed, compacted", [
+    (0.3, False, False),  # past MOST_DEAD, not allowed this run: referenced, its deletions grow
+    (0.3, True, True),  # past MOST_DEAD and allowed: its live rows written again
+    (0.5, False, True),  # past HARD_MOST_DEAD: compacted, allowed or not
+])
+def test_compaction_waits_for_the_runs_allowance_up_to_the_hard_bound(first, tmp_path, share, allowed,
+                                                                      compacted) -> None:
+    """A file past MOST_DEAD is compacted by a run whose plan allows it (its budget), one past
+    HARD_MOST_DEAD by any run; either way the shard reads as a fresh write."""
+    from chunkline.transforms.write import HARD_MOST_DEAD, MOST_DEAD, shard_of
+
+    assert MOST_DEAD < 0.3 < HARD_MOST_DEAD < 0.5
+    base = [r for r in statuses() if shard_of(r.doc_id, SHARDS) == 0]
+    edited = {r.doc_id for r in base[: round(share * len(base)) + 1]}
+    records = [status(r.doc_id, r.text + " edited") if r.doc_id in edited else r for r in statuses()]
+    path = str(shard(first, 0))
+    write(tmp_path / "second", records, previous_run=first,
+          compactable=frozenset({path} if allowed else ()))
+    write(tmp_path / "fresh", records, previous_run=None)
+    paths = [entry["path"] for entry in listing(tmp_path / "second", 0)]
+    assert (f"first/{shard(first, 0).name}" not in paths) == compacted
+    assert live(tmp_path / "second", 0).equals(pq.read_table(shard(tmp_path / "fresh", 0)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 1000), st.integers(0, 1000), st.integers(1, 10**7)), max_size=12))
+def test_the_allowance_is_the_most_dead_files_within_the_budget(files) -> None:
+    """Most dead first, while the bytes taken stay under REWRITE_SHARE of the table's, or the
+    floor (the last may pass it); no file left out is deader than one taken."""
+    from chunkline.index.tables import Deletions, LiveFile
+    from chunkline.transforms.write import REWRITE_FLOOR, REWRITE_SHARE, compaction_allowed
+
+    live = [LiveFile(f"/o/r/f{n}", f"r/f{n}", "r", rows, size, deletions=Deletions(min(dead, rows)))
+            for n, (rows, dead, size) in enumerate(files)]
+    allowed = compaction_allowed(live)
+    budget = max(REWRITE_FLOOR, REWRITE_SHARE * sum(f.bytes for f in live))
+    taken = [f for f in live if f.path in allowed]
+    share = {f.path: f.deletions.count / f.rows for f in live}
+    assert all(share[t.path] >= share[f.path] for t in taken for f in live if f.path not in allowed)
+    assert sum(f.bytes for f in taken) - max((f.bytes for f in taken), default=0) < budget
+    assert bool(taken) == bool(live)
+    if sum(f.bytes for f in live) <= REWRITE_FLOOR:
+        assert len(taken) == len(live)  # a small table: every file may be compacted
