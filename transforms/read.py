@@ -89,6 +89,7 @@ class _DecodeFile(beam.DoFn):
                  memo: MemoSource | None = None, state: StateSource | None = None) -> None:
         self._root = root
         self._state_source = state
+        self._state: PreviousState | None = None  # set up per worker (setup)
         self._settled = Metrics.counter(*READ_SETTLED)
         self._options = options
         self._ocr_cache_dir = ocr_cache
