@@ -17,6 +17,7 @@ its row (:func:`state_row`).
 
 from __future__ import annotations
 
+import bisect
 import struct
 from collections import OrderedDict
 from typing import BinaryIO, Callable, NamedTuple, Sequence
@@ -191,84 +192,110 @@ def state_source(files: Sequence[tuple[str, Deletions | Sequence[int]]]) -> Stat
 _LOOKUP_COLUMNS = ("uri", "position", "doc_id", "input_digest")
 
 
+class _FileIndex(NamedTuple):
+    """A state file's row groups as their statistics bound them (the file is sorted by place,
+    so the uri bounds rise from group to group): what a lookup bisects instead of opening every
+    group."""
+
+    uri_min: list[str]
+    uri_max: list[str]
+    position_min: list[int | None]
+    position_max: list[int | None]
+    first_row: list[int]
+
+
 class PreviousState:
-    """The previous run's state rows of the units a reader asks for (a file, a block of a
-    dump's records: :func:`state_shard_key`), loaded when first asked and held while they fit
-    ``held`` units (the least recently asked let go first): the pieces of one unit are read one
-    after another, so each is loaded about once. A unit's rows are found by the row groups'
-    statistics (the files are sorted by place), so a reader never holds a whole shard."""
+    """The previous run's state rows, looked up by place: each file's row-group statistics read
+    once, a lookup bisecting them to the group that may hold the place (the files are sorted
+    by place), and the ``held`` groups last asked for kept decoded (the documents of one unit
+    are read one after another, so each group is decoded about once). A reader never holds a
+    whole shard, and a document costs a hash, a bisection and a dictionary lookup."""
 
     def __init__(self, source: StateSource, open_file: Callable[[str], BinaryIO],
-                 held: int = 4) -> None:
+                 held: int = 8) -> None:
         self.source, self.open_file, self.held = source, open_file, held
         self._by_shard: dict[int, list[tuple[str, Deletions]]] = {}
         for path, deleted, shard in source.files:
             self._by_shard.setdefault(shard, []).append((path, deleted))
-        self._metadata: dict[str, pq.FileMetaData] = {}
-        self._loaded: OrderedDict[tuple[str, int], dict[int, tuple[str, str]]] = OrderedDict()
-        self.loads = 0
+        self._indexes: dict[str, _FileIndex | None] = {}
+        self._decoded: OrderedDict[tuple[str, int], dict[tuple[str, int], tuple[str, str]]] = OrderedDict()
+        self._deleted: dict[str, frozenset[int]] = {}
+        self.loads = 0  # row groups decoded
 
     def row_of(self, uri: str, position: int) -> tuple[str, str] | None:
         """(doc_id, input digest) of the previous run's row for the document read at
         ``position`` of ``uri``; None without one (or with a damaged file: then it is read as new)."""
-        unit = (uri, position // BLOCK)
-        found = self._loaded.get(unit)
-        if found is None:
-            found = self._load(uri, unit[1])
-            self._loaded[unit] = found
-            while len(self._loaded) > self.held:
-                self._loaded.popitem(last=False)
-        else:
-            self._loaded.move_to_end(unit)
-        return found.get(position)
-
-    def _load(self, uri: str, block: int) -> dict[int, tuple[str, str]]:
-        self.loads += 1
-        low, high = block * BLOCK, (block + 1) * BLOCK
-        shard = shard_of(f"{block}\0{uri}", self.source.shards)
-        rows: dict[int, tuple[str, str]] = {}
+        shard = shard_of(f"{position // BLOCK}\0{uri}", self.source.shards)
         for path, deleted in self._by_shard.get(shard, ()):
-            try:
-                rows.update(self._rows_in(path, frozenset(deleted.positions()), uri, low, high))
-            except Exception:  # noqa: BLE001 - a damaged state file: its documents are read as new
+            index = self._index(path)
+            if index is None:
                 continue
-        return rows
-
-    def _rows_in(self, path: str, deleted: frozenset[int], uri: str, low: int, high: int
-                 ) -> dict[int, tuple[str, str]]:
-        with self.open_file(path) as handle:
-            parquet = pq.ParquetFile(handle)
-            metadata = parquet.metadata
-            names = parquet.schema_arrow.names
-            uri_at, position_at = names.index("uri"), names.index("position")
-            found: dict[int, tuple[str, str]] = {}
-            start = 0
-            for group in range(metadata.num_row_groups):
-                columns = metadata.row_group(group)
-                count = columns.num_rows
-                first = start
-                start += count
-                if not _may_hold(columns.column(uri_at).statistics,
-                                 columns.column(position_at).statistics, uri, low, high):
+            low = bisect.bisect_left(index.uri_max, uri)
+            high = bisect.bisect_right(index.uri_min, uri)
+            for group in range(low, high):
+                if not _may_hold(index, group, uri, position):
                     continue
-                table = parquet.read_row_group(group, columns=list(_LOOKUP_COLUMNS))
-                uris, positions = table.column("uri").to_pylist(), table.column("position").to_pylist()
-                ids, digests = table.column("doc_id").to_pylist(), table.column("input_digest").to_pylist()
-                for offset in range(count):
-                    if (uris[offset] == uri and low <= positions[offset] < high
-                            and first + offset not in deleted):
-                        found[positions[offset]] = (ids[offset], digests[offset])
+                rows = self._rows(path, deleted, group, index)
+                found = rows.get((uri, position)) if rows is not None else None
+                if found is not None:
+                    return found
+        return None
+
+    def _index(self, path: str) -> _FileIndex | None:
+        if path not in self._indexes:
+            try:
+                with self.open_file(path) as handle:
+                    metadata = pq.ParquetFile(handle).metadata
+                names = metadata.schema.to_arrow_schema().names
+                uri_at, position_at = names.index("uri"), names.index("position")
+                index = _FileIndex([], [], [], [], [])
+                first = 0
+                for group in range(metadata.num_row_groups):
+                    columns = metadata.row_group(group)
+                    uris, positions = columns.column(uri_at).statistics, columns.column(position_at).statistics
+                    if uris is None or not uris.has_min_max:
+                        raise ValueError("a state file without statistics")  # not ours: read as new
+                    index.uri_min.append(uris.min)
+                    index.uri_max.append(uris.max)
+                    bounded = positions is not None and positions.has_min_max
+                    index.position_min.append(positions.min if bounded else None)
+                    index.position_max.append(positions.max if bounded else None)
+                    index.first_row.append(first)
+                    first += columns.num_rows
+                self._indexes[path] = index
+            except Exception:  # noqa: BLE001 - a damaged state file: its documents are read as new
+                self._indexes[path] = None
+        return self._indexes[path]
+
+    def _rows(self, path: str, deleted: Deletions, group: int, index: _FileIndex
+              ) -> dict[tuple[str, int], tuple[str, str]] | None:
+        key = (path, group)
+        found = self._decoded.get(key)
+        if found is not None:
+            self._decoded.move_to_end(key)
             return found
+        try:
+            gone = self._deleted.get(path)
+            if gone is None:
+                gone = self._deleted[path] = frozenset(deleted.positions())
+            with self.open_file(path) as handle:
+                table = pq.ParquetFile(handle).read_row_group(group, columns=list(_LOOKUP_COLUMNS))
+        except Exception:  # noqa: BLE001 - a damaged state file: its documents are read as new
+            return None
+        self.loads += 1
+        first = index.first_row[group]
+        found = {(uri, position): (doc_id, digest) for at, (uri, position, doc_id, digest) in enumerate(zip(
+            *(table.column(name).to_pylist() for name in _LOOKUP_COLUMNS), strict=True))
+            if first + at not in gone}
+        self._decoded[key] = found
+        while len(self._decoded) > self.held:
+            self._decoded.popitem(last=False)
+        return found
 
 
-def _may_hold(uris: pq.Statistics | None, positions: pq.Statistics | None, uri: str, low: int,
-              high: int) -> bool:
-    """Whether a row group with these statistics may hold a row of ``uri`` at a position in
-    [low, high): without statistics, it may."""
-    if uris is None or not uris.has_min_max:
-        return True
-    if not uris.min <= uri <= uris.max:
-        return False
-    if uris.min == uris.max and positions is not None and positions.has_min_max:
-        return positions.max >= low and positions.min < high
+def _may_hold(index: _FileIndex, group: int, uri: str, position: int) -> bool:
+    """Whether a row group may hold the row at ``position`` of ``uri``, by its statistics."""
+    if index.uri_min[group] == index.uri_max[group] == uri:
+        low, high = index.position_min[group], index.position_max[group]
+        return low is None or high is None or low <= position <= high
     return True
