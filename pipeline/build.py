@@ -9,7 +9,7 @@ from chunkline.carry import CARRY_TABLE, carry_row, carry_schema
 from chunkline.credentials import ALLOW
 from chunkline.index.layout import CACHE
 from chunkline.readers import input_root
-from chunkline.state import STATE_TABLE, state_schema, state_source, state_shard_key, state_sort_key, state_to_row
+from chunkline.state import STATE_TABLE, StateRow, state_schema, state_source, state_shard_key, state_sort_key, state_to_row
 from chunkline.records import (
     REJECTED,
     ChunkRecord,
@@ -224,7 +224,7 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
         deduped.state | "WriteState" >> WriteParquetShards(
             plan.run_dir, STATE_TABLE, state_schema(principals=plan.access is not None),
             config.output.document_shards, shard_key=state_shard_key, sort_key=state_sort_key,
-            to_row=state_to_row,
+            to_row=state_to_row, record_type=StateRow,
             previous=(carry.signature, plan.previous_state) if carry is not None else None,
         )
     rejected | "WriteRejected" >> WriteParquetShards(

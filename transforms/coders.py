@@ -30,6 +30,7 @@ from apache_beam.coders.coder_impl import create_InputStream, create_OutputStrea
 # tuple[...] would be to a type checker as well.
 from apache_beam.typehints import trivial_inference, typehints
 
+from chunkline.state import StateRow
 from chunkline.key_sets import KEY, TEXT_HASH, KeySets, checked
 from chunkline.records import (
     ChunkRecord,
@@ -412,7 +413,52 @@ class KeySetsCoder(_RecordCoder):
         return KeySets
 
 
+def _write_optional_u64s(out, values: tuple[int, ...] | None) -> None:
+    out.write_byte(values is not None)
+    if values is not None:
+        out.write(np.asarray(values, dtype="<u8").tobytes(), True)
+
+
+def _read_optional_u64s(stream) -> tuple[int, ...] | None:
+    return tuple(np.frombuffer(stream.read_all(True), dtype="<u8").tolist()) if stream.read_byte() else None
+
+
+def encode_state(out, r: StateRow) -> None:
+    for text in (r.doc_id, r.uri, r.input_digest, r.doc_hash, r.status, r.survivor):
+        _write_str(out, text)
+    out.write_var_int64(r.position)
+    _write_optional_int(out, r.offset)
+    _write_optional_int(out, r.length)
+    out.write_byte(r.text_hash is not None)
+    if r.text_hash is not None:
+        out.write(r.text_hash, True)
+    _write_optional_u64s(out, r.line_keys)
+    _write_optional_u64s(out, r.bands)
+    _write_optional_strs(out, r.principals)
+
+
+def decode_state(stream) -> StateRow:
+    doc_id, uri, digest, doc_hash, status, survivor = (_read_str(stream) for _ in range(6))
+    position = stream.read_var_int64()
+    offset, length = _read_optional_int(stream), _read_optional_int(stream)
+    text_hash = bytes(stream.read_all(True)) if stream.read_byte() else None
+    line_keys, bands = _read_optional_u64s(stream), _read_optional_u64s(stream)
+    return StateRow(doc_id, uri, position, digest, offset, length, text_hash, line_keys, doc_hash,
+                    bands, status, survivor, _read_optional_strs(stream))
+
+
+class StateRowCoder(_RecordCoder):
+    """A state row (``chunkline.state``) as it waits in the state writer's part files: a
+    pickled NamedTuple of 23 band keys and a few line keys was most of that stage's time."""
+
+    _encode, _decode = staticmethod(encode_state), staticmethod(decode_state)
+
+    def to_type_hint(self):
+        return StateRow
+
+
 CODERS: dict[type, type[Coder]] = {
+    StateRow: StateRowCoder,
     KeySets: KeySetsCoder,
     ChunkRecord: ChunkRecordCoder,
     Document: DocumentCoder,

@@ -875,7 +875,7 @@ class Dedupe(beam.PTransform):
             | "KeyByPart" >> beam.Map(lambda d: (d.occurrence[0], d)).with_output_types(tuple[str, Any])
             | "GroupByPart" >> GroupInShares(self.shares)
             | "Release" >> beam.ParDo(_ReleasePart())
-            .with_output_types(Document, statuses=DocumentStatus, state=Any)
+            .with_output_types(Document, statuses=DocumentStatus, state=StateRow)
             .with_outputs("statuses", "state", main="kept")
         )
         (released.statuses
