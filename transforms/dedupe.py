@@ -743,11 +743,13 @@ class _ApplySurvivors(beam.DoFn):
 
 class _ReleasePart(beam.DoFn):
     """A part and the decisions on its records -> the status of each decided record (with its
-    text, for the documents table) and, when it is kept, the document itself. The records of a
-    part without a decision were rejected as id conflicts already."""
+    text, for the documents table), with ``keep_state`` its state row (``chunkline.state``),
+    and, when it is kept, the document itself. The records of a part without a decision were
+    rejected as id conflicts already."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep_state: bool = False) -> None:
         self._coder = coder_of(Document)
+        self._keep_state = keep_state
 
     def process(self, keyed: tuple[str, Iterable[_Decision]]):
         part, decisions = keyed
@@ -765,9 +767,10 @@ class _ReleasePart(beam.DoFn):
             del data
             status = DocumentStatus.of(doc, decision.digest, decision.status, decision.duplicate_of)
             yield beam.pvalue.TaggedOutput("statuses", status)
-            yield beam.pvalue.TaggedOutput("state", state_row(
-                doc.doc_id, doc.uri, doc.position, doc.input_digest, doc.counted, decision.digest,
-                decision.status, decision.duplicate_of, doc.principals))
+            if self._keep_state:
+                yield beam.pvalue.TaggedOutput("state", state_row(
+                    doc.doc_id, doc.uri, doc.position, doc.input_digest, doc.counted, decision.digest,
+                    decision.status, decision.duplicate_of, doc.principals))
             if decision.status == KEPT and not decision.carried:
                 yield dataclasses.replace(doc, counted=b"") if doc.counted else doc
 
@@ -799,8 +802,9 @@ class Dedupe(beam.PTransform):
                  spill_dir: str | None = None, roots: Sequence[str] = (),
                  carry_keys: Callable[[Document], str] | None = None,
                  carry_index: CarryIndexOutputs | None = None, memo: MemoSource | None = None,
-                 access: bool = False, shares: int = 1024) -> None:
+                 access: bool = False, shares: int = 1024, keep_state: bool = False) -> None:
         super().__init__()
+        self.keep_state = keep_state  # a state row per decided document (chunkline.state)
         self.shares = shares  # of every grouping by document (transforms/shares.py)
         self.access = access
         self.memo = memo
@@ -874,14 +878,15 @@ class Dedupe(beam.PTransform):
             decisions
             | "KeyByPart" >> beam.Map(lambda d: (d.occurrence[0], d)).with_output_types(tuple[str, Any])
             | "GroupByPart" >> GroupInShares(self.shares)
-            | "Release" >> beam.ParDo(_ReleasePart())
+            | "Release" >> beam.ParDo(_ReleasePart(self.keep_state))
             .with_output_types(Document, statuses=DocumentStatus, state=StateRow)
             .with_outputs("statuses", "state", main="kept")
         )
         (released.statuses
          | "CountReleased" >> beam.combiners.Count.Globally()
          | "RemoveParts" >> beam.ParDo(RemoveParts(parked)))
-        return DedupeOutputs(released.kept, released.statuses, unique.rejected, carried, released.state)
+        return DedupeOutputs(released.kept, released.statuses, unique.rejected, carried,
+                             released.state if self.keep_state else None)
 
 
 class ExactDedupe(Dedupe):

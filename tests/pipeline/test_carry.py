@@ -103,8 +103,18 @@ def assert_tables_equal(a: str, b: str) -> None:
                                            if not left.column(c).equals(right.column(c))])
 
 
+@pytest.fixture(scope="module", autouse=True)
+def keep_state():
+    """The state table (chunkline/state.py) is written here: these tests hold it to a rebuild."""
+    from chunkline.pipeline import build
+
+    before, build.KEEP_STATE = build.KEEP_STATE, True
+    yield
+    build.KEEP_STATE = before
+
+
 @pytest.fixture(scope="module")
-def carried(tmp_path_factory):
+def carried(keep_state, tmp_path_factory):
     base = tmp_path_factory.mktemp("carry")
     corpus = base / "corpus"
     write_corpus(corpus)
