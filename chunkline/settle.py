@@ -24,6 +24,8 @@ from typing import Sequence
 
 import numpy as np
 
+from chunkline.minhash import fold_bytes
+
 
 @dataclass(frozen=True)
 class Csr:
@@ -64,7 +66,7 @@ class SettledState:
 
     ``doc_hash`` is what exact duplicates share (``chunkline.records.doc_hash``, with the
     access digest before it when access control is on) and ``band_keys`` its LSH band keys as
-    :func:`band_key_hashes` of ``chunkline.minhash.band_key_array`` (prefixed with the access
+    ``chunkline.minhash.band_digests`` of ``band_key_array`` (prefixed with the access
     digest likewise); ``signed`` is False for a text without shingles, which has no band keys
     (its row of ``band_keys`` is ignored). ``survivor`` is the doc_id of the kept document of
     its duplicate cluster (its own when it is kept; its own too when it was rejected as a second
@@ -100,7 +102,7 @@ class SettledState:
 class Touch:
     """What the re-processed documents bring to dedupe, old and new together, as flat arrays
     (which document each value came from does not matter): the ids, doc_hashes and band keys
-    (:func:`band_key_hashes`) they have now (changed and new ones) and had in the previous run
+    (``chunkline.minhash.band_digests``: the state table keeps them so) they have now (changed and new ones) and had in the previous run
     (changed and gone ones, from their state rows), and the survivors they had there."""
 
     doc_id: np.ndarray  # str
@@ -109,47 +111,10 @@ class Touch:
     survivor: np.ndarray  # str
 
 
-def _fmix64(h: np.ndarray) -> np.ndarray:
-    """MurmurHash3's 64-bit finalizer (Appleby, smhasher): every input bit reaches every
-    output bit."""
-    h = h ^ (h >> np.uint64(33))
-    h = h * np.uint64(0xFF51AFD7ED558CCD)
-    h = h ^ (h >> np.uint64(33))
-    h = h * np.uint64(0xC4CEB9FE1A85EC53)
-    return h ^ (h >> np.uint64(33))
-
-
-def _fold(fixed: np.ndarray) -> np.ndarray:
-    """(m,) uint64 of ``m`` fixed-width byte strings (``S`` or ``V``): each one's bytes folded 8
-    at a time through MurmurHash3's finalizer, its width first. Equal strings, equal values."""
-    width = fixed.dtype.itemsize
-    data = np.zeros((len(fixed), -(-width // 8) * 8), np.uint8)
-    data[:, :width] = np.ascontiguousarray(fixed).view(np.uint8).reshape(len(fixed), width)
-    words = data.view("<u8")
-    folded = np.full(len(fixed), np.uint64(width), np.uint64)
-    with np.errstate(over="ignore"):
-        for column in range(words.shape[1]):
-            folded = _fmix64(folded ^ words[:, column]) + np.uint64(column + 1)
-    return folded
-
-
-def band_key_hashes(keys: np.ndarray) -> np.ndarray:
-    """``chunkline.minhash.band_key_array``'s ``(n, bands)`` fixed-width keys -> ``(n, bands)``
-    uint64, 8 bytes a key to keep instead of ``2 + 4 x rows``: each key's bytes (its band
-    index, rows and any access prefix) folded through MurmurHash3's finalizer. Equal keys give
-    equal values; two different keys share one with probability ~2^-64, and a false share only
-    makes a settled document affected that need not be (the closure still holds)."""
-    keys = np.asarray(keys)
-    if keys.ndim != 2 or keys.dtype.kind != "V":
-        raise ValueError(f"band keys must be an (n, bands) array of fixed-width keys, not {keys.dtype} "
-                         f"{keys.shape}")
-    return _fold(keys.reshape(-1)).reshape(keys.shape)
-
-
 def _digests(*columns: np.ndarray) -> list[np.ndarray]:
     """Each column's values as uint64, equal for equal values across the columns (taken at
     their common dtype, so ``S32`` and ``S33`` copies of one hash agree): integers as they
-    are, fixed-width bytes folded (:func:`_fold`), strings by Python's own ``hash`` (called from
+    are, fixed-width bytes folded (``chunkline.minhash.fold_bytes``), strings by Python's own ``hash`` (called from
     C through ``map``: ~50 ns a string, where sorting them compares Python objects, ~8 s a
     million). Two values that differ share a digest with probability ~2^-64, and that only
     adds documents to an affected set, which stays closed."""
@@ -163,7 +128,7 @@ def _digests(*columns: np.ndarray) -> list[np.ndarray]:
         if common.kind in "ui":
             out.append(array.astype(np.uint64))
         elif common.kind in "SV":
-            out.append(_fold(array))
+            out.append(fold_bytes(array))
         else:
             out.append(np.fromiter(map(hash, array.tolist()), dtype=np.int64, count=len(array)).view(np.uint64))
     return out

@@ -27,6 +27,7 @@ from chunkline.minhash import (
     MinHasher,
     MinHashOptions,
     band_key_array,
+    band_digests,
     bucket_pairs,
     components,
     estimate_jaccard,
@@ -38,7 +39,6 @@ from chunkline.settle import (
     Csr,
     SettledState,
     Touch,
-    band_key_hashes,
     boilerplate_affected,
     dedupe_affected,
 )
@@ -83,7 +83,7 @@ def facts(records: list[Record], hasher: MinHasher, rule: str) -> dict[str, Fact
             keys = np.empty(0, np.uint64)
         else:
             void = band_key_array(signature[None, :], BANDS, ROWS, np.frombuffer(prefix, np.uint8)[None, :])
-            keys = band_key_hashes(void)[0]
+            keys = band_digests(void)[0]
             raw = tuple(bytes(key) for key in void[0])
         out[record.place] = Facts(exact, keys, raw, node, signature)
     return out
@@ -259,7 +259,7 @@ def drawn_facts(records: list[Record], rule: str) -> dict[str, Facts]:
         signature = np.array([int(value) for value in values], np.uint32)
         prefix = bytes([record.access])
         void = band_key_array(signature[None, :], BANDS, ROWS, np.frombuffer(prefix, np.uint8)[None, :])
-        out[record.place] = Facts(prefix + label.encode(), band_key_hashes(void)[0],
+        out[record.place] = Facts(prefix + label.encode(), band_digests(void)[0],
                                   tuple(bytes(key) for key in void[0]),
                                   (record.access, *survivor_key(record.doc_id, len(record.text), rule)),
                                   signature)
@@ -396,18 +396,18 @@ def test_a_moving_floor_affects_the_documents_of_the_keys_it_passes() -> None:
 # --- The arrays --------------------------------------------------------------------------------
 
 
-def test_band_key_hashes_are_equal_exactly_for_equal_keys() -> None:
+def test_band_digests_are_equal_exactly_for_equal_keys() -> None:
     signatures = np.random.RandomState(7).randint(0, 3, (40, 16)).astype(np.uint32)
     prefixes = np.random.RandomState(8).randint(0, 2, (40, 3)).astype(np.uint8)
     keys = band_key_array(signatures, BANDS, ROWS, prefixes)
-    hashed = band_key_hashes(keys)
+    hashed = band_digests(keys)
     assert hashed.shape == (40, BANDS) and hashed.dtype == np.uint64
     flat_keys, flat_hashed = keys.reshape(-1), hashed.reshape(-1)
     same_key = flat_keys[:, None] == flat_keys[None, :]
     assert (same_key == (flat_hashed[:, None] == flat_hashed[None, :])).all()
     assert same_key.sum() > len(flat_keys)  # some keys shared: the test compares something
     with pytest.raises(ValueError, match="fixed-width keys"):
-        band_key_hashes(hashed)
+        band_digests(hashed)
 
 
 def test_malformed_columns_are_refused_with_a_reason() -> None:
