@@ -134,7 +134,7 @@ def _digests(*columns: np.ndarray) -> list[np.ndarray]:
     return out
 
 
-def _holding(owners: np.ndarray, values: np.ndarray, wanted: np.ndarray, n: int) -> np.ndarray:
+def holding(owners: np.ndarray, values: np.ndarray, wanted: np.ndarray, n: int) -> np.ndarray:
     """(n,) bool: the documents holding one of ``wanted`` among their ``values`` (``owners``:
     the document of each value), by a binary search of the few wanted values per value, in
     one pass, not a sort of the many."""
@@ -183,10 +183,11 @@ def boilerplate_affected(state: SettledState, frequent_now: np.ndarray,
     (``chunkline.boilerplate.frequency_floor``): only the set matters, not why it moved."""
     changed = np.setxor1d(np.asarray(frequent_now, np.uint64), np.asarray(frequent_before, np.uint64))
     keys = state.line_keys
-    return _holding(keys.owners(), keys.values, changed, len(state))
+    return holding(keys.owners(), keys.values, changed, len(state))
 
 
-def dedupe_affected(state: SettledState, touch: Touch, *, max_bucket_pairs: int) -> np.ndarray:
+def dedupe_affected(state: SettledState, touch: Touch, *, max_bucket_pairs: int,
+                    extra: np.ndarray | None = None) -> np.ndarray:
     """(n,) bool: the settled documents ``touch`` may reach, closed so that the touched and
     affected documents deduplicated alone get the decisions a run over the whole corpus gives
     them, and every other settled document keeps its previous one (as ``transforms/dedupe.py``
@@ -230,6 +231,8 @@ def dedupe_affected(state: SettledState, touch: Touch, *, max_bucket_pairs: int)
     moved = sharing_id | by_hash.mark(np.concatenate((touch_hashes, hashes[sharing_id])), n)
     affected = moved | by_key.mark(
         np.concatenate((np.asarray(touch.band_keys, np.uint64), keys[moved & signed].reshape(-1))), n)
+    if extra is not None:  # processed again for a reason of the caller's: closed over like the rest
+        affected |= np.asarray(extra, bool)
 
     # Each round takes the documents the last one added (the frontier): their survivors, ids
     # and capped band keys mark the documents holding one. Every document is expanded once.

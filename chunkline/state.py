@@ -18,6 +18,7 @@ its row (:func:`state_row`).
 from __future__ import annotations
 
 import bisect
+import hashlib
 import struct
 from collections import OrderedDict
 from typing import BinaryIO, Callable, NamedTuple, Sequence
@@ -28,6 +29,7 @@ import pyarrow.parquet as pq
 
 from chunkline.index.layout import shard_name, shard_of
 from chunkline.index.tables import Deletions
+from chunkline.key_sets import KeySets, from_arrays, text_hash
 from chunkline.memo import BLOCK
 
 STATE_TABLE = "state"
@@ -104,9 +106,9 @@ def state_schema(principals: bool = False) -> pa.Schema:
         pa.field("uri", pa.string(), nullable=False),
         pa.field("position", pa.int64(), nullable=False),
         pa.field("input_digest", pa.string(), nullable=False),
-        # A record of a plain JSONL file: its line's bytes there (null for any other document).
-        pa.field("offset", pa.int64(), nullable=True),
-        pa.field("length", pa.int64(), nullable=True),
+        # What the documents row holds beside the input: the file's facts and the codec
+        # (:func:`facts_digest`). A touched file keeps its input digest, not its row.
+        pa.field("facts", pa.string(), nullable=False),
         # Boilerplate's part (null with boilerplate off): the text it counted and that text's keys.
         pa.field("text_hash", pa.binary(32), nullable=True),
         pa.field("line_keys", pa.list_(pa.uint64()), nullable=True),
@@ -127,8 +129,7 @@ class StateRow(NamedTuple):
     uri: str
     position: int
     input_digest: str
-    offset: int | None
-    length: int | None
+    facts: str
     text_hash: bytes | None
     line_keys: tuple[int, ...] | None
     doc_hash: str
@@ -138,12 +139,19 @@ class StateRow(NamedTuple):
     principals: tuple[str, ...] | None = None
 
 
-def state_row(doc_id: str, uri: str, position: int, input_digest: str, counted: bytes,
+def facts_digest(encoding: str, metadata_json: str) -> str:
+    """What a document's row in the documents table holds beside what ``input_digest`` covers:
+    the codec its bytes were decoded with and its metadata with the file's facts (size, time)."""
+    return hashlib.blake2b(f"{encoding}\0{metadata_json}".encode("utf-8", "surrogatepass"),
+                           digest_size=16).hexdigest()
+
+
+def state_row(doc_id: str, uri: str, position: int, input_digest: str, facts: str, counted: bytes,
               doc_hash: str, status: str, duplicate_of: str | None,
               principals: tuple[str, ...] | None) -> StateRow:
     """The row of a decided document: ``counted`` is what the stages recorded on it."""
     parts = unpack(counted)
-    return StateRow(doc_id, uri, position, input_digest, parts.offset, parts.length, parts.text_hash,
+    return StateRow(doc_id, uri, position, input_digest, facts, parts.text_hash,
                     tuple(parts.line_keys.tolist()) if parts.line_keys is not None else None,
                     doc_hash,
                     tuple(parts.bands.tolist()) if parts.bands is not None else None,
@@ -189,7 +197,36 @@ def state_source(files: Sequence[tuple[str, Deletions | Sequence[int]]]) -> Stat
                        counts.pop())
 
 
-_LOOKUP_COLUMNS = ("uri", "position", "doc_id", "input_digest")
+_LOOKUP_COLUMNS = ("uri", "position", "doc_id", "input_digest", "facts", "text_hash", "line_keys")
+
+
+class Found(NamedTuple):
+    """What a reader needs of a document's previous row: whether it is the same document as
+    read then (id, input, facts), and what boilerplate counted of it (None: boilerplate off)."""
+
+    doc_id: str
+    input_digest: str
+    facts: str
+    text_hash: bytes | None
+    line_keys: np.ndarray | None  # uint64
+
+
+class _Group(NamedTuple):
+    """A decoded row group: each live place's row, and the group's line keys as arrays."""
+
+    at: dict[tuple[str, int], int]
+    doc_ids: list[str]
+    digests: list[str]
+    facts: list[str]
+    text_hashes: list[bytes | None]
+    key_offsets: np.ndarray  # int64, rows + 1
+    keys: np.ndarray  # uint64
+    key_valid: np.ndarray  # bool: a row with line keys
+
+    def found(self, row: int) -> Found:
+        keys = (self.keys[self.key_offsets[row]:self.key_offsets[row + 1]]
+                if self.key_valid[row] else None)
+        return Found(self.doc_ids[row], self.digests[row], self.facts[row], self.text_hashes[row], keys)
 
 
 class _FileIndex(NamedTuple):
@@ -218,13 +255,19 @@ class PreviousState:
         for path, deleted, shard in source.files:
             self._by_shard.setdefault(shard, []).append((path, deleted))
         self._indexes: dict[str, _FileIndex | None] = {}
-        self._decoded: OrderedDict[tuple[str, int], dict[tuple[str, int], tuple[str, str]]] = OrderedDict()
+        self._decoded: OrderedDict[tuple[str, int], _Group] = OrderedDict()
         self._deleted: dict[str, frozenset[int]] = {}
         self.loads = 0  # row groups decoded
 
     def row_of(self, uri: str, position: int) -> tuple[str, str] | None:
         """(doc_id, input digest) of the previous run's row for the document read at
         ``position`` of ``uri``; None without one (or with a damaged file: then it is read as new)."""
+        found = self.found(uri, position)
+        return (found.doc_id, found.input_digest) if found is not None else None
+
+    def found(self, uri: str, position: int) -> Found | None:
+        """The previous run's row for the document read at ``position`` of ``uri`` (what
+        :class:`Found` holds); None without one (or with a damaged file: then it is read as new)."""
         shard = shard_of(f"{position // BLOCK}\0{uri}", self.source.shards)
         for path, deleted in self._by_shard.get(shard, ()):
             index = self._index(path)
@@ -236,9 +279,9 @@ class PreviousState:
                 if not _may_hold(index, group, uri, position):
                     continue
                 rows = self._rows(path, deleted, group, index)
-                found = rows.get((uri, position)) if rows is not None else None
-                if found is not None:
-                    return found
+                row = rows.at.get((uri, position)) if rows is not None else None
+                if row is not None and rows is not None:
+                    return rows.found(row)
         return None
 
     def _index(self, path: str) -> _FileIndex | None:
@@ -267,8 +310,7 @@ class PreviousState:
                 self._indexes[path] = None
         return self._indexes[path]
 
-    def _rows(self, path: str, deleted: Deletions, group: int, index: _FileIndex
-              ) -> dict[tuple[str, int], tuple[str, str]] | None:
+    def _rows(self, path: str, deleted: Deletions, group: int, index: _FileIndex) -> _Group | None:
         key = (path, group)
         found = self._decoded.get(key)
         if found is not None:
@@ -284,9 +326,19 @@ class PreviousState:
             return None
         self.loads += 1
         first = index.first_row[group]
-        found = {(uri, position): (doc_id, digest) for at, (uri, position, doc_id, digest) in enumerate(zip(
-            *(table.column(name).to_pylist() for name in _LOOKUP_COLUMNS), strict=True))
-            if first + at not in gone}
+        column = table.column
+        places = zip(column("uri").to_pylist(), column("position").to_pylist())
+        keys = column("line_keys").combine_chunks()
+        valid = (np.ones(len(keys), bool) if keys.null_count == 0
+                 else np.asarray(keys.is_valid().to_numpy(zero_copy_only=False), bool))
+        offsets = keys.offsets.to_numpy().astype(np.int64)
+        found = _Group(
+            {place: at for at, place in enumerate(places) if first + at not in gone},
+            column("doc_id").to_pylist(), column("input_digest").to_pylist(), column("facts").to_pylist(),
+            column("text_hash").to_pylist(), offsets - offsets[0] if len(offsets) else np.zeros(1, np.int64),
+            keys.values.to_numpy(zero_copy_only=False).astype(np.uint64, copy=False)[
+                offsets[0]:offsets[-1]] if len(offsets) else np.empty(0, np.uint64),
+            valid)
         self._decoded[key] = found
         while len(self._decoded) > self.held:
             self._decoded.popitem(last=False)
@@ -299,3 +351,52 @@ def _may_hold(index: _FileIndex, group: int, uri: str, position: int) -> bool:
         low, high = index.position_min[group], index.position_max[group]
         return low is None or high is None or low <= position <= high
     return True
+
+
+class SettledBatch(NamedTuple):
+    """Documents a rerun read as the previous run's state rows hold them (same id, input and
+    facts at the same place): not passed on as documents, only as these arrays. ``offset`` and
+    ``length``: a plain JSONL record's line bytes as this run found them (-1: read with its
+    file); ``keys``: what boilerplate counted of each, in the same order (None with boilerplate
+    off)."""
+
+    doc_id: tuple[str, ...]
+    uri: tuple[str, ...]
+    position: np.ndarray  # int64
+    offset: np.ndarray  # int64
+    length: np.ndarray  # int64
+    keys: KeySets | None
+
+    def __len__(self) -> int:
+        return len(self.doc_id)
+
+
+class SettledBuilder:
+    """A bundle's settled documents gathered into one :class:`SettledBatch`."""
+
+    def __init__(self) -> None:
+        self._rows: list[tuple[str, str, int, int, int]] = []
+        self._hashes: list[bytes] = []
+        self._keys: list[np.ndarray] = []
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def add(self, doc_id: str, uri: str, position: int, counted: bytes, found: Found) -> None:
+        place = unpack(counted) if counted else Counted()
+        self._rows.append((doc_id, uri, position,
+                           -1 if place.offset is None else place.offset,
+                           -1 if place.length is None else place.length))
+        if found.text_hash is not None:
+            self._hashes.append(text_hash(found.text_hash))
+            self._keys.append(found.line_keys if found.line_keys is not None else np.empty(0, np.uint64))
+
+    def take(self) -> SettledBatch:
+        rows, hashes, keys = self._rows, self._hashes, self._keys
+        self._rows, self._hashes, self._keys = [], [], []
+        if hashes and len(hashes) != len(rows):
+            raise ValueError("settled documents with and without boilerplate's keys in one batch")
+        doc_ids, uris, positions, offsets, lengths = zip(*rows) if rows else ((), (), (), (), ())
+        return SettledBatch(tuple(doc_ids), tuple(uris), np.array(positions, np.int64),
+                            np.array(offsets, np.int64), np.array(lengths, np.int64),
+                            from_arrays(hashes, keys) if hashes else None)

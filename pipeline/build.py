@@ -24,10 +24,18 @@ from chunkline.pipeline.config import Config
 from chunkline.pipeline.options import stage_options
 from chunkline.pipeline.plan import Plan
 from chunkline.transforms.access import AssignPrincipals
-from chunkline.transforms.clean import CleanDocuments, RemoveBoilerplate, WriteFrequentKeys, WriteRemovedLines
+from chunkline.key_sets import KeySets, read_frequent
+from chunkline.records import Document
+from chunkline.transforms.clean import (CleanDocuments, RemoveBoilerplate, StripLate, WriteFrequentKeys,
+                                        WriteRemovedLines)
 from chunkline.transforms.credentials import ScanCredentials
 from chunkline.transforms.dedupe import Dedupe, UniqueRejectedIds
-from chunkline.transforms.read import ReadDocuments
+from chunkline.transforms.read import ReadDocuments, ReadPlaces
+from chunkline.transforms.settle import (DOCUMENT_IDS, PLACES, SETTLED_IDS, STATE_IDS, Affected,
+                                         FlagBoilerplate, SettledOutputs, Touches, WriteSignature,
+                                         rejected_touch)
+from chunkline.pipeline.plan import SETTLE_SIGNATURE
+from apache_beam.pvalue import AsList, AsSingleton
 from chunkline.transforms.reuse import (
     ContentKeys,
     LateContentKeys,
@@ -74,30 +82,51 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
     """Add the whole job to ``pipeline``; every document read ends in the documents table."""
     stages = plan.options if plan.options is not None else stage_options(config)
     # The output root may sit inside the input pattern (out/ under the corpus): never read back.
+    carry = plan.carry
+    # A rerun under the previous run's settle signature passes its unchanged documents by
+    # (transforms/settle.py): they reach no per-document stage unless a change reaches them.
+    settling = (KEEP_STATE and plan.settle_from is not None and carry is not None
+                and plan.access is None)
+    read_options = dict(
+        ocr_cache=ocr_cache_dir(config) if stages.read.ocr.mode != "never" else None,
+        trusted=plan.memo if config.input.trust_file_metadata else None,
+        credentials=stages.credentials, memo=plan.memo)
+    # The output root may sit inside the input pattern (out/ under the corpus): never read back.
     read = pipeline | "Read" >> ReadDocuments(
         config.input.pattern, stages.read,
         follow_symlinks=config.input.follow_symlinks, exclude=(config.output.path,),
-        ocr_cache=ocr_cache_dir(config) if stages.read.ocr.mode != "never" else None,
-        trusted=plan.memo if config.input.trust_file_metadata else None, shares=plan.join_shares,
-        credentials=stages.credentials, memo=plan.memo,
-        state=state_source(plan.previous_state) if KEEP_STATE else None)
-    documents, rejected_parts = read.documents, [read.rejected]
+        shares=plan.join_shares, **read_options,
+        state=state_source(plan.previous_state) if KEEP_STATE else None, settle=settling)
+    rejected_parts = [read.rejected]
+
+    def cleaned(documents, prefix: str = ""):
+        """Clean, then credentials: what every document passes before boilerplate counts it."""
+        parts = []
+        if stages.clean is not None:
+            done = documents | f"{prefix}Clean" >> CleanDocuments(stages.clean, plan.memo)
+            documents = done.documents
+            parts.append(done.rejected)
+        # Before anything counts, compares, sends or stores the text: a credential is rejected or
+        # redacted here, so boilerplate keys, MinHash signatures, context requests and every file
+        # see only what may be kept.
+        if stages.credentials.mode != ALLOW:
+            scanned = documents | f"{prefix}Credentials" >> ScanCredentials(stages.credentials, plan.memo)
+            documents = scanned.documents
+            parts.append(scanned.rejected)
+        return documents, parts
+
     # Clean, then drop corpus boilerplate, then dedupe: duplicates are judged on the text that
     # is chunked, and the documents table stores exactly the text chunk offsets refer to.
-    if stages.clean is not None:
-        cleaned = documents | "Clean" >> CleanDocuments(stages.clean, plan.memo)
-        documents = cleaned.documents
-        rejected_parts.append(cleaned.rejected)
-    # Before anything counts, compares, sends or stores the text: a credential is rejected or
-    # redacted here, so boilerplate keys, MinHash signatures, context requests and every file
-    # see only what may be kept.
-    if stages.credentials.mode != ALLOW:
-        scanned = documents | "Credentials" >> ScanCredentials(stages.credentials, plan.memo)
-        documents = scanned.documents
-        rejected_parts.append(scanned.rejected)
+    documents, parts = cleaned(read.documents)
+    rejected_parts += parts
+    counting = None
     if stages.boilerplate is not None:
-        stripped = documents | "Boilerplate" >> RemoveBoilerplate(
-            stages.boilerplate, spill_dir(plan.run_dir, "boilerplate"), plan.memo, plan.join_shares)
+        settled_keys = (read.settled
+                        | "SettledKeys" >> beam.FlatMap(lambda batch: [batch.keys] if batch.keys is not None else [])
+                        .with_output_types(KeySets)) if settling else None
+        counting = RemoveBoilerplate(stages.boilerplate, spill_dir(plan.run_dir, "boilerplate"), plan.memo,
+                                     plan.join_shares, settled=settled_keys)
+        stripped = documents | "Boilerplate" >> counting
         documents = stripped.documents
         rejected_parts.append(stripped.rejected)
         stripped.removed | "WriteBoilerplateLines" >> beam.ParDo(WriteRemovedLines(plan.run_dir))
@@ -109,18 +138,22 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
         assigned = documents | "Access" >> AssignPrincipals(plan.access)
         documents = assigned.documents
         rejected_parts.append(assigned.rejected)
+    carry_index = pipeline | "CarryIndex" >> CarryIndex(carry) if carry is not None else None
+    settled = None
+    if settling and carry_index is not None:
+        settled, documents = _settle(pipeline, config, plan, stages, read, documents, rejected_parts,
+                                     counting, cleaned, read_options, carry_index)
     # An id conflict's rejected row names its file relative to the input root, as every id does.
     # A kept document whose rows the previous run made under the same carry key is not
     # released to the splitter: its chunks come from that run (transforms/carry.py).
-    carry = plan.carry
-    carry_index = pipeline | "CarryIndex" >> CarryIndex(carry) if carry is not None else None
     deduped = documents | "Dedupe" >> Dedupe(config.dedupe.exact, stages.near_duplicates,
                                              spill_dir(plan.run_dir, "dedupe"),
                                              roots=(input_root(config.input.pattern),),
                                              carry_keys=CarryKeys(carry) if carry is not None else None,
                                              carry_index=carry_index, memo=plan.memo,
                                              access=plan.access is not None, shares=plan.join_shares,
-                                             keep_state=KEEP_STATE)
+                                             keep_state=KEEP_STATE,
+                                             settled=settled.settled_ids if settled is not None else None)
     # Carried rows never travel one per chunk: their shard writer reads them as Arrow tables.
     carried = (deduped.carried | "Carried" >> CarriedShards(carry, config.output.chunk_shards, shard_of,
                                                             plan.join_shares)
@@ -224,6 +257,8 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
         previous=(carry.signature, carry.document_files()) if carry is not None else None,
         # Compaction spread over runs: the files the plan allows (its most dead, within a budget).
         compactable=carry.compactable if carry is not None else None,
+        # The documents passed by keep their rows where they lie.
+        keep=settled.document_ids if settled is not None else None,
         # The text, most of the table, goes to Arrow as the UTF-8 its records hold.
         to_table=statuses_table,
     )
@@ -235,8 +270,70 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
             config.output.document_shards, shard_key=state_shard_key, sort_key=state_sort_key,
             to_row=state_to_row, record_type=StateRow,
             previous=(carry.signature, plan.previous_state) if carry is not None else None,
+            keep=settled.state_ids if settled is not None else None,
         )
+        (pipeline
+         | "SettleSignature" >> beam.Create([plan.settle_signature])
+         | "WriteSettleSignature" >> beam.ParDo(WriteSignature(plan.run_dir, SETTLE_SIGNATURE)))
     rejected | "WriteRejected" >> WriteParquetShards(
         plan.run_dir, "rejected", rejected_schema(), 1, record_type=Rejected,
         shard_key=lambda r: r.doc_id, sort_key=lambda r: (r.doc_id, r.uri, r.reason),
     )
+
+
+def _settle(pipeline: beam.Pipeline, config: Config, plan: Plan, stages, read, documents,
+            rejected_parts: list, counting, cleaned, read_options: dict, carry_index):
+    """The settled documents a change reaches, read again and brought to dedupe beside the
+    changed ones (transforms/settle.py): (:class:`SettledOutputs`, every document dedupe
+    decides on)."""
+    near = stages.near_duplicates
+    bands, max_pairs = (near.lsh()[0], near.max_bucket_pairs) if near is not None else (0, 1)
+
+    def read_again(places, prefix: str):
+        again = places | f"{prefix}Read" >> ReadPlaces(config.input.pattern, stages.read, **read_options)
+        again, parts = cleaned(again, prefix)
+        rejected_parts.extend(parts)
+        if counting is not None:
+            stripped = again | f"{prefix}Boilerplate" >> StripLate(counting)
+            again = stripped.documents
+            rejected_parts.append(stripped.rejected)
+        return again
+
+    remaining = read.settled
+    late = []
+    if counting is not None:
+        flagged = read.settled | "FlagBoilerplate" >> beam.ParDo(
+            FlagBoilerplate(read_frequent(plan.settle_from) if plan.settle_from else None),
+            AsSingleton(counting_frequent(counting))).with_outputs(PLACES, main="batches")
+        remaining = flagged.batches
+        late.append(read_again(flagged[PLACES], "Boilerplated"))
+    known = [documents, *late]
+    touches = (
+        (
+            known
+            | "Known" >> beam.Flatten().with_output_types(Document)
+            | "TouchBatches" >> beam.BatchElements(min_batch_size=64, max_batch_size=256)
+            | "Touches" >> beam.ParDo(Touches(near, plan.memo, plan.access is not None)),
+            list(rejected_parts) | "RejectedSoFar" >> beam.Flatten().with_output_types(Rejected)
+            | "RejectedTouches" >> beam.Map(rejected_touch),
+        )
+        | "AllTouches" >> beam.Flatten()
+    )
+    decided = (
+        remaining
+        | "AllSettled" >> beam.combiners.ToList()
+        | "Affected" >> beam.ParDo(
+            Affected(state_source(plan.previous_state), bands, max_pairs, config.output.document_shards,
+                     config.output.document_shards, config.output.chunk_shards),
+            AsList(touches), AsList(carry_index.damaged))
+        .with_outputs(PLACES, DOCUMENT_IDS, STATE_IDS, SETTLED_IDS)
+    )
+    reached = read_again(decided[PLACES], "Reached")
+    everything = [*known, reached] | "ToDedupe" >> beam.Flatten().with_output_types(Document)
+    return SettledOutputs(decided[PLACES], decided[DOCUMENT_IDS], decided[STATE_IDS],
+                          decided[SETTLED_IDS]), everything
+
+
+def counting_frequent(counting):
+    """The frequent keys an applied RemoveBoilerplate counted, ascending uint64 (one element)."""
+    return counting.frequent

@@ -19,6 +19,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
+from chunkline.index import storage
 from chunkline.state import STATE_TABLE
 from chunkline.access import AccessPolicy, load_policy
 from chunkline.carry import CARRY_TABLE
@@ -75,6 +76,47 @@ class Plan:
     # The state table of the run this one follows (chunkline/state.py), each file with its
     # deleted row positions: this run's rows equal to a live one there stay there.
     previous_state: tuple[tuple[str, Deletions], ...] = ()
+    # What the settled documents' decisions were made under (:func:`settle_signature`), kept
+    # with this run; and the previous run's folder when its signature is this one's, so a
+    # rerun passes its unchanged documents by (transforms/settle.py); None: it processes all.
+    settle_signature: str = ""
+    settle_from: str | None = None
+
+
+SETTLE_SIGNATURE = "settle-signature"
+
+
+def settle_signature(config: Config, carry: str) -> str:
+    """Digest of everything that decides a document's text and fate up to dedupe (read,
+    clean, credentials, boilerplate, dedupe, the shard counts the state and documents tables
+    are cut into) beside ``carry`` (what decides its rows after): equal, a previous decision on
+    an unchanged document holds."""
+    from chunkline.carry import processing_signature
+
+    sections = to_dict(config)
+    settings = {name: sections.get(name) for name in ("input", "clean", "secrets", "boilerplate",
+                                                      "dedupe")}
+    settings.update({"document_shards": config.output.document_shards,
+                     "chunk_shards": config.output.chunk_shards, "carry": carry,
+                     "code": source_fingerprint()})
+    return hashlib.blake2b(processing_signature(settings).encode(), digest_size=16).hexdigest()
+
+
+def settle_from(config: Config, signature: str, state: tuple, carry: CarrySource | None) -> str | None:
+    """The previous run's folder when its settled decisions hold for this run: it kept a state
+    table, its chunks may be carried, and it was made under ``signature``. Access control
+    leaves it off (the mapping decides principals outside the config)."""
+    if not state or carry is None or not carry.pairs or config.access is not None:
+        return None
+    try:
+        run_dir = (resolve_run(config.output.previous) if config.output.previous
+                   else latest_run(config.output.path))
+        if run_dir is None:
+            return None
+        kept = storage.read_bytes(storage.join(run_dir, SETTLE_SIGNATURE)).decode("ascii").strip()
+    except (OSError, ManifestError, UnicodeDecodeError):
+        return None
+    return run_dir if kept == signature else None
 
 
 class PreflightError(ValueError):
@@ -593,11 +635,13 @@ def plan(config: Config, run_id: str) -> Plan:
     normalize = config.embed.normalize if config.embed is not None else False
     carry_key_signature = carry_signature(config, tokenizer_spec, max_tokens, signature, stored_dim)
     carry, carry_note = carry_source(config, carry_key_signature, stored_dim, normalize)
+    state = previous_state(config)
+    settling = settle_signature(config, carry_key_signature)
     return Plan(run_dir, tokenizer_spec, max_tokens, stored_dim,
                 signature, previous, tuple(files), tuple(skipped), normalize, stages,
                 reference, reference_note, carry, carry_note, memo_source(config, run_dir),
                 access_policy(config), join_shares(config), previous_terms(config),
-                previous_state(config))
+                state, settling, settle_from(config, settling, state, carry))
 
 
 # Documents per share of a per-document grouping: a share's keys are grouped in one worker's

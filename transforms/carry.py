@@ -37,6 +37,7 @@ from apache_beam.pvalue import PCollection
 from chunkline.carry import carry_key, embedding_prefix
 from chunkline.context.writer import CACHED, FAILED, OK
 from chunkline.index.tables import Deletions
+from chunkline.index.layout import shard_name
 from chunkline.quantize import UNIT_TOLERANCE, dequantized
 from chunkline.records import KEPT, DocumentChunks
 from chunkline.sparse import CorpusStats, SparseOptions
@@ -249,6 +250,9 @@ def verify_pair(chunk_path: str, side_path: str, dim: int | None, normalize: boo
     return found
 
 
+DAMAGED = "damaged"
+
+
 class _IndexPair(beam.DoFn):
     """A pair's index -> ``(doc_id, CarryEntry)`` for each document whose rows pass their
     check; the others (and every document of a pair that cannot be read) are counted and
@@ -267,11 +271,17 @@ class _IndexPair(beam.DoFn):
             self.rejected.inc(_sidecar_documents(side_path))
             log.warning("carry: %s unreadable (%s: %s); its documents are computed again",
                         chunk_path, type(exc).__name__, exc)
+            # Which documents it held may be unreadable too: its shard (transforms/settle.py
+            # reads every settled document of that shard again).
+            named = shard_name(chunk_path)
+            if named is not None:
+                yield beam.pvalue.TaggedOutput(DAMAGED, named[1])
             return
         for doc_id, key, problem in found:
             if problem is not None:
                 self.rejected.inc()
                 log.warning("carry: %s in %s: %s; computed again", doc_id, chunk_path, problem)
+                yield beam.pvalue.TaggedOutput(DAMAGED, doc_id)
                 continue
             yield doc_id, CarryEntry(key, pair)
 
@@ -319,6 +329,8 @@ class _PreviousDocuments(beam.DoFn):
 class CarryIndexOutputs(NamedTuple):
     entries: PCollection  # (doc_id, CarryEntry): the previous documents whose rows may be carried
     documents: PCollection  # (doc_id, PreviousDocument): every document the previous run read
+    # doc_ids whose rows failed their check, chunk shards (int) whose previous file is unreadable
+    damaged: PCollection | None = None
 
 
 class CarryIndex(beam.PTransform):
@@ -330,15 +342,15 @@ class CarryIndex(beam.PTransform):
         self.source = source
 
     def expand(self, root):
-        entries = (root
-                   | "Pairs" >> beam.Create(list(range(len(self.source.pairs))))
-                   | "Verify" >> beam.ParDo(_IndexPair(self.source)).with_output_types(
-                       tuple[str, CarryEntry]))
+        verified = (root
+                    | "Pairs" >> beam.Create(list(range(len(self.source.pairs))))
+                    | "Verify" >> beam.ParDo(_IndexPair(self.source)).with_outputs(DAMAGED, main="entries"))
+        entries = verified.entries
         documents = (root
                      | "DocumentShards" >> beam.Create(list(self.source.document_files()))
                      | "ReadDocuments" >> beam.ParDo(_PreviousDocuments()).with_output_types(
                          tuple[str, PreviousDocument]))
-        return CarryIndexOutputs(entries, documents)
+        return CarryIndexOutputs(entries, documents, verified[DAMAGED])
 
 
 class CarryDecisions(beam.DoFn):
@@ -363,6 +375,14 @@ class CarryDecisions(beam.DoFn):
         doc_id, groups = joined
         previous = next(iter(groups["previous"]), None)
         read_before = next(iter(groups["documents"]), None)
+        settled = next(iter(groups.get("settled", ())), None)
+        if settled is not None:
+            # Passed by unchanged (transforms/settle.py): kept, its rows are carried as they
+            # lie (a kept document without previous chunks has none to carry).
+            if settled and previous is not None:
+                self.carried.inc()
+                yield beam.pvalue.TaggedOutput("carried", (previous.pair, doc_id))
+            return
         kept = False
         for decision in groups["decision"]:
             if decision.status != KEPT:

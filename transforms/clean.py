@@ -530,6 +530,9 @@ class RemoveBoilerplate(beam.PTransform):
         self._memo = memo
         self._shares = shares  # the run's key-space shares (plan.join_shares): the text shares and key buckets follow
         self._settled = settled
+        # Set by expand: the frequent keys, as a set for StripLate and as an array.
+        self.frequent_set: PCollection | None = None
+        self.frequent: PCollection | None = None
 
     def expand(self, documents: PCollection[Document]):
         options = self._options
@@ -573,6 +576,7 @@ class RemoveBoilerplate(beam.PTransform):
             | "Sorted" >> beam.Map(_sorted_keys).with_output_types(np.ndarray)
         )
         frequent_set = frequent | "AsSet" >> beam.Map(as_set).with_output_types(frozenset[str])
+        self.frequent_set, self.frequent = frequent_set, frequent
         # The side input is known only once every document is counted: until then the
         # documents wait in part files, and only the parts' paths wait in memory.
         stripped = (
@@ -593,3 +597,32 @@ class RemoveBoilerplate(beam.PTransform):
             | "AsRows" >> beam.Map(_top_removed)
         )
         return BoilerplateOutputs(stripped.documents, stripped[REJECTED], removed, frequent)
+
+
+class _StripOne(_Strip):
+    """:class:`_Strip` of one document, not of a part."""
+
+    def process(self, doc: Document, frequent: frozenset[str]):  # type: ignore[override]
+        yield from self._strip(doc, frequent)
+
+
+class StripLate(beam.PTransform):
+    """``PCollection[Document]`` -> :class:`CleanOutputs`: documents a rerun reads again once
+    ``counted``'s frequent keys are known (transforms/settle.py), stripped with them and never
+    counted (their texts were counted as the previous run's state rows held them). Their keys
+    are taken as the counted documents' are, so the run's state table records them."""
+
+    def __init__(self, counted: RemoveBoilerplate) -> None:
+        super().__init__()
+        if counted.frequent_set is None:
+            raise ValueError("StripLate follows an applied RemoveBoilerplate")
+        self._counted = counted
+
+    def expand(self, documents: PCollection[Document]):
+        counted = self._counted
+        keyed = documents | "Keys" >> beam.ParDo(_KeysOfText(counted._options, counted._memo)).with_outputs(
+            KEYS, main="documents")
+        stripped = keyed.documents | "Strip" >> beam.ParDo(
+            _StripOne(counted._options, counted._memo), AsSingleton(counted.frequent_set)
+        ).with_outputs(REJECTED, REMOVED, main="documents")
+        return CleanOutputs(stripped.documents, stripped[REJECTED])

@@ -424,11 +424,9 @@ def _read_optional_u64s(stream) -> tuple[int, ...] | None:
 
 
 def encode_state(out, r: StateRow) -> None:
-    for text in (r.doc_id, r.uri, r.input_digest, r.doc_hash, r.status, r.survivor):
+    for text in (r.doc_id, r.uri, r.input_digest, r.facts, r.doc_hash, r.status, r.survivor):
         _write_str(out, text)
     out.write_var_int64(r.position)
-    _write_optional_int(out, r.offset)
-    _write_optional_int(out, r.length)
     out.write_byte(r.text_hash is not None)
     if r.text_hash is not None:
         out.write(r.text_hash, True)
@@ -438,12 +436,11 @@ def encode_state(out, r: StateRow) -> None:
 
 
 def decode_state(stream) -> StateRow:
-    doc_id, uri, digest, doc_hash, status, survivor = (_read_str(stream) for _ in range(6))
+    doc_id, uri, digest, facts, doc_hash, status, survivor = (_read_str(stream) for _ in range(7))
     position = stream.read_var_int64()
-    offset, length = _read_optional_int(stream), _read_optional_int(stream)
     text_hash = bytes(stream.read_all(True)) if stream.read_byte() else None
     line_keys, bands = _read_optional_u64s(stream), _read_optional_u64s(stream)
-    return StateRow(doc_id, uri, position, digest, offset, length, text_hash, line_keys, doc_hash,
+    return StateRow(doc_id, uri, position, digest, facts, text_hash, line_keys, doc_hash,
                     bands, status, survivor, _read_optional_strs(stream))
 
 

@@ -65,7 +65,7 @@ from chunkline.records import (
     text_digest,
 )
 from chunkline.memo import DOC_HASH, SIGNATURE, MemoSource
-from chunkline.state import StateRow, pack_bands, state_row
+from chunkline.state import StateRow, facts_digest, pack_bands, state_row
 from chunkline.transforms import coders  # noqa: F401 - registers the record coders these shuffles use
 from chunkline.transforms.shares import GroupInShares, JoinInShares
 from chunkline.transforms.memo import MemoUse, recalled_doc_hash, without_memo
@@ -769,7 +769,8 @@ class _ReleasePart(beam.DoFn):
             yield beam.pvalue.TaggedOutput("statuses", status)
             if self._keep_state:
                 yield beam.pvalue.TaggedOutput("state", state_row(
-                    doc.doc_id, doc.uri, doc.position, doc.input_digest, doc.counted, decision.digest,
+                    doc.doc_id, doc.uri, doc.position, doc.input_digest,
+                    facts_digest(status.encoding, status.metadata), doc.counted, decision.digest,
                     decision.status, decision.duplicate_of, doc.principals))
             if decision.status == KEPT and not decision.carried:
                 yield dataclasses.replace(doc, counted=b"") if doc.counted else doc
@@ -802,8 +803,12 @@ class Dedupe(beam.PTransform):
                  spill_dir: str | None = None, roots: Sequence[str] = (),
                  carry_keys: Callable[[Document], str] | None = None,
                  carry_index: CarryIndexOutputs | None = None, memo: MemoSource | None = None,
-                 access: bool = False, shares: int = 1024, keep_state: bool = False) -> None:
+                 access: bool = False, shares: int = 1024, keep_state: bool = False,
+                 settled: PCollection | None = None) -> None:
         super().__init__()
+        # (doc_id, kept) of each document a rerun passed by (transforms/settle.py): its chunks
+        # are carried where kept, and it is not counted gone.
+        self.settled = settled
         self.keep_state = keep_state  # a state row per decided document (chunkline.state)
         self.shares = shares  # of every grouping by document (transforms/shares.py)
         self.access = access
@@ -869,7 +874,8 @@ class Dedupe(beam.PTransform):
                 {"decision": decisions | "KeyDecisionById" >> beam.Map(
                     lambda d: (d.doc_id, d)).with_output_types(tuple[str, Any]),
                  "previous": self.carry_index.entries,
-                 "documents": self.carry_index.documents}
+                 "documents": self.carry_index.documents,
+                 **({"settled": self.settled} if self.settled is not None else {})}
                 | "JoinCarryIndex" >> JoinInShares(self.shares)
                 | "Carry" >> beam.ParDo(CarryDecisions()).with_outputs("carried", main="decisions")
             )

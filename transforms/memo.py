@@ -14,7 +14,9 @@ import logging
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from chunkline.memo import Memo, MemoSource, RecalledShares, Rows, pack, segment_name, write_segment
+from chunkline.memo import (HERE, Memo, MemoSource, RecalledShares, Rows, pack, parse_segment_name, segment_name,
+                            write_segment)
+from chunkline.memo import _entries as packed_entries
 from chunkline.records import Document, doc_hash
 
 log = logging.getLogger("chunkline.memo")
@@ -104,3 +106,60 @@ def recalled_doc_hash(memo: Memo | None, doc: Document,
         # nor records it again.
         fresh[key] = value
     return value.hex()
+
+
+class SettledEntries:
+    """What a rerun's settled documents (transforms/settle.py) hold in the previous memo: they
+    recall nothing, but their entries stand behind the decisions they keep. Each is counted
+    used (and recalled) by the listed segment it lies in, as a recall counts it, so a segment
+    is not retired for want of use; one in a retired segment is written again, as a recall
+    writes it, so that nothing a later run may ask for is lost."""
+
+    def __init__(self, source: MemoSource | None) -> None:
+        self.source = source
+
+    def setup(self) -> None:
+        self.kinds: dict[int, str] = {}
+        if self.source is not None:
+            for ordinal, path in enumerate(self.source.previous):
+                named = parse_segment_name(path)
+                if named is not None:
+                    self.kinds[ordinal] = named[0]
+        self.uses: dict[str, MemoUse] = {}
+        self.counts: dict[int, int] = {}
+
+    def keep(self, packed: bytes, at: tuple[str, int]) -> None:
+        source = self.source
+        if source is None or not packed:
+            return
+        # Every entry the document holds: which of them its current texts would ask for is
+        # known only to the stages that make those texts, so an entry of an older text of it
+        # (from before an edit) is kept with the rest (docs/ARCHITECTURE.md notes the cost).
+        for entry in packed_entries(packed):
+            if entry is None:
+                return  # damaged: its texts are computed again whenever asked
+            key, segment, start, end = entry
+            if segment == HERE:
+                continue
+            self.counts[segment] = self.counts.get(segment, 0) + 1
+            kind = self.kinds.get(segment)
+            if segment in source.retired and kind is not None:
+                use = self.uses.get(kind)
+                if use is None:
+                    use = self.uses[kind] = MemoUse(source, kind, "")
+                    use.setup()
+                if use.memo is not None:
+                    use.memo.put(key, packed[start:end], at)
+
+    def flush(self) -> None:
+        by_kind: dict[str, int] = {}
+        for segment, count in sorted(self.counts.items()):
+            Metrics.counter(SEGMENTS_NAMESPACE, str(segment)).inc(count)
+            kind = self.kinds.get(segment)
+            if kind is not None:
+                by_kind[kind] = by_kind.get(kind, 0) + count
+        for kind, count in sorted(by_kind.items()):
+            Metrics.counter(NAMESPACE, f"{kind}_recalled").inc(count)
+        self.counts = {}
+        for use in self.uses.values():
+            use.flush()

@@ -23,8 +23,10 @@ from apache_beam.io.fileio import ReadableFile
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 from apache_beam.pvalue import PBegin, PCollection, TaggedOutput
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.windowed_value import WindowedValue
 
-from chunkline.state import PreviousState, StateSource
+from chunkline.state import PreviousState, SettledBatch, SettledBuilder, StateSource, facts_digest
 from chunkline.containers import HEAD_BYTES, MEMBER_SEPARATOR
 from chunkline.credentials import CredentialOptions
 from chunkline.screening import screen_document, screen_text, screening_key
@@ -49,8 +51,8 @@ from chunkline.readers import (
     streams,
 )
 from chunkline.memo import READ, MemoSource, RecalledShares, unit_share
-from chunkline.records import Document, Rejected, input_digest
-from chunkline.transforms.memo import MemoUse, recalled_shares
+from chunkline.records import Document, Rejected, input_digest, metadata_json
+from chunkline.transforms.memo import MemoUse, SettledEntries, recalled_shares
 from chunkline.transforms.spill import coder_of
 from chunkline.transforms.progress import PIECES_MATCHED, PIECES_READ, progress_counter, tally
 from chunkline.transforms.counters import READ_DOCUMENTS, READ_REJECTED, READ_SETTLED, READ_SLICES
@@ -59,6 +61,7 @@ from chunkline.transforms.shares import GroupInShares, share_of
 
 log = logging.getLogger("chunkline.read")
 
+SETTLED: Final = "settled"
 REJECTED: Final = "rejected"  # Final: a Literal type, as the TaggedOutput[Literal[...]] outputs name it
 
 
@@ -67,6 +70,8 @@ class ReadOutputs(NamedTuple):
 
     documents: PCollection[Document]
     rejected: PCollection[Rejected]
+    # With ``settle``: the documents read as the previous state rows hold them, as batches.
+    settled: PCollection[SettledBatch] | None = None
 
 
 class _DecodeFile(beam.DoFn):
@@ -86,9 +91,16 @@ class _DecodeFile(beam.DoFn):
     def __init__(self, root: str, options: ReadOptions, ocr_cache: str | None = None,
                  trusted: MemoSource | None = None,
                  credentials: CredentialOptions = CredentialOptions(),
-                 memo: MemoSource | None = None, state: StateSource | None = None) -> None:
+                 memo: MemoSource | None = None, state: StateSource | None = None,
+                 settle: bool = False) -> None:
         self._root = root
         self._state_source = state
+        # With ``settle``, a document read as its previous state row holds it is not passed on:
+        # it joins its bundle's SettledBatch (tagged ``settled``), as arrays.
+        self._settle = settle and state is not None
+        self._batch = SettledBuilder()
+        self._settled_entries = SettledEntries(memo if memo is not None else trusted)
+        self._counts_pieces = True
         self._state: PreviousState | None = None  # set up per worker (setup)
         self._settled = Metrics.counter(*READ_SETTLED)
         self._options = options
@@ -112,9 +124,17 @@ class _DecodeFile(beam.DoFn):
         self._coders = (coder_of(Document), coder_of(Rejected))
         self._state = (PreviousState(self._state_source, FileSystems.open)
                        if self._state_source is not None else None)
+        self._settled_entries.setup()
 
-    def finish_bundle(self) -> None:
+    def start_bundle(self) -> None:
+        self._batch = SettledBuilder()
+
+    def finish_bundle(self):
         self._memo.flush()
+        self._settled_entries.flush()
+        if len(self._batch):
+            return [TaggedOutput(SETTLED, WindowedValue(self._batch.take(), 0, (GlobalWindow(),)))]
+        return None
 
     def _recalled_or_read(self, found: ReadableFile, uri: str,
                           part: ParquetSlice | LineSlice | None) -> Iterable[Document | Rejected]:
@@ -182,15 +202,24 @@ class _DecodeFile(beam.DoFn):
             if isinstance(record, Document):
                 self._documents.inc()
                 digest = input_digest(record)
-                if state is not None and state.row_of(record.uri, record.position) == (record.doc_id, digest):
+                found = state.found(record.uri, record.position) if state is not None else None
+                if (found is not None and found.doc_id == record.doc_id and found.input_digest == digest
+                        and found.facts == facts_digest(record.encoding, metadata_json(record.all_metadata()))):
                     self._settled.inc()
+                    if self._settle:
+                        self._batch.add(record.doc_id, record.uri, record.position, record.counted, found)
+                        if recalled is not None:
+                            self._settled_entries.keep(recalled.entries_of(record.uri, record.position),
+                                                       (record.uri, record.position))
+                        continue
                 yield dataclasses.replace(
                     record, input_digest=digest,
                     memo=recalled.entries_of(record.uri, record.position) if recalled else b"")
             else:
                 self._rejected.inc()
                 yield TaggedOutput(REJECTED, record)
-        tally(PIECES_READ)
+        if self._counts_pieces:
+            tally(PIECES_READ)
 
     def _read_and_decode(self, readable: ReadableFile, uri: str,
                          part: ParquetSlice | LineSlice | None = None) -> Iterator[Document | Rejected]:
@@ -427,10 +456,10 @@ class _ReadPattern(beam.PTransform):
         self, pattern: str, options: ReadOptions, follow_symlinks: bool, exclude: tuple[str, ...],
         ocr_cache: str | None = None, trusted: MemoSource | None = None, shares: int = 1024,
         credentials: CredentialOptions = CredentialOptions(), memo: MemoSource | None = None,
-        state: StateSource | None = None,
+        state: StateSource | None = None, settle: bool = False,
     ) -> None:
         super().__init__()
-        self._state = state
+        self._state, self._settle = state, settle
         self._memo = memo if memo is not None else trusted
         self._shares = shares
         self._trusted = trusted
@@ -455,13 +484,13 @@ class _ReadPattern(beam.PTransform):
             | "Unspread" >> beam.FlatMap(lambda shared: shared[1]).with_output_types(Any)
             | "Decode" >> beam.ParDo(_DecodeFile(input_root(self._pattern), self._options,
                                                  self._ocr_cache, self._trusted, self._credentials,
-                                                 self._memo, self._state))
+                                                 self._memo, self._state, self._settle))
             .with_input_types(Union[ReadableFile, Rejected,
                                     tuple[ReadableFile, Union[ParquetSlice, LineSlice]]])
-            .with_output_types(Document, rejected=Rejected)
-            .with_outputs(REJECTED, main="documents")
+            .with_output_types(Document, rejected=Rejected, settled=SettledBatch)
+            .with_outputs(REJECTED, SETTLED, main="documents")
         )
-        return ReadOutputs(decoded.documents, decoded[REJECTED])
+        return ReadOutputs(decoded.documents, decoded[REJECTED], decoded[SETTLED])
 
 
 class Place(NamedTuple):
@@ -511,7 +540,14 @@ class _PlacePieces(beam.DoFn):
 
 
 class _DecodePlaces(_DecodeFile):
-    """:class:`_DecodeFile` of a piece, keeping only the documents at the places asked for."""
+    """:class:`_DecodeFile` of a piece, keeping only the documents at the places asked for.
+    Counted apart (``read_again``): each was counted once, where the run read it first."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._documents = Metrics.counter("read_again", "documents")
+        self._rejected = Metrics.counter("read_again", "rejected")
+        self._counts_pieces = False
 
     def process(self, element):
         piece, wanted = element
@@ -574,7 +610,8 @@ class ReadDocuments(beam.PTransform):
     the credential stage's options, which screen what the OCR cache and the memo keep (the
     default: the stage's defaults, never nothing). ``state``: the previous run's state table
     (``chunkline.state``): a document read as its row there holds it is counted
-    (``read/settled``).
+    (``read/settled``); with ``settle`` too it is not passed on as a document but in the
+    ``settled`` output's batches (:class:`~chunkline.state.SettledBatch`).
 
         outputs = p | "Read" >> ReadDocuments("gs://bucket/docs/**", ReadOptions())
         outputs.documents, outputs.rejected
@@ -592,9 +629,10 @@ class ReadDocuments(beam.PTransform):
         credentials: CredentialOptions = CredentialOptions(),
         memo: MemoSource | None = None,
         state: StateSource | None = None,
+        settle: bool = False,
     ) -> None:
         super().__init__()
-        self._state = state
+        self._state, self._settle = state, settle
         self._shares = shares
         self._trusted = trusted
         self._memo = memo
@@ -615,7 +653,7 @@ class ReadDocuments(beam.PTransform):
             begin | f"Pattern{index}" >> _ReadPattern(pattern, self._options, self._follow,
                                                       self._exclude, self._ocr_cache, self._trusted,
                                                       self._shares, self._credentials, self._memo,
-                                                      self._state)
+                                                      self._state, self._settle)
             for index, pattern in enumerate(self._patterns)
         ]
         documents = (
@@ -626,7 +664,11 @@ class ReadDocuments(beam.PTransform):
             [branch.rejected for branch in branches]
             | "FlattenRejected" >> beam.Flatten().with_output_types(Rejected)
         )
-        return ReadOutputs(documents, rejected)
+        settled = (
+            [branch.settled for branch in branches]
+            | "FlattenSettled" >> beam.Flatten().with_output_types(SettledBatch)
+        ) if self._settle and self._state is not None else None
+        return ReadOutputs(documents, rejected, settled)
 
     def display_data(self) -> dict[str, object]:
         return {"patterns": ", ".join(self._patterns), "follow_symlinks": self._follow,

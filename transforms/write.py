@@ -67,6 +67,13 @@ class Sidecar(NamedTuple):
     to_row: Callable[[Any, int], dict]
 
 
+class KeptIds(NamedTuple):
+    """Documents whose previous rows in one shard stay as they lie (a rerun's settled
+    documents, ``chunkline.state.SettledBatch``): their ids, in no order."""
+
+    doc_ids: tuple[str, ...]
+
+
 def shard_path(directory: str, table: str, index: int, shards: int) -> str:
     return FileSystems.join(directory, f"{table}-{index:05d}-of-{shards:05d}.parquet")
 
@@ -469,7 +476,8 @@ class _WriteShard(beam.DoFn):
                  sort_columns: tuple[str, ...] = (),
                  previous: tuple[str, tuple[tuple[str, Deletions], ...]] | None = None,
                  to_table: Callable[[list[bytes], pa.Schema], pa.Table | None] | None = None,
-                 compactable: frozenset[str] | None = None) -> None:
+                 compactable: frozenset[str] | None = None, keep_mode: bool = False) -> None:
+        self.keep_mode = keep_mode
         self.carried_rows, self.sort_columns = carried_rows, sort_columns
         self.previous, self.compactable = previous, compactable
         self.to_table = to_table
@@ -486,8 +494,11 @@ class _WriteShard(beam.DoFn):
 
     def process(self, keyed, *side):  # unannotated: Beam would type-check the side inputs
         index, values = keyed
+        values = list(values)
         parts = sorted(value for value in values if isinstance(value, str))
-        carried = [value for value in values if value is not None and not isinstance(value, str)]
+        kept_ids = [value for value in values if isinstance(value, KeptIds)]
+        carried = [value for value in values
+                   if value is not None and not isinstance(value, (str, KeptIds))]
         # One pass over the parts, a block at a time: how many records there are, their bytes,
         # and how many share each shard key (a document's chunks: the sidecar row says so).
         together: Counter = Counter()
@@ -501,7 +512,10 @@ class _WriteShard(beam.DoFn):
         # The parts are sorted runs (_SortedParts): merged as the shard is written, the shard's
         # records are never in memory together.
         encoded = _MergedParts(parts, self.coder, self.sort_key)
-        written = list(self._write(index, encoded, count, together, carried, side))
+        if self.keep_mode:
+            written = list(self._keep_previous(index, encoded, count, kept_ids))
+        else:
+            written = list(self._write(index, encoded, count, together, carried, side))
         for table in dict.fromkeys(table for table, *_ in written):
             write_listing(self.directory, table, index,
                           [(path, rows, deleted) for name, path, rows, deleted in written
@@ -590,6 +604,57 @@ class _WriteShard(beam.DoFn):
         yield (self.table, path, count, ())
         if sidecar is not None and side_path is not None:
             yield (sidecar.table, side_path, count, ())
+
+    def _keep_previous(self, index: int, encoded: Iterable[bytes], count: int, kept: list[KeptIds]
+                       ) -> Iterable[tuple[str, str, int, tuple[int, ...]]]:
+        """The shard as the previous files' live rows of the ``kept`` documents, where they lie,
+        and this run's file with its records (and the kept rows of a file compacted now):
+        every other previous row is deleted. Only the previous files' ids (and statuses) are
+        read: a rerun that passes settled documents by never has their rows in hand. A rejected
+        row is never kept by id (a rejection is decided again by every run)."""
+        path = shard_path(self.directory, self.table, index, self.shards)
+        name = path.rsplit("/", 1)[-1]
+        made_under, previous_files = self.previous if self.previous is not None else ("", ())
+        mine = [(shard, deleted) for shard, deleted in previous_files
+                if shard.rsplit("/", 1)[-1] == name and same_output(shard, path)]
+        wanted = pa.array(sorted({doc_id for ids in kept for doc_id in ids.doc_ids}), pa.string())
+        found = []  # path, rows, kept positions, dead positions, unchanged
+        for shard, deletions in mine:
+            before = np.asarray(sorted(deletions.positions()), np.int64)
+            # A previous file that cannot be read fails the shard: the settled documents' rows
+            # are nowhere else (the plan verified these files before passing documents by).
+            with FileSystems.open(shard) as handle:
+                held = pq.ParquetFile(handle)
+                names = held.schema_arrow.names
+                table = held.read(columns=["doc_id"] + (["status"] if "status" in names else []))
+            rows = table.num_rows
+            keep = pc.is_in(table.column("doc_id"), value_set=wanted).to_numpy(zero_copy_only=False)
+            if "status" in names:
+                keep &= pc.not_equal(table.column("status"), "rejected").to_numpy(zero_copy_only=False)
+            keep[before] = False
+            dead = np.flatnonzero(~keep)
+            found.append((shard, rows, np.flatnonzero(keep), dead, np.array_equal(dead, before)))
+        again = [f for f in found if len(f[2]) and compacted(f[0], len(f[3]), f[1], self.compactable)]
+        held_files = [f for f in found if len(f[2]) and f not in again]
+        if len(held_files) + (1 if count or again else 0) > MOST_FILES:
+            held_files.sort(key=lambda f: -len(f[2]))
+            again += held_files[1:]
+            held_files = held_files[:1]
+        for shard, rows, live, dead, _ in sorted(held_files, key=lambda f: f[0]):
+            tally(WRITTEN.format(table=self.table), len(live))
+            yield (self.table, shard, rows, tuple(dead.tolist()))
+        if not count and not again:
+            return
+        tables = [_records_table(encoded, self.coder, self.schema, self.to_row, self.to_table)] if count else []
+        for shard, _, live, _, _ in again:
+            with FileSystems.open(shard) as handle:
+                whole = pq.read_table(handle, page_checksum_verification=True)
+            tables.append(whole.take(pa.array(live, pa.int64())).cast(self.schema))
+        delta = pa.concat_tables(tables)
+        order = SORT_ORDER.get(self.table, ())
+        if order:
+            delta = delta.take(pc.sort_indices(delta, sort_keys=[(c, "ascending") for c in order]))
+        yield from self._write_tables(0, path, delta, None)
 
     def _merge_on_read(self, path: str, encoded: Iterable[bytes], mine: list[tuple[str, Deletions]]
                        ) -> list[tuple[str, str, int, tuple[int, ...]]] | None:
@@ -725,7 +790,10 @@ class WriteParquetShards(beam.PTransform):
     of a row group made from the encoded records directly (None: decoded and converted one by
     one, as without it). ``compactable``: the previous files (full paths) this run may compact
     past :data:`MOST_DEAD` (:func:`compaction_allowed`; None: every one), any past
-    :data:`HARD_MOST_DEAD` compacted whatever it holds."""
+    :data:`HARD_MOST_DEAD` compacted whatever it holds. ``keep`` (with ``previous``):
+    ``(shard, KeptIds)`` elements: the previous rows of those documents stay where they lie, every
+    other previous row is deleted and the records are written beside them (a rerun that passes
+    its settled documents by, docs/ARCHITECTURE.md)."""
 
     def __init__(self, directory: str, table: str, schema: pa.Schema, shards: int,
                  shard_key: Callable[[Any], str], sort_key: Callable[[Any], Any],
@@ -738,10 +806,14 @@ class WriteParquetShards(beam.PTransform):
                  carried_rows: Callable[..., tuple[pa.Table, pa.Table | None, np.ndarray]] | None = None,
                  sort_columns: tuple[str, ...] = (),
                  previous: tuple[str, Sequence[str | tuple[str, Deletions | Sequence[int]]]] | None = None,
+                 keep: PCollection | None = None,
                  to_table: Callable[[list[bytes], pa.Schema], pa.Table | None] | None = None,
                  compactable: frozenset[str] | None = None) -> None:
         super().__init__()
         self.compactable = compactable
+        if keep is not None and previous is None:
+            raise ValueError("WriteParquetShards takes keep only with previous")
+        self.keep = keep
         if (previous is not None or to_table is not None) and (
                 finish is not None or sidecar is not None or carried is not None):
             raise ValueError("WriteParquetShards takes previous and to_table only for rows made "
@@ -789,6 +861,7 @@ class WriteParquetShards(beam.PTransform):
         ]
         side = (AsSingleton(self.finish_input),) if self.finish_input is not None else ()
         carried = (self.carried,) if self.carried is not None else ()
+        carried += (self.keep,) if self.keep is not None else ()
         written = (
             (*parts, *carried, every_shard)
             | "Together" >> beam.Flatten().with_output_types(tuple[int, Any])
@@ -797,7 +870,8 @@ class WriteParquetShards(beam.PTransform):
                 _WriteShard(self.directory, self.table, self.shards, self.schema,
                             self.sort_key, self.to_row, coder, self.finish, self.shard_key,
                             self.sidecar, self.carried_rows, self.sort_columns,
-                            self.previous, self.to_table, self.compactable),
+                            self.previous, self.to_table, self.compactable,
+                            keep_mode=self.keep is not None),
                 *side)
         )
         # After every shard is written: a part is never deleted while a retry could need it.

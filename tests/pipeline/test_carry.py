@@ -15,6 +15,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+
+from chunkline.pipeline.plan import SETTLE_SIGNATURE
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -228,7 +230,10 @@ def test_a_second_unchanged_rerun_carries_every_document(carried, tmp_path) -> N
     assert dropped and all(e["used"] < MIN_USED * e["rows"] for e in dropped), dropped
     assert all(e["used"] >= MIN_USED * e["rows"] for e in before if e not in dropped)
     own = [e for e in now if e["path"].startswith(Path(third.run_dir).name + "/")]
-    assert sum(e["rows"] for e in own) == sum(e["used"] for e in dropped) > 0
+    # Every document was passed by unchanged (transforms/settle.py): each entry it holds in a
+    # dropped segment is written again, one of a text it had before an edit included (which
+    # entries its current texts would ask for only the stages that make them know).
+    assert sum(e["rows"] for e in own) >= sum(e["used"] for e in dropped) > 0
     # The output copied and collected down to the newest run: the files it lists are exactly
     # what stays of the earlier runs' folders, and a rerun recalls every result from them and
     # writes no segment (every listed one fully used).
@@ -259,6 +264,9 @@ def test_a_damaged_memo_is_computed_again_never_misread(carried, tmp_path) -> No
     _, corpus, _, second, rebuild = carried
     copy = tmp_path / "index"
     run_dir = copy_published(second, copy)
+    # Without the run's settle signature every document is processed, none passed by on its
+    # state row (transforms/settle.py): the memo is what is read.
+    (run_dir / SETTLE_SIGNATURE).unlink()
     segments = sorted((run_dir / "memo").glob("*.parquet"))
     assert {s.name.split("-")[0] for s in segments} >= {"credentials", "line_keys", "signature"}
     for segment in segments:  # a byte of every stored value flipped, or the file cut short
@@ -457,15 +465,13 @@ def test_one_edited_record_of_a_dump_writes_one_documents_row(tmp_path) -> None:
     assert [f.rows for f in mine] == [1], files
     metadata = json.loads(table(second.run_dir, "documents").column("metadata")[0].as_py())
     assert metadata == {"source_uri": str(dump)}
-    # The state table says where each record's line lies in the dump (chunkline.state), the
-    # edited one's where the edit put it.
-    data = dump.read_bytes()
-    state = table(second.run_dir, "state").to_pylist()
-    assert len(state) == 40
-    for row in state:
-        line = data[row["offset"]:row["offset"] + row["length"]]
-        assert line.endswith(b"\n") and json.loads(line)["id"] == row["doc_id"]
-        assert data[:row["offset"]].count(b"\n") + 1 == row["position"]
+    # The 39 unchanged records were passed by (transforms/settle.py): read, never processed,
+    # their state rows kept where the first run wrote them, the edited one's written anew.
+    assert load_manifest(second.run_dir).counts["documents_settled"] == 39
+    assert table(second.run_dir, "state").num_rows == 40
+    state_files = listed(second.run_dir, "state")
+    assert sorted((f.folder == Path(second.run_dir).name, f.rows, len(f.deleted)) for f in state_files) == [
+        (False, 40, 1), (True, 1, 0)], state_files
     # Weighed against the first run's recorded reference length, as the rerun is.
     rebuild = job(corpus, tmp_path / "rebuild", "output.carry=false", f"output.previous={first.run_dir}")
     assert_tables_equal(second.run_dir, rebuild.run_dir)

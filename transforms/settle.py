@@ -1,0 +1,288 @@
+"""A rerun's settled documents: which of them a change reaches, decided on arrays.
+
+``ReadDocuments(settle=True)`` passes a document read as the previous run's state row holds it
+(same id, input and facts at the same place) on as a row of a
+:class:`~chunkline.state.SettledBatch`, not as a document. Two corpus-wide stages can still
+reach it (``chunkline/settle.py`` says how, and why the sets it computes are exact):
+
+1. :class:`FlagBoilerplate`: once the run's frequent line keys are known, a settled document
+   holding a key that became or stopped being frequent is read again (:class:`Place`) and
+   goes the whole way with the changed documents.
+2. :class:`Affected`: the changed (and 1.'s) documents' ids, exact hashes and band keys
+   (:class:`Touches`), with the previous rows of everything no longer settled, mark the settled
+   documents dedupe may decide otherwise; they are read again too. Every other settled
+   document keeps its previous rows: ids per shard for the documents and state writers
+   (:class:`~chunkline.transforms.write.KeptIds`), ``(doc_id, kept)`` for the carry of its
+   chunks.
+
+Each step is one worker's numpy over the whole settled state (about 210 bytes a document:
+ids, hashes, survivors and band keys as 64-bit digests), so a worker holds that much at the
+corpus's size: 210 MB at 1 M documents.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Iterable, NamedTuple, Sequence
+
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics import Metrics
+
+from chunkline.access import access_digest
+from chunkline.index.layout import shard_of
+from chunkline.memo import BLOCK
+from chunkline.records import Document, Rejected
+from chunkline.settle import Csr, SettledState, Touch, dedupe_affected, holding
+from chunkline.state import SettledBatch, StateSource, unpack
+from chunkline.transforms.dedupe import _ParkAndSummarize
+from chunkline.transforms.memo import recalled_doc_hash
+from chunkline.transforms.read import Place
+from chunkline.transforms.write import KeptIds
+
+log = logging.getLogger("chunkline.settle")
+
+PLACES = "places"
+DOCUMENT_IDS = "document_ids"
+STATE_IDS = "state_ids"
+SETTLED_IDS = "settled_ids"
+
+
+def _places(batch: SettledBatch, rows: np.ndarray) -> Iterable[Place]:
+    for row in rows.tolist():
+        offset, length = int(batch.offset[row]), int(batch.length[row])
+        yield Place(batch.uri[row], int(batch.position[row]),
+                    offset if offset >= 0 else None, length if length >= 0 else None)
+
+
+def _subset(batch: SettledBatch, rows: np.ndarray) -> SettledBatch:
+    from chunkline.key_sets import take
+
+    return SettledBatch(tuple(batch.doc_id[i] for i in rows.tolist()),
+                        tuple(batch.uri[i] for i in rows.tolist()),
+                        batch.position[rows], batch.offset[rows], batch.length[rows],
+                        take(batch.keys, rows) if batch.keys is not None else None)
+
+
+class FlagBoilerplate(beam.DoFn):
+    """A settled batch, with the run's frequent keys -> the places of the documents holding a key
+    of the symmetric difference with the previous run's (tagged ``places``), and the batch of
+    the others. ``before``: the previous run's frequent keys; None (not kept) counts every key
+    as changed."""
+
+    def __init__(self, before: np.ndarray | None) -> None:
+        self.before = before
+        self.flagged = Metrics.counter("settle", "boilerplate_affected")
+
+    def process(self, batch: SettledBatch, frequent: np.ndarray):
+        if batch.keys is None:
+            yield batch
+            return
+        keys = batch.keys
+        owners = np.repeat(np.arange(len(batch), dtype=np.int64), np.diff(keys.offsets))
+        values = keys.keys.astype(np.uint64, copy=False)
+        if self.before is None:
+            hit = np.diff(keys.offsets) > 0
+        else:
+            changed = np.setxor1d(np.asarray(frequent, np.uint64), np.asarray(self.before, np.uint64))
+            hit = holding(owners, values, changed, len(batch))
+        flagged = np.flatnonzero(hit)
+        if len(flagged):
+            self.flagged.inc(len(flagged))
+            for place in _places(batch, flagged):
+                yield beam.pvalue.TaggedOutput(PLACES, place)
+            yield _subset(batch, np.flatnonzero(~hit))
+        else:
+            yield batch
+
+
+class Touches(_ParkAndSummarize):
+    """A batch of documents the run processes -> ``(doc_id, exact key, band digests or None)``
+    each: what they bring to dedupe (``chunkline.settle.Touch``), their hashes and signatures
+    recalled or computed as dedupe's own summaries are."""
+
+    def __init__(self, near, memo=None, access: bool = False) -> None:
+        super().__init__(near, "", None, memo, access)
+
+    def start_bundle(self) -> None:
+        pass
+
+    def finish_bundle(self) -> None:
+        self._memo.flush()
+        self._hashes.flush()
+
+    def process(self, batch: list[Document]):
+        hashes = self._hashes.memo
+        hasher, near = self._hasher, self._near
+        signed = (self._signatures(batch, hasher, near.num_perm)
+                  if hasher is not None and near is not None else None)
+        marked = self._with_bands(batch, signed) if signed is not None else batch
+        for doc in marked:
+            access = access_digest(doc.principals) if doc.principals is not None else ""
+            bands = unpack(doc.counted).bands if doc.counted else None
+            yield (doc.doc_id, access + recalled_doc_hash(hashes, doc),
+                   None if bands is None else np.asarray(bands, np.uint64))
+
+
+def rejected_touch(record: Rejected) -> tuple[str, None, None]:
+    """A rejected record's id: the settled document under it is decided again with it (a
+    rejection takes a fresh id when a kept or duplicate document holds its own)."""
+    return record.doc_id, None, None
+
+
+_STATE_COLUMNS = ("doc_id", "uri", "position", "doc_hash", "bands", "status", "survivor")
+
+
+def _state_table(source: StateSource) -> pa.Table:
+    """Every live row of the previous state table, the columns dedupe's closure needs."""
+    tables = []
+    for path, deletions, _ in source.files:
+        with FileSystems.open(path) as handle:
+            held = pq.ParquetFile(handle)
+            names = held.schema_arrow.names
+            table = held.read(columns=list(_STATE_COLUMNS) + (["principals"] if "principals" in names else []))
+        gone = np.asarray(sorted(deletions.positions()), np.int64)
+        if len(gone):
+            live = np.ones(table.num_rows, bool)
+            live[gone] = False
+            table = table.filter(pa.array(live))
+        if "principals" not in table.schema.names:
+            table = table.append_column("principals", pa.nulls(table.num_rows, pa.list_(pa.string())))
+        tables.append(table)
+    if not tables:
+        return pa.table({name: pa.array([], pa.string()) for name in _STATE_COLUMNS})
+    return pa.concat_tables(tables, promote_options="default")
+
+
+def _band_matrix(column: pa.ChunkedArray, bands: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(n, bands)`` uint64 and the rows that have them (a text without shingles has none)."""
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    n = len(array)
+    lengths = pc.list_value_length(array).fill_null(0).to_numpy(zero_copy_only=False)
+    signed = lengths == bands if bands else np.zeros(n, bool)
+    matrix = np.zeros((n, bands), np.uint64)
+    if bands and signed.any():
+        offsets = array.offsets.to_numpy().astype(np.int64)
+        values = array.values.to_numpy(zero_copy_only=False).astype(np.uint64, copy=False)
+        rows = np.flatnonzero(signed)
+        starts = offsets[rows]
+        matrix[rows] = values[starts[:, None] + np.arange(bands)[None, :]]
+    return matrix, signed
+
+
+class Affected(beam.DoFn):
+    """All the run's settled batches (one list) -> the places of those dedupe may decide
+    otherwise (tagged ``places``), and for every other one: ``(shard, KeptIds)`` for the
+    documents (``document_ids``) and state (``state_ids``) writers and ``(doc_id, kept)``
+    (``settled_ids``) for the carry of its chunks. Side inputs: the touches of the documents the
+    run processes (:class:`Touches`, :func:`rejected_touch`) and the doc_ids or chunk shards
+    whose previous rows cannot be carried (``damaged``)."""
+
+    def __init__(self, state: StateSource, bands: int, max_bucket_pairs: int,
+                 document_shards: int, state_shards: int, chunk_shards: int) -> None:
+        self.state, self.bands, self.max_bucket_pairs = state, bands, max_bucket_pairs
+        self.document_shards, self.state_shards, self.chunk_shards = document_shards, state_shards, chunk_shards
+        self.passed = Metrics.counter("settle", "passed")
+        self.affected = Metrics.counter("settle", "dedupe_affected")
+
+    def process(self, batches: Sequence[SettledBatch], touches: Sequence[tuple], damaged: Sequence[Any]):
+        batches = [batch for batch in batches if len(batch)]
+        doc_ids = [doc_id for batch in batches for doc_id in batch.doc_id]
+        table = _state_table(self.state)
+        row_of = {doc_id: row for row, doc_id in enumerate(table.column("doc_id").to_pylist())}
+        rows = np.fromiter((row_of.get(doc_id, -1) for doc_id in doc_ids), np.int64, len(doc_ids))
+        if (rows < 0).any():
+            # Read found each by its place in this very table: a missing one is a bug, never
+            # a document passed by without its rows.
+            raise RuntimeError(f"{int((rows < 0).sum())} settled documents have no state row")
+        settled_rows = np.zeros(table.num_rows, bool)
+        settled_rows[rows] = True
+        keys = self._keys(table)
+        bands, signed = _band_matrix(table.column("bands"), self.bands)
+        survivors = np.array(table.column("survivor").to_pylist(), dtype=object)
+        ids = np.array(table.column("doc_id").to_pylist(), dtype=object)
+        old = np.flatnonzero(~settled_rows)
+        new_ids = [t[0] for t in touches]
+        new_keys = [t[1] for t in touches if t[1] is not None]
+        new_bands = [t[2] for t in touches if t[2] is not None]
+        touch = Touch(
+            np.array(new_ids + ids[old].tolist(), dtype=object),
+            np.array(new_keys + keys[old].tolist(), dtype=object),
+            np.concatenate([np.zeros(0, np.uint64), *new_bands, bands[old][signed[old]].reshape(-1)]),
+            survivors[old])
+        state = SettledState(ids[rows], keys[rows], bands[rows], signed[rows], survivors[rows],
+                             Csr(np.zeros(len(rows) + 1, np.int64), np.zeros(0, np.uint64)),
+                             Csr(np.zeros(len(rows) + 1, np.int64), np.zeros(0, np.uint64)))
+        statuses = np.array(table.column("status").to_pylist(), dtype=object)[rows]
+        extra = self._damaged(ids[rows], statuses, damaged)
+        affected = dedupe_affected(state, touch, max_bucket_pairs=self.max_bucket_pairs, extra=extra)
+        self.affected.inc(int(affected.sum()))
+        self.passed.inc(int((~affected).sum()))
+        uris = table.column("uri").to_pylist()
+        positions = table.column("position").to_numpy()
+        documents: dict[int, list[str]] = {}
+        states: dict[int, list[str]] = {}
+        at = 0
+        for batch in batches:
+            for index in range(len(batch)):
+                row = rows[at]
+                if affected[at]:
+                    offset, length = int(batch.offset[index]), int(batch.length[index])
+                    yield beam.pvalue.TaggedOutput(PLACES, Place(
+                        batch.uri[index], int(batch.position[index]),
+                        offset if offset >= 0 else None, length if length >= 0 else None))
+                else:
+                    doc_id = batch.doc_id[index]
+                    documents.setdefault(shard_of(doc_id, self.document_shards), []).append(doc_id)
+                    unit = f"{int(positions[row]) // BLOCK}\0{uris[row]}"
+                    states.setdefault(shard_of(unit, self.state_shards), []).append(doc_id)
+                    yield beam.pvalue.TaggedOutput(SETTLED_IDS, (doc_id, statuses[at] == "kept"))
+                at += 1
+        for shard, held in documents.items():
+            yield beam.pvalue.TaggedOutput(DOCUMENT_IDS, (shard, KeptIds(tuple(held))))
+        for shard, held in states.items():
+            yield beam.pvalue.TaggedOutput(STATE_IDS, (shard, KeptIds(tuple(held))))
+
+    @staticmethod
+    def _keys(table: pa.Table) -> np.ndarray:
+        """What exact duplicates share (``transforms/dedupe.py``'s exact key): the access
+        digest of the principals, then the doc_hash."""
+        hashes = table.column("doc_hash").to_pylist()
+        principals = table.column("principals").to_pylist()
+        return np.array([(access_digest(p) if p is not None else "") + h
+                         for h, p in zip(hashes, principals)], dtype=object)
+
+    def _damaged(self, ids: np.ndarray, statuses: np.ndarray, damaged: Sequence[Any]) -> np.ndarray:
+        """The settled kept documents whose previous chunks cannot be carried: a doc_id named
+        damaged, or a chunk shard (int) whose previous file could not be read."""
+        if not damaged:
+            return np.zeros(len(ids), bool)
+        named = {d for d in damaged if isinstance(d, str)}
+        shards = {d for d in damaged if isinstance(d, int)}
+        return np.array([status == "kept" and (doc_id in named or shard_of(doc_id, self.chunk_shards) in shards)
+                         for doc_id, status in zip(ids.tolist(), statuses.tolist())], bool)
+
+
+class SettledOutputs(NamedTuple):
+    places: Any  # PCollection[Place]: settled documents dedupe may decide otherwise
+    document_ids: Any  # PCollection[(shard, KeptIds)]
+    state_ids: Any  # PCollection[(shard, KeptIds)]
+    settled_ids: Any  # PCollection[(doc_id, kept)]
+
+
+class WriteSignature(beam.DoFn):
+    """The settle signature (``pipeline/plan.py``) as ``<run>/settle-signature``: the next run
+    passes its unchanged documents by only under the same one."""
+
+    def __init__(self, run_dir: str, name: str) -> None:
+        self.run_dir, self.name = run_dir, name
+
+    def process(self, signature: str) -> Iterable[str]:
+        path = FileSystems.join(self.run_dir, self.name)
+        with FileSystems.create(path) as handle:
+            handle.write(signature.encode("ascii"))
+        yield path
