@@ -172,7 +172,14 @@ def main() -> None:
                         help="runs of the floor and of each rerun (the median is reported)")
     parser.add_argument("--out", type=Path, help="append the table to this Markdown file")
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
+    parser.add_argument("--settle", choices=("on", "off"), default=None,
+                        help="pass unchanged documents by on their state rows (pipeline/build.py "
+                             "KEEP_STATE; default: as the build is)")
     args = parser.parse_args()
+    if args.settle is not None:
+        from chunkline.pipeline import build
+
+        build.KEEP_STATE = args.settle == "on"
     files = args.files if args.files is not None else max(10, args.docs // 1000)
     work = Path(tempfile.mkdtemp(prefix="memo_scale_"))
     try:

@@ -49,11 +49,11 @@ from chunkline.transforms.split import FlattenChunks, SplitDocuments
 from chunkline.transforms.write import Sidecar, WriteParquetShards, shard_of
 
 
-# The per-document state table (chunkline/state.py) is written once a rerun reads it to pass
-# unchanged documents by (docs/ARCHITECTURE.md, "A rerun whose work follows the change"): until
-# that is wired, writing it cost a 20 MB 1 % rerun ~6 % of its time (bench/RESULTS.md) for
-# nothing. The tests that hold the table to a rebuild switch it on.
-KEEP_STATE = False
+# Each run keeps the per-document state table (chunkline/state.py), and a rerun under the same
+# settle signature passes its unchanged documents by on it (transforms/settle.py; docs/
+# ARCHITECTURE.md, "A rerun whose work follows the change"). Off: every document is processed
+# every night, as before the table existed.
+KEEP_STATE = True
 
 
 def _rejected_status(record: Rejected) -> DocumentStatus:
@@ -313,7 +313,8 @@ def _settle(pipeline: beam.Pipeline, config: Config, plan: Plan, stages, read, d
             known
             | "Known" >> beam.Flatten().with_output_types(Document)
             | "TouchBatches" >> beam.BatchElements(min_batch_size=64, max_batch_size=256)
-            | "Touches" >> beam.ParDo(Touches(near, plan.memo, plan.access is not None)),
+            # No memo: their texts are new (or newly stripped), and dedupe records what it signs.
+            | "Touches" >> beam.ParDo(Touches(near, None, plan.access is not None)),
             list(rejected_parts) | "RejectedSoFar" >> beam.Flatten().with_output_types(Rejected)
             | "RejectedTouches" >> beam.Map(rejected_touch),
         )

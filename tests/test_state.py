@@ -50,7 +50,7 @@ def test_a_damaged_pack_is_refused_not_misread() -> None:
 
 
 def rows_for(uri: str, positions) -> list[StateRow]:
-    return [state_row(f"{uri}#{p}", uri, p, f"d{p}", b"", "h", "kept", None, None) for p in positions]
+    return [state_row(f"{uri}#{p}", uri, p, f"d{p}", f"f{p}", b"", "h", "kept", None, None) for p in positions]
 
 
 def write_shards(folder, rows: list[StateRow], shards: int) -> list[tuple[str, tuple[int, ...]]]:

@@ -199,6 +199,11 @@ class Affected(beam.DoFn):
             # Read found each by its place in this very table: a missing one is a bug, never
             # a document passed by without its rows.
             raise RuntimeError(f"{int((rows < 0).sum())} settled documents have no state row")
+        uris = table.column("uri").to_pylist()
+        positions = table.column("position").to_numpy()
+        places = [(uri, int(position)) for batch in batches for uri, position in zip(batch.uri, batch.position)]
+        if any((uris[row], int(positions[row])) != place for row, place in zip(rows.tolist(), places)):
+            raise RuntimeError("a settled document's state row lies at another place")
         settled_rows = np.zeros(table.num_rows, bool)
         settled_rows[rows] = True
         keys = self._keys(table)
@@ -222,8 +227,6 @@ class Affected(beam.DoFn):
         affected = dedupe_affected(state, touch, max_bucket_pairs=self.max_bucket_pairs, extra=extra)
         self.affected.inc(int(affected.sum()))
         self.passed.inc(int((~affected).sum()))
-        uris = table.column("uri").to_pylist()
-        positions = table.column("position").to_numpy()
         documents: dict[int, list[str]] = {}
         states: dict[int, list[str]] = {}
         at = 0

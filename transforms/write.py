@@ -644,6 +644,8 @@ class _WriteShard(beam.DoFn):
             tally(WRITTEN.format(table=self.table), len(live))
             yield (self.table, shard, rows, tuple(dead.tolist()))
         if not count and not again:
+            if not held_files:  # every row gone: the shard is written, empty, as any empty shard
+                yield from self._write_tables(0, path, self.schema.empty_table(), None)
             return
         tables = [_records_table(encoded, self.coder, self.schema, self.to_row, self.to_table)] if count else []
         for shard, _, live, _, _ in again:

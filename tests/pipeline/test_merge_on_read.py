@@ -192,6 +192,21 @@ CHANGES = st.lists(st.tuples(st.sampled_from(["add", "edit", "delete", "rename",
 @settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
 @given(CHANGES)
 def test_a_rerun_that_writes_only_what_changed_reads_as_a_full_rebuild(changes) -> None:
+    reruns_read_as_a_rebuild(changes)
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
+@given(CHANGES)
+def test_a_rerun_passing_settled_documents_by_reads_as_a_full_rebuild(changes) -> None:
+    """The same, each rerun passing its unchanged documents by on the state rows the run
+    before kept (transforms/settle.py)."""
+    from unittest import mock
+
+    with mock.patch("chunkline.pipeline.build.KEEP_STATE", True):
+        reruns_read_as_a_rebuild(changes, settled=True)
+
+
+def reruns_read_as_a_rebuild(changes, settled: bool = False) -> None:
     """Random adds, edits, deletes, renames and compactions, each followed by a rerun into one
     output (the rows of unchanged documents stay in earlier runs' files, those of the others
     deleted there): the last run reads, in every reader, as a full rebuild of the same corpus
@@ -234,6 +249,8 @@ def test_a_rerun_that_writes_only_what_changed_reads_as_a_full_rebuild(changes) 
             with compacting, mock.patch("chunkline.index.tables.INLINE_DELETES", 0):
                 runs.append(tiny_job(corpus, output))
             assert runs[-1].published, runs[-1].problems
+            if settled:  # the previous run's documents that no change touched were passed by
+                assert runs[-1].counts["documents_settled"] > 0, runs[-1].counts
             manifest = load_manifest(runs[-1].run_dir)
             # A real format-4 manifest (deletion files) reads and writes back byte for byte.
             assert to_json(manifest) == (Path(runs[-1].run_dir) / "manifest.json").read_text()
