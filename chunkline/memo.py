@@ -55,6 +55,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Mapping, Protocol, Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -394,22 +395,78 @@ def write_segment(rows: Mapping[tuple[bytes, bytes], bytes], kind: str, handle) 
                    use_dictionary=False, write_statistics=False, write_page_checksum=True)
 
 
-@dataclass
 class Recalled:
-    """One share of the previous run's memo: each document's entries packed (:func:`pack`, with
-    the segment each came from), by :func:`doc_ref`, and the read kind's entries by key, each
-    with its segment's ordinal."""
+    """One share of the previous run's memo: every entry's document (:func:`doc_ref`), key,
+    value and segment ordinal as arrays, sorted by document once (a stable sort: an entry of a
+    later segment after an earlier one's, as :func:`pack` orders them), and the read kind's
+    entries by key, each with its segment's ordinal. A document's entries are packed when asked
+    for (:meth:`entries`): a rerun that passes most documents by never builds theirs."""
 
-    by_doc: dict[bytes, bytes] = field(default_factory=dict)
-    read: dict[bytes, tuple[bytes, int]] = field(default_factory=dict)
-    size: int = 0  # bytes held, about
+    def __init__(self, refs: np.ndarray | None = None, keys: np.ndarray | None = None,
+                 values: pa.Array | None = None, ordinals: np.ndarray | None = None,
+                 read: dict[bytes, tuple[bytes, int]] | None = None, size: int = 0) -> None:
+        self.refs = refs if refs is not None else np.empty(0, "S16")
+        self.keys = keys if keys is not None else np.empty(0, "S16")
+        self.ordinals = ordinals if ordinals is not None else np.empty(0, np.int64)
+        values = values if values is not None else pa.array([], pa.binary())
+        self._offsets, self._data = np.zeros(1, np.int64), b""
+        if len(values):
+            _, offsets, data = values.buffers()
+            width = np.int64 if pa.types.is_large_binary(values.type) else np.int32
+            self._offsets = np.frombuffer(offsets, width)[values.offset:values.offset + len(values) + 1].astype(np.int64)
+            self._data = data.to_pybytes() if data is not None else b""
+        self._order = np.argsort(self.refs, kind="stable")
+        self._sorted = self.refs[self._order]
+        self.read = read if read is not None else {}
+        self.size = size
+
+    def entries(self, ref: bytes) -> bytes:
+        """The packed entries (:func:`pack`) of the document ``ref``; b"": none."""
+        low = int(np.searchsorted(self._sorted, ref, "left"))
+        high = int(np.searchsorted(self._sorted, ref, "right"))
+        if low == high:
+            return b""
+        offsets, data, keys, ordinals = self._offsets, self._data, self.keys, self.ordinals
+        parts = []
+        for row in self._order[low:high].tolist():
+            start, end = int(offsets[row]), int(offsets[row + 1])
+            parts.append(keys[row].ljust(16, b"\0") + int(ordinals[row]).to_bytes(_LENGTH, "little")
+                         + (end - start).to_bytes(_LENGTH, "little") + data[start:end])
+        return b"".join(parts)
+
+    def rows_of(self, refs: np.ndarray) -> np.ndarray:
+        """(entries,) bool: the entries of the documents ``refs`` (S16)."""
+        wanted = np.unique(np.asarray(refs, "S16"))
+        if not len(wanted) or not len(self.refs):
+            return np.zeros(len(self.refs), bool)
+        at = np.minimum(np.searchsorted(wanted, self.refs), len(wanted) - 1)
+        return wanted[at] == self.refs
+
+    def value(self, row: int) -> bytes:
+        return self._data[int(self._offsets[row]):int(self._offsets[row + 1])]
+
+    @property
+    def by_doc(self) -> dict[bytes, bytes]:
+        """Every document's packed entries (tests and small shares)."""
+        return {bytes(ref).ljust(16, b"\0"): self.entries(bytes(ref).ljust(16, b"\0"))
+                for ref in np.unique(self.refs)}
+
+
+def _fixed(column: pa.ChunkedArray | pa.Array, width: int) -> np.ndarray:
+    """A fixed-size binary column as a numpy ``S{width}`` array, without a Python object a row."""
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if not len(array):
+        return np.empty(0, f"S{width}")
+    buffer = array.buffers()[1]
+    data = np.frombuffer(buffer, dtype=f"S{width}", count=array.offset + len(array))
+    return data[array.offset:]
 
 
 def load_share(paths: Iterable[str], open_file, *, ordinals: Sequence[int] | None = None) -> Recalled:
     """The entries of the segments at ``paths`` (one share's), unreadable ones skipped;
     ``ordinals``: each path's in the previous run's listing (:data:`HERE` without)."""
-    docs: dict[bytes, list[bytes]] = {}
     read: dict[bytes, tuple[bytes, int]] = {}
+    refs, keys, values, marks = [], [], [], []
     size = 0
     paths = list(paths)
     for path, ordinal in zip(paths, ordinals if ordinals is not None else [HERE] * len(paths)):
@@ -418,17 +475,18 @@ def load_share(paths: Iterable[str], open_file, *, ordinals: Sequence[int] | Non
         if named is None or table is None:
             continue
         size += table.nbytes
-        keys, values = table.column("key").to_pylist(), table.column("value").to_pylist()
         if named[0] == READ:
-            read.update((key, (value, ordinal)) for key, value in zip(keys, values))
+            read.update((key, (value, ordinal)) for key, value in zip(
+                table.column("key").to_pylist(), table.column("value").to_pylist()))
             continue
-        mark = ordinal.to_bytes(_LENGTH, "little")
-        for doc, key, value in zip(table.column("doc").to_pylist(), keys, values):
-            entries = docs.get(doc)
-            if entries is None:
-                docs[doc] = entries = []
-            entries.append(key + mark + len(value).to_bytes(_LENGTH, "little") + value)
-    return Recalled({doc: b"".join(entries) for doc, entries in docs.items()}, read, size)
+        refs.append(_fixed(table.column("doc"), 16))
+        keys.append(_fixed(table.column("key"), 16))
+        values.append(table.column("value").combine_chunks())
+        marks.append(np.full(table.num_rows, ordinal, np.int64))
+    if not refs:
+        return Recalled(read=read, size=size)
+    return Recalled(np.concatenate(refs), np.concatenate(keys), pa.concat_arrays(values),
+                    np.concatenate(marks), read, size)
 
 
 class RecalledShares:
@@ -447,7 +505,10 @@ class RecalledShares:
         """The loaded share of the unit at ``uri`` and ``position``; None without a memo."""
         if self.shares is None:
             return None
-        share = unit_share(uri, position, self.shares)
+        return self.share_at(unit_share(uri, position, self.shares))
+
+    def share_at(self, share: int) -> Recalled:
+        """The loaded share ``share`` (of :attr:`shares`)."""
         found = self._loaded.get(share)
         if found is None:
             listed = self.source.ordinals_of(share)
@@ -465,7 +526,7 @@ class RecalledShares:
         """The packed previous entries of the document read at ``position`` of ``uri`` (b"":
         none)."""
         found = self.share(uri, position)
-        return found.by_doc.get(doc_ref(uri, position), b"") if found is not None else b""
+        return found.entries(doc_ref(uri, position)) if found is not None else b""
 
 
 class Placed(Protocol):

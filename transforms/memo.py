@@ -12,11 +12,12 @@ import dataclasses
 import logging
 
 from apache_beam.io.filesystems import FileSystems
+import numpy as np
 from apache_beam.metrics import Metrics
 
-from chunkline.memo import (HERE, Memo, MemoSource, RecalledShares, Rows, pack, parse_segment_name, segment_name,
+from chunkline.memo import (Memo, MemoSource, RecalledShares, Rows, doc_ref, pack, parse_segment_name, segment_name,
+                            unit_share,
                             write_segment)
-from chunkline.memo import _entries as packed_entries
 from chunkline.records import Document, doc_hash
 
 log = logging.getLogger("chunkline.memo")
@@ -113,7 +114,13 @@ class SettledEntries:
     recall nothing, but their entries stand behind the decisions they keep. Each is counted
     used (and recalled) by the listed segment it lies in, as a recall counts it, so a segment
     is not retired for want of use; one in a retired segment is written again, as a recall
-    writes it, so that nothing a later run may ask for is lost."""
+    writes it, so that nothing a later run may ask for is lost. Every entry the document holds
+    counts: which of them its current texts would ask for only the stages that make those texts
+    know, so an entry of an older text of it (from before an edit) is kept with the rest.
+
+    Found per share on arrays (:meth:`chunkline.memo.Recalled.rows_of`), the documents
+    gathered as a piece is read (:meth:`add`) and looked up once it is (:meth:`settle`): a
+    settled document's entries are never packed."""
 
     def __init__(self, source: MemoSource | None) -> None:
         self.source = source
@@ -127,29 +134,43 @@ class SettledEntries:
                     self.kinds[ordinal] = named[0]
         self.uses: dict[str, MemoUse] = {}
         self.counts: dict[int, int] = {}
+        self.pending: dict[int, dict[bytes, tuple[str, int]]] = {}
+        self.shares = self.source.previous_shares if self.source is not None else None
 
-    def keep(self, packed: bytes, at: tuple[str, int]) -> None:
-        source = self.source
-        if source is None or not packed:
+    def add(self, uri: str, position: int) -> None:
+        if self.shares is None:
             return
-        # Every entry the document holds: which of them its current texts would ask for is
-        # known only to the stages that make those texts, so an entry of an older text of it
-        # (from before an edit) is kept with the rest (docs/ARCHITECTURE.md notes the cost).
-        for entry in packed_entries(packed):
-            if entry is None:
-                return  # damaged: its texts are computed again whenever asked
-            key, segment, start, end = entry
-            if segment == HERE:
+        share = unit_share(uri, position, self.shares)
+        self.pending.setdefault(share, {})[doc_ref(uri, position)] = (uri, position)
+
+    def settle(self, recalled: RecalledShares | None) -> None:
+        """Count (and write again, where retired) the entries of the documents added since."""
+        pending, self.pending = self.pending, {}
+        source = self.source
+        if recalled is None or source is None:
+            return
+        for share, places in pending.items():
+            loaded = recalled.share_at(share)
+            rows = np.flatnonzero(loaded.rows_of(np.array(list(places), "S16")))
+            if not len(rows):
                 continue
-            self.counts[segment] = self.counts.get(segment, 0) + 1
-            kind = self.kinds.get(segment)
-            if segment in source.retired and kind is not None:
+            ordinals = loaded.ordinals[rows]
+            found, counts = np.unique(ordinals, return_counts=True)
+            for ordinal, count in zip(found.tolist(), counts.tolist()):
+                self.counts[ordinal] = self.counts.get(ordinal, 0) + count
+            if not source.retired:
+                continue
+            for row, ordinal in zip(rows.tolist(), ordinals.tolist()):
+                kind = self.kinds.get(ordinal)
+                if ordinal not in source.retired or kind is None:
+                    continue
                 use = self.uses.get(kind)
                 if use is None:
                     use = self.uses[kind] = MemoUse(source, kind, "")
                     use.setup()
                 if use.memo is not None:
-                    use.memo.put(key, packed[start:end], at)
+                    ref = bytes(loaded.refs[row]).ljust(16, b"\0")
+                    use.memo.put(bytes(loaded.keys[row]).ljust(16, b"\0"), loaded.value(row), places[ref])
 
     def flush(self) -> None:
         by_kind: dict[str, int] = {}

@@ -8,7 +8,6 @@ again at open (a path swapped for a FIFO after the walk must not hang the job); 
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import logging
@@ -51,7 +50,7 @@ from chunkline.readers import (
     streams,
 )
 from chunkline.memo import READ, MemoSource, RecalledShares, unit_share
-from chunkline.records import Document, Rejected, input_digest, metadata_json
+from chunkline.records import Document, Rejected, evolved, input_digest, metadata_json
 from chunkline.transforms.memo import MemoUse, SettledEntries, recalled_shares
 from chunkline.transforms.spill import coder_of
 from chunkline.transforms.progress import PIECES_MATCHED, PIECES_READ, progress_counter, tally
@@ -208,16 +207,16 @@ class _DecodeFile(beam.DoFn):
                     self._settled.inc()
                     if self._settle:
                         self._batch.add(record.doc_id, record.uri, record.position, record.counted, found)
-                        if recalled is not None:
-                            self._settled_entries.keep(recalled.entries_of(record.uri, record.position),
-                                                       (record.uri, record.position))
+                        self._settled_entries.add(record.uri, record.position)
                         continue
-                yield dataclasses.replace(
+                yield evolved(
                     record, input_digest=digest,
                     memo=recalled.entries_of(record.uri, record.position) if recalled else b"")
             else:
                 self._rejected.inc()
                 yield TaggedOutput(REJECTED, record)
+        # The piece's settled documents' entries, while its share is loaded.
+        self._settled_entries.settle(recalled)
         if self._counts_pieces:
             tally(PIECES_READ)
 

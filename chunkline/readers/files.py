@@ -56,7 +56,7 @@ from chunkline.readers.records import (
     stream_parquet,
 )
 from chunkline.readers.text import decode_text, utf8_encodable
-from chunkline.records import Document, Rejected
+from chunkline.records import Document, Rejected, evolved
 
 
 def reject_before_reading(
@@ -132,7 +132,7 @@ def stream_file(uri: str, root: str, handle: BinaryIO, size: int, options: ReadO
         records = stream_jsonl(uri, path_id, handle, options,
                                part if isinstance(part, LineSlice) else None, places=True)
     for record in records:
-        yield (_finished(replace(record, format=FORMATS.get(ext, ""), file_size=size, file_modified=modified),
+        yield (_finished(evolved(record, format=FORMATS.get(ext, ""), file_size=size, file_modified=modified),
                          path_id, options) if isinstance(record, Document) else record)
 
 

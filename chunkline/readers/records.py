@@ -17,7 +17,7 @@ from chunkline.readers.formats import BINARY, EMPTY, over_limit
 from chunkline.readers.options import ReadOptions
 from chunkline.readers.paths import locator
 from chunkline.readers.text import BOMS, SNIFF_BYTES, decode_utf8, decode_with_bom, looks_binary, utf8_encodable
-from chunkline.records import Document, Rejected
+from chunkline.records import Document, Rejected, evolved
 
 
 # --- JSON lines --------------------------------------------------------------------------------
@@ -124,7 +124,7 @@ def stream_jsonl(uri: str, path_id: str, handle: BinaryIO, options: ReadOptions,
         if isinstance(result, str):
             yield Rejected(uri, locator(path_id, number), f"line {number}: {result}")
         else:
-            yield replace(result, position=number, encoding=encoding,
+            yield evolved(result, position=number, encoding=encoding,
                           counted=pack_place(line_start, len(line)) if places else b"")
     if not found and part is None:  # a sliced file has text: some piece yields a record
         yield Rejected(uri, path_id, f"{EMPTY} (no JSON lines)")

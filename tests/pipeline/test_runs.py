@@ -102,9 +102,11 @@ def killed_run(corpus: Path, output: Path) -> str:
     """``chunkline run`` in a child process, SIGKILLed once its first parts are on disk: a run
     directory without a manifest, its parts and its lease (of a dead pid) left behind."""
     before = set(os.listdir(output))
+    # Every document processed (carry off: none passed by on its state row), so that the run
+    # parks parts to be killed among.
     child = subprocess.Popen(
         [sys.executable, "-m", "chunkline.pipeline.cli", "run", "--config", str(CONFIG), "--input",
-         f"{corpus}/**", "--output", str(output), "--set", "embed=null"],
+         f"{corpus}/**", "--output", str(output), "--set", "embed=null", "--set", "output.carry=false"],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline, found = time.monotonic() + 120, []
     while child.poll() is None and time.monotonic() < deadline:
