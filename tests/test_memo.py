@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -305,3 +306,28 @@ def test_a_reader_loads_only_the_shares_it_reads_a_few_at_a_time(tmp_path) -> No
     for uri, position in sorted(documents, key=lambda d: unit_share(*d, shares)):
         again.entries_of(uri, position)
     assert again.loads == len({unit_share(*d, shares) for d in documents})
+
+
+@given(st.lists(st.dictionaries(st.tuples(keys, keys), st.binary(max_size=40), max_size=12), min_size=1, max_size=3),
+       st.lists(keys, max_size=4))
+def test_a_share_finds_each_documents_entries_on_its_arrays(tmp_path_factory, segments, extra) -> None:
+    """A share loaded as arrays (chunkline.memo.Recalled) packs each document's entries as its
+    segments hold them, a later segment's after an earlier one's, each with its ordinal; and
+    ``rows_of`` marks exactly the entries of the documents asked for."""
+    folder = tmp_path_factory.mktemp("memo")
+    paths = []
+    for index, rows in enumerate(segments):
+        path = folder / f"run{index}" / segment_name(LINE_KEYS, 3, 16)
+        path.parent.mkdir()
+        _write(path, rows, LINE_KEYS)
+        paths.append(str(path))
+    loaded = load_share(paths, _open, ordinals=[10 + index for index in range(len(paths))])
+    docs = {doc for rows in segments for doc, _ in rows}
+    for doc in docs | set(extra):
+        expected = b"".join(pack({key: value for (d, key), value in sorted(rows.items()) if d == doc}, 10 + index)
+                            for index, rows in enumerate(segments))
+        assert loaded.entries(doc) == expected
+    wanted = sorted(docs)[: len(docs) // 2] + list(extra)
+    marked = loaded.rows_of(np.array(wanted, "S16")) if wanted else loaded.rows_of(np.empty(0, "S16"))
+    assert sorted(bytes(ref).ljust(16, b"\0") for ref in loaded.refs[marked]) == sorted(
+        doc for rows in segments for (doc, _) in rows if doc in set(wanted))

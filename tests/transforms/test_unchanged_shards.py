@@ -22,7 +22,7 @@ from chunkline.index.tables import read_table
 from chunkline.records import DocumentStatus, document_schema
 from tests.beam_helpers import fnapi_pipeline
 from chunkline.transforms.coders import statuses_table
-from chunkline.transforms.write import ROWS_DIGEST_KEY, WriteParquetShards
+from chunkline.transforms.write import HARD_MOST_DEAD, ROWS_DIGEST_KEY, WriteParquetShards
 
 pytestmark = pytest.mark.slow  # runs Beam pipelines or builds job graphs (make test-fast skips it)
 
@@ -264,3 +264,69 @@ def test_the_allowance_is_the_most_dead_files_within_the_budget(files) -> None:
     assert bool(taken) == bool(live)
     if sum(f.bytes for f in live) <= REWRITE_FLOOR:
         assert len(taken) == len(live)  # a small table: every file may be compacted
+
+
+def write_keeping(directory: Path, records: list[DocumentStatus], previous_run: Path,
+                  kept: list[str], compactable: frozenset[str] | None = None) -> None:
+    """:func:`write` of ``records`` with ``keep``: the previous rows of the ``kept`` ids stay
+    (a rerun's settled documents, transforms/settle.py)."""
+    from chunkline.transforms.write import KeptIds, shard_of
+
+    previous = ("signature-1", [(str(previous_run.parent / entry["path"]), tuple(entry["deleted"]))
+                                for index in range(SHARDS) for entry in listing(previous_run, index)])
+    by_shard: dict[int, list[str]] = {}
+    for doc_id in kept:
+        by_shard.setdefault(shard_of(doc_id, SHARDS), []).append(doc_id)
+    with fnapi_pipeline() as p:
+        keep = p | "Keep" >> beam.Create([(index, KeptIds(tuple(ids))) for index, ids in by_shard.items()])
+        (p | beam.Create(list(reversed(records)))
+           | WriteParquetShards(str(directory), "documents", document_schema(), SHARDS,
+                                record_type=DocumentStatus, shard_key=lambda r: r.doc_id,
+                                sort_key=lambda r: (r.doc_id, r.uri, r.status), previous=previous,
+                                to_table=statuses_table, keep=keep, compactable=compactable))
+
+
+@settings(max_examples=6, deadline=None)
+@given(st.lists(st.sampled_from(["keep", "edit", "drop", "reject"]), min_size=40, max_size=40),
+       st.integers(0, 5))
+def test_kept_ids_stay_where_they_lie_and_the_rest_is_this_runs(tmp_path_factory, fates, added) -> None:
+    """With ``keep``, a shard is the previous live rows of the kept ids, where they lie, and this
+    run's records, written beside them; every other previous row is deleted (a rejected row
+    never kept by id); read, it is a fresh write of the same rows."""
+    from chunkline.records import REJECTED
+
+    base = tmp_path_factory.mktemp("keep")
+    first = base / "first"
+    original = statuses()
+    write(first, original, previous_run=base / "none")
+    kept = [row.doc_id for row, fate in zip(original, fates) if fate == "keep"]
+    records = [DocumentStatus(row.doc_id, row.uri, row.text + " edited", row.doc_hash, "kept",
+                              metadata=row.metadata, input_digest=row.input_digest)
+               for row, fate in zip(original, fates) if fate == "edit"]
+    # A rejection under a kept document's id is this run's row; the kept one stays beside it.
+    records += [DocumentStatus(row.doc_id, row.uri + "#2", "", "", REJECTED)
+                for row, fate in zip(original, fates) if fate == "reject"]
+    records += [DocumentStatus(f"n{i}", f"/c/n{i}.md", f"new {i}", f"hn{i}", "kept", metadata="{}")
+                for i in range(added)]
+    # No compaction but the hard bound's: a kept row stays in its file unless that file is
+    # mostly dead.
+    write_keeping(base / "second", records, first, kept, compactable=frozenset())
+    fresh_rows = [row for row in original if row.doc_id in set(kept)] + records
+    write(base / "fresh", fresh_rows, previous_run=None)
+    for index in range(SHARDS):
+        assert live(base / "second", index).equals(pq.read_table(shard(base / "fresh", index)))
+        entries = listing(base / "second", index)
+        held = [entry for entry in entries if entry["path"].startswith("first/")]
+        before = pq.read_table(shard(first, index)).num_rows
+        staying = sum(1 for doc_id in kept if shard_of_id(doc_id) == index)
+        if before and (before - staying) / before <= HARD_MOST_DEAD:
+            # Nothing of the previous file is copied: a kept row is live where it was written.
+            assert sum(entry["rows"] - len(entry["deleted"]) for entry in held) == staying
+        else:  # mostly dead: compacted, its kept rows written again with this run's
+            assert not held
+
+
+def shard_of_id(doc_id: str) -> int:
+    from chunkline.transforms.write import shard_of
+
+    return shard_of(doc_id, SHARDS)
