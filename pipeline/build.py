@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
@@ -9,7 +11,7 @@ from chunkline.carry import CARRY_TABLE, carry_row, carry_schema
 from chunkline.credentials import ALLOW
 from chunkline.index.layout import CACHE
 from chunkline.readers import input_root
-from chunkline.state import STATE_TABLE, StateRow, state_schema, state_source, state_shard_key, state_sort_key, state_to_row
+from chunkline.state import STATE_TABLE, StateRow, StateSource, state_schema, state_source, state_shard_key, state_sort_key, state_to_row
 from chunkline.records import (
     REJECTED,
     ChunkRecord,
@@ -83,11 +85,12 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
     stages = plan.options if plan.options is not None else stage_options(config)
     # The output root may sit inside the input pattern (out/ under the corpus): never read back.
     carry = plan.carry
+    previous_state = state_source(plan.previous_state) if KEEP_STATE else None
     # A rerun under the previous run's settle signature passes its unchanged documents by
     # (transforms/settle.py): they reach no per-document stage unless a change reaches them.
-    settling = (KEEP_STATE and plan.settle_from is not None and carry is not None
+    settling = (previous_state is not None and plan.settle_from is not None and carry is not None
                 and plan.access is None)
-    read_options = dict(
+    read_options: dict[str, Any] = dict(
         ocr_cache=ocr_cache_dir(config) if stages.read.ocr.mode != "never" else None,
         trusted=plan.memo if config.input.trust_file_metadata else None,
         credentials=stages.credentials, memo=plan.memo)
@@ -96,7 +99,7 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
         config.input.pattern, stages.read,
         follow_symlinks=config.input.follow_symlinks, exclude=(config.output.path,),
         shares=plan.join_shares, **read_options,
-        state=state_source(plan.previous_state) if KEEP_STATE else None, settle=settling)
+        state=previous_state, settle=settling)
     rejected_parts = [read.rejected]
 
     def cleaned(documents, prefix: str = ""):
@@ -140,9 +143,9 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
         rejected_parts.append(assigned.rejected)
     carry_index = pipeline | "CarryIndex" >> CarryIndex(carry) if carry is not None else None
     settled = None
-    if settling and carry_index is not None:
+    if settling and carry_index is not None and previous_state is not None:
         settled, documents = _settle(pipeline, config, plan, stages, read, documents, rejected_parts,
-                                     counting, cleaned, read_options, carry_index)
+                                     counting, cleaned, read_options, carry_index, previous_state)
     # An id conflict's rejected row names its file relative to the input root, as every id does.
     # A kept document whose rows the previous run made under the same carry key is not
     # released to the splitter: its chunks come from that run (transforms/carry.py).
@@ -282,7 +285,8 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
 
 
 def _settle(pipeline: beam.Pipeline, config: Config, plan: Plan, stages, read, documents,
-            rejected_parts: list, counting, cleaned, read_options: dict, carry_index):
+            rejected_parts: list, counting, cleaned, read_options: dict, carry_index,
+            previous_state: StateSource):
     """The settled documents a change reaches, read again and brought to dedupe beside the
     changed ones (transforms/settle.py): (:class:`SettledOutputs`, every document dedupe
     decides on)."""
@@ -324,7 +328,7 @@ def _settle(pipeline: beam.Pipeline, config: Config, plan: Plan, stages, read, d
         remaining
         | "AllSettled" >> beam.combiners.ToList()
         | "Affected" >> beam.ParDo(
-            Affected(state_source(plan.previous_state), bands, max_pairs, config.output.document_shards,
+            Affected(previous_state, bands, max_pairs, config.output.document_shards,
                      config.output.document_shards, config.output.chunk_shards),
             AsList(touches), AsList(carry_index.damaged))
         .with_outputs(PLACES, DOCUMENT_IDS, STATE_IDS, SETTLED_IDS)

@@ -34,7 +34,7 @@ from chunkline.pipeline.manifest import (ManifestError, complete_runs, latest_ru
                                table_files)
 from chunkline.pipeline.options import StageOptions, stage_options
 from chunkline.transforms.carry import CarrySource
-from chunkline.transforms.write import compaction_allowed
+from chunkline.transforms.write import compaction_allowed, same_output
 
 log = logging.getLogger("chunkline.run")
 
@@ -104,14 +104,21 @@ def settle_signature(config: Config, carry: str) -> str:
 
 def settle_from(config: Config, signature: str, state: tuple, carry: CarrySource | None) -> str | None:
     """The previous run's folder when its settled decisions hold for this run: it kept a state
-    table, its chunks may be carried, and it was made under ``signature``. Access control
-    leaves it off (the mapping decides principals outside the config)."""
+    table, its chunks may be carried, it lies in this output, and it was made under
+    ``signature``. Access control leaves it off (the mapping decides principals outside the
+    config)."""
     if not state or carry is None or not carry.pairs or config.access is not None:
         return None
     try:
         run_dir = (resolve_run(config.output.previous) if config.output.previous
                    else latest_run(config.output.path))
-        if run_dir is None:
+        # A run of another output lends its decisions to none: this run's tables can only
+        # reference files of its own output (WriteParquetShards(keep=)).
+        def absolute(path: str) -> str:
+            return path if "://" in path else os.path.abspath(path)
+
+        if run_dir is None or not same_output(storage.join(absolute(run_dir), "x"),
+                                              storage.join(absolute(config.output.path), "run", "x")):
             return None
         kept = storage.read_bytes(storage.join(run_dir, SETTLE_SIGNATURE)).decode("ascii").strip()
     except (OSError, ManifestError, UnicodeDecodeError):

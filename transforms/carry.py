@@ -262,7 +262,7 @@ class _IndexPair(beam.DoFn):
         self.source = source
         self.rejected = Metrics.counter(*CARRY_REJECTED)
 
-    def process(self, pair: int) -> Iterable[tuple[str, CarryEntry]]:
+    def process(self, pair: int) -> Iterable[Any]:  # (doc_id, CarryEntry), or tagged damaged
         chunk_path, side_path = self.source.pairs[pair]
         try:
             found = verify_pair(chunk_path, side_path, self.source.dim, self.source.normalize,

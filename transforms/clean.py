@@ -620,9 +620,12 @@ class StripLate(beam.PTransform):
 
     def expand(self, documents: PCollection[Document]):
         counted = self._counted
+        frequent_set = counted.frequent_set
+        if frequent_set is None:
+            raise ValueError("StripLate follows an applied RemoveBoilerplate")
         keyed = documents | "Keys" >> beam.ParDo(_KeysOfText(counted._options, counted._memo)).with_outputs(
             KEYS, main="documents")
         stripped = keyed.documents | "Strip" >> beam.ParDo(
-            _StripOne(counted._options, counted._memo), AsSingleton(counted.frequent_set)
+            _StripOne(counted._options, counted._memo), AsSingleton(frequent_set)
         ).with_outputs(REJECTED, REMOVED, main="documents")
         return CleanOutputs(stripped.documents, stripped[REJECTED])

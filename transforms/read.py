@@ -105,8 +105,8 @@ class _DecodeFile(beam.DoFn):
         self._options = options
         self._ocr_cache_dir = ocr_cache
         self._credentials = credentials
-        self._documents = progress_counter(*READ_DOCUMENTS)
-        self._rejected = progress_counter(*READ_REJECTED)
+        self._documents: Any = progress_counter(*READ_DOCUMENTS)
+        self._rejected: Any = progress_counter(*READ_REJECTED)
         # The credential options are part of every key: entries kept under other options (or,
         # unscreened, by an earlier version) are never recalled.
         self._memo = MemoUse(trusted, READ, repr(options) + "\0" + screening_key(credentials))
@@ -201,12 +201,12 @@ class _DecodeFile(beam.DoFn):
             if isinstance(record, Document):
                 self._documents.inc()
                 digest = input_digest(record)
-                found = state.found(record.uri, record.position) if state is not None else None
-                if (found is not None and found.doc_id == record.doc_id and found.input_digest == digest
-                        and found.facts == facts_digest(record.encoding, metadata_json(record.all_metadata()))):
+                row = state.found(record.uri, record.position) if state is not None else None
+                if (row is not None and row.doc_id == record.doc_id and row.input_digest == digest
+                        and row.facts == facts_digest(record.encoding, metadata_json(record.all_metadata()))):
                     self._settled.inc()
                     if self._settle:
-                        self._batch.add(record.doc_id, record.uri, record.position, record.counted, found)
+                        self._batch.add(record.doc_id, record.uri, record.position, record.counted, row)
                         self._settled_entries.add(record.uri, record.position)
                         continue
                 yield evolved(

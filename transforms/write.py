@@ -862,7 +862,7 @@ class WriteParquetShards(beam.PTransform):
             for n, part_records in enumerate(inputs)
         ]
         side = (AsSingleton(self.finish_input),) if self.finish_input is not None else ()
-        carried = (self.carried,) if self.carried is not None else ()
+        carried: tuple[PCollection, ...] = (self.carried,) if self.carried is not None else ()
         carried += (self.keep,) if self.keep is not None else ()
         written = (
             (*parts, *carried, every_shard)
