@@ -124,17 +124,21 @@ class SettledEntries:
 
     def __init__(self, source: MemoSource | None) -> None:
         self.source = source
+        # Empty until setup (a DoFn called without it, as a test may, holds nothing to count).
+        self.kinds: dict[int, str] = {}
+        self.uses: dict[str, MemoUse] = {}
+        self.counts: dict[int, int] = {}
+        self.pending: dict[int, dict[bytes, tuple[str, int]]] = {}
+        self.shares: int | None = None
 
     def setup(self) -> None:
-        self.kinds: dict[int, str] = {}
+        self.kinds = {}
         if self.source is not None:
             for ordinal, path in enumerate(self.source.previous):
                 named = parse_segment_name(path)
                 if named is not None:
                     self.kinds[ordinal] = named[0]
-        self.uses: dict[str, MemoUse] = {}
-        self.counts: dict[int, int] = {}
-        self.pending: dict[int, dict[bytes, tuple[str, int]]] = {}
+        self.uses, self.counts, self.pending = {}, {}, {}
         self.shares = self.source.previous_shares if self.source is not None else None
 
     def add(self, uri: str, position: int) -> None:
@@ -147,7 +151,7 @@ class SettledEntries:
         """Count (and write again, where retired) the entries of the documents added since."""
         pending, self.pending = self.pending, {}
         source = self.source
-        if recalled is None or source is None:
+        if recalled is None or source is None or not pending:
             return
         for share, places in pending.items():
             loaded = recalled.share_at(share)
