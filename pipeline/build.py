@@ -308,7 +308,7 @@ def _settle(pipeline: beam.Pipeline, config: Config, plan: Plan, stages, read, d
     if counting is not None:
         flagged = read.settled | "FlagBoilerplate" >> beam.ParDo(
             FlagBoilerplate(read_frequent(plan.settle_from) if plan.settle_from else None),
-            AsSingleton(counting_frequent(counting))).with_outputs(PLACES, main="batches")
+            AsSingleton(counting.frequent)).with_outputs(PLACES, main="batches")
         remaining = flagged.batches
         late.append(read_again(flagged[PLACES], "Boilerplated"))
     known = [documents, *late]
@@ -317,8 +317,7 @@ def _settle(pipeline: beam.Pipeline, config: Config, plan: Plan, stages, read, d
             known
             | "Known" >> beam.Flatten().with_output_types(Document)
             | "TouchBatches" >> beam.BatchElements(min_batch_size=64, max_batch_size=256)
-            # No memo: their texts are new (or newly stripped), and dedupe records what it signs.
-            | "Touches" >> beam.ParDo(Touches(near, None, plan.access is not None)),
+            | "Touches" >> beam.ParDo(Touches(near, plan.access is not None)),
             list(rejected_parts) | "RejectedSoFar" >> beam.Flatten().with_output_types(Rejected)
             | "RejectedTouches" >> beam.Map(rejected_touch),
         )
@@ -338,7 +337,3 @@ def _settle(pipeline: beam.Pipeline, config: Config, plan: Plan, stages, read, d
     return SettledOutputs(decided[PLACES], decided[DOCUMENT_IDS], decided[STATE_IDS],
                           decided[SETTLED_IDS]), everything
 
-
-def counting_frequent(counting):
-    """The frequent keys an applied RemoveBoilerplate counted, ascending uint64 (one element)."""
-    return counting.frequent

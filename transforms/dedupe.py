@@ -348,12 +348,18 @@ class _ParkAndSummarize(beam.DoFn):
                 batch[index], counted=batch[index].counted + pack_bands(digests[row]))
         return marked
 
-    def process(self, batch: list[Document]):
-        hashes = self._hashes.memo
+    def _signed(self, batch: list[Document]) -> tuple[list[bytes] | None, list[Document]]:
+        """Each document's signature (None: near duplicates off) and the batch with its band
+        keys recorded (:meth:`_with_bands`)."""
         hasher, near = self._hasher, self._near
         signed = (self._signatures(batch, hasher, near.num_perm)
                   if hasher is not None and near is not None else None)
-        parked = self._with_bands(batch, signed) if signed is not None else batch
+        return signed, self._with_bands(batch, signed) if signed is not None else batch
+
+    def process(self, batch: list[Document]):
+        hashes = self._hashes.memo
+        signed, parked = self._signed(batch)
+        near = self._near
         # Parked without what it carries: nothing after dedupe reads the memo.
         summaries = [_summarize(doc, self._parts.add(without_memo(doc)), self._carry_keys,
                                 lambda doc: recalled_doc_hash(hashes, doc))

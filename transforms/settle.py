@@ -35,6 +35,7 @@ from apache_beam.metrics import Metrics
 
 from chunkline.access import access_digest
 from chunkline.index.layout import shard_of
+from chunkline.key_sets import take
 from chunkline.memo import BLOCK
 from chunkline.records import Document, Rejected
 from chunkline.settle import Csr, SettledState, Touch, dedupe_affected, holding
@@ -60,8 +61,6 @@ def _places(batch: SettledBatch, rows: np.ndarray) -> Iterable[Place]:
 
 
 def _subset(batch: SettledBatch, rows: np.ndarray) -> SettledBatch:
-    from chunkline.key_sets import take
-
     return SettledBatch(tuple(batch.doc_id[i] for i in rows.tolist()),
                         tuple(batch.uri[i] for i in rows.tolist()),
                         batch.position[rows], batch.offset[rows], batch.length[rows],
@@ -105,8 +104,9 @@ class Touches(_ParkAndSummarize):
     each: what they bring to dedupe (``chunkline.settle.Touch``), their hashes and signatures
     recalled or computed as dedupe's own summaries are."""
 
-    def __init__(self, near, memo=None, access: bool = False) -> None:
-        super().__init__(near, "", None, memo, access)
+    def __init__(self, near, access: bool = False) -> None:
+        # No memo: their texts are new (or newly stripped), and dedupe records what it signs.
+        super().__init__(near, "", None, None, access)
 
     def start_bundle(self) -> None:
         pass
@@ -117,11 +117,7 @@ class Touches(_ParkAndSummarize):
 
     def process(self, batch: list[Document]):
         hashes = self._hashes.memo
-        hasher, near = self._hasher, self._near
-        signed = (self._signatures(batch, hasher, near.num_perm)
-                  if hasher is not None and near is not None else None)
-        marked = self._with_bands(batch, signed) if signed is not None else batch
-        for doc in marked:
+        for doc in self._signed(batch)[1]:
             access = access_digest(doc.principals) if doc.principals is not None else ""
             bands = unpack(doc.counted).bands if doc.counted else None
             yield (doc.doc_id, access + recalled_doc_hash(hashes, doc),
@@ -234,10 +230,8 @@ class Affected(beam.DoFn):
             for index in range(len(batch)):
                 row = rows[at]
                 if affected[at]:
-                    offset, length = int(batch.offset[index]), int(batch.length[index])
-                    yield beam.pvalue.TaggedOutput(PLACES, Place(
-                        batch.uri[index], int(batch.position[index]),
-                        offset if offset >= 0 else None, length if length >= 0 else None))
+                    for place in _places(batch, np.array([index])):
+                        yield beam.pvalue.TaggedOutput(PLACES, place)
                 else:
                     doc_id = batch.doc_id[index]
                     documents.setdefault(shard_of(doc_id, self.document_shards), []).append(doc_id)

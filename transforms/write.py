@@ -618,7 +618,7 @@ class _WriteShard(beam.DoFn):
         mine = [(shard, deleted) for shard, deleted in previous_files
                 if shard.rsplit("/", 1)[-1] == name and same_output(shard, path)]
         wanted = pa.array(sorted({doc_id for ids in kept for doc_id in ids.doc_ids}), pa.string())
-        found = []  # path, rows, kept positions, dead positions, unchanged
+        found = []  # path, rows, kept positions, dead positions
         for shard, deletions in mine:
             before = np.asarray(sorted(deletions.positions()), np.int64)
             # A previous file that cannot be read fails the shard: the settled documents' rows
@@ -633,14 +633,14 @@ class _WriteShard(beam.DoFn):
                 keep &= pc.not_equal(table.column("status"), "rejected").to_numpy(zero_copy_only=False)
             keep[before] = False
             dead = np.flatnonzero(~keep)
-            found.append((shard, rows, np.flatnonzero(keep), dead, np.array_equal(dead, before)))
+            found.append((shard, rows, np.flatnonzero(keep), dead))
         again = [f for f in found if len(f[2]) and compacted(f[0], len(f[3]), f[1], self.compactable)]
         held_files = [f for f in found if len(f[2]) and f not in again]
         if len(held_files) + (1 if count or again else 0) > MOST_FILES:
             held_files.sort(key=lambda f: -len(f[2]))
             again += held_files[1:]
             held_files = held_files[:1]
-        for shard, rows, live, dead, _ in sorted(held_files, key=lambda f: f[0]):
+        for shard, rows, live, dead in sorted(held_files, key=lambda f: f[0]):
             tally(WRITTEN.format(table=self.table), len(live))
             yield (self.table, shard, rows, tuple(dead.tolist()))
         if not count and not again:
@@ -648,7 +648,7 @@ class _WriteShard(beam.DoFn):
                 yield from self._write_tables(0, path, self.schema.empty_table(), None)
             return
         tables = [_records_table(encoded, self.coder, self.schema, self.to_row, self.to_table)] if count else []
-        for shard, _, live, _, _ in again:
+        for shard, _, live, _ in again:
             with FileSystems.open(shard) as handle:
                 whole = pq.read_table(handle, page_checksum_verification=True)
             tables.append(whole.take(pa.array(live, pa.int64())).cast(self.schema))
