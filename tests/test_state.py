@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chunkline.index.layout import shard_of
@@ -98,6 +98,36 @@ def test_a_reader_finds_each_documents_row_by_place_and_skips_deleted_ones(tmp_p
     again = PreviousState(state_source(deleted), open_file)
     assert again.row_of(rows[0].uri, rows[0].position) is None
     assert again.row_of(rows[1].uri, rows[1].position) == (rows[1].doc_id, rows[1].input_digest)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.dictionaries(st.sampled_from(["/c/a.md", "/c/dump.jsonl", "/c/m.jsonl", "/c/z.csv"]),
+                       st.sets(st.integers(0, 3 * BLOCK), min_size=1, max_size=60), min_size=1),
+       st.integers(1, 7), st.integers(1, 3))
+def test_every_place_is_found_among_many_row_groups_of_one_uri(tmp_path_factory, placed, group_rows,
+                                                                shards) -> None:
+    """Any mix of uris and row-group sizes (one dump's rows over many groups, groups that hold
+    two uris): each place finds its row, a place never written finds none, and a lookup
+    decodes at most the groups at its uri's two ends and the one its position falls in."""
+    folder = tmp_path_factory.mktemp("state")
+    rows = [row for uri, positions in sorted(placed.items()) for row in rows_for(uri, sorted(positions))]
+    schema = state_schema()
+    files = []
+    for shard in range(shards):
+        mine = sorted((r for r in rows if shard_of(state_shard_key(r), shards) == shard), key=state_sort_key)
+        path = folder / f"state-{shard:05d}-of-{shards:05d}.parquet"
+        pq.write_table(pa.Table.from_pylist([state_to_row(r, schema) for r in mine], schema), path,
+                       row_group_size=group_rows)
+        files.append((str(path), ()))
+    for row in rows:
+        state = PreviousState(state_source(files), lambda path: open(path, "rb"), held=1)
+        assert state.row_of(row.uri, row.position) == (row.doc_id, row.input_digest)
+        assert state.loads <= 3
+    state = PreviousState(state_source(files), lambda path: open(path, "rb"))
+    for uri, positions in placed.items():
+        for position in {-1, 3 * BLOCK + 1} | {p + 1 for p in positions if p + 1 not in positions}:
+            assert state.row_of(uri, position) is None
+    assert state.row_of("/c/b.md", 0) is None
 
 
 def test_a_damaged_state_file_reads_as_no_previous_row(tmp_path) -> None:
