@@ -403,18 +403,13 @@ class Recalled:
     for (:meth:`entries`): a rerun that passes most documents by never builds theirs."""
 
     def __init__(self, refs: np.ndarray | None = None, keys: np.ndarray | None = None,
-                 values: pa.Array | None = None, ordinals: np.ndarray | None = None,
+                 values: pa.Array | pa.ChunkedArray | Sequence[pa.Array] | None = None,
+                 ordinals: np.ndarray | None = None,
                  read: dict[bytes, tuple[bytes, int]] | None = None, size: int = 0) -> None:
         self.refs = refs if refs is not None else np.empty(0, "S16")
         self.keys = keys if keys is not None else np.empty(0, "S16")
         self.ordinals = ordinals if ordinals is not None else np.empty(0, np.int64)
-        values = values if values is not None else pa.array([], pa.binary())
-        self._offsets, self._data = np.zeros(1, np.int64), b""
-        if len(values):
-            _, offsets, data = values.buffers()
-            width = np.int64 if pa.types.is_large_binary(values.type) else np.int32
-            self._offsets = np.frombuffer(offsets, width)[values.offset:values.offset + len(values) + 1].astype(np.int64)
-            self._data = data.to_pybytes() if data is not None else b""
+        self._values = _Values(values)
         self._order = np.argsort(self.refs, kind="stable")
         self._sorted = self.refs[self._order]
         self.read = read if read is not None else {}
@@ -426,12 +421,12 @@ class Recalled:
         high = int(np.searchsorted(self._sorted, ref, "right"))
         if low == high:
             return b""
-        offsets, data, keys, ordinals = self._offsets, self._data, self.keys, self.ordinals
+        keys, ordinals, value = self.keys, self.ordinals, self._values.value
         parts = []
         for row in self._order[low:high].tolist():
-            start, end = int(offsets[row]), int(offsets[row + 1])
+            held = value(row)
             parts.append(keys[row].ljust(16, b"\0") + int(ordinals[row]).to_bytes(_LENGTH, "little")
-                         + (end - start).to_bytes(_LENGTH, "little") + data[start:end])
+                         + len(held).to_bytes(_LENGTH, "little") + held)
         return b"".join(parts)
 
     def rows_of(self, refs: np.ndarray) -> np.ndarray:
@@ -443,13 +438,47 @@ class Recalled:
         return wanted[at] == self.refs
 
     def value(self, row: int) -> bytes:
-        return self._data[int(self._offsets[row]):int(self._offsets[row + 1])]
+        return self._values.value(row)
 
     @property
     def by_doc(self) -> dict[bytes, bytes]:
         """Every document's packed entries (tests and small shares)."""
         return {bytes(ref).ljust(16, b"\0"): self.entries(bytes(ref).ljust(16, b"\0"))
                 for ref in np.unique(self.refs)}
+
+
+class _Values:
+    """Binary arrays read as they lie (a segment's value column, chunk by chunk), a value taken
+    by its row across them: a share's values are never concatenated nor copied into one bytes
+    object (both were two thirds of loading a share, for the handful of rows a rerun asks)."""
+
+    def __init__(self, values: pa.Array | pa.ChunkedArray | Sequence[pa.Array] | None) -> None:
+        if values is None:
+            chunks: Sequence[pa.Array] = []
+        elif isinstance(values, pa.ChunkedArray):
+            chunks = values.chunks
+        elif isinstance(values, pa.Array):
+            chunks = [values]
+        else:
+            chunks = [chunk for value in values
+                      for chunk in (value.chunks if isinstance(value, pa.ChunkedArray) else [value])]
+        self._offsets: list[np.ndarray] = []
+        self._data: list[memoryview] = []
+        starts = [0]
+        for chunk in chunks:
+            if not len(chunk):
+                continue
+            _, offsets, data = chunk.buffers()
+            width = np.int64 if pa.types.is_large_binary(chunk.type) else np.int32
+            self._offsets.append(np.frombuffer(offsets, width)[chunk.offset:chunk.offset + len(chunk) + 1])
+            self._data.append(memoryview(data) if data is not None else memoryview(b""))
+            starts.append(starts[-1] + len(chunk))
+        self._starts = np.array(starts, np.int64)
+
+    def value(self, row: int) -> bytes:
+        at = int(np.searchsorted(self._starts, row, "right")) - 1
+        offsets, local = self._offsets[at], row - int(self._starts[at])
+        return self._data[at][int(offsets[local]):int(offsets[local + 1])].tobytes()
 
 
 def _fixed(column: pa.ChunkedArray | pa.Array, width: int) -> np.ndarray:
@@ -481,11 +510,11 @@ def load_share(paths: Iterable[str], open_file, *, ordinals: Sequence[int] | Non
             continue
         refs.append(_fixed(table.column("doc"), 16))
         keys.append(_fixed(table.column("key"), 16))
-        values.append(table.column("value").combine_chunks())
+        values.append(table.column("value"))
         marks.append(np.full(table.num_rows, ordinal, np.int64))
     if not refs:
         return Recalled(read=read, size=size)
-    return Recalled(np.concatenate(refs), np.concatenate(keys), pa.concat_arrays(values),
+    return Recalled(np.concatenate(refs), np.concatenate(keys), values,
                     np.concatenate(marks), read, size)
 
 

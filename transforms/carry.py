@@ -209,44 +209,60 @@ def verify_pair(chunk_path: str, side_path: str, dim: int | None, normalize: boo
     if deleted and deleted[-1] >= chunks.num_rows:
         raise ValueError(f"the manifest deletes row {deleted[-1]} of {chunks.num_rows}")
     chunks, sides = _live(chunks, deleted), _live(sides, deleted)
-    doc_ids = chunks.column("doc_id").to_pylist()
+    ids = chunks.column("doc_id").combine_chunks()
     indexes = chunks.column("chunk_index").to_numpy()
-    if doc_ids != sides.column("doc_id").to_pylist() \
+    if not ids.equals(sides.column("doc_id").combine_chunks()) \
             or not np.array_equal(indexes, sides.column("chunk_index").to_numpy()):
         raise ValueError("the chunk shard's rows are not its sidecar's, in the same order")
-    bad_prefix = np.zeros(chunks.num_rows, dtype=bool) if intact else _prefix_problems(chunks)
-    uneven_terms = pc.not_equal(pc.list_value_length(sides.column("term_ids")),
-                                pc.list_value_length(sides.column("term_counts"))).to_numpy(
-                                    zero_copy_only=False)
-    failed_header = pc.starts_with(chunks.column("context_status"), FAILED).to_numpy(
-        zero_copy_only=False)
+    rows = chunks.num_rows
+    if rows == 0:
+        return []
+    # Each run of rows with one doc_id is a document: checked per run with numpy's reduceat,
+    # never a Python step per row (a night verifies every previous chunk shard).
+    changes = pc.not_equal(ids.slice(1), ids.slice(0, rows - 1)).to_numpy(zero_copy_only=False)
+    starts = np.concatenate(([0], np.flatnonzero(changes) + 1)).astype(np.int64)
+    counts = np.diff(np.append(starts, rows))
+    first_of_row = np.repeat(starts, counts)
+
+    def per_document(bad: np.ndarray) -> np.ndarray:
+        return np.logical_or.reduceat(np.asarray(bad, bool), starts)
+
+    bad_prefix = per_document(np.zeros(rows, bool) if intact else _prefix_problems(chunks))
+    out_of_order = per_document((indexes != np.arange(rows) - first_of_row)
+                                | (sides.column("doc_chunks").to_numpy() != np.repeat(counts, counts)))
+    keys = sides.column("carry_key").combine_chunks()
+    firsts = keys.take(pa.array(first_of_row))
+    same_key = pc.or_(pc.fill_null(pc.equal(keys, firsts), False),
+                      pc.and_(pc.is_null(keys), pc.is_null(firsts)))
+    mixed_keys = per_document(~same_key.to_numpy(zero_copy_only=False))
+    uneven_terms = per_document(pc.not_equal(pc.list_value_length(sides.column("term_ids")),
+                                             pc.list_value_length(sides.column("term_counts"))).to_numpy(
+                                                 zero_copy_only=False))
+    failed_header = per_document(pc.starts_with(chunks.column("context_status"), FAILED).to_numpy(
+        zero_copy_only=False))
     vectors = _vector_problems(chunks, dim, normalize) if dim is not None else None
-    keys = sides.column("carry_key").to_pylist()
-    doc_chunks = sides.column("doc_chunks").to_numpy()
+    bad_vector = (per_document(np.fromiter((v is not None for v in vectors), bool, rows))
+                  if vectors is not None else np.zeros(len(starts), bool))
+    doc_ids = ids.take(pa.array(starts)).to_pylist()
+    first_keys = keys.take(pa.array(starts)).to_pylist()
     found = []
-    start = 0
-    while start < len(doc_ids):
-        end = start + 1
-        while end < len(doc_ids) and doc_ids[end] == doc_ids[start]:
-            end += 1
-        rows = slice(start, end)
-        count = end - start
+    for document, (doc_id, key) in enumerate(zip(doc_ids, first_keys)):
         problem = None
-        if bad_prefix[rows].any():
+        if bad_prefix[document]:
             problem = "a row's search_text does not end with its text"
-        elif not np.array_equal(indexes[rows], np.arange(count)) or (doc_chunks[rows] != count).any():
+        elif out_of_order[document]:
             problem = "its chunks are not all there, in order"
-        elif len(set(keys[rows])) != 1:
+        elif mixed_keys[document]:
             problem = "its rows disagree on the carry key"
-        elif uneven_terms[rows].any():
+        elif uneven_terms[document]:
             problem = "term ids and counts differ in length"
-        elif failed_header[rows].any():
+        elif failed_header[document]:
             problem = "a contextual header failed: asked for again"
-        elif vectors is not None:
-            first = next((v for v in vectors[rows] if v is not None), None)
-            problem = f"stored vector: {first}" if first is not None else None
-        found.append((doc_ids[start], keys[start], problem))
-        start = end
+        elif bad_vector[document] and vectors is not None:
+            begin = int(starts[document])
+            first = next(v for v in vectors[begin:begin + int(counts[document])] if v is not None)
+            problem = f"stored vector: {first}"
+        found.append((doc_id, key, problem))
     return found
 
 
