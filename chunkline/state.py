@@ -21,7 +21,7 @@ import bisect
 import hashlib
 import struct
 from collections import OrderedDict
-from typing import BinaryIO, Callable, NamedTuple, Sequence
+from typing import BinaryIO, Callable, NamedTuple, Sequence, cast
 
 import numpy as np
 import pyarrow as pa
@@ -356,7 +356,8 @@ def _candidate_groups(index: _FileIndex, uri: str, position: int) -> Sequence[in
     high = bisect.bisect_right(index.uri_min, uri)
     if high - low <= 2 or index.unbounded:
         return range(low, high)
-    inner = bisect.bisect_left(index.position_max, position, low + 1, high - 1)
+    bounds = cast(list[int], index.position_max)  # none is None: not unbounded
+    inner = bisect.bisect_left(bounds, position, low + 1, high - 1)
     return (low, inner, high - 1) if inner < high - 1 else (low, high - 1)
 
 
