@@ -1057,15 +1057,23 @@ JSON_LINES = st.lists(st.one_of(
 ), min_size=1, max_size=40)
 
 
-@settings(max_examples=150, deadline=None)
-@given(JSON_LINES, st.integers(1, 200), st.booleans())
-def test_jsonl_slices_read_as_the_whole_file(lines, slice_bytes, final_newline) -> None:
+@settings(max_examples=200, deadline=None)
+@given(JSON_LINES, st.integers(1, 200), st.booleans(), st.sampled_from([None, 1, 2, 3, 7, 64]))
+def test_jsonl_slices_read_as_the_whole_file(lines, slice_bytes, final_newline, unit_lines) -> None:
     import io as _io
 
     from chunkline.readers import jsonl_slices, stream_jsonl
 
     data = "\n".join(lines).encode() + (b"\n" if final_newline else b"")
-    slices = jsonl_slices(_io.BytesIO(data), slice_bytes)
+    slices = jsonl_slices(_io.BytesIO(data), slice_bytes, unit_lines)
+    if unit_lines is not None and slices:
+        # No piece spans two units of the memo, and each is cut only where bytes or a unit say.
+        for part in slices:
+            last_line = part.first_line + data[part.start:part.end].count(b"\n") - (
+                0 if data[part.end - 1:part.end] != b"\n" else 1)
+            assert part.first_line // unit_lines == max(part.first_line, last_line) // unit_lines
+        for before, after in zip(slices, slices[1:]):
+            assert after.first_line % unit_lines == 0 or after.start - before.start > slice_bytes
     options = ReadOptions()
     whole = list(stream_jsonl("u.jsonl", "u.jsonl", _io.BytesIO(data), options))
     if not slices:

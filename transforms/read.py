@@ -49,7 +49,7 @@ from chunkline.readers import (
     stream_file,
     streams,
 )
-from chunkline.memo import READ, MemoSource, RecalledShares, unit_share
+from chunkline.memo import BLOCK, READ, MemoSource, RecalledShares, unit_share
 from chunkline.records import Document, Rejected, evolved, input_digest, metadata_json
 from chunkline.transforms.memo import MemoUse, SettledEntries, recalled_shares
 from chunkline.transforms.spill import coder_of
@@ -380,7 +380,7 @@ class _SliceRecordFiles(beam.DoFn):
                     return []
                 if parquet:
                     return parquet_slices(handle, slice_bytes)
-                return jsonl_slices(handle, slice_bytes)
+                return jsonl_slices(handle, slice_bytes, BLOCK)
         except Exception:  # noqa: BLE001 - not Parquet, unreadable, gone: the reader says which
             return []
 
