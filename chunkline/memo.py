@@ -360,15 +360,17 @@ def packed_value(packed: bytes, key: bytes) -> bytes | None:
     return found[0] if found is not None else None
 
 
-def read_segment(path: str, open_file) -> pa.Table | None:
-    """One segment read with ``open_file(path)`` (Beam's ``FileSystems.open``, or
-    ``open(path, "rb")``); None, logged, for one that cannot be read."""
+def read_segment(path: str, open_file, columns: Sequence[str] | None = None) -> pa.Table | None:
+    """One segment (or its ``columns``) read with ``open_file(path)`` (Beam's
+    ``FileSystems.open``, or ``open(path, "rb")``); None, logged, for one that cannot be read."""
+    expected = memo_schema() if columns is None else pa.schema([memo_schema().field(c) for c in columns])
     try:
         with open_file(path) as handle:
             # Page checksums (written with every segment): a flipped bit is a damaged
             # segment, skipped, never a wrong result recalled.
-            table = pq.read_table(handle, page_checksum_verification=True)
-        if table.schema != memo_schema():
+            table = pq.read_table(handle, columns=list(columns) if columns is not None else None,
+                                  page_checksum_verification=True)
+        if table.schema != expected:
             raise ValueError(f"columns {table.schema.names}")
         return table
     except Exception as exc:  # noqa: BLE001 - a damaged segment raises whatever arrow raises
@@ -403,13 +405,16 @@ class Recalled:
     for (:meth:`entries`): a rerun that passes most documents by never builds theirs."""
 
     def __init__(self, refs: np.ndarray | None = None, keys: np.ndarray | None = None,
-                 values: pa.Array | pa.ChunkedArray | Sequence[pa.Array] | None = None,
+                 values: pa.Array | pa.ChunkedArray | Sequence[pa.Array] | Callable[[], _Values] | None = None,
                  ordinals: np.ndarray | None = None,
                  read: dict[bytes, tuple[bytes, int]] | None = None, size: int = 0) -> None:
         self.refs = refs if refs is not None else np.empty(0, "S16")
         self.keys = keys if keys is not None else np.empty(0, "S16")
         self.ordinals = ordinals if ordinals is not None else np.empty(0, np.int64)
-        self._values = _Values(values)
+        # A callable: the values are read when a value is first asked for (a rerun that passes
+        # its documents by only counts their entries, by document and segment).
+        self._pending = values if callable(values) else None
+        self._held = None if callable(values) else _Values(values)
         self._order = np.argsort(self.refs, kind="stable")
         self._sorted = self.refs[self._order]
         self.read = read if read is not None else {}
@@ -421,10 +426,12 @@ class Recalled:
         high = int(np.searchsorted(self._sorted, ref, "right"))
         if low == high:
             return b""
-        keys, ordinals, value = self.keys, self.ordinals, self._values.value
+        keys, ordinals, value = self.keys, self.ordinals, self._values().value
         parts = []
         for row in self._order[low:high].tolist():
             held = value(row)
+            if held is None:  # its segment's values could not be read: computed again
+                continue
             parts.append(keys[row].ljust(16, b"\0") + int(ordinals[row]).to_bytes(_LENGTH, "little")
                          + len(held).to_bytes(_LENGTH, "little") + held)
         return b"".join(parts)
@@ -437,8 +444,15 @@ class Recalled:
         at = np.minimum(np.searchsorted(wanted, self.refs), len(wanted) - 1)
         return wanted[at] == self.refs
 
-    def value(self, row: int) -> bytes:
-        return self._values.value(row)
+    def value(self, row: int) -> bytes | None:
+        """The value of entry ``row``; None when its segment's values could not be read."""
+        return self._values().value(row)
+
+    def _values(self) -> _Values:
+        if self._held is None:
+            self._held = self._pending() if self._pending is not None else _Values(None)
+            self._pending = None
+        return self._held
 
     @property
     def by_doc(self) -> dict[bytes, bytes]:
@@ -452,9 +466,10 @@ class _Values:
     by its row across them: a share's values are never concatenated nor copied into one bytes
     object (both were two thirds of loading a share, for the handful of rows a rerun asks)."""
 
-    def __init__(self, values: pa.Array | pa.ChunkedArray | Sequence[pa.Array] | None) -> None:
+    def __init__(self, values: pa.Array | pa.ChunkedArray | Sequence[pa.Array | pa.ChunkedArray | int] | None
+                 ) -> None:
         if values is None:
-            chunks: Sequence[pa.Array] = []
+            chunks: Sequence[pa.Array | int] = []
         elif isinstance(values, pa.ChunkedArray):
             chunks = values.chunks
         elif isinstance(values, pa.Array):
@@ -462,10 +477,16 @@ class _Values:
         else:
             chunks = [chunk for value in values
                       for chunk in (value.chunks if isinstance(value, pa.ChunkedArray) else [value])]
-        self._offsets: list[np.ndarray] = []
+        self._offsets: list[np.ndarray | None] = []
         self._data: list[memoryview] = []
         starts = [0]
         for chunk in chunks:
+            if isinstance(chunk, int):  # that many rows whose values could not be read
+                if chunk:
+                    self._offsets.append(None)
+                    self._data.append(memoryview(b""))
+                    starts.append(starts[-1] + chunk)
+                continue
             if not len(chunk):
                 continue
             _, offsets, data = chunk.buffers()
@@ -475,10 +496,27 @@ class _Values:
             starts.append(starts[-1] + len(chunk))
         self._starts = np.array(starts, np.int64)
 
-    def value(self, row: int) -> bytes:
+    def value(self, row: int) -> bytes | None:
         at = int(np.searchsorted(self._starts, row, "right")) - 1
         offsets, local = self._offsets[at], row - int(self._starts[at])
+        if offsets is None:
+            return None
         return self._data[at][int(offsets[local]):int(offsets[local + 1])].tobytes()
+
+
+def _segment_values(segments: Sequence[tuple[str, int]], open_file) -> Callable[[], _Values]:
+    """The values of ``segments`` ((path, rows) each, in the share's row order), read when
+    called: a segment whose values cannot be read (or hold other rows) gives None for each of
+    its rows, computed again."""
+
+    def read() -> _Values:
+        columns: list[pa.ChunkedArray | int] = []
+        for path, rows in segments:
+            table = read_segment(path, open_file, ["value"])
+            columns.append(table.column("value") if table is not None and table.num_rows == rows else rows)
+        return _Values(columns)
+
+    return read
 
 
 def _fixed(column: pa.ChunkedArray | pa.Array, width: int) -> np.ndarray:
@@ -495,12 +533,18 @@ def load_share(paths: Iterable[str], open_file, *, ordinals: Sequence[int] | Non
     """The entries of the segments at ``paths`` (one share's), unreadable ones skipped;
     ``ordinals``: each path's in the previous run's listing (:data:`HERE` without)."""
     read: dict[bytes, tuple[bytes, int]] = {}
-    refs, keys, values, marks = [], [], [], []
+    refs: list[np.ndarray] = []
+    keys: list[np.ndarray] = []
+    values: list[tuple[str, int]] = []
+    marks: list[np.ndarray] = []
     size = 0
     paths = list(paths)
     for path, ordinal in zip(paths, ordinals if ordinals is not None else [HERE] * len(paths)):
         named = parse_segment_name(path)
-        table = read_segment(path, open_file) if named is not None else None
+        # The read kind's entries are looked up by key as the share loads; every other kind's
+        # values wait until a document asks for its entries (_segment_values).
+        table = (read_segment(path, open_file, None if named[0] == READ else ["key", "doc"])
+                 if named is not None else None)
         if named is None or table is None:
             continue
         size += table.nbytes
@@ -510,11 +554,11 @@ def load_share(paths: Iterable[str], open_file, *, ordinals: Sequence[int] | Non
             continue
         refs.append(_fixed(table.column("doc"), 16))
         keys.append(_fixed(table.column("key"), 16))
-        values.append(table.column("value"))
+        values.append((path, table.num_rows))
         marks.append(np.full(table.num_rows, ordinal, np.int64))
     if not refs:
         return Recalled(read=read, size=size)
-    return Recalled(np.concatenate(refs), np.concatenate(keys), values,
+    return Recalled(np.concatenate(refs), np.concatenate(keys), _segment_values(values, open_file),
                     np.concatenate(marks), read, size)
 
 

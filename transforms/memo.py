@@ -172,9 +172,10 @@ class SettledEntries:
                 if use is None:
                     use = self.uses[kind] = MemoUse(source, kind, "")
                     use.setup()
-                if use.memo is not None:
+                value = loaded.value(row)
+                if use.memo is not None and value is not None:
                     ref = bytes(loaded.refs[row]).ljust(16, b"\0")
-                    use.memo.put(bytes(loaded.keys[row]).ljust(16, b"\0"), loaded.value(row), places[ref])
+                    use.memo.put(bytes(loaded.keys[row]).ljust(16, b"\0"), value, places[ref])
 
     def flush(self) -> None:
         by_kind: dict[str, int] = {}

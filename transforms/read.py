@@ -209,9 +209,14 @@ class _DecodeFile(beam.DoFn):
                         self._batch.add(record.doc_id, record.uri, record.position, record.counted, row)
                         self._settled_entries.add(record.uri, record.position)
                         continue
+                # A document whose input is not the one its place held (an edit) asks nothing
+                # of the previous memo: its entries are of texts it no longer has (a change of
+                # its metadata alone computes its text's results again), and its share's
+                # values stay unread.
+                edited = row is not None and row.input_digest != digest
                 yield evolved(
                     record, input_digest=digest,
-                    memo=recalled.entries_of(record.uri, record.position) if recalled else b"")
+                    memo=recalled.entries_of(record.uri, record.position) if recalled and not edited else b"")
             else:
                 self._rejected.inc()
                 yield TaggedOutput(REJECTED, record)
