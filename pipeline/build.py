@@ -33,7 +33,7 @@ from chunkline.transforms.clean import (CleanDocuments, RemoveBoilerplate, Strip
 from chunkline.transforms.credentials import ScanCredentials
 from chunkline.transforms.dedupe import Dedupe, UniqueRejectedIds
 from chunkline.transforms.read import ReadDocuments, ReadPlaces
-from chunkline.transforms.settle import (DOCUMENT_IDS, PLACES, SETTLED_IDS, STATE_IDS, Affected,
+from chunkline.transforms.settle import (DOCUMENT_IDS, PASSED, PLACES, STATE_IDS, Affected,
                                          FlagBoilerplate, SettledOutputs, Touches, WriteSignature,
                                          rejected_touch)
 from chunkline.pipeline.plan import SETTLE_SIGNATURE
@@ -45,7 +45,8 @@ from chunkline.transforms.reuse import (
     ReusePreviousEmbeddings,
 )
 from chunkline.transforms.coders import statuses_table
-from chunkline.transforms.carry import CarriedRows, CarriedShards, CarryIndex, CarryKeys, SetCarryKeys
+from chunkline.transforms.carry import (CarriedRows, CarriedShards, CarryIndex, CarryKeys, SetCarryKeys,
+                                        VerifyPairs)
 from chunkline.transforms.spill import spill_dir
 from chunkline.transforms.split import FlattenChunks, SplitDocuments
 from chunkline.transforms.write import Sidecar, WriteParquetShards, shard_of
@@ -141,11 +142,15 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
         assigned = documents | "Access" >> AssignPrincipals(plan.access)
         documents = assigned.documents
         rejected_parts.append(assigned.rejected)
-    carry_index = pipeline | "CarryIndex" >> CarryIndex(carry) if carry is not None else None
+    verified = pipeline | "VerifyCarry" >> VerifyPairs(carry) if carry is not None else None
     settled = None
-    if settling and carry_index is not None and previous_state is not None:
+    if settling and verified is not None and previous_state is not None:
         settled, documents = _settle(pipeline, config, plan, stages, read, documents, rejected_parts,
-                                     counting, cleaned, read_options, carry_index, previous_state)
+                                     counting, cleaned, read_options, verified.damaged, previous_state)
+    # The documents passed by leave the carry index as arrays per pair: only the others meet
+    # a decision by id (transforms/carry.py).
+    carry_index = (verified.pairs | "CarryIndex" >> CarryIndex(carry, settled.passed if settled is not None else None)
+                   if verified is not None and carry is not None else None)
     # An id conflict's rejected row names its file relative to the input root, as every id does.
     # A kept document whose rows the previous run made under the same carry key is not
     # released to the splitter: its chunks come from that run (transforms/carry.py).
@@ -155,12 +160,14 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
                                              carry_keys=CarryKeys(carry) if carry is not None else None,
                                              carry_index=carry_index, memo=plan.memo,
                                              access=plan.access is not None, shares=plan.join_shares,
-                                             keep_state=KEEP_STATE,
-                                             settled=settled.settled_ids if settled is not None else None)
+                                             keep_state=KEEP_STATE)
     # Carried rows never travel one per chunk: their shard writer reads them as Arrow tables.
-    carried = (deduped.carried | "Carried" >> CarriedShards(carry, config.output.chunk_shards, shard_of,
-                                                            plan.join_shares)
-               if carry is not None and deduped.carried is not None else None)
+    carried_ids = deduped.carried
+    if carried_ids is not None and carry_index is not None and carry_index.carried is not None:
+        carried_ids = (carried_ids, carry_index.carried) | "AllCarried" >> beam.Flatten()
+    carried = (carried_ids | "Carried" >> CarriedShards(carry, config.output.chunk_shards, shard_of,
+                                                        plan.join_shares)
+               if carry is not None and carried_ids is not None else None)
     # One element per document, its chunks with it, until they are flattened once before reuse
     # and embed: the stages between need a chunk's whole document and never re-join it by id.
     split = deduped.kept | "Split" >> SplitDocuments(
@@ -285,7 +292,7 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
 
 
 def _settle(pipeline: beam.Pipeline, config: Config, plan: Plan, stages, read, documents,
-            rejected_parts: list, counting, cleaned, read_options: dict, carry_index,
+            rejected_parts: list, counting, cleaned, read_options: dict, damaged,
             previous_state: StateSource):
     """The settled documents a change reaches, read again and brought to dedupe beside the
     changed ones (transforms/settle.py): (:class:`SettledOutputs`, every document dedupe
@@ -329,11 +336,11 @@ def _settle(pipeline: beam.Pipeline, config: Config, plan: Plan, stages, read, d
         | "Affected" >> beam.ParDo(
             Affected(previous_state, bands, max_pairs, config.output.document_shards,
                      config.output.document_shards, config.output.chunk_shards),
-            AsList(touches), AsList(carry_index.damaged))
-        .with_outputs(PLACES, DOCUMENT_IDS, STATE_IDS, SETTLED_IDS)
+            AsList(touches), AsList(damaged))
+        .with_outputs(PLACES, DOCUMENT_IDS, STATE_IDS, PASSED)
     )
     reached = read_again(decided[PLACES], "Reached")
     everything = [*known, reached] | "ToDedupe" >> beam.Flatten().with_output_types(Document)
     return SettledOutputs(decided[PLACES], decided[DOCUMENT_IDS], decided[STATE_IDS],
-                          decided[SETTLED_IDS]), everything
+                          decided[PASSED]), everything
 

@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
-from apache_beam.pvalue import PCollection
+from apache_beam.pvalue import AsSingleton, PCollection
 
 from chunkline.carry import carry_key, embedding_prefix
 from chunkline.context.writer import CACHED, FAILED, OK
@@ -269,16 +269,33 @@ def verify_pair(chunk_path: str, side_path: str, dim: int | None, normalize: boo
 DAMAGED = "damaged"
 
 
+class PairIndex(NamedTuple):
+    """The documents of one previous pair whose rows pass their check, in shard order, as
+    arrays: a pair is one element, never one per document."""
+
+    pair: int  # index into CarrySource.pairs
+    doc_ids: pa.Array  # string
+    keys: pa.Array  # string: each one's carry key
+
+
+class Passed(NamedTuple):
+    """The documents a rerun passes by (``transforms/settle.py``): their ids, and whether each
+    is kept (its previous chunks are then carried as they lie)."""
+
+    doc_ids: pa.Array  # string
+    kept: pa.Array  # bool
+
+
 class _IndexPair(beam.DoFn):
-    """A pair's index -> ``(doc_id, CarryEntry)`` for each document whose rows pass their
-    check; the others (and every document of a pair that cannot be read) are counted and
-    computed again."""
+    """A pair's index -> its :class:`PairIndex`: the documents whose rows pass their check; the
+    others (and every document of a pair that cannot be read) are counted and computed again
+    (tagged ``damaged``)."""
 
     def __init__(self, source: CarrySource) -> None:
         self.source = source
         self.rejected = Metrics.counter(*CARRY_REJECTED)
 
-    def process(self, pair: int) -> Iterable[Any]:  # (doc_id, CarryEntry), or tagged damaged
+    def process(self, pair: int) -> Iterable[Any]:  # PairIndex, or tagged damaged
         chunk_path, side_path = self.source.pairs[pair]
         try:
             found = verify_pair(chunk_path, side_path, self.source.dim, self.source.normalize,
@@ -293,13 +310,55 @@ class _IndexPair(beam.DoFn):
             if named is not None:
                 yield beam.pvalue.TaggedOutput(DAMAGED, named[1])
             return
+        ids, keys = [], []
         for doc_id, key, problem in found:
             if problem is not None:
                 self.rejected.inc()
                 log.warning("carry: %s in %s: %s; computed again", doc_id, chunk_path, problem)
                 yield beam.pvalue.TaggedOutput(DAMAGED, doc_id)
                 continue
-            yield doc_id, CarryEntry(key, pair)
+            ids.append(doc_id)
+            keys.append(key)
+        yield PairIndex(pair, pa.array(ids, pa.string()), pa.array(keys, pa.string()))
+
+
+CARRIED = "carried"
+
+
+def _passed_rows(doc_ids: pa.Array, passed: Passed | None) -> tuple[np.ndarray, np.ndarray]:
+    """(passed by, passed by and kept), bool per entry of ``doc_ids``: one hash lookup of the
+    whole column (``pyarrow.compute.index_in``), never a Python step per document."""
+    if passed is None or not len(passed.doc_ids) or not len(doc_ids):
+        return np.zeros(len(doc_ids), bool), np.zeros(len(doc_ids), bool)
+    at = pc.index_in(doc_ids, value_set=passed.doc_ids)
+    found = at.is_valid().to_numpy(zero_copy_only=False)
+    kept = np.zeros(len(doc_ids), bool)
+    if found.any():
+        kept[found] = passed.kept.take(at.drop_null()).to_numpy(zero_copy_only=False)
+    return found, kept
+
+
+class _PairEntries(beam.DoFn):
+    """A :class:`PairIndex` (and, a side input, the documents the run passes by: None, none)
+    -> ``(doc_id, CarryEntry)`` for each document the run decides on, and, tagged
+    ``carried``, ``(pair, doc ids)`` of the kept ones passed by: their rows are carried as
+    they lie, without an element each (a kept document passed by without previous chunks has
+    none to carry)."""
+
+    def __init__(self) -> None:
+        self.carried = progress_counter(*DOCUMENTS_CARRIED)
+
+    def process(self, index: PairIndex, passed: Passed | None = None) -> Iterable[Any]:
+        found, kept = _passed_rows(index.doc_ids, passed)
+        if kept.any():
+            carried = index.doc_ids.filter(pa.array(kept)).to_pylist()
+            self.carried.inc(len(carried))
+            yield beam.pvalue.TaggedOutput(CARRIED, (index.pair, tuple(carried)))
+        ids, keys = index.doc_ids, index.keys
+        if found.any():
+            ids, keys = ids.filter(pa.array(~found)), keys.filter(pa.array(~found))
+        for doc_id, key in zip(ids.to_pylist(), keys.to_pylist()):
+            yield doc_id, CarryEntry(key, index.pair)
 
 
 def _sidecar_documents(side_path: str) -> int:
@@ -322,7 +381,8 @@ class _PreviousDocuments(beam.DoFn):
     shard only tells apart why documents were computed, so an unreadable one is logged and its
     documents counted as changed, never a failed run."""
 
-    def process(self, shard: tuple[str, Deletions]) -> Iterable[tuple[str, PreviousDocument]]:
+    def process(self, shard: tuple[str, Deletions], passed: Passed | None = None
+                ) -> Iterable[tuple[str, PreviousDocument]]:
         path, deletions = shard
         try:
             deleted = deletions.positions()  # its shard's deletion file, read here only
@@ -335,6 +395,10 @@ class _PreviousDocuments(beam.DoFn):
             log.warning("carry: %s unreadable (%s: %s); its documents count as changed",
                         path, type(exc).__name__, exc)
             return
+        # A document the run passes by is decided on by no one: its row is not wanted.
+        found, _ = _passed_rows(table.column("doc_id").combine_chunks(), passed)
+        if found.any():
+            table = table.filter(pa.array(~found))
         digests = (table.column("input_digest").to_pylist() if "input_digest" in table.schema.names
                    else [""] * table.num_rows)
         for doc_id, status, digest in zip(table.column("doc_id").to_pylist(),
@@ -342,16 +406,14 @@ class _PreviousDocuments(beam.DoFn):
             yield doc_id, PreviousDocument(status, digest or "")
 
 
-class CarryIndexOutputs(NamedTuple):
-    entries: PCollection  # (doc_id, CarryEntry): the previous documents whose rows may be carried
-    documents: PCollection  # (doc_id, PreviousDocument): every document the previous run read
+class VerifiedPairs(NamedTuple):
+    pairs: PCollection  # PairIndex per previous pair
     # doc_ids whose rows failed their check, chunk shards (int) whose previous file is unreadable
-    damaged: PCollection | None = None
+    damaged: PCollection
 
 
-class CarryIndex(beam.PTransform):
-    """root -> :class:`CarryIndexOutputs`: the previous run's carriable documents, and what it
-    read."""
+class VerifyPairs(beam.PTransform):
+    """root -> :class:`VerifiedPairs`: each previous pair read once and checked."""
 
     def __init__(self, source: CarrySource) -> None:
         super().__init__()
@@ -360,13 +422,36 @@ class CarryIndex(beam.PTransform):
     def expand(self, root):
         verified = (root
                     | "Pairs" >> beam.Create(list(range(len(self.source.pairs))))
-                    | "Verify" >> beam.ParDo(_IndexPair(self.source)).with_outputs(DAMAGED, main="entries"))
-        entries = verified.entries
-        documents = (root
+                    | "Verify" >> beam.ParDo(_IndexPair(self.source)).with_outputs(DAMAGED, main="pairs"))
+        return VerifiedPairs(verified.pairs, verified[DAMAGED])
+
+
+class CarryIndexOutputs(NamedTuple):
+    entries: PCollection  # (doc_id, CarryEntry): the previous documents whose rows may be carried
+    documents: PCollection  # (doc_id, PreviousDocument): every document the previous run read
+    # (pair, doc ids): the kept documents passed by, carried without a decision (None: none)
+    carried: PCollection | None = None
+
+
+class CarryIndex(beam.PTransform):
+    """:class:`PairIndex` per pair -> :class:`CarryIndexOutputs`: the previous run's carriable
+    documents, and what it read; with ``passed`` (a singleton :class:`Passed`), the documents
+    a rerun passes by leave the index as arrays per pair (``carried``), and only the others
+    meet this run's decisions, one element each."""
+
+    def __init__(self, source: CarrySource, passed: PCollection | None = None) -> None:
+        super().__init__()
+        self.source, self.passed = source, passed
+
+    def expand(self, pairs):
+        side = (AsSingleton(self.passed),) if self.passed is not None else ()
+        indexed = pairs | "Entries" >> beam.ParDo(_PairEntries(), *side).with_outputs(CARRIED, main="entries")
+        documents = (pairs.pipeline
                      | "DocumentShards" >> beam.Create(list(self.source.document_files()))
-                     | "ReadDocuments" >> beam.ParDo(_PreviousDocuments()).with_output_types(
+                     | "ReadDocuments" >> beam.ParDo(_PreviousDocuments(), *side).with_output_types(
                          tuple[str, PreviousDocument]))
-        return CarryIndexOutputs(entries, documents, verified[DAMAGED])
+        return CarryIndexOutputs(indexed.entries, documents,
+                                 indexed[CARRIED] if self.passed is not None else None)
 
 
 class CarryDecisions(beam.DoFn):
@@ -391,14 +476,6 @@ class CarryDecisions(beam.DoFn):
         doc_id, groups = joined
         previous = next(iter(groups["previous"]), None)
         read_before = next(iter(groups["documents"]), None)
-        settled = next(iter(groups.get("settled", ())), None)
-        if settled is not None:
-            # Passed by unchanged (transforms/settle.py): kept, its rows are carried as they
-            # lie (a kept document without previous chunks has none to carry).
-            if settled and previous is not None:
-                self.carried.inc()
-                yield beam.pvalue.TaggedOutput("carried", (previous.pair, doc_id))
-            return
         kept = False
         for decision in groups["decision"]:
             if decision.status != KEPT:
@@ -451,9 +528,11 @@ class _CarryFromPair(beam.DoFn):
         self.source, self.shards, self.shard_of = source, shards, shard_of
         self.chunks = progress_counter(*CHUNKS_CARRIED)
 
-    def process(self, keyed: tuple[int, Iterable[str]]):
-        pair, doc_ids = keyed
-        wanted = sorted(set(doc_ids))
+    def process(self, keyed: tuple[int, Iterable[str | tuple[str, ...]]]):
+        pair, carried = keyed
+        # One document a decision carried, or all those of the pair the run passed by.
+        wanted = sorted({doc_id for held in carried
+                         for doc_id in ((held,) if isinstance(held, str) else held)})
         _, side_path = self.source.pairs[pair]
         side = _read_pair_sides(side_path, wanted, ("doc_id", "doc_chunks", "term_ids", "term_counts"),
                                 self.source.deleted_of(pair))
@@ -479,8 +558,8 @@ class CarriedOutputs(NamedTuple):
 
 
 class CarriedShards(beam.PTransform):
-    """``PCollection[(pair, doc_id)]`` -> :class:`CarriedOutputs`; the shard writer reads the
-    rows with :class:`CarriedRows`."""
+    """``PCollection[(pair, doc_id or doc ids)]`` -> :class:`CarriedOutputs`; the shard writer
+    reads the rows with :class:`CarriedRows`."""
 
     def __init__(self, source: CarrySource, shards: int, shard_of: Callable[[str, int], int],
                  shares: int = 1024) -> None:

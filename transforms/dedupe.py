@@ -809,12 +809,8 @@ class Dedupe(beam.PTransform):
                  spill_dir: str | None = None, roots: Sequence[str] = (),
                  carry_keys: Callable[[Document], str] | None = None,
                  carry_index: CarryIndexOutputs | None = None, memo: MemoSource | None = None,
-                 access: bool = False, shares: int = 1024, keep_state: bool = False,
-                 settled: PCollection | None = None) -> None:
+                 access: bool = False, shares: int = 1024, keep_state: bool = False) -> None:
         super().__init__()
-        # (doc_id, kept) of each document a rerun passed by (transforms/settle.py): its chunks
-        # are carried where kept, and it is not counted gone.
-        self.settled = settled
         self.keep_state = keep_state  # a state row per decided document (chunkline.state)
         self.shares = shares  # of every grouping by document (transforms/shares.py)
         self.access = access
@@ -880,8 +876,7 @@ class Dedupe(beam.PTransform):
                 {"decision": decisions | "KeyDecisionById" >> beam.Map(
                     lambda d: (d.doc_id, d)).with_output_types(tuple[str, Any]),
                  "previous": self.carry_index.entries,
-                 "documents": self.carry_index.documents,
-                 **({"settled": self.settled} if self.settled is not None else {})}
+                 "documents": self.carry_index.documents}
                 | "JoinCarryIndex" >> JoinInShares(self.shares)
                 | "Carry" >> beam.ParDo(CarryDecisions()).with_outputs("carried", main="decisions")
             )

@@ -12,7 +12,7 @@ reach it (``chunkline/settle.py`` says how, and why the sets it computes are exa
    (:class:`Touches`), with the previous rows of everything no longer settled, mark the settled
    documents dedupe may decide otherwise; they are read again too. Every other settled
    document keeps its previous rows: ids per shard for the documents and state writers
-   (:class:`~chunkline.transforms.write.KeptIds`), ``(doc_id, kept)`` for the carry of its
+   (:class:`~chunkline.transforms.write.KeptIds`), their ids (:class:`~chunkline.transforms.carry.Passed`) for the carry of its
    chunks.
 
 Each step is one worker's numpy over the whole settled state (about 210 bytes a document:
@@ -36,13 +36,13 @@ from apache_beam.metrics import Metrics
 from chunkline.access import access_digest
 from chunkline.index.layout import shard_of
 from chunkline.key_sets import take
-from chunkline.memo import BLOCK
 from chunkline.records import Document, Rejected
 from chunkline.settle import Csr, SettledState, Touch, dedupe_affected, holding
 from chunkline.state import SettledBatch, StateSource, unpack
 from chunkline.transforms.dedupe import _ParkAndSummarize
 from chunkline.transforms.memo import recalled_doc_hash
 from chunkline.transforms.read import Place
+from chunkline.transforms.carry import Passed
 from chunkline.transforms.write import KeptIds
 
 log = logging.getLogger("chunkline.settle")
@@ -50,7 +50,7 @@ log = logging.getLogger("chunkline.settle")
 PLACES = "places"
 DOCUMENT_IDS = "document_ids"
 STATE_IDS = "state_ids"
-SETTLED_IDS = "settled_ids"
+PASSED = "passed"
 
 
 def _places(batch: SettledBatch, rows: np.ndarray) -> Iterable[Place]:
@@ -136,7 +136,7 @@ _STATE_COLUMNS = ("doc_id", "uri", "position", "doc_hash", "bands", "status", "s
 def _state_table(source: StateSource) -> pa.Table:
     """Every live row of the previous state table, the columns dedupe's closure needs."""
     tables = []
-    for path, deletions, _ in source.files:
+    for path, deletions, shard in source.files:
         with FileSystems.open(path) as handle:
             held = pq.ParquetFile(handle)
             names = held.schema_arrow.names
@@ -148,9 +148,10 @@ def _state_table(source: StateSource) -> pa.Table:
             table = table.filter(pa.array(live))
         if "principals" not in table.schema.names:
             table = table.append_column("principals", pa.nulls(table.num_rows, pa.list_(pa.string())))
-        tables.append(table)
+        tables.append(table.append_column("shard", pa.array(np.full(table.num_rows, shard, np.int64))))
     if not tables:
-        return pa.table({name: pa.array([], pa.string()) for name in _STATE_COLUMNS})
+        return pa.table({**{name: pa.array([], pa.string()) for name in _STATE_COLUMNS},
+                         "principals": pa.array([], pa.list_(pa.string())), "shard": pa.array([], pa.int64())})
     return pa.concat_tables(tables, promote_options="default")
 
 
@@ -173,8 +174,9 @@ def _band_matrix(column: pa.ChunkedArray, bands: int) -> tuple[np.ndarray, np.nd
 class Affected(beam.DoFn):
     """All the run's settled batches (one list) -> the places of those dedupe may decide
     otherwise (tagged ``places``), and for every other one: ``(shard, KeptIds)`` for the
-    documents (``document_ids``) and state (``state_ids``) writers and ``(doc_id, kept)``
-    (``settled_ids``) for the carry of its chunks. Side inputs: the touches of the documents the
+    documents (``document_ids``) and state (``state_ids``) writers and, once, all their ids
+    with whether each is kept (``passed``, :class:`~chunkline.transforms.carry.Passed`: the
+    carry index takes their chunks per pair, as arrays). Side inputs: the touches of the documents the
     run processes (:class:`Touches`, :func:`rejected_touch`) and the doc_ids or chunk shards
     whose previous rows cannot be carried (``damaged``)."""
 
@@ -187,25 +189,18 @@ class Affected(beam.DoFn):
 
     def process(self, batches: Sequence[SettledBatch], touches: Sequence[tuple], damaged: Sequence[Any]):
         batches = [batch for batch in batches if len(batch)]
-        doc_ids = [doc_id for batch in batches for doc_id in batch.doc_id]
         table = _state_table(self.state)
-        row_of = {doc_id: row for row, doc_id in enumerate(table.column("doc_id").to_pylist())}
-        rows = np.fromiter((row_of.get(doc_id, -1) for doc_id in doc_ids), np.int64, len(doc_ids))
-        if (rows < 0).any():
-            # Read found each by its place in this very table: a missing one is a bug, never
-            # a document passed by without its rows.
-            raise RuntimeError(f"{int((rows < 0).sum())} settled documents have no state row")
-        uris = table.column("uri").to_pylist()
-        positions = table.column("position").to_numpy()
-        places = [(uri, int(position)) for batch in batches for uri, position in zip(batch.uri, batch.position)]
-        if any((uris[row], int(positions[row])) != place for row, place in zip(rows.tolist(), places)):
-            raise RuntimeError("a settled document's state row lies at another place")
+        settled_ids = pa.array([doc_id for batch in batches for doc_id in batch.doc_id], pa.string())
+        uris = [uri for batch in batches for uri in batch.uri]
+        positions = (np.concatenate([batch.position for batch in batches]) if batches
+                     else np.zeros(0, np.int64))
+        rows = self._rows(table, settled_ids, uris, positions)
         settled_rows = np.zeros(table.num_rows, bool)
         settled_rows[rows] = True
         keys = self._keys(table)
         bands, signed = _band_matrix(table.column("bands"), self.bands)
-        survivors = np.array(table.column("survivor").to_pylist(), dtype=object)
-        ids = np.array(table.column("doc_id").to_pylist(), dtype=object)
+        survivors = table.column("survivor").to_numpy(zero_copy_only=False).astype(object)
+        ids = table.column("doc_id").to_numpy(zero_copy_only=False).astype(object)
         old = np.flatnonzero(~settled_rows)
         new_ids = [t[0] for t in touches]
         new_keys = [t[1] for t in touches if t[1] is not None]
@@ -218,57 +213,86 @@ class Affected(beam.DoFn):
         state = SettledState(ids[rows], keys[rows], bands[rows], signed[rows], survivors[rows],
                              Csr(np.zeros(len(rows) + 1, np.int64), np.zeros(0, np.uint64)),
                              Csr(np.zeros(len(rows) + 1, np.int64), np.zeros(0, np.uint64)))
-        statuses = np.array(table.column("status").to_pylist(), dtype=object)[rows]
-        extra = self._damaged(ids[rows], statuses, damaged)
+        kept = pc.equal(table.column("status"), "kept").to_numpy(zero_copy_only=False)[rows]
+        extra = self._damaged(ids[rows], kept, damaged)
         affected = dedupe_affected(state, touch, max_bucket_pairs=self.max_bucket_pairs, extra=extra)
         self.affected.inc(int(affected.sum()))
         self.passed.inc(int((~affected).sum()))
-        documents: dict[int, list[str]] = {}
-        states: dict[int, list[str]] = {}
         at = 0
         for batch in batches:
-            for index in range(len(batch)):
-                row = rows[at]
-                if affected[at]:
-                    for place in _places(batch, np.array([index])):
-                        yield beam.pvalue.TaggedOutput(PLACES, place)
-                else:
-                    doc_id = batch.doc_id[index]
-                    documents.setdefault(shard_of(doc_id, self.document_shards), []).append(doc_id)
-                    unit = f"{int(positions[row]) // BLOCK}\0{uris[row]}"
-                    states.setdefault(shard_of(unit, self.state_shards), []).append(doc_id)
-                    yield beam.pvalue.TaggedOutput(SETTLED_IDS, (doc_id, statuses[at] == "kept"))
-                at += 1
-        for shard, held in documents.items():
-            yield beam.pvalue.TaggedOutput(DOCUMENT_IDS, (shard, KeptIds(tuple(held))))
-        for shard, held in states.items():
-            yield beam.pvalue.TaggedOutput(STATE_IDS, (shard, KeptIds(tuple(held))))
+            mine = affected[at:at + len(batch)]
+            if mine.any():
+                yield from (beam.pvalue.TaggedOutput(PLACES, place) for place in _places(batch, np.flatnonzero(mine)))
+            at += len(batch)
+        passing = np.flatnonzero(~affected)
+        passed_ids = settled_ids.take(pa.array(passing)) if len(passing) else pa.array([], pa.string())
+        held = passed_ids.to_pylist()
+        # The documents writer keeps their rows by id in the shard the id hashes to; the state
+        # writer in the shard of the file each row was found in (the same count of shards:
+        # the settle signature holds it).
+        for shard, members in _by_shard(held, [shard_of(doc_id, self.document_shards) for doc_id in held]
+                                        if self.document_shards > 1 else [0] * len(held)):
+            yield beam.pvalue.TaggedOutput(DOCUMENT_IDS, (shard, KeptIds(tuple(members))))
+        state_shards = table.column("shard").to_numpy()[rows][passing]
+        for shard, members in _by_shard(held, state_shards.tolist()):
+            yield beam.pvalue.TaggedOutput(STATE_IDS, (shard, KeptIds(tuple(members))))
+        yield beam.pvalue.TaggedOutput(PASSED, Passed(passed_ids, pa.array(kept[passing], pa.bool_())))
+
+    @staticmethod
+    def _rows(table: pa.Table, settled_ids: pa.Array, uris: list[str], positions: np.ndarray) -> np.ndarray:
+        """Each settled document's row of the previous state table, found by its place (as Read
+        found it) and checked to hold its id."""
+        if not len(settled_ids):
+            return np.zeros(0, np.int64)
+        places = pa.table({"uri": pa.array(uris, pa.string()), "position": pa.array(positions, pa.int64()),
+                           "settled": pa.array(np.arange(len(uris), dtype=np.int64))})
+        rows = pa.table({"uri": table.column("uri"), "position": table.column("position").cast(pa.int64()),
+                         "row": pa.array(np.arange(table.num_rows, dtype=np.int64))})
+        joined = places.join(rows, ["uri", "position"], join_type="left outer").sort_by("settled")
+        found = joined.column("row")
+        if found.null_count:
+            # Read found each by its place in this very table: a missing one is a bug, never
+            # a document passed by without its rows.
+            raise RuntimeError(f"{found.null_count} settled documents have no state row")
+        at = found.to_numpy()
+        if len(joined) != len(settled_ids) or not table.column("doc_id").take(pa.array(at)).combine_chunks().equals(settled_ids):
+            raise RuntimeError("a settled document's state row holds another id")
+        return at
 
     @staticmethod
     def _keys(table: pa.Table) -> np.ndarray:
         """What exact duplicates share (``transforms/dedupe.py``'s exact key): the access
         digest of the principals, then the doc_hash."""
+        if table.column("principals").null_count == table.num_rows:
+            return table.column("doc_hash").to_numpy(zero_copy_only=False).astype(object)
         hashes = table.column("doc_hash").to_pylist()
         principals = table.column("principals").to_pylist()
         return np.array([(access_digest(p) if p is not None else "") + h
                          for h, p in zip(hashes, principals)], dtype=object)
 
-    def _damaged(self, ids: np.ndarray, statuses: np.ndarray, damaged: Sequence[Any]) -> np.ndarray:
+    def _damaged(self, ids: np.ndarray, kept: np.ndarray, damaged: Sequence[Any]) -> np.ndarray:
         """The settled kept documents whose previous chunks cannot be carried: a doc_id named
         damaged, or a chunk shard (int) whose previous file could not be read."""
         if not damaged:
             return np.zeros(len(ids), bool)
         named = {d for d in damaged if isinstance(d, str)}
         shards = {d for d in damaged if isinstance(d, int)}
-        return np.array([status == "kept" and (doc_id in named or shard_of(doc_id, self.chunk_shards) in shards)
-                         for doc_id, status in zip(ids.tolist(), statuses.tolist())], bool)
+        return np.array([bool(is_kept) and (doc_id in named or shard_of(doc_id, self.chunk_shards) in shards)
+                         for doc_id, is_kept in zip(ids.tolist(), kept.tolist())], bool)
+
+
+def _by_shard(doc_ids: list[str], shards: Sequence[int]) -> Iterable[tuple[int, list[str]]]:
+    grouped: dict[int, list[str]] = {}
+    for doc_id, shard in zip(doc_ids, shards):
+        grouped.setdefault(int(shard), []).append(doc_id)
+    return sorted(grouped.items())
 
 
 class SettledOutputs(NamedTuple):
     places: Any  # PCollection[Place]: settled documents dedupe may decide otherwise
     document_ids: Any  # PCollection[(shard, KeptIds)]
     state_ids: Any  # PCollection[(shard, KeptIds)]
-    settled_ids: Any  # PCollection[(doc_id, kept)]
+    passed: Any  # PCollection[Passed], one element: every other settled document
 
 
 class WriteSignature(beam.DoFn):
