@@ -197,14 +197,16 @@ class _DecodeFile(beam.DoFn):
                                           self._options)
             records = [early] if early else self._recalled_or_read(found, uri, part)
         recalled, state = self._recalled, self._state
+        # Counted once a piece: a counter's step for each of a million records was seconds.
+        documents = settled = rejected = 0
         for record in records:
             if isinstance(record, Document):
-                self._documents.inc()
+                documents += 1
                 digest = input_digest(record)
                 row = state.found(record.uri, record.position) if state is not None else None
                 if (row is not None and row.doc_id == record.doc_id and row.input_digest == digest
                         and row.facts == facts_digest(record.encoding, metadata_json(record.all_metadata()))):
-                    self._settled.inc()
+                    settled += 1
                     if self._settle:
                         self._batch.add(record.doc_id, record.uri, record.position, record.counted, row)
                         self._settled_entries.add(record.uri, record.position)
@@ -218,8 +220,11 @@ class _DecodeFile(beam.DoFn):
                     record, input_digest=digest,
                     memo=recalled.entries_of(record.uri, record.position) if recalled and not edited else b"")
             else:
-                self._rejected.inc()
+                rejected += 1
                 yield TaggedOutput(REJECTED, record)
+        for counter, count in ((self._documents, documents), (self._settled, settled), (self._rejected, rejected)):
+            if count:
+                counter.inc(count)
         # The piece's settled documents' entries, while its share is loaded.
         self._settled_entries.settle(recalled)
         if self._counts_pieces:
