@@ -212,9 +212,14 @@ class Found(NamedTuple):
 
 
 class _Group(NamedTuple):
-    """A decoded row group: each live place's row, and the group's line keys as arrays."""
+    """A decoded row group: each live place's row, and the group's line keys as arrays. A
+    group of one uri (a dump's) finds a row by binary search of its sorted positions; one of
+    many uris by a dictionary of its places."""
 
-    at: dict[tuple[str, int], int]
+    at: dict[tuple[str, int], int] | None
+    uri: str | None  # the group's only uri
+    positions: np.ndarray  # int64, sorted (a group of one uri), with a live row each
+    rows: np.ndarray  # int64: the row of each of ``positions``
     doc_ids: list[str]
     digests: list[str]
     facts: list[str]
@@ -222,6 +227,14 @@ class _Group(NamedTuple):
     key_offsets: np.ndarray  # int64, rows + 1
     keys: np.ndarray  # uint64
     key_valid: np.ndarray  # bool: a row with line keys
+
+    def row(self, uri: str, position: int) -> int | None:
+        if self.at is not None:
+            return self.at.get((uri, position))
+        if uri != self.uri:
+            return None
+        at = int(np.searchsorted(self.positions, position))
+        return int(self.rows[at]) if at < len(self.positions) and self.positions[at] == position else None
 
     def found(self, row: int) -> Found:
         keys = (self.keys[self.key_offsets[row]:self.key_offsets[row + 1]]
@@ -278,7 +291,7 @@ class PreviousState:
                 if not _may_hold(index, group, uri, position):
                     continue
                 rows = self._rows(path, deleted, group, index)
-                row = rows.at.get((uri, position)) if rows is not None else None
+                row = rows.row(uri, position) if rows is not None else None
                 if row is not None and rows is not None:
                     return rows.found(row)
         return None
@@ -328,13 +341,26 @@ class PreviousState:
         self.loads += 1
         first = index.first_row[group]
         column = table.column
-        places = zip(column("uri").to_pylist(), column("position").to_pylist())
+        live = np.ones(table.num_rows, bool)
+        if gone:
+            live[[at - first for at in gone if first <= at < first + table.num_rows]] = False
+        single = index.uri_min[group] if index.uri_min[group] == index.uri_max[group] else None
+        at: dict[tuple[str, int], int] | None = None
+        positions = rows = np.zeros(0, np.int64)
+        if single is None:
+            places = zip(column("uri").to_pylist(), column("position").to_pylist())
+            at = {place: row for row, place in enumerate(places) if live[row]}
+        else:
+            rows = np.flatnonzero(live)
+            positions = column("position").to_numpy().astype(np.int64)[rows]
+            order = np.argsort(positions, kind="stable")  # sorted as written; sorted again if not
+            positions, rows = positions[order], rows[order]
         keys = column("line_keys").combine_chunks()
         valid = (np.ones(len(keys), bool) if keys.null_count == 0
                  else np.asarray(keys.is_valid().to_numpy(zero_copy_only=False), bool))
         offsets = keys.offsets.to_numpy().astype(np.int64)
         found = _Group(
-            {place: at for at, place in enumerate(places) if first + at not in gone},
+            at, single, positions, rows,
             column("doc_id").to_pylist(), column("input_digest").to_pylist(), column("facts").to_pylist(),
             column("text_hash").to_pylist(), offsets - offsets[0] if len(offsets) else np.zeros(1, np.int64),
             keys.values.to_numpy(zero_copy_only=False).astype(np.uint64, copy=False)[
