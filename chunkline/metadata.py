@@ -322,8 +322,11 @@ def over_byte_limit(pairs: MetadataPairs, max_bytes: int | None) -> str | None:
             f"(the largest value: {_shown_path(largest)!r}, {sizes[largest]} bytes)")
 
 
+@functools.lru_cache(maxsize=1 << 12)
 def merged(*layers: MetadataPairs) -> MetadataPairs:
-    """The layers' pairs in one, a later layer's value winning on a shared key."""
+    """The layers' pairs in one, a later layer's value winning on a shared key. Cached (a pure
+    function of tuples): the records of a dump share their file's facts, and most share their
+    metadata too; a reader asks for each record's merged pairs twice."""
     combined: dict[str, str] = {}
     for layer in layers:
         combined.update(layer)
@@ -357,6 +360,19 @@ def _fact(key: str, value: Any) -> tuple[str, str]:
 def metadata_json(pairs: MetadataPairs, keys: Sequence[str] | None = None) -> str:
     """The pairs as one JSON object text (keys sorted); only ``keys`` when given (a key the
     document lacks is left out, not written as null)."""
+    if keys is None:
+        return _whole_json(pairs)
+    return _json_of(pairs, keys)
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _whole_json(pairs: MetadataPairs) -> str:
+    """:func:`metadata_json` of every pair, cached as :func:`merged` is (the reader's byte
+    limit and its facts digest ask for each record's)."""
+    return _json_of(pairs, None)
+
+
+def _json_of(pairs: MetadataPairs, keys: Sequence[str] | None) -> str:
     wanted = None if keys is None else set(keys)
     return "{" + ", ".join(
         f"{json.dumps(key, ensure_ascii=False)}: {value}" for key, value in pairs

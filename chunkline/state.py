@@ -18,6 +18,7 @@ its row (:func:`state_row`).
 from __future__ import annotations
 
 import bisect
+import functools
 import hashlib
 import struct
 from collections import OrderedDict
@@ -139,6 +140,7 @@ class StateRow(NamedTuple):
     principals: tuple[str, ...] | None = None
 
 
+@functools.lru_cache(maxsize=1 << 12)
 def facts_digest(encoding: str, metadata_json: str) -> str:
     """What a document's row in the documents table holds beside what ``input_digest`` covers:
     the codec its bytes were decoded with and its metadata with the file's facts (size, time)."""
