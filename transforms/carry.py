@@ -37,7 +37,7 @@ from apache_beam.pvalue import AsSingleton, PCollection
 from chunkline.carry import carry_key, embedding_prefix
 from chunkline.context.writer import CACHED, FAILED, OK
 from chunkline.index.tables import Deletions
-from chunkline.index.layout import shard_name
+from chunkline.index.layout import shard_name, shard_of
 from chunkline.quantize import UNIT_TOLERANCE, dequantized
 from chunkline.records import KEPT, DocumentChunks
 from chunkline.sparse import CorpusStats, SparseOptions
@@ -545,6 +545,14 @@ class _CarryFromPair(beam.DoFn):
         terms, df = np.unique(_flat_ints(side.column("term_ids")), return_counts=True)
         yield beam.pvalue.TaggedOutput("stats", CorpusStats(
             side.num_rows, int(counts.sum()), dict(zip(terms.tolist(), df.tolist()))))
+        named = shard_name(self.source.pairs[pair][0])
+        if (named is not None and named[2] == self.shards and self.shard_of is shard_of and wanted
+                and shard_of(wanted[0], self.shards) == named[1]):
+            # The pair's rows were cut into this run's shard count by this very function
+            # (transforms/write.py names each file by the shard of its rows): all go to its
+            # shard, without a hash per document.
+            yield named[1], CarriedPart(pair, tuple(wanted))
+            return
         by_shard: dict[int, list[str]] = {}
         for doc_id in wanted:
             by_shard.setdefault(self.shard_of(doc_id, self.shards), []).append(doc_id)
