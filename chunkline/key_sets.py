@@ -127,6 +127,14 @@ def concat(batches: Sequence[KeySets]) -> KeySets:
                    np.concatenate([batch.keys for batch in batches]))
 
 
+def span_positions(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Every position ``starts[i] .. starts[i] + lengths[i] - 1``, span after span, as one int64
+    array: a gather of many slices without a Python step per slice."""
+    starts, lengths = np.asarray(starts, np.int64), np.asarray(lengths, np.int64)
+    before = np.cumsum(lengths) - lengths  # where each span begins in the result
+    return np.arange(int(lengths.sum()), dtype=np.int64) + np.repeat(starts - before, lengths)
+
+
 def take(batch: KeySets, indexes: np.ndarray) -> KeySets:
     """The texts of ``batch`` at ``indexes``, in that order."""
     starts, ends = batch.offsets[indexes], batch.offsets[np.asarray(indexes) + 1]
@@ -134,7 +142,7 @@ def take(batch: KeySets, indexes: np.ndarray) -> KeySets:
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     # Each kept key's position in batch.keys: its text's start plus its place in the text.
-    positions = np.arange(offsets[-1], dtype=np.int64) + np.repeat(starts - offsets[:-1], lengths)
+    positions = span_positions(starts, lengths)
     return KeySets(batch.text_hashes[indexes], offsets, batch.keys[positions])
 
 

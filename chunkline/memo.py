@@ -59,6 +59,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from chunkline.key_sets import span_positions
 from chunkline.records import framed_digest_bytes, text_digest
 
 log = logging.getLogger("chunkline.memo")
@@ -446,11 +447,7 @@ class Recalled:
             return marked
         low = np.searchsorted(self._sorted, wanted, "left")
         high = np.searchsorted(self._sorted, wanted, "right")
-        lengths = high - low
-        if lengths.any():
-            # Every position low[i]..high[i]-1, as one array.
-            spans = np.arange(int(lengths.sum())) + np.repeat(low - (np.cumsum(lengths) - lengths), lengths)
-            marked[self._order[spans]] = True
+        marked[self._order[span_positions(low, high - low)]] = True
         return marked
 
     def value(self, row: int) -> bytes | None:

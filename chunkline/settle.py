@@ -24,6 +24,7 @@ from typing import Sequence
 
 import numpy as np
 
+from chunkline.key_sets import span_positions
 from chunkline.minhash import fold_bytes
 
 
@@ -166,12 +167,8 @@ class _Index:
     def mark(self, wanted: np.ndarray, n: int) -> np.ndarray:
         """(n,) bool: the documents holding one of ``wanted``."""
         low, high = self._spans(np.unique(wanted))
-        lengths = high - low
-        total = int(lengths.sum())
-        # The positions low[i]..high[i]-1 of every span, as one array.
-        positions = np.arange(total) + np.repeat(low - (np.cumsum(lengths) - lengths), lengths)
         marked = np.zeros(n, bool)
-        marked[self.owners[positions]] = True
+        marked[self.owners[span_positions(low, high - low)]] = True
         return marked
 
 

@@ -335,7 +335,7 @@ def _settle(pipeline: beam.Pipeline, config: Config, plan: Plan, stages, read, d
         | "AllSettled" >> beam.combiners.ToList()
         | "Affected" >> beam.ParDo(
             Affected(previous_state, bands, max_pairs, config.output.document_shards,
-                     config.output.document_shards, config.output.chunk_shards),
+                     config.output.chunk_shards),
             AsList(touches), AsList(damaged))
         .with_outputs(PLACES, DOCUMENT_IDS, STATE_IDS, PASSED)
     )

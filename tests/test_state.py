@@ -53,16 +53,17 @@ def rows_for(uri: str, positions) -> list[StateRow]:
     return [state_row(f"{uri}#{p}", uri, p, f"d{p}", f"f{p}", b"", "h", "kept", None, None) for p in positions]
 
 
-def write_shards(folder, rows: list[StateRow], shards: int) -> list[tuple[str, tuple[int, ...]]]:
+def write_shards(folder, rows: list[StateRow], shards: int, group_rows: int = 3
+                 ) -> list[tuple[str, tuple[int, ...]]]:
     """The rows as a writer lays them out: by their unit's shard, sorted by place, in row groups
-    of 3 rows (so that a lookup has groups to skip)."""
+    of ``group_rows`` rows (so that a lookup has groups to skip)."""
     schema = state_schema()
     files = []
     for shard in range(shards):
         mine = sorted((r for r in rows if shard_of(state_shard_key(r), shards) == shard), key=state_sort_key)
         path = folder / f"state-{shard:05d}-of-{shards:05d}.parquet"
         pq.write_table(pa.Table.from_pylist([state_to_row(r, schema) for r in mine], schema), path,
-                       row_group_size=3)
+                       row_group_size=group_rows)
         files.append((str(path), ()))
     return files
 
@@ -111,14 +112,7 @@ def test_every_place_is_found_among_many_row_groups_of_one_uri(tmp_path_factory,
     decodes at most the groups at its uri's two ends and the one its position falls in."""
     folder = tmp_path_factory.mktemp("state")
     rows = [row for uri, positions in sorted(placed.items()) for row in rows_for(uri, sorted(positions))]
-    schema = state_schema()
-    files = []
-    for shard in range(shards):
-        mine = sorted((r for r in rows if shard_of(state_shard_key(r), shards) == shard), key=state_sort_key)
-        path = folder / f"state-{shard:05d}-of-{shards:05d}.parquet"
-        pq.write_table(pa.Table.from_pylist([state_to_row(r, schema) for r in mine], schema), path,
-                       row_group_size=group_rows)
-        files.append((str(path), ()))
+    files = write_shards(folder, rows, shards, group_rows)
     for row in rows:
         state = PreviousState(state_source(files), lambda path: open(path, "rb"), held=1)
         assert state.row_of(row.uri, row.position) == (row.doc_id, row.input_digest)

@@ -181,9 +181,9 @@ class Affected(beam.DoFn):
     whose previous rows cannot be carried (``damaged``)."""
 
     def __init__(self, state: StateSource, bands: int, max_bucket_pairs: int,
-                 document_shards: int, state_shards: int, chunk_shards: int) -> None:
+                 document_shards: int, chunk_shards: int) -> None:
         self.state, self.bands, self.max_bucket_pairs = state, bands, max_bucket_pairs
-        self.document_shards, self.state_shards, self.chunk_shards = document_shards, state_shards, chunk_shards
+        self.document_shards, self.chunk_shards = document_shards, chunk_shards
         self.passed = Metrics.counter("settle", "passed")
         self.affected = Metrics.counter("settle", "dedupe_affected")
 
