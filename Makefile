@@ -1,7 +1,7 @@
 # One command sets up and runs the demo, one sets up and runs the tests. Both build the virtual
 # environment from nothing, from the lock files (exact versions of every package, transitive ones
-# included), with uv (the version the lock pins): torch==2.13.0 first (a CPU wheel on local disk here; a bare `torch` requirement
-# would pull a multi-GB CUDA build), then requirements-dev.lock, then the project itself.
+# included), with uv (the version the lock pins): torch first, at the lock's version, from the
+# first source that is there (see TORCH_FROM), then requirements-dev.lock, then the project itself.
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -10,10 +10,31 @@ STAMP  := $(VENV)/.installed
 # The lock's own uv installs it (its version pinned there): parallel, from its cache, about a
 # third of pip's time for the same packages.
 UV     := $(PY) -m uv pip install --quiet --python $(PY)
-# What `make lock` resolves for: CI's and the worker image's Python and platform, torch's CPU build.
+# torch is pinned by version only (torch==2.13.0): PEP 440 lets any local build satisfy it (+cpu,
+# +cu130, none), and which build a machine gets is a choice of source, made here in this order:
+# - TORCH_WHEELS, a folder holding a torch wheel of that version (a machine's own cache): that
+#   wheel, nothing else;
+# - TORCH_INDEX, an index the user names, e.g. PyTorch's CPU builds, which skip ~2.5 GB of CUDA
+#   libraries: make setup TORCH_INDEX=https://download.pytorch.org/whl/cpu
+# - else PyPI's build (CUDA-enabled on Linux; it runs on CPUs too).
+# From a folder or an index torch comes alone (--no-deps): a CPU build needs nothing the lock
+# lacks. PyPI's build brings its CUDA libraries, every package shared with the lock held to it.
+TORCH        := $(shell grep -m1 '^torch==' requirements-dev.lock)
 TORCH_WHEELS ?= /opt/wheels
-LOCK_FOR := --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
-            --find-links $(TORCH_WHEELS) -c .ci/torch-cpu.txt
+TORCH_INDEX  ?=
+TORCH_WHEEL  := $(firstword $(wildcard $(TORCH_WHEELS)/torch-$(patsubst torch==%,%,$(TORCH))-*.whl \
+                                       $(TORCH_WHEELS)/torch-$(patsubst torch==%,%,$(TORCH))+*.whl))
+TORCH_FROM   := $(if $(TORCH_WHEEL),--no-deps --no-index --find-links $(TORCH_WHEELS),\
+                $(if $(TORCH_INDEX),--no-deps --index-url $(TORCH_INDEX),-c requirements-dev.lock))
+# What `make lock` resolves for: CI's and the worker image's Python and platform, and torch's CPU
+# build (its dependencies are what every build needs; the CUDA libraries are a build's own, never
+# pinned). .ci/torch.txt holds torch at its version: a newer torch is a deliberate change there.
+# The CPU build comes from TORCH_WHEELS when it holds one, else from PyTorch's CPU index; the
+# local label (+cpu) is dropped from the pin, so any build of that version satisfies the lock.
+LOCK_TORCH_INDEX ?= $(or $(TORCH_INDEX),https://download.pytorch.org/whl/cpu)
+LOCK_FOR := --python-version 3.11 --python-platform x86_64-manylinux_2_28 -c .ci/torch.txt \
+            $(if $(TORCH_WHEEL),--find-links $(TORCH_WHEELS),\
+                 --extra-index-url $(LOCK_TORCH_INDEX) --index-strategy unsafe-best-match)
 # pytest-xdist: one worker per core, each test module on one worker (its module-scoped fixtures,
 # a pipeline run or a server, are built once); `make test WORKERS=0` runs in this process.
 WORKERS ?= auto
@@ -30,8 +51,8 @@ $(STAMP): pyproject.toml requirements.lock requirements-dev.lock
 	.ci/install-ocr-libs
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet $$(grep '^uv==' requirements-dev.lock)
-	$(UV) --find-links $(TORCH_WHEELS) torch==2.13.0
-	$(UV) --find-links $(TORCH_WHEELS) -r requirements-dev.lock
+	$(UV) $(TORCH_FROM) '$(TORCH)'
+	$(UV) -r requirements-dev.lock
 	$(UV) --no-deps -e .
 	$(PY) -m pip check
 	touch $(STAMP)
@@ -41,6 +62,8 @@ lock: $(STAMP)
 	$(PY) -m uv pip compile pyproject.toml --extra all --upgrade --quiet $(LOCK_FOR) -o requirements.lock
 	$(PY) -m uv pip compile pyproject.toml --extra dev --upgrade --quiet $(LOCK_FOR) \
 	    -c requirements.lock -o requirements-dev.lock
+	sed -i -E 's/^(torch==[^+ ]+)\+[A-Za-z0-9.]+$$/\1/' requirements.lock requirements-dev.lock
+	! grep -n '^nvidia-\|^triton==' requirements.lock requirements-dev.lock
 
 demo: $(STAMP)
 	$(VENV)/bin/chunkline run --config configs/local.yaml
