@@ -15,10 +15,18 @@ WORKDIR /opt/chunkline
 # OCR (rapidocr-onnxruntime) pulls opencv-python, whose cv2 loads libGL and GLib at import.
 RUN apt-get update && apt-get install -y --no-install-recommends libgl1 libglib2.0-0 \
     && rm -rf /var/lib/apt/lists/*
-# The lock pins torch's CPU build (2.13.0+cpu), found on PyTorch's CPU index: a bare `torch`
-# requirement would pull a multi-GB CUDA build.
+# The lock pins torch's release (torch==2.13.0), which any build satisfies; as `make setup` does,
+# torch comes first and alone from TORCH_INDEX (PyTorch's CPU builds by default: a worker without
+# a GPU needs none of the ~2.5 GB of CUDA libraries PyPI's build brings), then the lock exactly.
+# An empty TORCH_INDEX takes PyPI's build (--build-arg TORCH_INDEX= for a GPU worker image).
+ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
 COPY requirements.lock ./
-RUN pip install --no-cache-dir -r requirements.lock --extra-index-url https://download.pytorch.org/whl/cpu
+RUN if [ -n "$TORCH_INDEX" ]; then \
+      pip install --no-cache-dir --no-deps --index-url "$TORCH_INDEX" "$(grep -m1 '^torch==' requirements.lock)"; \
+    else \
+      pip install --no-cache-dir -c requirements.lock "$(grep -m1 '^torch==' requirements.lock)"; \
+    fi \
+    && pip install --no-cache-dir -r requirements.lock
 COPY pyproject.toml README.md ./
 COPY chunkline ./chunkline
 COPY transforms ./transforms

@@ -49,9 +49,11 @@ LOCK = ROOT / "requirements-dev.lock"
 # their lower bounds are held to a test. (Beam 2.78 began reading string annotations as type
 # hints; pyarrow's and torch's ABIs move with numpy; sentence-transformers moved its loaders.)
 EDGES = ("apache-beam", "pyarrow", "torch", "sentence-transformers")
-# torch comes from a CPU wheel on local disk (see the Makefile); a newer torch from the index
-# is a multi-GB CUDA build, which this check does not install.
+# torch is held at the lock's release (.ci/torch.txt): a newer torch is a deliberate change, and
+# from PyPI a multi-GB CUDA build, which this check does not install.
 HELD = {"torch"}
+# A folder holding a torch wheel, as the Makefile's TORCH_WHEELS: its build is what is resolved.
+TORCH_WHEELS = Path(os.environ.get("TORCH_WHEELS", "/opt/wheels"))
 PIN = re.compile(r"^([A-Za-z0-9_.\-]+)==([^\s;]+)", re.M)
 
 
@@ -103,16 +105,19 @@ def newest() -> dict[str, str]:
         torch.write_text(f"torch=={locked()['torch']}\n")
         command = [sys.executable, "-m", "uv", "pip", "compile", "pyproject.toml", "--extra", "dev",
                    "--upgrade", "--quiet", "--python-version", "3.11", "--python-platform",
-                   "x86_64-manylinux_2_28", "--find-links", "/opt/wheels", "-c", str(torch),
-                   "-o", str(fresh)]
+                   "x86_64-manylinux_2_28", "-c", str(torch), "-o", str(fresh)]
+        if any(TORCH_WHEELS.glob("torch-*.whl")):
+            command += ["--find-links", str(TORCH_WHEELS)]
         done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
         if done.returncode != 0:
             sys.stderr.write(done.stderr)
             raise SystemExit(2)
         now = {canonicalize_name(n): v for n, v in PIN.findall(fresh.read_text())}
     pins = locked()
+    # Only what the lock pins: a package the lock never holds (a torch build's own CUDA
+    # libraries, resolved with PyPI's torch) is not a newer release of anything the tests ran.
     return {name: version for name, version in sorted(now.items())
-            if pins.get(name) != version and name not in HELD}
+            if name in pins and pins[name] != version and name not in HELD}
 
 
 def overlay(packages: dict[str, str], folder: Path) -> None:

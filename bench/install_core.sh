@@ -10,7 +10,7 @@ cd /  # not a checkout: its chunkline/ and egg-info would shadow what was instal
 python3 -m venv "$venv"
 # CPU seconds beside wall seconds: on a shared machine the wall time is mostly waiting.
 /usr/bin/time -f "pip install: %e s wall, %U+%S s CPU" -o "$venv/time.txt" \
-  "$venv/bin/pip" install --quiet --no-cache-dir --find-links /opt/wheels "$src" 2>&1 | grep -v '^WARNING: Location' || true
+  "$venv/bin/pip" install --quiet --no-cache-dir "$src" 2>&1 | grep -v '^WARNING: Location' || true
 echo "$(cat "$venv/time.txt")   load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "site-packages (MB): $(du -sm "$venv"/lib/python3*/site-packages | cut -f1)   packages: $("$venv/bin/pip" list 2>/dev/null | tail -n +3 | wc -l)"
 "$venv/bin/python" - <<'PY'
