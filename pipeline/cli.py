@@ -302,6 +302,15 @@ def build_parser() -> argparse.ArgumentParser:
         "runs and leftover files; never LATEST's run or a running one")
     runs.add_gc_arguments(gc_parser)
     gc_parser.set_defaults(handler=runs.gc_command)
+
+    from chunkline.pipeline import tables_command
+
+    tables_parser = commands.add_parser(
+        "tables", help="the output's Iceberg tables (chunks, documents, rejected, terms): current "
+        "metadata file, snapshot, run, rows, and the line that reads each in DuckDB, pyiceberg, "
+        "Polars and Spark")
+    tables_command.add_arguments(tables_parser)
+    tables_parser.set_defaults(handler=tables_command.tables_command)
     return parser
 
 
@@ -316,6 +325,7 @@ COMMAND_EXTRAS = {
     "publish": ("pipeline", "apache_beam"),
     "gc": ("pipeline", "apache_beam"),
     "query": ("index", "pyarrow"),
+    "tables": ("iceberg", "pyiceberg"),
 }
 
 

@@ -438,6 +438,18 @@ def _write_report(run_dir: str) -> str | None:
         return None
 
 
+def publish_tables(output: str, manifest: Manifest) -> None:
+    """Make the run ``manifest`` describes current in the output's Iceberg tables
+    (:mod:`chunkline.index.iceberg`); a failure is a RuntimeError naming the output, on one line."""
+    from chunkline.index import iceberg
+
+    try:
+        iceberg.publish_run(output, manifest)
+    except Exception as exc:  # noqa: BLE001 - any failure of the commit leaves LATEST as it was
+        raise RuntimeError(f"{output}: the Iceberg tables could not be committed "
+                           f"({type(exc).__name__}: {' '.join(str(exc).split())}); LATEST unchanged") from exc
+
+
 def publish(output: str, run_id: str) -> None:
     """Point ``output/LATEST`` at ``run_id`` so that a reader (or a crash) sees the old name or
     the new one, never a torn file: an object store's write is atomic by itself; a local file is
@@ -593,6 +605,10 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
     report = None
     if publishable:
         report = _write_report(job.run_dir)
+        # The tables' Iceberg snapshots before LATEST: an engine reading the index through Iceberg
+        # and chunkline's readers through LATEST see this run from the same moment on (a crash
+        # between leaves Iceberg ahead, and the next run or `chunkline publish` aligns them).
+        publish_tables(config.output.path, manifest)
         publish(config.output.path, run_id)
     paths = {table: [FileSystems.join(config.output.path, *entry["path"].split("/"))
                      for entry in entries] for table, entries in files.items()}

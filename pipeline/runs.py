@@ -569,7 +569,7 @@ def publish_run(output: str, run_id: str, allow_held_back: bool = False,
     from apache_beam.io.filesystems import FileSystems
 
     from chunkline.pipeline.manifest import ManifestError, load_manifest
-    from chunkline.pipeline.run import publish
+    from chunkline.pipeline.run import publish, publish_tables
 
     check_run_id(output, run_id)  # before the lease, whose staged file is named after it
     if output.startswith(GCS):
@@ -588,6 +588,7 @@ def publish_run(output: str, run_id: str, allow_held_back: bool = False,
         if previous == run_id:
             return Published(run_id, previous, manifest, _sink(manifest), False)
         lease.check()  # fencing, as a run does: a lease taken over never switches LATEST
+        publish_tables(output, manifest)
         publish(output, run_id)
     return Published(run_id, previous, manifest, _sink(manifest) or _sink(before), True)
 

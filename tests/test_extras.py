@@ -122,6 +122,8 @@ CASES = {
                  "psycopg", PDF),
     "qdrant": (["qdrant_client"], "from chunkline.pipeline.sync.uri import open_store\nopen_store('qdrant:///tmp/q')",
                "qdrant_client", PDF),
+    "iceberg": (["pyiceberg"], "from chunkline.index.iceberg import catalog\ncatalog('/tmp/no-output')",
+                "pyiceberg", PDF),
     "o200k": (["llama_index"], "from chunkline import get_tokenizer\nget_tokenizer('tiktoken:o200k_base')",
               "llama_index", PDF),
 }

@@ -28,6 +28,7 @@ from chunkline.index.tables import listed_paths, live_files
 from chunkline.pipeline.cli import main
 from chunkline.pipeline.report.gather import gather
 from chunkline.pipeline.runs import collect, file_problems, publishable
+from tests.iceberg_engines import assert_engines_read
 from chunkline.pipeline.sync.rows import load_rows, terms_table
 from tests.pipeline.sync_cases import synced
 
@@ -249,6 +250,8 @@ def reruns_read_as_a_rebuild(changes, settled: bool = False) -> None:
             with compacting, mock.patch("chunkline.index.tables.INLINE_DELETES", 0):
                 runs.append(tiny_job(corpus, output))
             assert runs[-1].published, runs[-1].problems
+            # DuckDB, pyiceberg and Polars read the Iceberg tables as chunkline reads the run.
+            assert_engines_read(output, tables_of(runs[-1].run_dir))
             if settled:  # the previous run's documents that no change touched were passed by
                 assert runs[-1].counts["documents_settled"] > 0, runs[-1].counts
             manifest = load_manifest(runs[-1].run_dir)
@@ -292,4 +295,5 @@ def reruns_read_as_a_rebuild(changes, settled: bool = False) -> None:
         rolled = latest_run(str(output))
         assert Path(rolled).name == first.run_id
         assert_same_tables(tables_of(rolled), first_view)
+        assert_engines_read(output, first_view)  # the rollback made the first snapshot current
         assert [Index.open(str(output)).search(q, 5, mode="sparse") for q in QUESTIONS] == first_hits

@@ -1,0 +1,148 @@
+"""chunkline.index.iceberg: a run's files and deleted rows committed as Iceberg v2 snapshots over
+pyiceberg's manifest writer, read back by DuckDB, pyiceberg and Polars. These tests hold what the
+module relies on of pyiceberg 0.12 (its manifest writer given delete content, its catalog's
+commit of a snapshot and a branch, its reading of the metadata written): an upgrade that changes
+any of it fails here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from chunkline.index import iceberg
+from tests.iceberg_engines import assert_engines_read
+
+SCHEMA = pa.schema([pa.field("term_id", pa.int32(), nullable=False), pa.field("df", pa.int64(), nullable=False)])
+
+
+def write_file(folder: Path, name: str, first: int, count: int) -> str:
+    path = folder / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table([pa.array(range(first, first + count), pa.int32()),
+                             pa.array([n * 3 for n in range(first, first + count)], pa.int64())],
+                            schema=SCHEMA), path)
+    return str(path.resolve())
+
+
+def live_rows(files: dict[str, tuple[int, int, set[int]]]) -> pa.Table:
+    """What the model of the files says is live: every row of each file not deleted."""
+    ids = [first + n for first, count, deleted in files.values() for n in range(count) if n not in deleted]
+    return pa.table([pa.array(ids, pa.int32()), pa.array([i * 3 for i in ids], pa.int64())], schema=SCHEMA)
+
+
+def commit(output: Path, run_id: str, files: dict[str, tuple[int, int, set[int]]]) -> int:
+    found = iceberg.catalog(str(output))
+    first = next(iter(files))
+    table = iceberg._table(found, str(output), "terms", first)
+    return iceberg.commit_table(table, run_id, [iceberg.LiveData(path, sorted(deleted))
+                                                for path, (_, _, deleted) in files.items()])
+
+
+def delete_files(output: Path) -> list[Path]:
+    return sorted((output / iceberg.ICEBERG_DIR / "terms" / "data").glob("*-deletes.parquet"))
+
+
+def test_a_snapshot_with_position_deletes_reads_alike_in_every_engine(tmp_path) -> None:
+    output = tmp_path / "out"
+    a = write_file(output, "run1/terms-0.parquet", 0, 50)
+    b = write_file(output, "run1/terms-1.parquet", 50, 30)
+    files = {a: (0, 50, set()), b: (50, 30, set())}
+    first = commit(output, "run1", files)
+    assert_engines_read(output, {"terms": live_rows(files)})
+    # A rerun: rows deleted from one file, a new file beside; the untouched file keeps its entry.
+    c = write_file(output, "run2/terms-0.parquet", 80, 5)
+    files = {a: (0, 50, {0, 7, 49}), b: (50, 30, set()), c: (80, 5, set())}
+    second = commit(output, "run2", files)
+    assert_engines_read(output, {"terms": live_rows(files)})
+    assert len(delete_files(output)) == 1
+    # Unchanged deletions are listed again, not rewritten.
+    third = commit(output, "run3", files)
+    assert len(delete_files(output)) == 1
+    assert len({first, second, third}) == 3
+    table = iceberg.catalog(str(output)).load_table((iceberg.NAMESPACE, "terms"))
+    assert table.current_snapshot().snapshot_id == third
+    assert table.current_snapshot().summary[iceberg.RUN_ID_PROPERTY] == "run3"
+    assert iceberg.snapshot_of_run(table, "run1").snapshot_id == first
+    (state,) = iceberg.tables(str(output))
+    assert (state.rows, state.run_id, state.snapshot_id) == (82, "run3", third)
+    # A rollback makes the first snapshot current again: every engine reads it as it was.
+    iceberg.set_current(table, first)
+    assert_engines_read(output, {"terms": live_rows({a: (0, 50, set()), b: (50, 30, set())})})
+
+
+def test_the_delete_manifest_is_pyiceberg_s_own_reading() -> None:
+    """What the module relies on of pyiceberg: its v2 manifest writer with the delete content
+    written by overriding ``content`` and ``_meta``, its catalog's ``commit_table``."""
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.manifest import ManifestContent, ManifestWriterV2
+
+    assert ManifestWriterV2.content is not None and "_meta" in dir(ManifestWriterV2)
+    assert ManifestContent.DELETES.value == 1
+    assert callable(SqlCatalog.commit_table)
+
+
+OPS = st.lists(st.tuples(st.sampled_from(["add", "delete", "drop", "rollback"]), st.integers(0, 10_000)),
+               min_size=1, max_size=6)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
+@given(OPS)
+def test_random_runs_read_as_their_model(tmp_path_factory, ops) -> None:
+    """Random runs: files added, rows deleted, files dropped (a compaction rewrote them), and
+    rollbacks to an earlier run; after each, DuckDB, pyiceberg and Polars read exactly the live
+    rows of the current run's model."""
+    output = tmp_path_factory.mktemp("iceberg")
+    files: dict[str, tuple[int, int, set[int]]] = {}
+    history: list[tuple[int, dict]] = []
+    next_id = 0
+    for run, (op, n) in enumerate(ops):
+        if op == "add" or not files:
+            count = 1 + n % 40
+            path = write_file(output, f"run{run}/terms-{run}.parquet", next_id, count)
+            files[path] = (next_id, count, set())
+            next_id += count
+        elif op == "delete":
+            path = sorted(files)[n % len(files)]
+            first, count, deleted = files[path]
+            files[path] = (first, count, deleted | {n % count, (n // 7) % count})
+        elif op == "drop" and len(files) > 1:
+            del files[sorted(files)[n % len(files)]]
+        elif op == "rollback" and history:
+            snapshot, model = history[n % len(history)]
+            iceberg.set_current(iceberg.catalog(str(output)).load_table((iceberg.NAMESPACE, "terms")), snapshot)
+            assert_engines_read(output, {"terms": live_rows(model)})
+            files = {path: (f, c, set(d)) for path, (f, c, d) in model.items()}
+            continue
+        snapshot = commit(output, f"run{run}", files)
+        history.append((snapshot, {path: (f, c, set(d)) for path, (f, c, d) in files.items()}))
+        assert_engines_read(output, {"terms": live_rows(files)})
+
+
+def test_an_output_without_tables_is_one_line(tmp_path) -> None:
+    with pytest.raises(iceberg.IcebergError, match="no Iceberg tables yet"):
+        iceberg.tables(str(tmp_path))
+    assert not iceberg.supported("gs://bucket/index") and iceberg.supported(str(tmp_path))
+
+
+def test_a_copied_output_never_writes_into_the_one_it_was_copied_from(tmp_path) -> None:
+    """The catalog names metadata by absolute path: a copy's first commit makes its own table
+    (the copied entry dropped), and the original's metadata is left as it was."""
+    import shutil
+
+    original = tmp_path / "out"
+    a = write_file(original, "run1/terms-0.parquet", 0, 10)
+    commit(original, "run1", {a: (0, 10, set())})
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in (original / iceberg.ICEBERG_DIR).rglob("*"))
+    copy = tmp_path / "copy"
+    shutil.copytree(original, copy)
+    assert iceberg.tables(str(copy)) == []  # the copied entry is the original's table, not the copy's
+    b = str((copy / "run1" / "terms-0.parquet").resolve())
+    commit(copy, "run2", {b: (0, 10, {3})})
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in (original / iceberg.ICEBERG_DIR).rglob("*")) == before
+    assert_engines_read(copy, {"terms": live_rows({b: (0, 10, {3})})})
+    assert_engines_read(original, {"terms": live_rows({a: (0, 10, set())})})
