@@ -43,7 +43,7 @@ PYTEST  := $(PY) -m pytest -q -n $(WORKERS) --dist loadfile
 RANGE_TESTS ?= -n $(WORKERS) --dist loadfile \
     tests/pipeline/test_graph_configurations.py tests/pipeline/test_pipeline_e2e.py tests/transforms
 
-.PHONY: setup demo split-demo docs lint test test-fast test-lowest test-newest test-range lock bench clean chromium
+.PHONY: setup demo split-demo docs lint test test-fast test-lowest test-newest test-range lock bench clean chromium libreoffice
 
 setup: $(STAMP)
 
@@ -76,8 +76,12 @@ split-demo: $(STAMP)
 chromium:
 	.ci/install-chromium
 
+# The OpenDocument tests convert files with headless LibreOffice (apt, when missing).
+libreoffice:
+	.ci/install-libreoffice
+
 # The 30 slowest tests are listed at the end: where CI's minutes go.
-test: $(STAMP) chromium
+test: $(STAMP) chromium libreoffice
 	$(PYTEST) --durations=30
 
 # The fast tier, the loop while changing the library: every test not marked slow (none runs a

@@ -1,9 +1,9 @@
 """Optional features and the one line a missing one gives.
 
-``pip install chunkline`` is the splitter and its tokenizers; each heavier feature is an extra
-(pyproject.toml's ``[project.optional-dependencies]``). Every optional import goes through
-:func:`require`, where the feature is used (never at ``import chunkline``), so a missing extra
-reads the same everywhere:
+chunkline alone (``pip install .`` from a checkout: it is not on PyPI) is the splitter and its
+tokenizers; each heavier feature is an extra (pyproject.toml's ``[project.optional-dependencies]``).
+Every optional import goes through :func:`require`, where the feature is used (never at
+``import chunkline``), so a missing extra reads the same everywhere:
 
 >>> require("pdf", "pypdfium2")  # doctest: +SKIP
 Traceback (most recent call last):

@@ -33,7 +33,9 @@ from chunkline.pipeline.lease import OutputLease
 from chunkline.pipeline.manifest import ManifestError, latest_run, load_manifest, resolve_run
 from chunkline.pipeline.plan import absolute_paths, new_run_id, plan, preflight
 from chunkline.pipeline.redact import redacted, redacted_config
-from chunkline.pipeline.summary import RunSummary, access_lines, bm25_lines, credential_lines, ocr_lines
+from chunkline.pipeline.summary import (
+    RunSummary, access_lines, bm25_lines, credential_lines, ocr_lines, suggested_question,
+)
 from chunkline.pipeline.timing import stage_seconds
 from chunkline.transforms.memory import release_freed_memory
 from chunkline.transforms.spill import remove_dead_spills, remove_spill
@@ -618,5 +620,6 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
                       held_back, list(job.reuse_skipped), report, bm25_lines(bm25, job.bm25_note),
                       job.carry_note, credential_lines(credentials, counts),
                       ocr_lines=ocr_lines(ocr), access_lines=access_lines(manifest.access),
-                      unverified=unverified)
+                      unverified=unverified,
+                      question=suggested_question(job.run_dir, manifest) if publishable else None)
 

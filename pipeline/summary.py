@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import os
+import shlex
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from chunkline.index.manifest_types import Access, Bm25, Model
+from chunkline.index.manifest_types import Access, Bm25, Listing, Manifest, Model
+from chunkline.index.tables import TableFileError, live_files, read_file
 from chunkline.pipeline.manifest import ManifestError, latest_run
+from chunkline.readers.formats import named_by_reader
 
 
 @dataclass
@@ -34,6 +38,7 @@ class RunSummary:
     ocr_lines: list[str] = field(default_factory=list)  # pages read by OCR or from its cache
     access_lines: list[str] = field(default_factory=list)  # access control: what it decided
     unverified: list[str] = field(default_factory=list)  # what the counts could not be checked against
+    question: str | None = None  # the `next` line's question, drawn from the run's own headings
 
 
 def shown_path(path: str) -> str:
@@ -87,8 +92,49 @@ def format_summary(summary: RunSummary) -> str:
                      "--allow-shrink to publish anyway")
     if summary.published and summary.model:  # a run held back is not what a query reads
         caller = " --as PRINCIPAL" if summary.access_lines else ""
-        lines.append(f'  next       chunkline query {shown_path(summary.output)}{caller} "how long should the arm warm up before calibration?"')
+        question = _quoted(summary.question) if summary.question else '"YOUR QUESTION"'
+        lines.append(f"  next       chunkline query {shown_path(summary.output)}{caller} {question}")
     return "\n".join(lines)
+
+
+def _quoted(text: str) -> str:
+    """``text`` as one shell word: in double quotes where nothing inside them is special to a
+    POSIX shell, else single-quoted (``shlex.quote``)."""
+    return f'"{text}"' if not any(c in text for c in '"$`\\!') else shlex.quote(text)
+
+
+# What the `next` line reads to find its question: the headings of the chunks table's first
+# files, stopping at the first that holds a usable one (one column of one file, in all but a
+# corpus with few headings).
+QUESTION_FILES = 4
+QUESTION_WORDS = (2, 12)
+QUESTION_CHARS = 80
+
+
+def suggested_question(run_dir: str, manifest: Manifest | Listing) -> str | None:
+    """A question for the summary's ``next`` line, drawn from the run's own index: of the
+    innermost headings of the chunks in the chunks table's first file, one that few documents
+    share (a ``Part 2`` every manual has finds any of them), and of those the one the most
+    chunks sit under (the first met, on a tie); 2 to 12 words, at most 80 characters, not one a
+    reader writes itself (``Slide 3``, ``Speaker notes``: ``named_by_reader``). None when no
+    heading qualifies or the table cannot be read: never a question about another corpus."""
+    try:
+        for file in live_files(run_dir, manifest, "chunks")[:QUESTION_FILES]:
+            documents: dict[str, set[str]] = {}
+            chunks: Counter[str] = Counter()
+            table = read_file(file, ["doc_id", "headings"])
+            for doc_id, path in zip(table.column("doc_id").to_pylist(), table.column("headings").to_pylist()):
+                title = " ".join(path[-1].split()) if path else ""
+                words = len(title.split())
+                if (QUESTION_WORDS[0] <= words <= QUESTION_WORDS[1] and len(title) <= QUESTION_CHARS
+                        and not named_by_reader(title)):
+                    documents.setdefault(title, set()).add(doc_id)
+                    chunks[title] += 1
+            if documents:  # min keeps the first of equals: the order the file holds them in
+                return min(documents, key=lambda title: (len(documents[title]), -chunks[title]))
+    except (TableFileError, OSError, ValueError):
+        return None  # a hint is never worth failing a run over
+    return None
 
 
 def _carry_lines(summary: RunSummary) -> list[str]:

@@ -89,6 +89,24 @@ def demo_index(tmp_path_factory, request):
         f"a test wrote into the shared demo index {where / 'index'}: copy it before changing it"
 
 
+# --- LibreOffice's own files ----------------------------------------------------------------
+# The Office tests' files converted by LibreOffice (headless soffice, ~5 s): what the
+# OpenDocument reader and pipeline tests read, converted once per session as the demo index is.
+
+
+def _convert_office_sources(where: Path) -> dict[str, bytes]:
+    from tests.readers.helpers import libreoffice_converted, office_sources
+
+    return libreoffice_converted(office_sources(), where)
+
+
+@pytest.fixture(scope="session")
+def libreoffice_files(tmp_path_factory, request) -> dict[str, bytes]:
+    """``tests.readers.helpers.office_sources()`` as LibreOffice saves them: ``arm.odt``,
+    ``q.odp``, ``q2.ods``, ... (name -> bytes)."""
+    return once_per_session(request, tmp_path_factory, "libreoffice", _convert_office_sources)[1]
+
+
 def pytest_collection_modifyitems(config, items) -> None:
     """Modules with a slow test (a pipeline run, OCR, a job graph) first, the rest after, each
     module's tests in their order: pytest-xdist's loadfile hands modules to the workers in this

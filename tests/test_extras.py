@@ -105,6 +105,12 @@ CASES = {
     "office": (["docx", "pptx", "openpyxl", "ebooklib"],
                ZIP + "from chunkline.readers.office import read_docx\nread_docx(buffer.getvalue(), ContainerOptions())",
                "docx", PDF),
+    "opendocument": (["odfdo"],
+                     "import io, zipfile\nbuffer = io.BytesIO()\nwith zipfile.ZipFile(buffer, 'w') as archive:\n"
+                     "    archive.writestr('mimetype', 'application/vnd.oasis.opendocument.text')\n"
+                     "from chunkline.containers import ContainerOptions\n"
+                     "from chunkline.readers.opendocument import read_odt\n"
+                     "read_odt(buffer.getvalue(), ContainerOptions(), None)", "odfdo", PDF),
     "ocr": (["rapidocr_onnxruntime", "cv2"],
             "from chunkline.ocr import OcrOptions, read_image\nread_image(b'\\x89PNG', OcrOptions())",
             "rapidocr_onnxruntime", PDF),

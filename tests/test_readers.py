@@ -261,7 +261,7 @@ def test_no_size_limit() -> None:
     [
         ("big.md", 11, "document is 11 bytes, over the limit of 10"),
         ("empty.jsonl", 0, "empty document"),
-        ("x.odt", 5, "unsupported file type .odt"),
+        ("x.odg", 5, "unsupported file type .odg"),  # an OpenDocument drawing: no reader takes it
     ],
 )
 def test_reject_before_reading(name: str, size: int, reason: str) -> None:
@@ -270,7 +270,7 @@ def test_reject_before_reading(name: str, size: int, reason: str) -> None:
 
 
 @pytest.mark.parametrize(("name", "size"), [("ok.md", 10), ("big.jsonl", 11), ("big.parquet", 99),
-                                            ("big.pdf", 99)])
+                                            ("big.pdf", 99), ("big.odt", 99)])
 def test_reject_before_reading_lets_through(name: str, size: int) -> None:
     # A JSONL or Parquet file holds many documents, a PDF mostly fonts and images: the limit
     # applies to the text, after reading.

@@ -18,6 +18,7 @@ Which decoder runs is decided by the file extension, case-insensitive:
                          page-start table and the outline (``chunkline.pdf``: PDFium)
     .docx .docm .pptx    one document as Markdown (``office``: headings, pipe tables, lists;
     .pptm .xlsx .xlsm    a deck's slides as pages; a workbook's sheets as sections)
+    .odt .odp .ods       the same for OpenDocument (``opendocument``: LibreOffice's formats)
     .csv .tsv            one document, the rows as pipe tables (``tabular``)
     .epub .ipynb .rst    one document as Markdown (``ebook``, ``notebook``, ``rst``)
     .eml .mbox           each message one document, its attachments read as files of their

@@ -1,7 +1,7 @@
 """Whole files: what a file's name and size decide, the dispatch by type, single-document
-formats (text, Markdown, code, HTML, PDF; the structured formats of ``office``, ``tabular``,
-``ebook``, ``notebook``, ``rst``), containers member by member, mail with its attachments
-(``mail``), and the facts every document records."""
+formats (text, Markdown, code, HTML, PDF; the structured formats of ``office``,
+``opendocument``, ``tabular``, ``ebook``, ``notebook``, ``rst``), containers member by member,
+mail with its attachments (``mail``), and the facts every document records."""
 
 from __future__ import annotations
 
@@ -27,6 +27,9 @@ from chunkline.readers.formats import (
     MAIL_EXTENSIONS,
     MBOX_EXTENSIONS,
     NOTEBOOK_EXTENSIONS,
+    ODP_EXTENSIONS,
+    ODT_EXTENSIONS,
+    OPENDOCUMENT_EXTENSIONS,
     PARQUET_EXTENSIONS,
     IMAGE_EXTENSIONS,
     PDF_EXTENSIONS,
@@ -43,6 +46,7 @@ from chunkline.readers.formats import (
 from chunkline.readers.mail import mbox_messages, read_message
 from chunkline.readers.notebook import read_notebook
 from chunkline.readers.office import Converted, read_docx, read_pptx, read_xlsx
+from chunkline.readers.opendocument import read_odp, read_ods, read_odt
 from chunkline.readers.rst import read_rst
 from chunkline.readers.tabular import read_delimited
 from chunkline.readers.options import ReadOptions
@@ -249,6 +253,13 @@ def _decode_structured(uri: str, doc_id: str, ext: str, data: bytes,
         return _converted(uri, doc_id, read_pptx(data, containers), options)
     if ext in SHEET_EXTENSIONS:
         return _converted(uri, doc_id, read_xlsx(data, containers, options.max_table_rows), options)
+    if ext in OPENDOCUMENT_EXTENSIONS:
+        # What repeated rows and cells may expand to: the document limit, else the containers'.
+        bound = options.max_document_bytes or containers.max_unpacked_bytes
+        found = (read_odt(data, containers, bound) if ext in ODT_EXTENSIONS
+                 else read_odp(data, containers, bound) if ext in ODP_EXTENSIONS
+                 else read_ods(data, containers, options.max_table_rows, bound))
+        return _converted(uri, doc_id, found, options)
     if ext in EPUB_EXTENSIONS:
         return _converted(uri, doc_id, read_epub(data, containers), options)
     decoded = decode_text(data)
@@ -342,8 +353,8 @@ def _decode_bytes(uri: str, doc_id: str, ext: str, data: bytes,
         return decode_jsonl(uri, doc_id, data, options)
     if ext in PDF_EXTENSIONS | IMAGE_EXTENSIONS:
         return [_decode_pdf(uri, doc_id, data, options, image=ext in IMAGE_EXTENSIONS)]
-    if ext in WORD_EXTENSIONS | SLIDE_EXTENSIONS | SHEET_EXTENSIONS | EPUB_EXTENSIONS \
-            | NOTEBOOK_EXTENSIONS | RST_EXTENSIONS | DELIMITED_EXTENSIONS:
+    if ext in WORD_EXTENSIONS | SLIDE_EXTENSIONS | SHEET_EXTENSIONS | OPENDOCUMENT_EXTENSIONS \
+            | EPUB_EXTENSIONS | NOTEBOOK_EXTENSIONS | RST_EXTENSIONS | DELIMITED_EXTENSIONS:
         return _decode_structured(uri, doc_id, ext, data, options)
     decoded = decode_text(data, html=ext in HTML_EXTENSIONS)
     if isinstance(decoded, str):

@@ -3,6 +3,7 @@ the reasons shared by every format's rejections."""
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -19,11 +20,16 @@ PDF_EXTENSIONS = frozenset({".pdf"})
 IMAGE_EXTENSIONS = frozenset({".png", ".jpg", ".jpeg", ".tif", ".tiff"})
 # Structured formats, each read to Markdown (headings, pipe tables, lists, fenced code) by its
 # own module: ``office`` (Word, PowerPoint, Excel; a macro-enabled file for its text only),
+# ``opendocument`` (their OpenDocument counterparts: text, presentation, spreadsheet),
 # ``tabular`` (CSV, TSV), ``ebook`` (EPUB), ``mail`` (one message, or an mbox of them),
 # ``notebook`` (Jupyter), ``rst`` (reStructuredText through docutils).
 WORD_EXTENSIONS = frozenset({".docx", ".docm"})
 SLIDE_EXTENSIONS = frozenset({".pptx", ".pptm"})
 SHEET_EXTENSIONS = frozenset({".xlsx", ".xlsm"})
+ODT_EXTENSIONS = frozenset({".odt"})
+ODP_EXTENSIONS = frozenset({".odp"})
+ODS_EXTENSIONS = frozenset({".ods"})
+OPENDOCUMENT_EXTENSIONS = ODT_EXTENSIONS | ODP_EXTENSIONS | ODS_EXTENSIONS
 DELIMITED_EXTENSIONS = frozenset({".csv", ".tsv"})
 EPUB_EXTENSIONS = frozenset({".epub"})
 MAIL_EXTENSIONS = frozenset({".eml"})
@@ -31,7 +37,7 @@ MBOX_EXTENSIONS = frozenset({".mbox"})
 NOTEBOOK_EXTENSIONS = frozenset({".ipynb"})
 RST_EXTENSIONS = frozenset({".rst"})
 STRUCTURED_EXTENSIONS = (WORD_EXTENSIONS | SLIDE_EXTENSIONS | SHEET_EXTENSIONS
-                         | DELIMITED_EXTENSIONS | EPUB_EXTENSIONS | MAIL_EXTENSIONS
+                         | OPENDOCUMENT_EXTENSIONS | DELIMITED_EXTENSIONS | EPUB_EXTENSIONS | MAIL_EXTENSIONS
                          | MBOX_EXTENSIONS | NOTEBOOK_EXTENSIONS | RST_EXTENSIONS)
 # One file, one document: the file's size is the document's size, so an oversized file can be
 # rejected from its metadata without reading it. (A PDF's size is mostly fonts and images: its
@@ -46,13 +52,36 @@ FORMATS = {
     ".jsonl": "jsonl", ".parquet": "parquet", ".pdf": "pdf",
     **{ext: "image" for ext in IMAGE_EXTENSIONS},
     **{ext: "docx" for ext in WORD_EXTENSIONS}, **{ext: "pptx" for ext in SLIDE_EXTENSIONS},
-    **{ext: "xlsx" for ext in SHEET_EXTENSIONS}, ".csv": "csv", ".tsv": "tsv", ".epub": "epub",
+    **{ext: "xlsx" for ext in SHEET_EXTENSIONS}, ".odt": "odt", ".odp": "odp", ".ods": "ods",
+    ".csv": "csv", ".tsv": "tsv", ".epub": "epub",
     ".eml": "email", ".mbox": "email", ".ipynb": "notebook", ".rst": "rst",
 }
-# Formats whose text is Markdown and that have pages: a deck's slides. A PDF's pages hold
+# Formats whose text is Markdown and that have pages: a deck's slides (PowerPoint's, OpenDocument's). A PDF's pages hold
 # PDFium's plain text (its headings are its outline), so the split stage reads a paged
 # document as Markdown only when its format is one of these.
-PAGED_MARKDOWN_FORMATS = frozenset({"pptx"})
+PAGED_MARKDOWN_FORMATS = frozenset({"pptx", "odp"})
+
+# Headings a reader writes itself rather than finds in the document: a slide's notes, the
+# footnotes' section, a slide without a title, a long sheet's pieces (``chunkline.readers.tables``).
+SPEAKER_NOTES = "Speaker notes"
+FOOTNOTES = "Footnotes"
+_NAMED_BY_READER = re.compile(r"^(?:Slide \d+|.* \(rows? \d+(?:-\d+)?\))$")
+
+
+def untitled_slide(number: int) -> str:
+    """The heading of slide ``number`` when it has no title."""
+    return f"Slide {number}"
+
+
+def named_by_reader(title: str) -> bool:
+    """Whether a heading is one a reader wrote (:data:`SPEAKER_NOTES`, :data:`FOOTNOTES`,
+    :func:`untitled_slide`, a sheet's ``Orders (rows 2-501)``), not the document's own.
+
+    >>> [named_by_reader(t) for t in ("Slide 3", "Footnotes", "Orders (rows 2-501)", "Calibration")]
+    [True, True, True, False]
+    """
+    return title in (SPEAKER_NOTES, FOOTNOTES) or _NAMED_BY_READER.match(title) is not None
+
 
 EMPTY = "empty document"
 BINARY = "binary file"

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from chunkline.containers import RATIO_FLOOR_BYTES, ContainerOptions
-from chunkline.readers.formats import EMPTY
+from chunkline.readers.formats import EMPTY, FOOTNOTES, SPEAKER_NOTES, untitled_slide
 from chunkline.readers.markdown import blocks, heading, list_item, one_line, paragraph, pipe_table
 from chunkline.readers.tables import sheet_sections
 from chunkline.extras import require
@@ -53,8 +53,6 @@ _DOCM_MAIN = b"application/vnd.ms-word.document.macroEnabled.main+xml"
 _DOCX_MAIN = b"application/vnd.openxmlformats-officedocument.wordprocessingml.document.main+xml"
 _W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
 _HEADING_STYLE = re.compile(r"^heading ([1-9])$", re.I)
-SPEAKER_NOTES = "Speaker notes"
-FOOTNOTES = "Footnotes"
 # Core property (ECMA-376 part 2, 11: Dublin Core) -> metadata key.
 _CORE_KEYS = (("title", "title"), ("author", "author"), ("created", "created"),
               ("modified", "modified"), ("subject", "subject"))
@@ -370,7 +368,7 @@ def _pptx(data: bytes) -> Converted | str:
         if slide.has_notes_slide and slide.notes_slide.notes_text_frame is not None:
             notes = paragraph(slide.notes_slide.notes_text_frame.text.replace("\v", "\n"))
         has_text = has_text or bool(title or body or notes)
-        parts = [heading(1, title or f"Slide {number}"), *body]
+        parts = [heading(1, title or untitled_slide(number)), *body]
         if notes:
             parts.append(heading(2, SPEAKER_NOTES) + "\n\n" + notes)
         sections.append(blocks(parts))

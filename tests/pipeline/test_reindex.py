@@ -88,6 +88,23 @@ def test_first_run_embeds_everything(reindexed) -> None:
     assert first.counts["embedded"] == first.counts["chunks"] and first.counts["reused"] == 0
 
 
+def test_the_summary_suggests_a_question_drawn_from_its_own_index(reindexed) -> None:
+    """A corpus without the demo's manual: the `next` line asks about a heading this index
+    holds, one document's own (not the `Part 0` every manual has), and asking it finds that
+    heading's chunks first."""
+    from chunkline.pipeline.query import search
+    from chunkline.pipeline.summary import format_summary
+
+    _, _, output, _, second, _ = reindexed
+    headings = {title for row in chunk_rows(second.run_dir) for title in row["headings"]}
+    assert second.question in headings and second.question.startswith("Manual ")
+    [line] = [line for line in format_summary(second).splitlines() if line.startswith("  next")]
+    assert line == f'  next       chunkline query {output} "{second.question}"'
+    assert "warm up" not in line  # the demo's question, about a manual this corpus lacks
+    hits = search(str(output), second.question, k=3, mode="sparse")
+    assert hits[0].headings[0] == second.question
+
+
 def test_only_new_text_is_embedded(reindexed) -> None:
     _, _, _, first, second, old_keys = reindexed
     rows = chunk_rows(second.run_dir)

@@ -16,12 +16,13 @@ COUNTS = {"documents": 3, "kept": 2, "duplicate": 0, "rejected": 1, "chunks": 4,
 MODEL = Model(name="all-MiniLM-L6-v2", dim=384, dtype="float32")
 
 
-def summary_of(output: Path, published: bool, held_back: tuple[str, ...] = ()) -> RunSummary:
+def summary_of(output: Path, published: bool, held_back: tuple[str, ...] = (),
+               question: str | None = None) -> RunSummary:
     run_dir = output / "run-new"
     run_dir.mkdir(parents=True, exist_ok=True)
     return RunSummary("run-new", str(run_dir), str(output), "FnApiRunner", 1.5, COUNTS,
                       {"chunks": ["c"], "documents": ["d"], "rejected": ["r"]}, True, model=MODEL,
-                      published=published, held_back=list(held_back))
+                      published=published, held_back=list(held_back), question=question)
 
 
 def publish_old_run(output: Path) -> None:
@@ -34,10 +35,26 @@ def output_line(text: str) -> str:
     return next(line for line in text.splitlines() if line.startswith("  output"))
 
 
+def next_line(text: str) -> str:
+    return next(line for line in text.splitlines() if line.startswith("  next"))
+
+
 def test_a_published_run_names_latest_and_suggests_a_query(tmp_path: Path) -> None:
-    text = format_summary(summary_of(tmp_path, published=True))
+    text = format_summary(summary_of(tmp_path, published=True, question="Pallet scanner setup"))
     assert output_line(text).endswith(f"(named in {tmp_path}/LATEST)")
-    assert f"  next       chunkline query {tmp_path} " in text
+    assert next_line(text) == f'  next       chunkline query {tmp_path} "Pallet scanner setup"'
+
+
+@pytest.mark.parametrize(("question", "shown"), [
+    (None, '"YOUR QUESTION"'),  # no heading of its own to ask about: never another corpus's
+    ('The "quick" start', "'The \"quick\" start'"),
+    ("Costs in $USD", "'Costs in $USD'"),
+    ("It's here", '"It\'s here"'),  # an apostrophe is no special character inside double quotes
+])
+def test_the_question_is_the_runs_own_and_one_shell_word(tmp_path: Path, question, shown) -> None:
+    line = next_line(format_summary(summary_of(tmp_path, published=True, question=question)))
+    assert line == f"  next       chunkline query {tmp_path} {shown}"
+    assert "arm" not in line.split(str(tmp_path))[1]
 
 
 @pytest.mark.parametrize("held_back", [(), ("no document kept",)], ids=["not-reconciled", "held-back"])
