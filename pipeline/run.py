@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import hashlib
 import json
 import logging
 import os
@@ -194,7 +195,35 @@ class RunTables(NamedTuple):
                               **({"deletes": self.deletes} if self.deletes else {})}, where=where)
 
 
-def run_tables(run_dir: str, tables: Sequence[str]) -> RunTables:
+def _recorded(previous_run: str | None, output: str) -> dict[str, tuple[int | None, str | None]]:
+    """Each file the previous run of ``output`` lists: (its size, its digest) as recorded when
+    it was written, by its path relative to OUTPUT. A file a run keeps is described as it was
+    written, never as it is found now: one changed since is then refused by every reader."""
+    if previous_run is None or _parent(previous_run) != output.rstrip("/"):
+        return {}
+    try:
+        manifest = load_manifest(previous_run)
+    except (ManifestError, OSError, ValueError):
+        return {}
+    listing = manifest.listing
+    return {entry.path: (entry.bytes, entry.digest)
+            for entries in listing.tables.values() for entry in entries}
+
+
+def _parent(path: str) -> str:
+    return path.rstrip("/").rsplit("/", 1)[0]
+
+
+def _stream_digest(path: str) -> str:
+    """BLAKE2b-128 of the file at ``path`` (``chunkline.index.tables.file_digest``), streamed."""
+    digest = hashlib.blake2b(digest_size=16)
+    with FileSystems.open(path) as handle:
+        while block := handle.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def run_tables(run_dir: str, tables: Sequence[str], previous_run: str | None = None) -> RunTables:
     """Each of ``tables`` as the manifest (``chunkline.index.tables``) lists it: the files its
     shard writers listed (``chunkline.transforms.write.write_listing``: this run's own, and
     earlier runs' files whose rows it keeps, each counting its deleted rows, with its shard's
@@ -203,6 +232,8 @@ def run_tables(run_dir: str, tables: Sequence[str]) -> RunTables:
     deletion files, never read here, except a table's few (``listed_deletions``: at most
     ``INLINE_DELETES``), which go inline."""
     output = run_dir.rstrip("/").rsplit("/", 1)[0]
+    own = run_dir.rstrip("/").rsplit("/", 1)[1] + "/"
+    recorded = _recorded(previous_run, output)
     found: dict[str, list[dict[str, Any]]] = {}
     deletes: dict[str, list[dict[str, Any]]] = {}
     for table in tables:
@@ -221,7 +252,15 @@ def run_tables(run_dir: str, tables: Sequence[str]) -> RunTables:
                     rows = pq.ParquetFile(handle).metadata.num_rows
                 entries.append({"path": relative_path(path), "rows": rows, "deleted": []})
         for entry in entries:
-            entry["bytes"] = _size(FileSystems.join(output, *entry["path"].split("/")))
+            path = FileSystems.join(output, *entry["path"].split("/"))
+            size, digest = recorded.get(entry["path"], (None, None))
+            if entry["path"].startswith(own) or size is None:
+                # Written by this run (or by a run that recorded nothing): measured now, its bytes
+                # read once more (what a run writes, never the whole index).
+                size, digest = _size(path), _stream_digest(path)
+            entry["bytes"] = size
+            if digest is not None:
+                entry["digest"] = digest
         found[table] = entries
     return RunTables(*listed_deletions(output, found, deletes))
 
@@ -505,7 +544,7 @@ def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, ru
     # What the job freed goes back before its tables are read again for the counts and the
     # report (transforms/memory.py): on the in-process runner that is this process's heap.
     release_freed_memory()
-    found = run_tables(job.run_dir, table_names(config.sparse is not None))
+    found = run_tables(job.run_dir, table_names(config.sparse is not None), job.previous_run)
     counts, files, problems, unverified = account(job.run_dir, result, config.embed is not None,
                                                   config.sparse is not None, job.carry is not None, found)
     bm25 = None

@@ -444,9 +444,10 @@ def _expected_rows(manifest: Manifest) -> dict[str, int]:
 
 def file_problems(run_dir: str, manifest: Manifest) -> list[str]:
     """What keeps ``run_dir``'s files from being the index its (validated) manifest describes:
-    a listed file missing or unreadable, a table whose files hold other row counts than the
-    manifest states, chunk shards without vectors of the model's width. Footers only: the
-    rows themselves are checked by every reader (reuse, carry) as it reads them."""
+    a listed file missing or unreadable, or not the bytes its run recorded (size and digest), a
+    table whose files hold other row counts than the manifest states, chunk shards without
+    vectors of the model's width. Footers and digests only: the rows themselves are checked by
+    every reader (reuse, carry) as it reads them."""
     import pyarrow.parquet as pq
 
     from chunkline.index import storage
@@ -464,6 +465,8 @@ def file_problems(run_dir: str, manifest: Manifest) -> list[str]:
             name = file.name
             try:
                 with storage.parquet_source(file.path) as source:
+                    held = storage.source_size(source)
+                    changed = file.digest is not None and storage.source_digest(source) != file.digest
                     metadata = pq.read_metadata(source)
             except Exception as exc:  # noqa: BLE001 - truncated or not Parquet: each library its own error
                 if _not_found(exc):
@@ -471,6 +474,12 @@ def file_problems(run_dir: str, manifest: Manifest) -> list[str]:
                     continue
                 problems.append(f"{name} is unreadable ({type(exc).__name__}: {exc})")
                 continue
+            if file.bytes is not None and held != file.bytes:
+                # Changed since its run wrote it (the same rows rewritten, a flipped bit): never
+                # published, whatever its footer says.
+                problems.append(f"{name} is {held:,} bytes, the manifest says {file.bytes:,}")
+            elif changed:
+                problems.append(f"{name} is not the file its run wrote (its digest differs from the manifest's)")
             if file.rows is not None and metadata.num_rows != file.rows:
                 problems.append(f"{name} holds {metadata.num_rows:,} rows, the manifest says {file.rows:,}")
             try:

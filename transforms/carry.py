@@ -197,6 +197,12 @@ def verify_pair(chunk_path: str, side_path: str, dim: int | None, normalize: boo
         # checked row by row.
         recorded = footer.get(SHARD_DIGEST_KEY)
         intact = recorded is not None and file_digest(handle) == recorded.decode("ascii", "replace")
+        if recorded is not None and not intact:
+            # The shard changed since it and its sidecar were written: a rewrite can keep every
+            # row consistent (text and search text altered alike), so none of its rows is
+            # carried; its documents are computed again.
+            raise ValueError("the chunk shard's bytes are not those its sidecar recorded "
+                             "(replaced or damaged since written)")
         handle.seek(0)
         names = pq.read_schema(handle).names
         handle.seek(0)

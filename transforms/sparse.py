@@ -302,7 +302,7 @@ class WriteTerms(beam.DoFn):
                 yield "terms", earlier, table.num_rows
                 return
         with FileSystems.create(path) as handle:
-            pq.write_table(table, handle, row_group_size=ROW_GROUP, compression="zstd")
+            pq.write_table(table, handle, row_group_size=ROW_GROUP, compression="zstd", write_page_checksum=True)
         write_listing(self.run_dir, "terms", share, [(path, table.num_rows, ())])
         yield "terms", path, table.num_rows
 

@@ -576,8 +576,9 @@ class _WriteShard(beam.DoFn):
             # The shard is closed first: its digest goes into the sidecar's footer.
             with FileSystems.create(unlinked(path)) as handle:
                 digesting = _DigestingFile(handle)
+                # Page checksums on every table: a reader verifying them refuses a changed page.
                 with pq.ParquetWriter(digesting, self.schema, compression="zstd",
-                                      write_page_checksum=digest is not None) as writer:
+                                      write_page_checksum=True) as writer:
                     if digest is not None:
                         writer.add_key_value_metadata({ROWS_DIGEST_KEY: digest})
                     for group in _row_groups(encoded):
@@ -753,7 +754,7 @@ class _WriteShard(beam.DoFn):
         rows = max(1, min(ROW_GROUP, ROW_GROUP_BYTES * table.num_rows // max(1, table.nbytes)))
         with FileSystems.create(unlinked(path)) as handle:
             digesting = _DigestingFile(handle)
-            pq.write_table(table, digesting, row_group_size=rows, compression="zstd")
+            pq.write_table(table, digesting, row_group_size=rows, compression="zstd", write_page_checksum=True)
         tally(WRITTEN.format(table=self.table), table.num_rows)
         yield (self.table, path, table.num_rows, ())
         if side is not None and self.sidecar is not None:

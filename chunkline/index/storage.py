@@ -27,6 +27,7 @@ differently here, or not at all.
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import re
 import shutil
@@ -120,6 +121,32 @@ def parquet_source(path: str) -> Iterator[str | BinaryIO]:
         yield reader
     finally:
         reader.close()
+
+
+def source_size(source: str | BinaryIO) -> int:
+    """The size in bytes of what :func:`parquet_source` gave: a local file's, or the object's
+    (its reader left at the start)."""
+    if isinstance(source, str):
+        return os.path.getsize(source)
+    size = source.seek(0, os.SEEK_END)
+    source.seek(0)
+    return size
+
+
+def source_digest(source: str | BinaryIO) -> str:
+    """BLAKE2b-128 of what :func:`parquet_source` gave, hex (``chunkline.index.tables.file_digest``
+    of its bytes), streamed; an object's reader is left at the start."""
+    digest = hashlib.blake2b(digest_size=16)
+    handle = open(source, "rb") if isinstance(source, str) else source
+    try:
+        while block := handle.read(1 << 20):
+            digest.update(block)
+    finally:
+        if isinstance(source, str):
+            handle.close()
+        else:
+            source.seek(0)
+    return digest.hexdigest()
 
 
 def files_named(directory: str, name: str) -> list[str]:

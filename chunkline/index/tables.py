@@ -411,12 +411,25 @@ def live_rows(run_dir: str, manifest: Manifest | Listing, table: str) -> int | N
     return sum(counts) if len(counts) == len(files) else None
 
 
-def read_shard(path: str, read: Callable[[pq.ParquetFile], pa.Table]) -> pa.Table:
+def read_shard(path: str, read: Callable[[pq.ParquetFile], pa.Table], *, size: int | None = None,
+               digest: str | None = None) -> pa.Table:
     """``read`` of the Parquet file at ``path``; :class:`TableFileError` naming the file, on one
-    line, when it is missing, truncated or corrupt."""
+    line, when it is missing, truncated or corrupt, when it is not ``size`` bytes or its bytes'
+    BLAKE2b-128 is not ``digest`` (what its run's manifest recorded as it was written: a file
+    changed since is never served, however well it parses), or when a page's checksum fails
+    (pages are written with their CRC)."""
     try:
-        with storage.parquet_source(path) as source, pq.ParquetFile(source) as shard:
-            return read(shard)
+        with storage.parquet_source(path) as source:
+            if size is not None:
+                held = storage.source_size(source)
+                if held != size:
+                    raise TableFileError(f"{path}: {held:,} bytes, the run's manifest says {size:,} "
+                                         "(replaced or damaged since the run wrote it)")
+            if digest is not None and storage.source_digest(source) != digest:
+                raise TableFileError(f"{path}: its bytes are not those the run's manifest recorded "
+                                     "(replaced or damaged since the run wrote it)")
+            with pq.ParquetFile(source, page_checksum_verification=True) as shard:
+                return read(shard)
     except FileNotFoundError:
         raise TableFileError(f"{path}: no such file, though the run's manifest lists it") from None
     except TableFileError:
@@ -460,7 +473,9 @@ def read_file(file: LiveFile, columns: Sequence[str] | None = None, *, optional:
         keep &= _met(tested, filters)
         return _rows_at(shard, np.flatnonzero(keep), wanted)
 
-    return read_shard(file.path, read)
+    # A whole file read is checked against its recorded digest too (one more pass over bytes
+    # about to be read anyway); a filtered read of a few rows, by its size and page checksums.
+    return read_shard(file.path, read, size=file.bytes, digest=None if filters else file.digest)
 
 
 def _live_mask(rows: int, deleted: Sequence[int]) -> np.ndarray:

@@ -307,11 +307,72 @@ def test_damaged_previous_rows_are_computed_again(carried, tmp_path) -> None:
         {"path": files[1].name, "rows": files[1].rows, "deleted": list(files[1].deleted)}]}}),
         "chunks", ["doc_id"]).column("doc_id").to_pylist()))
     shards[1].write_bytes(shards[1].read_bytes()[: shards[1].stat().st_size // 2])
+    # The tampered shard is no longer the file its sidecar recorded: none of its documents is
+    # carried (a rewrite may keep each row consistent), not only the one whose row shows it.
+    tampered = len(set(live.column("doc_id").to_pylist()))
     again = job(corpus, copy)
-    assert again.counts["carry_rejected"] == lost + 1
-    assert again.counts["documents_carried"] == again.counts["kept"] - lost - 1
+    assert again.counts["carry_rejected"] == lost + tampered
+    assert again.counts["documents_carried"] == again.counts["kept"] - lost - tampered
     assert victim in set(table(again.run_dir, "chunks").column("doc_id").to_pylist())
     assert_tables_equal(again.run_dir, rebuild.run_dir)
+
+
+def _flip_a_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 3] ^= 0x10  # inside a column chunk's pages: the size stays, a checksum fails
+    path.write_bytes(bytes(data))
+
+
+def _rewrite_upper_cased(path: Path) -> None:
+    """The same rows, each text and search text upper-cased alike: every row consistent, every
+    count as the manifest states, only the bytes differ."""
+    rows = pq.read_table(path)
+    for name in ("text", "search_text"):
+        rows = rows.set_column(rows.schema.get_field_index(name), name, pc.utf8_upper(rows.column(name)))
+    pq.write_table(rows, path, compression="zstd")
+
+
+@pytest.mark.parametrize("damage", [_flip_a_byte, _rewrite_upper_cased], ids=["bit-flip", "same-rows"])
+def test_a_referenced_file_changed_since_written_is_never_served_and_recomputed(carried, tmp_path,
+                                                                               damage) -> None:
+    """A chunks file an earlier run wrote and the published run still references (its rows kept
+    where they lie), changed afterwards: query, Index and publish refuse it in one line (exit 2 for
+    the commands; sync reads through the same reader: test_merge_on_read), and the next run
+    computes its documents again, equal to a rebuild."""
+    import io
+
+    from chunkline.index.search import Index
+    from chunkline.index.tables import TableFileError
+    from chunkline.pipeline.cli import main
+
+    _, corpus, _, second, rebuild = carried
+    copy = tmp_path / "index"
+    run_dir = copy_published(second, copy)
+    older = [file for file in listed(str(run_dir), "chunks") if file.folder != run_dir.name]
+    assert older, "the rerun keeps rows in the first run's files"
+    target = Path(older[0].path)
+    damage(target)
+    with pytest.raises(TableFileError) as refused:
+        Index.open(str(copy))
+    assert str(target) in str(refused.value) and "\n" not in str(refused.value)
+    # Its size and digest in the manifest are those recorded when it was written, not measured
+    # again by the run that kept its rows.
+    (entry,) = [file for file in listed(str(run_dir), "chunks") if file.path == str(target)]
+    assert entry.digest is not None and entry.bytes is not None
+
+    def cli(*argv: str) -> tuple[int, list[str]]:
+        out, err = io.StringIO(), io.StringIO()
+        return main(list(argv), out, err), err.getvalue().splitlines()
+
+    code, lines = cli("query", str(copy), "robot arm calibration", "--mode", "sparse")
+    assert code == 2 and len(lines) == 1 and str(target) in lines[0], lines
+    code, lines = cli("publish", str(copy), run_dir.name)
+    assert code != 0 and any(target.name in line for line in lines), lines
+    again = job(corpus, copy)
+    assert again.published, again.problems
+    assert_tables_equal(again.run_dir, rebuild.run_dir)
+    # The damaged file's rows are nowhere in what the new run serves.
+    assert str(target) not in {file.path for file in listed(again.run_dir, "chunks")}
 
 
 def test_a_shard_with_its_recorded_digest_is_not_decoded_to_be_trusted(carried, tmp_path,

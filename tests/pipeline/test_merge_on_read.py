@@ -151,6 +151,25 @@ def test_gc_keeps_exactly_the_files_the_published_run_references(outputs, tmp_pa
     assert main(["publish", str(copy), base], out, err) != 0  # no longer a run
 
 
+def test_a_referenced_file_with_a_flipped_bit_is_refused_by_sync_and_query(outputs, tmp_path) -> None:
+    """The published run reads rows kept in an earlier run's file; one bit of it flipped (its
+    size unchanged): its page checksums fail, and sync and query refuse it in one line naming it."""
+    output, base, _ = outputs
+    copy = tmp_path / "index"
+    shutil.copytree(output, copy)
+    (target,) = [Path(f.path) for f in live_files(str(copy / MERGED), load_manifest(str(copy / MERGED)), "chunks")
+                 if f.folder == base][:1]
+    data = bytearray(target.read_bytes())
+    data[len(data) // 3] ^= 0x10
+    target.write_bytes(bytes(data))
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["sync", str(copy), "--to", f"lancedb://{tmp_path / 'store'}"], out, err) != 0
+    assert len(err.getvalue().splitlines()) == 1 and str(target) in err.getvalue(), err.getvalue()
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["query", str(copy), QUESTIONS[0], "--mode", "sparse"], out, err) == 2
+    assert len(err.getvalue().splitlines()) == 1 and str(target) in err.getvalue(), err.getvalue()
+
+
 # --- what the job writes: a property over sequences of changes ------------------------------
 
 TINY_WORDS = ("robot arm dock charger sensor route map lidar torque gripper pallet scanner camera "
