@@ -20,6 +20,7 @@ and ``gc`` refuse other schemes: the lease exists for these two only.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -44,6 +45,9 @@ HELD_BACK = "held-back"
 FAILED = "failed"
 INCOMPLETE = "incomplete"
 RUNNING = "running"
+# No manifest of its own, but files a run with one still reads (gc kept exactly those): a
+# folder to keep, not a killed run.
+REFERENCED = "referenced"
 
 
 class RunsError(ValueError):
@@ -99,12 +103,15 @@ class Run:
     counts: dict[str, int] | None  # documents, kept, chunks: from the manifest
     size: int  # bytes stored (on disk, or the run's objects in a bucket)
     reasons: tuple[str, ...] = ()  # why held back or failed, what holds the lease
+    # Bytes of every file the run's manifest references, wherever it lies (a rerun's rows mostly
+    # lie in earlier runs' folders): what the run is, as an index; None without a manifest.
+    referenced: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "path": self.path, "status": self.status,
                 "started": self.started.isoformat() if self.started else None,
                 "finished": self.finished, "counts": self.counts, "bytes": self.size,
-                "reasons": list(self.reasons)}
+                "referenced_bytes": self.referenced, "reasons": list(self.reasons)}
 
 
 def open_output(output: str) -> LocalOutput | BucketOutput:
@@ -397,7 +404,53 @@ def describe_run(tree: LocalOutput | BucketOutput, name: str, latest: str | None
     if manifest is not None:
         counts = {key: manifest.counts[key] for key in ("documents", "kept", "chunks")}
     return Run(name, path, status, _started(name),
-               manifest.created_at if manifest else None, counts, tree.size(name), reasons)
+               manifest.created_at if manifest else None, counts, tree.size(name), reasons,
+               _referenced_bytes(tree, path, manifest) if manifest is not None else None)
+
+
+def _referenced_bytes(tree: LocalOutput | BucketOutput, run_dir: str, manifest: Manifest) -> int:
+    """Bytes of the files ``manifest`` lists, wherever they lie: as it states them, and a file
+    it states no size of (an older format) as it is found."""
+    from chunkline.index.tables import listed_paths
+
+    listing = manifest.listing
+    stated = {entry.path: entry.bytes for entries in listing.tables.values() for entry in entries}
+    stated.update({segment.path: segment.bytes for segment in listing.memo or ()})
+    stated.update({described.path: described.bytes for files in listing.deletes.values() for described in files})
+    found: dict[str, dict[str, int]] = {}
+    total = 0
+    for path in listed_paths(run_dir, manifest):
+        size = stated.get(path)
+        if size is None:
+            folder, _, name = path.partition("/")
+            if folder not in found:
+                found[folder] = tree.files_under(folder)
+            size = found[folder].get(name, 0)
+        total += size
+    return total
+
+
+def _readers_of(tree: LocalOutput | BucketOutput, runs: list[Run]) -> dict[str, tuple[int, list[str]]]:
+    """For each run folder, (how many of its files, which runs) the runs with a manifest list."""
+    from chunkline.index.tables import listed_paths
+    from chunkline.pipeline.manifest import ManifestError, load_manifest
+
+    found: dict[str, tuple[set[str], list[str]]] = {}
+    for run in runs:
+        if run.counts is None:
+            continue  # no manifest read: it lists nothing
+        try:
+            manifest = load_manifest(tree.path(run.run_id))
+        except (ManifestError, FileNotFoundError, ValueError):
+            continue
+        for path in listed_paths(tree.path(run.run_id), manifest):
+            folder, _, name = path.partition("/")
+            if folder != run.run_id:
+                names, users = found.setdefault(folder, (set(), []))
+                names.add(name)
+                if run.run_id not in users:
+                    users.append(run.run_id)
+    return {folder: (len(names), users) for folder, (names, users) in found.items()}
 
 
 def list_runs(output: str) -> tuple[list[Run], list[str]]:
@@ -415,6 +468,13 @@ def runs_of(output: str, tree: LocalOutput | BucketOutput,
     if writer is not None and writer.run_id is not None and writer.run_id not in names:
         names = sorted([*names, writer.run_id], reverse=True)  # leased, not written yet
     runs = [describe_run(tree, name, latest, writer) for name in names]
+    readers = _readers_of(tree, runs)
+    for index, run in enumerate(runs):
+        if run.status == INCOMPLETE and run.run_id in readers:
+            count, users = readers[run.run_id]
+            runs[index] = dataclasses.replace(run, status=REFERENCED, reasons=(
+                f"no manifest of its own: holds {count} files run {', '.join(users)} reads "
+                "(gc keeps them)",))
     notes = [note] if note else []
     if latest is not None and latest not in names:
         notes.append(f"{output}/LATEST names {latest!r}, which is not a run directory here")
@@ -830,6 +890,16 @@ def collect(output: str, keep: int, dry_run: bool = False, timeout: float | None
             else:
                 tree.remove(removal.name)
             result.removed.append(removal)
+        if result.stopped is None and exclusion.holding:
+            # The Iceberg snapshots of the runs gc removed go too, with every metadata and
+            # delete file only they reached: a removed run leaves no byte behind.
+            from chunkline.index import iceberg
+
+            gone = {removal.name for removal in result.removed}
+            keep = {run.run_id for run in runs_of(output, tree, None)[0] if run.run_id not in gone}
+            if expired := iceberg.expire(output, keep):
+                result.notes.append(f"{expired} Iceberg metadata and delete files no kept snapshot "
+                                    "reads removed (the expired runs' snapshots)")
     finally:
         exclusion.exit()
     return result
@@ -849,10 +919,11 @@ def size_text(size: int) -> str:
 
 
 def _table(runs: list[Run]) -> Iterator[str]:
-    header = ("RUN", "STARTED (UTC)", "STATUS", "DOCUMENTS", "KEPT", "CHUNKS", "SIZE")
+    # SIZE: what the run's folder holds on disk; INDEX: what the run references, wherever it lies.
+    header = ("RUN", "STARTED (UTC)", "STATUS", "DOCUMENTS", "KEPT", "CHUNKS", "SIZE", "INDEX")
     rows = [(r.run_id, r.started.strftime("%Y-%m-%d %H:%M:%S") if r.started else "-", r.status,
              *(f"{r.counts[k]:,}" if r.counts else "-" for k in ("documents", "kept", "chunks")),
-             size_text(r.size)) for r in runs]
+             size_text(r.size), size_text(r.referenced) if r.referenced is not None else "-") for r in runs]
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     for row in [header, *rows]:
         yield "  ".join(cell.ljust(w) if i < 3 else cell.rjust(w)

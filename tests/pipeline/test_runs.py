@@ -300,7 +300,7 @@ def test_gc_beside_a_running_run_leaves_it_alone(built, tmp_path) -> None:
     assert all(set(files_of(output / name)) == listed_in(published, name) for name in kept)
     assert staged.exists()
     assert sorted(p.name for p in output.iterdir() if p.is_dir()) == \
-        sorted([built.published.run_id, running, "_cache", *kept])
+        sorted([built.published.run_id, running, "_cache", "_iceberg", *kept])
     assert files_of(output / "_cache") == files_of(built.output / "_cache")
 
 
@@ -322,7 +322,8 @@ def test_gc_under_its_lease_then_a_rerun_carries_every_document(built, tmp_path)
     assert all(set(files_of(output / name)) == listed_in(output / built.published.run_id, name)
                for name in kept)
     # The killed run's lease was taken over by gc and released with it.
-    assert sorted(p.name for p in output.iterdir()) == sorted(["LATEST", built.published.run_id, "_cache", *kept])
+    assert sorted(p.name for p in output.iterdir()) == sorted(["LATEST", built.published.run_id, "_cache", "_iceberg",
+                                                               *kept])
     assert files_of(output / "_cache") == files_of(built.output / "_cache")
     again = job(built.corpus, output)
     assert again.published

