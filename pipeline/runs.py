@@ -896,8 +896,8 @@ def collect(output: str, keep: int, dry_run: bool = False, timeout: float | None
             from chunkline.index import iceberg
 
             gone = {removal.name for removal in result.removed}
-            keep = {run.run_id for run in runs_of(output, tree, None)[0] if run.run_id not in gone}
-            if expired := iceberg.expire(output, keep):
+            kept_runs = {run.run_id for run in runs_of(output, tree, None)[0] if run.run_id not in gone}
+            if expired := iceberg.expire(output, kept_runs):
                 result.notes.append(f"{expired} Iceberg metadata and delete files no kept snapshot "
                                     "reads removed (the expired runs' snapshots)")
     finally:
