@@ -341,7 +341,8 @@ def _main_branch_at(snapshot_id: int) -> Any:
 
 
 def set_current(table: Any, snapshot_id: int) -> None:
-    """Make ``snapshot_id`` the ``main`` branch's snapshot (a rollback, or a staged run published)."""
+    """Make ``snapshot_id`` the ``main`` branch's snapshot of ``table`` alone (a rollback of one
+    table; :func:`publish_run` switches a run's tables together)."""
     from pyiceberg.table.update import AssertRefSnapshotId
 
     current = table.current_snapshot()
@@ -364,27 +365,72 @@ def run_files(output: str, manifest: Manifest, table: str) -> list[LiveData]:
 
 
 def publish_run(output: str, manifest: Manifest) -> dict[str, int]:
-    """Make the run ``manifest`` describes current in every consumer table it lists: its
-    snapshot when one was committed for it, else a new one made from the manifest (a run of an
-    earlier format is registered as it lies: nothing is rewritten). The snapshot ids by table."""
+    """Make the run ``manifest`` describes current in every consumer table it lists, all at
+    once. Write-audit-publish: each table's snapshot is committed first without becoming current
+    (staged; an existing snapshot of the run, as a rollback finds it, is reused), then every
+    table's ``main`` branch is switched to it in one catalog transaction (:func:`switch`), so
+    a reader of the catalog never sees one table at this run and another at the previous one,
+    and a process killed before the switch leaves every table as it was. A run of an earlier
+    format is registered as it lies: nothing is rewritten. The snapshot ids by table."""
     from chunkline.index.tables import has_table
 
     if not supported(output):
         return {}
     found = catalog(output)
-    committed: dict[str, int] = {}
+    staged: dict[str, tuple[Any, int]] = {}
     for name in TABLES:
         if not has_table(manifest, name):
             continue
         files = run_files(output, manifest, name)
         table = _evolved(_table(found, output, name, files[0].path), files[0].path)
         existing = snapshot_of_run(table, manifest.run_id)
-        if existing is not None:
-            set_current(table, existing.snapshot_id)
-            committed[name] = existing.snapshot_id
-        else:
-            committed[name] = commit_table(table, manifest.run_id, files)
-    return committed
+        snapshot_id = (existing.snapshot_id if existing is not None
+                       else commit_table(table, manifest.run_id, files, make_current=False))
+        staged[name] = (found.load_table((NAMESPACE, name)), snapshot_id)
+    switch(output, list(staged.values()))
+    return {name: snapshot_id for name, (_, snapshot_id) in staged.items()}
+
+
+def switch(output: str, targets: Sequence[tuple[Any, int]]) -> None:
+    """Point the ``main`` branch of each ``(table, snapshot id)`` at that snapshot, in one
+    transaction of the output's SQLite catalog: each table's new metadata file is written
+    first (immutable, unread until the catalog names it), then every catalog row moves at once,
+    each only if it still names the metadata the switch was made from (optimistic concurrency,
+    as pyiceberg's SqlCatalog commits one table). IcebergError when another writer moved one."""
+    import sqlite3
+
+    from pyiceberg.serializers import ToOutputFile
+    from pyiceberg.table.update import update_table_metadata
+
+    moves = []
+    for table, snapshot_id in targets:
+        current = table.current_snapshot()
+        if current is not None and current.snapshot_id == snapshot_id:
+            continue
+        before = table.metadata_location
+        metadata = update_table_metadata(table.metadata, (_main_branch_at(snapshot_id),),
+                                         metadata_location=before)
+        version = int(before.rsplit("/", 1)[-1].split("-", 1)[0]) + 1
+        after = table.location_provider().new_table_metadata_file_location(new_version=version)
+        ToOutputFile.table_metadata(metadata, table.io.new_output(after))
+        moves.append((after, before, table.name()[-1]))
+    if not moves:
+        return
+    connection = sqlite3.connect(_root(output) / CATALOG_FILE, timeout=60, isolation_level=None)
+    try:
+        connection.execute("BEGIN IMMEDIATE")
+        for after, before, name in moves:
+            moved = connection.execute(
+                "UPDATE iceberg_tables SET metadata_location = ?, previous_metadata_location = ? "
+                "WHERE catalog_name = ? AND table_namespace = ? AND table_name = ? AND metadata_location = ?",
+                (after, before, CATALOG_NAME, NAMESPACE, name, before)).rowcount
+            if moved != 1:
+                connection.execute("ROLLBACK")
+                raise IcebergError(f"{output}: the Iceberg table {NAMESPACE}.{name} was changed by another "
+                                   "writer meanwhile; nothing was switched")
+        connection.execute("COMMIT")
+    finally:
+        connection.close()
 
 
 @dataclasses.dataclass(frozen=True)
