@@ -114,8 +114,9 @@ class Measured:
     cpu_s: float
     peak_rss_mb: float
     run_dir_mb: float
-    written_mb: float = 0.0
+    written_mb: float = 0.0  # the run's folder's own files, plus what it added under _iceberg/
     index_mb: float = 0.0  # the run's tables: every file its manifest lists, wherever it lies
+    iceberg_mb: float = 0.0  # of written_mb: the Iceberg metadata, manifests and delete files
     counts: dict = field(default_factory=dict)
     each: list = field(default_factory=list)  # every repetition's pipeline s (--repeat)
 
@@ -259,6 +260,9 @@ def run_process(corpus: Path, output: Path, overrides: list[str]) -> Measured:
         *[part for override in overrides for part in ("--set", override)], "--allow-shrink",
     ]
     environment = dict(os.environ, PYTHONPATH=str(ROOT))
+    # A run adds its snapshots' metadata, manifests and position-delete files under _iceberg/
+    # and removes nothing there (gc does): what it wrote there is the growth.
+    iceberg_before = directory_bytes(output / "_iceberg") if (output / "_iceberg").is_dir() else 0
     started = time.perf_counter()
     process = subprocess.Popen(command, cwd=ROOT, env=environment,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -271,11 +275,12 @@ def run_process(corpus: Path, output: Path, overrides: list[str]) -> Measured:
         raise SystemExit(f"run failed (exit {code}): {shlex.join(command)}\n{log[-4000:]}")
     run_id = (output / "LATEST").read_text().strip()
     manifest = load_manifest(str(output / run_id))
+    iceberg = (directory_bytes(output / "_iceberg") if (output / "_iceberg").is_dir() else 0) - iceberg_before
     return Measured(
         pipeline_s=float(manifest.wall_seconds or 0), wall_s=wall,
         cpu_s=usage.ru_utime + usage.ru_stime, peak_rss_mb=usage.ru_maxrss / 1024,
         run_dir_mb=directory_bytes(output / run_id) / 1e6,
-        written_mb=written_bytes(output / run_id) / 1e6,
+        written_mb=(written_bytes(output / run_id) + iceberg) / 1e6, iceberg_mb=iceberg / 1e6,
         index_mb=index_bytes(output, run_id, manifest) / 1e6, counts=dict(manifest.counts))
 
 
@@ -350,13 +355,13 @@ def ratio(numerator: float, denominator: float) -> str:
 def nightly_report(title: str, command: str, rows: list[tuple[str, Measured]]) -> str:
     lines = [f"### {title}", "", f"`{command}`", "",
              "| run | pipeline s | wall s | outside pipeline s | CPU s | peak RSS MB | run dir MB "
-             "| written MB | index MB | written / index | documents carried | chunks embedded "
+             "| written MB | of it Iceberg MB | index MB | written / index | documents carried | chunks embedded "
              "| pipeline s of each repetition |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for name, m in rows:
         lines.append(f"| {name} | {m.pipeline_s:.2f} | {m.wall_s:.2f} | {m.outside_s:.2f} | "
                      f"{m.cpu_s:.1f} | {m.peak_rss_mb:.0f} | {m.run_dir_mb:.2f} | {m.written_mb:.2f} | "
-                     f"{m.index_mb:.2f} | {ratio(m.written_mb, m.index_mb)} | "
+                     f"{m.iceberg_mb:.3f} | {m.index_mb:.2f} | {ratio(m.written_mb, m.index_mb)} | "
                      f"{count(m.counts, 'documents_carried')} | {count(m.counts, 'embedded')} | "
                      + " ".join(f"{each:.2f}" for each in m.each) + " |")
     lines += ["", "| run | " + " | ".join(COUNT_KEYS) + " |",
