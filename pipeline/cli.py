@@ -173,9 +173,10 @@ def _run_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from chunkline.pipeline.summary import format_summary
 
     try:
-        with RunProgress(err, progress_mode(err, args.quiet), args.progress_interval):
+        with RunProgress(err, progress_mode(err, args.quiet), args.progress_interval) as progress:
             summary = run(config, args.beam_args, allow_shrink=args.allow_shrink,
                           start_over=args.start_over)
+            progress.settle(summary.counts)
     except LeaseHeld as exc:
         print(f"chunkline run: {redacted(str(exc))}", file=err)
         return EXIT_OUTPUT_BUSY

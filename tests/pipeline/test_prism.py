@@ -23,6 +23,7 @@ from typing import Any, Iterator
 import pytest
 from apache_beam.io.filesystems import FileSystems
 
+from chunkline.index.manifest import load_manifest
 from chunkline.pipeline.config import load_config
 from chunkline.pipeline.run import run
 from chunkline.pipeline.runners import RunnerUnavailable, find_prism, job_runner, runner_flags
@@ -72,11 +73,14 @@ def same_counts(counts: dict[str, int], expected: dict[str, int]) -> None:
         {k: v for k, v in expected.items() if k not in BATCHING}
 
 
-def check_same(summary: RunSummary, expected: RunSummary) -> None:
-    assert summary.reconciled and summary.published, summary.problems
-    assert not summary.unverified, summary.unverified  # Prism reports its metrics: counts checked
-    same_counts(summary.counts, expected.counts)
-    assert_same_tables(summary.run_dir, expected.run_dir, min_cosine=MIN_COSINE)
+def check_same(run_dir: str, expected: RunSummary) -> None:
+    """The run in ``run_dir`` (Prism's) was published with the counts and the tables of
+    ``expected`` (the in-process runner's), its counts checked against Prism's metrics."""
+    manifest = load_manifest(run_dir)
+    assert manifest.runner == "PrismRunner" and manifest.reconciled, manifest.problems
+    assert not manifest.unverified, manifest.unverified
+    same_counts(dict(manifest.counts), expected.counts)
+    assert_same_tables(run_dir, expected.run_dir, min_cosine=MIN_COSINE)
 
 
 def progress_done(err: str) -> dict[str, str]:
@@ -116,13 +120,7 @@ def test_prism_with_loopback_workers_gives_the_in_process_tables(local_runs, ste
     code, out, err = local_runs[step, "prism"]
     assert code == 0, err
     assert " on PrismRunner: " in out
-    prism_dir = out.split("output", 1)[1].split()[0]
-    from chunkline.index.manifest import load_manifest
-
-    manifest = load_manifest(prism_dir)
-    assert manifest.runner == "PrismRunner" and manifest.reconciled and not manifest.unverified
-    same_counts(manifest.counts, local.counts)
-    assert_same_tables(prism_dir, local.run_dir, min_cosine=MIN_COSINE)
+    check_same(out.split("output", 1)[1].split()[0], local)
     counts = local.counts
     if step == "first":
         assert counts["documents"] == DOCUMENTS + 1 and counts["duplicate"] == 1
@@ -147,30 +145,38 @@ def test_prism_with_loopback_workers_gives_the_in_process_tables(local_runs, ste
 def test_prism_with_external_workers_without_the_drivers_disk(tmp_path) -> None:
     """EXTERNAL workers in their own mount namespace (fresh tmpfs over /tmp and their working
     directory): they read the corpus and write the index on the storage emulator, the previous
-    run's rows and memo included, and side inputs reach them from Prism, not from this process."""
+    run's rows and memo included, and side inputs reach them from Prism, not from this process.
+    Their tallies never reach the driver: the display's last look is the run's counts."""
     corpus = tmp_path / "corpus"
     write_corpus(corpus, DOCUMENTS)
-    with storage_emulator(BUCKET):
+    with storage_emulator(BUCKET):  # its address in this process's environment: the command's too
         upload_tree(corpus, f"gs://{BUCKET}/corpus")
         with worker_pool(tmp_path / "pool", private=True) as port:
-            def both() -> tuple[RunSummary, RunSummary]:
+            def both() -> dict[str, int]:
                 settings = [f"input.pattern=gs://{BUCKET}/corpus/**"]
-                external = run(load_config(ROOT / "configs" / "prism.yaml",
-                                           [*settings, f"output.path=gs://{BUCKET}/external"]),
-                               ["--environment_type=EXTERNAL", f"--environment_config=localhost:{port}"])
+                code, out, err = cli("--config", str(ROOT / "configs" / "prism.yaml"), "--input", f"gs://{BUCKET}/corpus/**",
+                                     "--output", f"gs://{BUCKET}/external", "--progress-interval", "1000", "--",
+                                     "--environment_type=EXTERNAL", f"--environment_config=localhost:{port}")
+                assert code == 0, err
                 local = run(load_config(ROOT / "configs" / "local.yaml",
                                         [*settings, f"output.path=gs://{BUCKET}/in-process"]))
-                check_same(external, local)
-                return external, local
+                check_same(out.split("output", 1)[1].split()[0], local)
+                counts = local.counts
+                done = progress_done(err)
+                assert "files" not in done  # what the match stage tallied stayed with the workers
+                assert done["documents"] == (f"read {counts['read']:,}, kept {counts['kept']:,}, "
+                                             f"carried {counts.get('documents_carried', 0):,}")
+                assert done["chunks"].startswith(f"made {counts['chunks']:,}, ")
+                return counts
 
-            first, _ = both()
-            assert first.counts["documents"] == DOCUMENTS + 1 and first.counts["duplicate"] == 1
+            first = both()
+            assert first["documents"] == DOCUMENTS + 1 and first["duplicate"] == 1
             change(corpus)
             FileSystems.delete([f"gs://{BUCKET}/corpus/doc004.md"])
             upload_tree(corpus, f"gs://{BUCKET}/corpus")
-            again, _ = both()
-            assert again.counts["documents_carried"] == DOCUMENTS - 2 and again.counts["duplicate"] == 2
-            assert 0 < again.counts["embedded"] < first.counts["embedded"]
+            again = both()
+            assert again["documents_carried"] == DOCUMENTS - 2 and again["duplicate"] == 2
+            assert 0 < again["embedded"] < first["embedded"]
 
 
 def test_a_missing_prism_location_is_one_line_without_a_download(tmp_path) -> None:
