@@ -88,8 +88,10 @@ def run_once(name: str, corpus: Path, output: Path) -> tuple[float, float, float
     pool = None
     if "EXTERNAL" in name:
         port = free_port()
+        pool_dir = output.with_name(output.name + "-pool")  # in the bench's scratch folder, removed with it
+        pool_dir.mkdir(parents=True)
         pool = psutil.Popen([sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main",
-                             f"--service_port={port}"], cwd=tempfile.mkdtemp(prefix="bench-pool-"), env=env,
+                             f"--service_port={port}"], cwd=pool_dir, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(3)  # the pool listening before the job asks it for workers
         roots.append(pool)
