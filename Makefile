@@ -43,6 +43,22 @@ PYTEST  := $(PY) -m pytest -q -n $(WORKERS) --dist loadfile
 RANGE_TESTS ?= -n $(WORKERS) --dist loadfile \
     tests/pipeline/test_graph_configurations.py tests/pipeline/test_pipeline_e2e.py tests/transforms
 
+# Prism, Beam's portable runner in Go (runner.name PrismRunner), at the lock's Beam version, built
+# from source into the venv's bin (where chunkline finds it; Beam would otherwise download it at
+# run time): ~90 s the first time, seconds from Go's caches after. Without Go, or when the build
+# fails (no module proxy), one line and setup goes on: every other runner works without it.
+BEAM_VERSION := $(patsubst apache-beam==%,%,$(shell grep -m1 '^apache-beam==' requirements-dev.lock))
+PRISM_PKG    := github.com/apache/beam/sdks/v2/go/cmd/prism@v$(BEAM_VERSION)
+define BUILD_PRISM
+@if ! command -v go >/dev/null 2>&1; then \
+    echo "make setup: go not found, Prism not built (PrismRunner needs it; install Go and rerun, see docs/runners.md)"; \
+elif GOBIN=$(abspath $(VENV))/bin go install $(PRISM_PKG); then \
+    echo "make setup: Prism v$(BEAM_VERSION) in $(VENV)/bin/prism"; \
+else \
+    echo "make setup: go install $(PRISM_PKG) failed, Prism not built (see above)"; \
+fi
+endef
+
 .PHONY: setup demo split-demo docs lint test test-fast test-lowest test-newest test-range lock bench clean chromium libreoffice
 
 setup: $(STAMP)
@@ -55,6 +71,7 @@ $(STAMP): pyproject.toml requirements.lock requirements-dev.lock
 	$(UV) -r requirements-dev.lock
 	$(UV) --no-deps -e .
 	$(PY) -m pip check
+	$(BUILD_PRISM)
 	touch $(STAMP)
 
 # Refresh the locks to the newest versions pyproject.toml allows; commit both, and CI tests them.

@@ -151,13 +151,21 @@ def _run_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     except ConfigError as exc:
         print(f"chunkline run: {redacted(str(exc))}", file=err)
         return 2
-    for extra, module in config_extras(config):  # before Beam starts: one line, exit 2
-        require(extra, module)
     # Our progress lines at INFO; Beam's own chatter (type-hint notes, state cache) only when it
-    # matters.
+    # matters. First: Beam's PipelineOptions() calls logging.basicConfig() itself, and the first
+    # call decides.
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s",
                         datefmt="%H:%M:%S")
     logging.getLogger("chunkline").setLevel(logging.WARNING if args.quiet else logging.INFO)
+    from chunkline.pipeline.runners import RunnerUnavailable, runner_flags
+
+    try:  # a runner that cannot start here (no Prism binary): one line, before the model loads
+        runner_flags(config.runner.name, list(config.runner.options) + list(args.beam_args))
+    except RunnerUnavailable as exc:
+        print(f"chunkline run: {redacted(str(exc))}", file=err)
+        return exits.USAGE
+    for extra, module in config_extras(config):  # before Beam starts: one line, exit 2
+        require(extra, module)
     from chunkline.embedder import ModelNotAvailable
     from chunkline.pipeline.lease import LeaseHeld
     from chunkline.pipeline.progress import RunProgress, progress_mode
@@ -165,9 +173,10 @@ def _run_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from chunkline.pipeline.summary import format_summary
 
     try:
-        with RunProgress(err, progress_mode(err, args.quiet), args.progress_interval):
+        with RunProgress(err, progress_mode(err, args.quiet), args.progress_interval) as progress:
             summary = run(config, args.beam_args, allow_shrink=args.allow_shrink,
                           start_over=args.start_over)
+            progress.settle(summary.counts)
     except LeaseHeld as exc:
         print(f"chunkline run: {redacted(str(exc))}", file=err)
         return EXIT_OUTPUT_BUSY

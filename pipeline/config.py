@@ -91,10 +91,12 @@ def options_section(cls: type, **extra_fields: Any) -> type[_OptionsSection[Any]
 
 
 class RunnerConfig(_Section):
-    name: Literal["FnApiRunner", "PortableRunner", "FlinkRunner", "DataflowRunner", "DirectRunner"] = Field(
+    name: Literal["FnApiRunner", "PrismRunner", "PortableRunner", "FlinkRunner", "DataflowRunner",
+                  "DirectRunner"] = Field(
         "FnApiRunner",
-        description="Beam runner. FnApiRunner is in-process (DirectRunner first tries to "
-        "download the Prism binary).",
+        description="Beam runner. FnApiRunner is in-process (DirectRunner runs as it: chunkline "
+        "never lets Beam download Prism). PrismRunner is Beam's portable runner in Go: the binary "
+        "`make setup` builds into the venv (with Go), else `prism` on PATH, else --prism_location.",
     )
     options: tuple[str, ...] = Field(
         (), description="Beam pipeline options, e.g. --direct_num_workers=2 or --project=x."

@@ -5,7 +5,9 @@ The numbers are the stages' own tallies (``transforms/progress.py``): the driver
 in ``CHUNKLINE_PROGRESS_DIR`` before the job starts, every worker process on this machine (the
 in-process runner's threads, the multi-process runner's workers) writes its counts there, and a
 thread here sums them a few times a second. On Dataflow or Flink the workers run elsewhere and
-the runner's console shows the same counters (docs/operations.md, "Running it every night").
+the runner's console shows the same counters (docs/operations.md, "Running it every night");
+there, as with an EXTERNAL worker pool, the display's last look is the run's own counts
+(:meth:`RunProgress.settle`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, TextIO
+from typing import TYPE_CHECKING, Literal, Mapping, TextIO
 
 from chunkline.transforms.counters import (
     CHUNKS_CARRIED,
@@ -92,8 +94,9 @@ def view(totals: dict[str, int], elapsed: float, chunk_rate: float = 0.0,
     chunks_carried = get(_key(CHUNKS_CARRIED), 0)
     made = get(SPLIT_CHUNKS, 0) + chunks_carried
     embedded, reused = get(_key(CHUNKS_EMBEDDED), 0), get(_key(CHUNKS_REUSED), 0)
-    rows = [("files", f"{read:,} of {matched:,} read"),
-            ("documents", f"read {documents:,}, kept {kept:,}, carried {carried:,}"),
+    # Files are known from the match stage's tallies alone (a run's counts hold documents).
+    rows = [("files", f"{read:,} of {matched:,} read")] if PIECES_MATCHED in totals or not totals else []
+    rows += [("documents", f"read {documents:,}, kept {kept:,}, carried {carried:,}"),
             ("chunks", f"made {made:,}, carried {chunks_carried:,}, embedded {embedded:,}"
                        + (f" at {token_rate:,.0f} tokens/s" if token_rate else "")
                        + f", reused {reused:,}")]
@@ -112,6 +115,17 @@ def view(totals: dict[str, int], elapsed: float, chunk_rate: float = 0.0,
     return rows
 
 
+def totals_of_counts(counts: Mapping[str, int]) -> dict[str, int]:
+    """The display's keys from a finished run's counts (``RunSummary.counts``: its tables and
+    the runner's committed counters)."""
+    carried, chunks_carried = counts.get("documents_carried", 0), counts.get("chunks_carried", 0)
+    return {_key(READ_DOCUMENTS): counts.get("read", counts.get("documents", 0)),
+            _key(DOCUMENTS_CARRIED): carried, SPLIT_DOCUMENTS: counts.get("kept", 0) - carried,
+            _key(CHUNKS_CARRIED): chunks_carried, SPLIT_CHUNKS: counts.get("chunks", 0) - chunks_carried,
+            _key(CHUNKS_EMBEDDED): counts.get("embedded", 0), _key(CHUNKS_REUSED): counts.get("reused", 0),
+            WRITTEN.format(table="chunks"): counts.get("chunks", 0)}
+
+
 class RunProgress:
     """``with RunProgress(stream, mode):`` around a run: the job's tallies shown while it runs;
     ``final`` holds the last totals once it is done."""
@@ -125,6 +139,7 @@ class RunProgress:
         self._previous_env: str | None = None
         self._live: Live | None = None
         self._handlers: list[logging.Handler] = []
+        self._settled: dict[str, int] | None = None
 
     def __enter__(self) -> "RunProgress":
         if self.mode == "off":
@@ -142,6 +157,12 @@ class RunProgress:
         self._thread.start()
         return self
 
+    def settle(self, counts: Mapping[str, int]) -> None:
+        """The run's own counts, once it is done. Where no worker's tallies reached this
+        machine (an EXTERNAL pool's workers, a cluster's: they run elsewhere), the last look
+        shows these rather than zeros, so that it says what the summary says."""
+        self._settled = totals_of_counts(counts)
+
     def __exit__(self, *exc_info) -> None:
         directory = self._directory
         if self.mode == "off" or directory is None:  # off, or never entered
@@ -151,6 +172,8 @@ class RunProgress:
             self._thread.join()
         flush_progress()  # this process's own last counts (the in-process runner's workers)
         self.final = read_totals(directory)
+        if self._settled is not None and not ({_key(READ_DOCUMENTS), _key(READ_REJECTED)} & set(self.final)):
+            self.final = self._settled
         self._show(self.final, final=True)
         if self._live is not None:
             self._live.stop()

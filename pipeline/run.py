@@ -17,6 +17,8 @@ import apache_beam as beam
 import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.runners.runner import PipelineRunner
 
 import chunkline
 from chunkline.records import DUPLICATE, KEPT, REJECTED
@@ -27,7 +29,7 @@ from chunkline.index.layout import LATEST, MANIFEST, STAGED_LATEST
 from chunkline.index.manifest_types import (FORMAT, INLINE_FORMAT, Listing, Manifest, Model, Split, access_from,
                                             bm25_from, parse_listing, to_json)
 from chunkline.index.tables import listed_deletions, read_table, relative_path
-from chunkline.pipeline.beam_options import job_options
+from chunkline.pipeline.runners import IN_PROCESS, job_runner
 from chunkline.pipeline.build import build
 from chunkline.pipeline.config import Config, to_dict
 from chunkline.pipeline.lease import OutputLease
@@ -47,7 +49,7 @@ from chunkline.carry import CARRY_TABLE
 from chunkline.state import STATE_TABLE
 from chunkline.transforms.counters import (
     CARRY_COUNTERS, CHUNKS_CARRIED, CHUNKS_EMBEDDED, CHUNKS_REUSED, READ_DOCUMENTS, READ_REJECTED, READ_SETTLED,
-    REUSE_REJECTED, TOKENS_EMBEDDED,
+    REUSE_REJECTED, TOKENS_EMBEDDED, committed,
     TOKENS_PADDED,
 )
 
@@ -90,12 +92,6 @@ def _baseline(config: Config) -> str | None:
         return resolve_run(config.output.previous)
     except ManifestError:
         return None
-
-
-# How often, at most, the in-process runner's state sampler wakes (Beam's default: 200 ms).
-# Ending a bundle joins the sampler's thread, which sleeps up to this long: with 200 ms a
-# stage that ran long enough waits ~100 ms for nothing, in every run, on every stage.
-STATE_SAMPLING_MS = 10
 
 
 # CPython collects its youngest generation every 700 net allocations, and the older ones in
@@ -157,19 +153,6 @@ def _keep_arrow_pages() -> None:
         pa.set_memory_pool(pa.jemalloc_memory_pool())
     except NotImplementedError:  # a build without jemalloc keeps its default
         pass
-
-
-def _runner(config: Config):
-    if config.runner.name == "FnApiRunner":
-        from apache_beam.runners.portability.fn_api_runner import FnApiRunner
-        from apache_beam.runners.worker import statesampler
-
-        # The bundle processor builds its sampler with the default period and no option to set
-        # it; the in-process runner's bundles run in this process, so the default is set here.
-        statesampler.StateSampler.__init__.__defaults__ = (STATE_SAMPLING_MS,)
-        _keep_arrow_pages()
-        return FnApiRunner()
-    return config.runner.name
 
 
 def _files(run_dir: str, table: str) -> list[str]:
@@ -303,12 +286,11 @@ def _segment_counts(result) -> dict[int, int] | None:
         return None
     counts: dict[int, int] = {}
     for counter in found["counters"]:
-        value = counter.committed if counter.committed is not None else counter.attempted
         try:
             ordinal = int(counter.key.metric.name)
         except ValueError:
             continue
-        counts[ordinal] = counts.get(ordinal, 0) + (value or 0)
+        counts[ordinal] = counts.get(ordinal, 0) + committed(counter)
     return counts
 
 
@@ -340,8 +322,7 @@ def _credentials(result, mode: str) -> dict[str, Any]:
         counters = []
     for counter in counters:
         name = counter.key.metric.name
-        found[name] = found.get(name, 0) + (counter.committed if counter.committed is not None
-                                            else counter.attempted)
+        found[name] = found.get(name, 0) + committed(counter)
     kinds = {name.removeprefix(KIND_PREFIX): n for name, n in sorted(found.items())
              if name.startswith(KIND_PREFIX) and n}
     # What became of each kind: in a rejected document, or masked in an indexed one.
@@ -355,7 +336,7 @@ def _metric(result, namespace: str, name: str) -> int | None:
         found = result.metrics().query(beam.metrics.MetricsFilter().with_namespace(namespace).with_name(name))
     except Exception:  # noqa: BLE001 - some runners do not report metrics; counts then come from files
         return None
-    values = [c.committed if c.committed is not None else c.attempted for c in found["counters"]]
+    values = [committed(counter) for counter in found["counters"]]
     return sum(values) if values else None
 
 
@@ -510,23 +491,26 @@ def run(config: Config, beam_args: Sequence[str] = (), allow_shrink: bool = Fals
     every shard exists, and LATEST switched only for a run that reconciles and passes the
     publish guard (:func:`shrink_guard`; ``allow_shrink`` overrides the guard, nothing else)."""
     started = time.monotonic()
+    # First: a runner that cannot start here (no Prism binary) is one line before any work.
+    runner, options = job_runner(config.runner.name, list(config.runner.options) + list(beam_args))
     config = absolute_paths(config)  # the workers' working directory is not this process's
     run_id = new_run_id(config)
     preflight(config, run_id, start_over)
     with OutputLease(config.output.path, run_id, config.output.lease_timeout_s) as lease:
-        return _run_leased(config, beam_args, allow_shrink, run_id, lease, started)
+        return _run_leased(config, runner, options, allow_shrink, run_id, lease, started)
 
 
-def _run_leased(config: Config, beam_args: Sequence[str], allow_shrink: bool, run_id: str,
-                lease: OutputLease, started: float) -> RunSummary:
+def _run_leased(config: Config, runner: PipelineRunner | str, options: PipelineOptions, allow_shrink: bool,
+                run_id: str, lease: OutputLease, started: float) -> RunSummary:
     job = plan(config, run_id)
     try:
         if removed := remove_dead_spills(config.output.path):
             log.info("removed %d parts left by a run that died", removed)
     except Exception as exc:  # noqa: BLE001 - stale temporary files must not stop a run
         log.warning("could not remove the parts of a dead run: %s", exc)
-    options = job_options(list(config.runner.options) + list(beam_args))
-    pipeline = beam.Pipeline(runner=_runner(config), options=options)
+    if config.runner.name in IN_PROCESS:
+        _keep_arrow_pages()
+    pipeline = beam.Pipeline(runner=runner, options=options)
     build(pipeline, config, job)
     log.info("running %s on %s into %s", run_id, config.runner.name, job.run_dir)
     try:

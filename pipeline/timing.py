@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from chunkline.transforms.counters import committed
+
 # The URN, which the Python SDK reports split at its first colon: namespace "beam", name the rest.
 EXECUTION_TIME = "beam:metric:ptransform_execution_time:total_msecs:v1"
 
@@ -30,9 +32,8 @@ def stage_seconds(result: Any) -> dict[str, float] | None:
         # ``ref_PCollection_...`` steps are the runner's own data channels, not the graph's.
         if urn != EXECUTION_TIME or not counter.key.step or counter.key.step.startswith("ref_"):
             continue
-        value = counter.committed if counter.committed is not None else counter.attempted
         stage = counter.key.step.split("/", 1)[0]
-        msecs[stage] = msecs.get(stage, 0) + int(value or 0)
+        msecs[stage] = msecs.get(stage, 0) + committed(counter)
     if not msecs:
         return None
     return {stage: ms / 1000 for stage, ms in sorted(msecs.items(), key=lambda kv: (-kv[1], kv[0]))

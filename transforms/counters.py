@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 
 class Counter(NamedTuple):
@@ -39,3 +39,13 @@ CHUNKS_CARRIED = Counter("carry", "chunks_carried")
 CARRY_REJECTED = Counter("carry", "carry_rejected")
 CARRY_COUNTERS = (DOCUMENTS_CARRIED, DOCUMENTS_RECOMPUTED, DOCUMENTS_CHANGED, DOCUMENTS_REDONE,
                   DOCUMENTS_NEW, DOCUMENTS_GONE, CHUNKS_CARRIED, CARRY_REJECTED)
+
+
+def committed(result: Any) -> int:
+    """A counter's value as the run counts it (``result``: a ``MetricResult``): its committed
+    value, the work of bundles that succeeded, a retried bundle once; its attempted value only
+    where the runner keeps none committed. Never attempted first: Prism's attempted value is
+    the last progress report of one bundle, not a total
+    (``sdks/go/pkg/beam/runners/prism/internal/jobservices/metrics.go``)."""
+    value = result.committed if result.committed is not None else result.attempted
+    return int(value or 0)

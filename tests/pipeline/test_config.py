@@ -25,7 +25,7 @@ from chunkline.pipeline.config import Config, ConfigError, load_config, validate
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
-@pytest.mark.parametrize("name", ["local.yaml", "portable.yaml", "flink.yaml", "dataflow.yaml"])
+@pytest.mark.parametrize("name", ["local.yaml", "portable.yaml", "prism.yaml", "flink.yaml", "dataflow.yaml"])
 def test_shipped_configs_validate(name: str) -> None:
     config = load_config(CONFIGS / name)
     assert isinstance(config, Config)

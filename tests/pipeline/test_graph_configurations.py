@@ -44,7 +44,7 @@ COMPANIONS: dict[tuple[str, Any], dict[str, Any]] = {
     ("embed.mode", "late"): {"embed.backend": "torch"},
 }
 # Each runner the README names, with the config file that gives it its required options.
-RUNNER_CONFIGS = {"PortableRunner": "portable.yaml", "FlinkRunner": "flink.yaml",
+RUNNER_CONFIGS = {"PortableRunner": "portable.yaml", "PrismRunner": "prism.yaml", "FlinkRunner": "flink.yaml",
                   "DataflowRunner": "dataflow.yaml"}
 
 
