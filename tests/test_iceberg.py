@@ -166,3 +166,27 @@ def test_expiring_the_runs_not_kept_removes_every_file_only_they_reached(tmp_pat
     left = {str(p) for p in (output / iceberg.ICEBERG_DIR / "terms").rglob("*") if p.is_file()}
     assert iceberg._remove_orphans(table, output / iceberg.ICEBERG_DIR / "terms") == 0
     assert left == {str(p) for p in (output / iceberg.ICEBERG_DIR / "terms").rglob("*") if p.is_file()}
+
+
+def test_the_tables_command_names_each_table_s_metadata_and_how_to_read_it(tmp_path) -> None:
+    import io
+    import json
+
+    from chunkline.pipeline.cli import main
+
+    output = tmp_path / "out"
+    a = write_file(output, "run1/terms-0.parquet", 0, 12)
+    snapshot = commit(output, "run1", {a: (0, 12, {4})})
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["tables", str(output), "--json"], out, err) == 0, err.getvalue()
+    (described,) = json.loads(out.getvalue())["tables"]
+    assert (described["identifier"], described["rows"], described["run_id"], described["snapshot_id"]) == \
+        ("chunkline.terms", 11, "run1", snapshot)
+    # The DuckDB line, run as printed (its extension loaded from the PyPI package), reads the rows.
+    from tests.iceberg_engines import duckdb_connection
+
+    query = described["read"]["duckdb"].split("; ", 1)[1]
+    assert len(duckdb_connection().execute(query).fetchall()) == 11
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["tables", str(tmp_path / "nothing")], out, err) == 2
+    assert len(err.getvalue().splitlines()) == 1 and "no Iceberg tables yet" in err.getvalue()
