@@ -190,3 +190,21 @@ def test_the_tables_command_names_each_table_s_metadata_and_how_to_read_it(tmp_p
     out, err = io.StringIO(), io.StringIO()
     assert main(["tables", str(tmp_path / "nothing")], out, err) == 2
     assert len(err.getvalue().splitlines()) == 1 and "no Iceberg tables yet" in err.getvalue()
+
+
+def test_metadata_files_stay_bounded_without_gc(tmp_path) -> None:
+    """Every commit writes a metadata file holding every snapshot: past the last few, the older
+    ones go, so nightly runs never gc'd do not keep a growing copy a night."""
+    output = tmp_path / "out"
+    a = write_file(output, "run0/terms-0.parquet", 0, 40)
+    found = iceberg.catalog(str(output))
+    table = iceberg._table(found, str(output), "terms", a)
+    for night in range(8):
+        snapshot = iceberg.commit_table(table, f"run{night}", [iceberg.LiveData(a, list(range(night)))],
+                                        make_current=False)
+        table = found.load_table((iceberg.NAMESPACE, "terms"))
+        iceberg.switch(str(output), [(table, snapshot)])
+        table = found.load_table((iceberg.NAMESPACE, "terms"))
+    files = list((output / iceberg.ICEBERG_DIR / "terms" / "metadata").glob("*.metadata.json"))
+    assert len(files) <= iceberg.PREVIOUS_METADATA_FILES + 1
+    assert_engines_read(output, {"terms": live_rows({a: (0, 40, set(range(7)))})})

@@ -56,6 +56,12 @@ DELETE_POS_ID = 2147483545
 # Manifests and manifest lists are Avro; deflate is the codec every reader above decodes (DuckDB's
 # Avro reader rejects zstandard's).
 AVRO_CODEC: Final[Literal["deflate"]] = "deflate"
+# Each commit writes a new metadata file holding every snapshot: the older ones are removed past
+# the last few (Iceberg's own table properties; pyiceberg honours them on its commits, and
+# :func:`switch` on its own), so a table that is never gc'd does not grow by a whole copy a night.
+PREVIOUS_METADATA_FILES = 10
+METADATA_RETENTION = {"write.metadata.delete-after-commit.enabled": "true",
+                      "write.metadata.previous-versions-max": str(PREVIOUS_METADATA_FILES)}
 
 
 class IcebergError(RuntimeError):
@@ -119,7 +125,7 @@ def _table(found: Any, output: str, name: str, first_file: str) -> Any:
         pass
     schema = _iceberg_schema(pq.read_schema(first_file))
     table = found.create_table(identifier, schema=schema, location=location,
-                               properties={"format-version": "2"})
+                               properties={"format-version": "2", **METADATA_RETENTION})
     with table.transaction() as transaction:
         transaction.set_properties({"schema.name-mapping.default": schema.name_mapping.model_dump_json()})
     return found.load_table(identifier)
@@ -431,6 +437,20 @@ def switch(output: str, targets: Sequence[tuple[Any, int]]) -> None:
         connection.execute("COMMIT")
     finally:
         connection.close()
+    for table, _ in targets:
+        _trim_metadata(table.refresh())
+
+
+def _trim_metadata(table: Any) -> None:
+    """Remove ``table``'s metadata files older than the last :data:`PREVIOUS_METADATA_FILES` its
+    metadata log names (readers holding one of those still read it)."""
+    kept = {table.metadata_location.removeprefix("file://")}
+    kept |= {entry.metadata_file.removeprefix("file://")
+             for entry in table.metadata.metadata_log[-PREVIOUS_METADATA_FILES:]}
+    folder = Path(table.metadata.location.removeprefix("file://")) / "metadata"
+    for path in folder.glob("*.metadata.json"):
+        if str(path) not in kept:
+            path.unlink(missing_ok=True)
 
 
 @dataclasses.dataclass(frozen=True)
