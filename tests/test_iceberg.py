@@ -208,3 +208,28 @@ def test_metadata_files_stay_bounded_without_gc(tmp_path) -> None:
     files = list((output / iceberg.ICEBERG_DIR / "terms" / "metadata").glob("*.metadata.json"))
     assert len(files) <= iceberg.PREVIOUS_METADATA_FILES + 1
     assert_engines_read(output, {"terms": live_rows({a: (0, 40, set(range(7)))})})
+
+
+def test_a_column_whose_type_cannot_evolve_starts_the_table_anew(tmp_path) -> None:
+    """Vectors stored as floats, then as int8 (embed.vector_dtype changed): Iceberg cannot
+    evolve float into int, so the run's snapshot starts a new table, read alike by every engine."""
+    output = tmp_path / "out"
+    floats = tmp_path / "out" / "run1" / "chunks-0.parquet"
+    floats.parent.mkdir(parents=True)
+    pq.write_table(pa.table({"doc_id": ["a", "b"], "chunk_index": pa.array([0, 0], pa.int32()),
+                             "embedding": pa.array([[0.5, 0.5], [1.0, 0.0]], pa.list_(pa.float32(), 2))}), floats)
+    manifest_rows = {"run1": str(floats.resolve())}
+    found = iceberg.catalog(str(output))
+    table = iceberg._table(found, str(output), "chunks", manifest_rows["run1"])
+    iceberg.switch(str(output), [(table, iceberg.commit_table(table, "run1", [iceberg.LiveData(manifest_rows["run1"], [])],
+                                                            make_current=False))])
+    ints = tmp_path / "out" / "run2" / "chunks-0.parquet"
+    ints.parent.mkdir(parents=True)
+    written = pa.table({"doc_id": ["a", "b"], "chunk_index": pa.array([0, 0], pa.int32()),
+                        "embedding": pa.array([[64, 64], [127, 0]], pa.list_(pa.int8(), 2)),
+                        "embedding_scale": pa.array([0.01, 0.01], pa.float32())})
+    pq.write_table(written, ints)
+    table = iceberg._evolved(found, str(output), found.load_table((iceberg.NAMESPACE, "chunks")), str(ints.resolve()))
+    snapshot = iceberg.commit_table(table, "run2", [iceberg.LiveData(str(ints.resolve()), [])], make_current=False)
+    iceberg.switch(str(output), [(found.load_table((iceberg.NAMESPACE, "chunks")), snapshot)])
+    assert_engines_read(output, {"chunks": written.select(["doc_id", "chunk_index", "embedding_scale"])})

@@ -131,21 +131,41 @@ def _table(found: Any, output: str, name: str, first_file: str) -> Any:
     return found.load_table(identifier)
 
 
-def _evolved(table: Any, first_file: str) -> Any:
-    """``table`` with its schema grown to hold ``first_file``'s columns (a config that adds a
-    column, e.g. ``embedding_scale`` of int8 vectors): union by name, as pyiceberg evolves it."""
+def _evolved(found: Any, output: str, table: Any, first_file: str) -> Any:
+    """``table`` able to hold ``first_file``'s columns: as it is when they match; its schema grown
+    by name when the file adds columns (a config that adds one, e.g. ``embedding_scale`` of int8
+    vectors), as pyiceberg evolves it; made anew when a column's type changed in a way Iceberg
+    cannot evolve (float vectors stored as int8 now): the run's snapshot is then the new table's
+    first, and ``chunkline publish`` of an earlier run registers that run again."""
     import pyarrow.parquet as pq
+    from pyiceberg.exceptions import ResolveError, ValidationError
+    from pyiceberg.io.pyarrow import _check_pyarrow_schema_compatible
 
     arrow = pq.read_schema(first_file)
-    known = {field.name for field in table.schema().fields}
-    if {field.name for field in arrow} <= known:
+
+    def holds(candidate: Any) -> bool:
+        try:
+            _check_pyarrow_schema_compatible(candidate.schema(), arrow, format_version=2)
+            return True
+        except ValueError:
+            return False
+
+    if holds(table):
         return table
-    with table.update_schema() as update:
-        update.union_by_name(_iceberg_schema(arrow))
-    with table.transaction() as transaction:
-        transaction.set_properties(
-            {"schema.name-mapping.default": table.schema().name_mapping.model_dump_json()})
-    return table.refresh()
+    try:
+        with table.update_schema() as update:
+            update.union_by_name(_iceberg_schema(arrow))
+        with table.transaction() as transaction:
+            transaction.set_properties(
+                {"schema.name-mapping.default": table.schema().name_mapping.model_dump_json()})
+        table = table.refresh()
+        if holds(table):
+            return table
+    except (ValueError, ValidationError, ResolveError):  # pyiceberg's refusal of the evolution
+        pass
+    name = table.name()[-1]
+    found.drop_table((NAMESPACE, name))
+    return _table(found, output, name, first_file)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -388,7 +408,7 @@ def publish_run(output: str, manifest: Manifest) -> dict[str, int]:
         if not has_table(manifest, name):
             continue
         files = run_files(output, manifest, name)
-        table = _evolved(_table(found, output, name, files[0].path), files[0].path)
+        table = _evolved(found, output, _table(found, output, name, files[0].path), files[0].path)
         existing = snapshot_of_run(table, manifest.run_id)
         snapshot_id = (existing.snapshot_id if existing is not None
                        else commit_table(table, manifest.run_id, files, make_current=False))
@@ -409,6 +429,7 @@ def switch(output: str, targets: Sequence[tuple[Any, int]]) -> None:
     from pyiceberg.table.update import update_table_metadata
 
     moves = []
+    targets = [(table.refresh(), snapshot_id) for table, snapshot_id in targets]  # as committed now
     for table, snapshot_id in targets:
         current = table.current_snapshot()
         if current is not None and current.snapshot_id == snapshot_id:

@@ -3,6 +3,8 @@ corpus read back with pyarrow."""
 
 from __future__ import annotations
 
+from tests.helpers import record_rewritten_files
+
 import io
 import json
 from collections import Counter
@@ -216,6 +218,7 @@ def one_sided(demo, tmp_path_factory) -> dict[str, Path]:
                 nulls = pa.nulls(len(table), pa.list_(pa.float32()))
                 pq.write_table(table.set_column(at, pa.field("embedding", nulls.type), nulls), shard)
         (run_dir / "manifest.json").write_text(json.dumps(manifest))
+        record_rewritten_files(run_dir)  # as a run written with embed: null recorded its files
         made[name] = run_dir.parent
     return made
 

@@ -12,7 +12,8 @@ where the row sits, so multiplying only the kept rows moved scores in their last
 
 from __future__ import annotations
 
-import hashlib
+from tests.helpers import record_rewritten_files
+
 
 import dataclasses
 import io
@@ -257,13 +258,7 @@ def test_int8_vectors_rank_as_the_per_table_scores(demo, questions, tmp_path) ->
         table = table.set_column(table.schema.get_field_index("embedding"), "embedding", values)
         pq.write_table(table.append_column("embedding_scale", pa.array([s for _, s in stored], pa.float32())),
                        shard)
-    # As a run storing int8 would have recorded them: each file's size and digest as written.
-    described = json.loads((run_dir / "manifest.json").read_text())
-    for entry in described["tables"]["chunks"]:
-        written = copy / entry["path"]
-        entry["bytes"] = written.stat().st_size
-        entry["digest"] = hashlib.blake2b(written.read_bytes(), digest_size=16).hexdigest()
-    (run_dir / "manifest.json").write_text(json.dumps(described))
+    record_rewritten_files(run_dir)  # as a run storing int8 would have recorded its files
     index = Index.open(str(copy))
     manifest = load_manifest(str(run_dir))
     chunks = load_chunks(str(run_dir), manifest)
