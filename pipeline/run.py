@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import hashlib
 import json
 import logging
 import os
@@ -25,6 +24,7 @@ from chunkline.records import DUPLICATE, KEPT, REJECTED
 from chunkline.context import COUNTERS as CONTEXT_COUNTERS
 from chunkline.context import METRICS_NAMESPACE as CONTEXT_NAMESPACE
 from chunkline.context import estimate_cost, over_failure_budget, summary_lines
+from chunkline.index import storage
 from chunkline.index.layout import LATEST, MANIFEST, STAGED_LATEST
 from chunkline.index.manifest_types import (FORMAT, INLINE_FORMAT, Listing, Manifest, Model, Split, access_from,
                                             bm25_from, parse_listing, to_json)
@@ -182,7 +182,7 @@ def _recorded(previous_run: str | None, output: str) -> dict[str, tuple[int | No
     """Each file the previous run of ``output`` lists: (its size, its digest) as recorded when
     it was written, by its path relative to OUTPUT. A file a run keeps is described as it was
     written, never as it is found now: one changed since is then refused by every reader."""
-    if previous_run is None or _parent(previous_run) != output.rstrip("/"):
+    if previous_run is None or storage.parent(previous_run) != output.rstrip("/"):
         return {}
     try:
         manifest = load_manifest(previous_run)
@@ -191,19 +191,6 @@ def _recorded(previous_run: str | None, output: str) -> dict[str, tuple[int | No
     listing = manifest.listing
     return {entry.path: (entry.bytes, entry.digest)
             for entries in listing.tables.values() for entry in entries}
-
-
-def _parent(path: str) -> str:
-    return path.rstrip("/").rsplit("/", 1)[0]
-
-
-def _stream_digest(path: str) -> str:
-    """BLAKE2b-128 of the file at ``path`` (``chunkline.index.tables.file_digest``), streamed."""
-    digest = hashlib.blake2b(digest_size=16)
-    with FileSystems.open(path) as handle:
-        while block := handle.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def run_tables(run_dir: str, tables: Sequence[str], previous_run: str | None = None) -> RunTables:
@@ -240,7 +227,8 @@ def run_tables(run_dir: str, tables: Sequence[str], previous_run: str | None = N
             if entry["path"].startswith(own) or size is None:
                 # Written by this run (or by a run that recorded nothing): measured now, its bytes
                 # read once more (what a run writes, never the whole index).
-                size, digest = _size(path), _stream_digest(path)
+                with storage.parquet_source(path) as source:
+                    size, digest = storage.source_size(source), storage.source_digest(source)
             entry["bytes"] = size
             if digest is not None:
                 entry["digest"] = digest

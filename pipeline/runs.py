@@ -430,29 +430,6 @@ def _referenced_bytes(tree: LocalOutput | BucketOutput, run_dir: str, manifest: 
     return total
 
 
-def _readers_of(tree: LocalOutput | BucketOutput, runs: list[Run]) -> dict[str, tuple[int, list[str]]]:
-    """For each run folder, (how many of its files, which runs) the runs with a manifest list."""
-    from chunkline.index.tables import listed_paths
-    from chunkline.pipeline.manifest import ManifestError, load_manifest
-
-    found: dict[str, tuple[set[str], list[str]]] = {}
-    for run in runs:
-        if run.counts is None:
-            continue  # no manifest read: it lists nothing
-        try:
-            manifest = load_manifest(tree.path(run.run_id))
-        except (ManifestError, FileNotFoundError, ValueError):
-            continue
-        for path in listed_paths(tree.path(run.run_id), manifest):
-            folder, _, name = path.partition("/")
-            if folder != run.run_id:
-                names, users = found.setdefault(folder, (set(), []))
-                names.add(name)
-                if run.run_id not in users:
-                    users.append(run.run_id)
-    return {folder: (len(names), users) for folder, (names, users) in found.items()}
-
-
 def list_runs(output: str) -> tuple[list[Run], list[str]]:
     """(every run of ``output``, newest first, notes on what is wrong with LATEST), the
     running one told by the output's lease as it is now."""
@@ -468,12 +445,14 @@ def runs_of(output: str, tree: LocalOutput | BucketOutput,
     if writer is not None and writer.run_id is not None and writer.run_id not in names:
         names = sorted([*names, writer.run_id], reverse=True)  # leased, not written yet
     runs = [describe_run(tree, name, latest, writer) for name in names]
-    readers = _readers_of(tree, runs)
+    # A folder without a manifest whose files a run with one lists is what gc left of a run.
+    readers = _files_in_use(tree, [run.run_id for run in runs if run.counts is not None],
+                            {run.run_id for run in runs if run.status == INCOMPLETE})
     for index, run in enumerate(runs):
-        if run.status == INCOMPLETE and run.run_id in readers:
-            count, users = readers[run.run_id]
+        if run.run_id in readers:
+            held, users = readers[run.run_id]
             runs[index] = dataclasses.replace(run, status=REFERENCED, reasons=(
-                f"no manifest of its own: holds {count} files run {', '.join(users)} reads "
+                f"no manifest of its own: holds {len(held)} files run {', '.join(users)} reads "
                 "(gc keeps them)",))
     notes = [note] if note else []
     if latest is not None and latest not in names:

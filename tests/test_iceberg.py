@@ -71,19 +71,27 @@ def test_a_snapshot_with_position_deletes_reads_alike_in_every_engine(tmp_path) 
     (state,) = iceberg.tables(str(output))
     assert (state.rows, state.run_id, state.snapshot_id) == (82, "run3", third)
     # A rollback makes the first snapshot current again: every engine reads it as it was.
-    iceberg.set_current(table, first)
+    iceberg.switch(str(output), [(table, first)])
     assert_engines_read(output, {"terms": live_rows({a: (0, 50, set()), b: (50, 30, set())})})
 
 
-def test_the_delete_manifest_is_pyiceberg_s_own_reading() -> None:
-    """What the module relies on of pyiceberg: its v2 manifest writer with the delete content
-    written by overriding ``content`` and ``_meta``, its catalog's ``commit_table``."""
-    from pyiceberg.catalog.sql import SqlCatalog
-    from pyiceberg.manifest import ManifestContent, ManifestWriterV2
+def test_the_delete_manifest_is_pyiceberg_s_own_reading(tmp_path) -> None:
+    """What the module relies on of pyiceberg: its v2 manifest writer, given the delete content,
+    writes a manifest its own reader takes as one of position deletes, each entry naming the
+    one data file it covers by its bounds."""
+    from pyiceberg.manifest import DataFileContent, ManifestContent
 
-    assert ManifestWriterV2.content is not None and "_meta" in dir(ManifestWriterV2)
-    assert ManifestContent.DELETES.value == 1
-    assert callable(SqlCatalog.commit_table)
+    output = tmp_path / "out"
+    a = write_file(output, "run1/terms-0.parquet", 0, 10)
+    b = write_file(output, "run1/terms-1.parquet", 10, 10)
+    commit(output, "run1", {a: (0, 10, {2, 5}), b: (10, 10, {0})})
+    table = iceberg.catalog(str(output)).load_table((iceberg.NAMESPACE, "terms"))
+    manifests = table.current_snapshot().manifests(table.io)
+    assert [m.content for m in manifests] == [ManifestContent.DATA, ManifestContent.DELETES]
+    entries = manifests[1].fetch_manifest_entry(table.io)
+    assert {e.data_file.content for e in entries} == {DataFileContent.POSITION_DELETES}
+    assert sorted((iceberg._covered_path(e.data_file), e.data_file.record_count) for e in entries) == \
+        sorted([(a, 2), (b, 1)])
 
 
 OPS = st.lists(st.tuples(st.sampled_from(["add", "delete", "drop", "rollback"]), st.integers(0, 10_000)),
@@ -114,7 +122,8 @@ def test_random_runs_read_as_their_model(tmp_path_factory, ops) -> None:
             del files[sorted(files)[n % len(files)]]
         elif op == "rollback" and history:
             snapshot, model = history[n % len(history)]
-            iceberg.set_current(iceberg.catalog(str(output)).load_table((iceberg.NAMESPACE, "terms")), snapshot)
+            iceberg.switch(str(output), [(iceberg.catalog(str(output)).load_table((iceberg.NAMESPACE, "terms")),
+                                          snapshot)])
             assert_engines_read(output, {"terms": live_rows(model)})
             files = {path: (f, c, set(d)) for path, (f, c, d) in model.items()}
             continue

@@ -38,7 +38,7 @@ import dataclasses
 import os
 import uuid
 from pathlib import Path
-from typing import Any, Final, Iterable, Literal, Sequence
+from typing import Any, Final, Iterable, Iterator, Literal, Sequence
 
 from chunkline.extras import require
 from chunkline.index.manifest_types import Manifest
@@ -77,6 +77,22 @@ def _root(output: str) -> Path:
     return Path(output).resolve() / ICEBERG_DIR
 
 
+def _location(output: str, name: str) -> str:
+    """Where this output's table ``name`` lies: what its metadata names as its location."""
+    return (_root(output) / name).as_uri()
+
+
+def _own_tables(found: Any, output: str) -> Iterator[tuple[str, Any]]:
+    """(name, table) of each consumer table the catalog ``found`` holds for this output; an entry
+    of another output, whose catalog was copied here with this one, is not this output's."""
+    for name in TABLES:
+        identifier = (NAMESPACE, name)
+        if found.table_exists(identifier):
+            table = found.load_table(identifier)
+            if table.metadata.location == _location(output, name):
+                yield name, table
+
+
 def catalog(output: str, *, create: bool = True) -> Any:
     """The output's embedded catalog (pyiceberg's ``SqlCatalog`` on ``OUTPUT/_iceberg/catalog.db``),
     its namespace created when ``create``."""
@@ -112,7 +128,7 @@ def _table(found: Any, output: str, name: str, first_file: str) -> Any:
     import pyarrow.parquet as pq
 
     identifier = (NAMESPACE, name)
-    location = (_root(output) / name).as_uri()
+    location = _location(output, name)
     try:
         table = found.load_table(identifier)
         if table.metadata.location == location:
@@ -366,19 +382,6 @@ def _main_branch_at(snapshot_id: int) -> Any:
                                 max_ref_age_ms=None, max_snapshot_age_ms=None, min_snapshots_to_keep=None)
 
 
-def set_current(table: Any, snapshot_id: int) -> None:
-    """Make ``snapshot_id`` the ``main`` branch's snapshot of ``table`` alone (a rollback of one
-    table; :func:`publish_run` switches a run's tables together)."""
-    from pyiceberg.table.update import AssertRefSnapshotId
-
-    current = table.current_snapshot()
-    if current is not None and current.snapshot_id == snapshot_id:
-        return
-    table.catalog.commit_table(
-        table, (AssertRefSnapshotId(snapshot_id=current.snapshot_id if current else None, ref="main"),),
-        (_main_branch_at(snapshot_id),))
-
-
 def run_files(output: str, manifest: Manifest, table: str) -> list[LiveData]:
     """The data files of ``table`` the run ``manifest`` describes, with their deleted positions
     (read from the run's deletion files, one shard's at a time)."""
@@ -489,15 +492,8 @@ class TableState:
 def tables(output: str) -> list[TableState]:
     """The output's Iceberg tables as they are now: current metadata file, snapshot, its run and
     live rows (records less position deletes, from the snapshot's summary)."""
-    found = catalog(output, create=False)
     states = []
-    for name in TABLES:
-        identifier = (NAMESPACE, name)
-        if not found.table_exists(identifier):
-            continue
-        table = found.load_table(identifier)
-        if table.metadata.location != (_root(output) / name).as_uri():
-            continue  # another output's, its catalog copied here: this output has none yet
+    for name, table in _own_tables(catalog(output, create=False), output):
         snapshot = table.current_snapshot()
         summary = snapshot.summary if snapshot is not None and snapshot.summary is not None else {}
         rows = int(summary.get("total-records", 0)) - int(summary.get("total-position-deletes", 0))
@@ -520,13 +516,7 @@ def expire(output: str, keep_runs: set[str]) -> int:
         return 0
     found = catalog(output, create=False)
     removed = 0
-    for name in TABLES:
-        identifier = (NAMESPACE, name)
-        if not found.table_exists(identifier):
-            continue
-        table = found.load_table(identifier)
-        if table.metadata.location != (_root(output) / name).as_uri():
-            continue  # another output's catalog entry, copied here: not ours to clean
+    for name, table in _own_tables(found, output):
         current = table.current_snapshot()
         dropped = [snapshot.snapshot_id for snapshot in table.metadata.snapshots
                    if (current is None or snapshot.snapshot_id != current.snapshot_id)
@@ -535,7 +525,7 @@ def expire(output: str, keep_runs: set[str]) -> int:
             table.catalog.commit_table(
                 table, (AssertRefSnapshotId(snapshot_id=current.snapshot_id if current else None, ref="main"),),
                 (RemoveSnapshotsUpdate(snapshot_ids=dropped),))
-            table = found.load_table(identifier)
+            table = table.refresh()
         removed += _remove_orphans(table, _root(output) / name)
     return removed
 

@@ -39,6 +39,7 @@ from typing import Any, Iterator
 
 from chunkline.containers import RATIO_FLOOR_BYTES, ContainerOptions
 from chunkline.readers.formats import EMPTY, FOOTNOTES, SPEAKER_NOTES, untitled_slide
+from chunkline.pages import join_pages
 from chunkline.readers.markdown import blocks, heading, list_item, one_line, paragraph, pipe_table
 from chunkline.readers.tables import sheet_sections
 from chunkline.extras import require
@@ -342,6 +343,15 @@ def _footnotes(document: Any) -> list[tuple[str, str]]:
 # --- PowerPoint ---------------------------------------------------------------------------------
 
 
+def slide_section(number: int, title: str, body: list[str], notes: str) -> str:
+    """Slide ``number`` (1-based) as a section: its title, or its number when it has none, as
+    the heading, its body's blocks, and its speaker notes under a heading of their own."""
+    parts = [heading(1, title or untitled_slide(number)), *body]
+    if notes:
+        parts.append(heading(2, SPEAKER_NOTES) + "\n\n" + notes)
+    return blocks(parts)
+
+
 def read_pptx(data: bytes, options: ContainerOptions) -> Converted | str:
     """A deck's (``.pptx``, ``.pptm``) slides as Markdown sections with ``page_starts`` (slide
     ``i + 1`` starts at ``page_starts[i]``) and its core properties, or the reason it has none.
@@ -368,21 +378,15 @@ def _pptx(data: bytes) -> Converted | str:
         if slide.has_notes_slide and slide.notes_slide.notes_text_frame is not None:
             notes = paragraph(slide.notes_slide.notes_text_frame.text.replace("\v", "\n"))
         has_text = has_text or bool(title or body or notes)
-        parts = [heading(1, title or untitled_slide(number)), *body]
-        if notes:
-            parts.append(heading(2, SPEAKER_NOTES) + "\n\n" + notes)
-        sections.append(blocks(parts))
+        sections.append(slide_section(number, title, body, notes))
     if not sections:
         return f"{EMPTY} (the deck has no slides)"
     if not has_text:
         return f"{EMPTY} (no text on any of {len(sections)} slide(s))"
-    starts, offset = [], 0
-    for section in sections:
-        starts.append(offset)
-        offset += len(section) + 2
+    text, starts = join_pages(sections)
     metadata = _core_metadata(deck.core_properties)
     metadata["slides"] = len(sections)
-    return Converted("\n\n".join(sections), metadata, tuple(starts))
+    return Converted(text, metadata, starts)
 
 
 def _title_placeholder(slide: Any) -> Any | None:

@@ -40,9 +40,10 @@ from typing import Any, Callable, Iterator
 
 from chunkline.containers import ContainerOptions
 from chunkline.extras import require
-from chunkline.readers.formats import EMPTY, FOOTNOTES, SPEAKER_NOTES, untitled_slide
+from chunkline.readers.formats import EMPTY, FOOTNOTES
+from chunkline.pages import join_pages
 from chunkline.readers.markdown import blocks, heading, list_item, one_line, paragraph, pipe_table
-from chunkline.readers.office import Converted, unpacked_problem
+from chunkline.readers.office import Converted, slide_section, unpacked_problem
 from chunkline.readers.tables import sheet_sections
 
 EXTRA = "opendocument"
@@ -478,19 +479,13 @@ def _odp(body: Any, reading: _Reading) -> Converted | str:
         body_blocks = list(_shape_blocks([s for s in shapes if s is not title_shape], reading, 0))
         notes = _speaker_notes(page)
         has_text = has_text or bool(title or body_blocks or notes)
-        parts = [heading(1, title or untitled_slide(len(sections) + 1)), *body_blocks]
-        if notes:
-            parts.append(heading(2, SPEAKER_NOTES) + "\n\n" + notes)
-        sections.append(blocks(parts))
+        sections.append(slide_section(len(sections) + 1, title, body_blocks, notes))
     if not sections:
         return f"{EMPTY} (the presentation has no slides)"
     if not has_text:
         return f"{EMPTY} (no text on any of {len(sections)} slide(s))"
-    starts, offset = [], 0
-    for section in sections:
-        starts.append(offset)
-        offset += len(section) + 2
-    return Converted("\n\n".join(sections), {"slides": len(sections)}, tuple(starts))
+    text, starts = join_pages(sections)
+    return Converted(text, {"slides": len(sections)}, starts)
 
 
 def _millimetres(value: str | None) -> float:

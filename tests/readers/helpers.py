@@ -280,3 +280,67 @@ def odf_bytes(kind: str, body: str, members: dict[str, bytes] | None = None) -> 
         for name, data in parts.items():
             archive.writestr(name, data, zipfile.ZIP_STORED if name == "mimetype" else zipfile.ZIP_DEFLATED)
     return out.getvalue()
+
+
+# --- what the Office tests' files read as: one expectation for a format and its OpenDocument twin
+
+
+def assert_the_arm_manual(doc: Document) -> None:
+    """``manual_docx`` (or LibreOffice's .odt of it) as read: headings, a list, a pipe table
+    whose rows are cut apart, the core metadata, chunks under the headings that enclose them."""
+    from chunkline import split
+    from chunkline.splitting.structure import headings, tables
+
+    assert [(h.level, h.title) for h in headings(doc.text)] == [
+        (1, "Mounting"), (2, "Bolts"), (3, "Torque"), (1, "Calibration")]
+    assert "\\# this line is prose, not a heading" in doc.text
+    assert "- four M8 bolts\n- a torque wrench" in doc.text
+    [table] = tables(doc.text)
+    assert doc.text[table.start:table.body] == "| joint | torque \\| Nm |\n| --- | --- |\n"
+    assert [doc.text[a:b].strip() for a, b in table.row_spans()] == ["| base | 40 |", "| wrist | 25 |"]
+    found = metadata(doc)
+    assert found["title"] == "Arm manual" and found["author"] == "Ada Lovelace"
+    assert {"created", "modified"} <= set(found)
+    chunks = split(doc.text, 12, tokenizer="words")
+    by_text = {doc.text[c.start:c.end]: c.headings for c in chunks}
+    assert next(p for t, p in by_text.items() if "| base |" in t or "| wrist |" in t) == (
+        "Mounting", "Bolts", "Torque")
+    assert next(p for t, p in by_text.items() if "Warm the arm" in t) == ("Calibration",)
+
+
+def assert_the_quarterly_deck(doc: Document) -> None:
+    """``quarterly_deck`` (or LibreOffice's .odp of it) as read: a section and a page per slide,
+    speaker notes under their slide, the table on its page, chunks within one slide."""
+    from chunkline import split
+    from chunkline.splitting.structure import headings, tables
+
+    assert [(h.level, h.title) for h in headings(doc.text)] == [
+        (1, "Results"), (2, "Speaker notes"), (1, "Regions"), (1, "Slide 3")]
+    assert len(doc.page_starts) == 3
+    for number, start in enumerate(doc.page_starts, start=1):
+        assert doc.text.startswith("# ", start) and doc.page_range(start, start + 5) == (number, number)
+    assert "- Revenue rose 12 %\n  - mostly in Europe" in doc.text
+    assert "## Speaker notes\n\nThank the sales team." in doc.text
+    [table] = tables(doc.text)
+    assert doc.text[table.start:table.body] == "| region | growth |\n| --- | --- |\n"
+    assert doc.page_range(table.start, table.end) == (2, 2)
+    found = metadata(doc)
+    assert found["title"] == "Quarterly review" and found["slides"] == 3
+    for chunk in split(doc.text, 10, tokenizer="words"):
+        first, last = doc.page_range(chunk.start, chunk.end)
+        assert chunk.headings[0] == ("Results", "Regions", "Slide 3")[first - 1] and first == last
+
+
+def assert_the_q2_workbook(doc: Document) -> None:
+    """The Office tests' Q2 workbook (or LibreOffice's .ods of it) as read: a section per sheet
+    with values, its rows a pipe table (dates as dates, a pipe escaped, an empty cell empty),
+    the title and every sheet's name in the metadata."""
+    from chunkline.splitting.structure import headings, tables
+
+    assert [h.title for h in headings(doc.text)] == ["Orders", "Notes"]
+    first = tables(doc.text)[0]
+    assert doc.text[first.start:first.end] == (
+        "| id | item | shipped | price |\n| --- | --- | --- | --- |\n"
+        "| 1 | arm | 2024-05-01 | 1200 |\n| 2 | dock \\| base |  | 0.5 |\n")
+    found = metadata(doc)
+    assert found["title"] == "Q2" and found["sheets"] == ["Orders", "Empty", "Notes"]

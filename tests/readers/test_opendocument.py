@@ -14,7 +14,7 @@ from chunkline import split
 from chunkline.readers import ReadOptions
 from chunkline.splitting.structure import headings, tables
 from tests.readers.helpers import (
-    LIBREOFFICE_BULLETS, document, metadata, odf_bytes, office_sources, rejection, zip_bytes,
+    LIBREOFFICE_BULLETS, assert_the_arm_manual, assert_the_q2_workbook, assert_the_quarterly_deck, document, metadata, odf_bytes, office_sources, rejection, zip_bytes,
 )
 
 
@@ -36,21 +36,7 @@ def test_odt_headings_tables_lists_and_metadata_as_the_docx(converted, sources) 
     doc = document("manuals/arm.odt", converted["arm.odt"])
     assert doc.format == "odt" and doc.doc_id == "manuals/arm.odt"
     assert doc.text == document("manuals/arm.docx", sources["arm.docx"]).text
-    assert [(h.level, h.title) for h in headings(doc.text)] == [
-        (1, "Mounting"), (2, "Bolts"), (3, "Torque"), (1, "Calibration")]
-    assert "\\# this line is prose, not a heading" in doc.text
-    assert "- four M8 bolts\n- a torque wrench" in doc.text
-    [table] = tables(doc.text)
-    assert doc.text[table.start:table.body] == "| joint | torque \\| Nm |\n| --- | --- |\n"
-    assert [doc.text[a:b].strip() for a, b in table.row_spans()] == ["| base | 40 |", "| wrist | 25 |"]
-    found = metadata(doc)
-    assert found["title"] == "Arm manual" and found["author"] == "Ada Lovelace"
-    assert {"created", "modified"} <= set(found)
-    chunks = split(doc.text, 12, tokenizer="words")
-    by_text = {doc.text[c.start:c.end]: c.headings for c in chunks}
-    assert next(p for t, p in by_text.items() if "| base |" in t or "| wrist |" in t) == (
-        "Mounting", "Bolts", "Torque")
-    assert next(p for t, p in by_text.items() if "Warm the arm" in t) == ("Calibration",)
+    assert_the_arm_manual(doc)
 
 
 @pytest.mark.slow
@@ -59,21 +45,7 @@ def test_odp_slides_are_sections_and_pages_as_the_pptx(converted, sources) -> No
     pptx = document("decks/q.pptx", sources["q.pptx"])
     assert doc.format == "odp"
     assert (doc.text, doc.page_starts) == (pptx.text, pptx.page_starts)
-    assert [(h.level, h.title) for h in headings(doc.text)] == [
-        (1, "Results"), (2, "Speaker notes"), (1, "Regions"), (1, "Slide 3")]
-    assert len(doc.page_starts) == 3
-    for number, start in enumerate(doc.page_starts, start=1):
-        assert doc.text.startswith("# ", start) and doc.page_range(start, start + 5) == (number, number)
-    assert "- Revenue rose 12 %\n  - mostly in Europe" in doc.text
-    assert "## Speaker notes\n\nThank the sales team." in doc.text
-    [table] = tables(doc.text)
-    assert doc.text[table.start:table.body] == "| region | growth |\n| --- | --- |\n"
-    assert doc.page_range(table.start, table.end) == (2, 2)
-    found = metadata(doc)
-    assert found["title"] == "Quarterly review" and found["slides"] == 3
-    for chunk in split(doc.text, 10, tokenizer="words"):
-        first, last = doc.page_range(chunk.start, chunk.end)
-        assert chunk.headings[0] == ("Results", "Regions", "Slide 3")[first - 1] and first == last
+    assert_the_quarterly_deck(doc)
 
 
 @pytest.mark.slow
@@ -90,13 +62,7 @@ def test_ods_sheets_are_sections_with_pipe_tables_as_the_xlsx(converted, sources
     doc = document("q2.ods", converted["q2.ods"])
     assert doc.format == "ods"
     assert doc.text == document("q2.xlsx", sources["q2.xlsx"]).text
-    assert [h.title for h in headings(doc.text)] == ["Orders", "Notes"]
-    first = tables(doc.text)[0]
-    assert doc.text[first.start:first.end] == (
-        "| id | item | shipped | price |\n| --- | --- | --- | --- |\n"
-        "| 1 | arm | 2024-05-01 | 1200 |\n| 2 | dock \\| base |  | 0.5 |\n")
-    found = metadata(doc)
-    assert found["title"] == "Q2" and found["sheets"] == ["Orders", "Empty", "Notes"]
+    assert_the_q2_workbook(doc)
 
 
 @pytest.mark.slow
