@@ -87,9 +87,15 @@ def change(corpus: Path, fraction: float, seed: int) -> int:
 def measure(corpus: Path, output: Path, label: str) -> dict:
     config = load_config(ROOT / "configs" / "local.yaml", [
         f"input.pattern={corpus}/**", f"output.path={output}", "embed=null"])
+    before = iceberg_files(output)
     started = time.perf_counter()
     result = run(config)
     wall = time.perf_counter() - started
+    after = iceberg_files(output)
+    # What the run's Iceberg commit wrote: new metadata, manifests, delete files, and the
+    # catalog's growth (SQLite rewrites pages in place).
+    iceberg_written = sum(size for path, size in after.items()
+                          if path not in before or (path.endswith(".db") and size != before[path]))
     manifest = load_manifest(result.run_dir)
     memo = dict(manifest.memo or {})
     row = {"run": label, "pipeline_s": float(manifest.wall_seconds or 0), "wall_s": wall,
@@ -100,11 +106,27 @@ def measure(corpus: Path, output: Path, label: str) -> dict:
            "recalled": sum(kind["recalled"] for kind in memo.values()),
            "computed": sum(kind["computed"] for kind in memo.values()),
            "memo": memo, "memo_mb": sum(p.stat().st_size for p in
-                                        (Path(result.run_dir) / "memo").glob("*.parquet")) / 1e6}
-    print(f"{label}: pipeline {row['pipeline_s']:.1f} s, memo recalled {row['recalled']:,} "
+                                        (Path(result.run_dir) / "memo").glob("*.parquet")) / 1e6,
+           "iceberg_mb": iceberg_written / 1e6, "iceberg_files": len(set(after) - set(before)),
+           "index_mb": sum(after.values()) / 1e6 + index_bytes(result.run_dir) / 1e6}
+    print(f"{label}: pipeline {row['pipeline_s']:.1f} s, Iceberg {row['iceberg_mb']:.3f} MB in "
+          f"{row['iceberg_files']} files, memo recalled {row['recalled']:,} "
           f"computed {row['computed']:,} ({row['memo_mb']:.1f} MB) "
           + json.dumps({k: [v["recalled"], v["computed"]] for k, v in memo.items()}), flush=True)
     return row
+
+
+def iceberg_files(output: Path) -> dict[str, int]:
+    """Each file under ``OUTPUT/_iceberg`` (chunkline.index.iceberg) with its size."""
+    return {str(p): p.stat().st_size for p in (output / "_iceberg").rglob("*") if p.is_file()}
+
+
+def index_bytes(run_dir: str) -> int:
+    """The bytes of the files the run's manifest lists (its index, wherever they lie)."""
+    from chunkline.index.tables import listed_paths
+
+    output = Path(run_dir).parent
+    return sum((output / path).stat().st_size for path in listed_paths(run_dir, load_manifest(run_dir)))
 
 
 def median_row(rows: list[dict]) -> dict:
@@ -151,12 +173,14 @@ def report(docs: int, files: int, repeat: int, rows: list[dict]) -> str:
 
     lines = [f"`python bench/memo_scale_bench.py --docs {docs} --files {files} --repeat {repeat}`",
              "", "| run | pipeline s (median) | each | documents | settled | carried | memo recalled | "
-             "memo computed | memo MB |", "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
+             "memo computed | memo MB | Iceberg MB written | Iceberg files written | index MB |",
+             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for row in rows:
         lines.append(f"| {row['run']} | {row['pipeline_s']:.2f} | "
                      + " ".join(f"{each:.1f}" for each in row["each"])
                      + f" | {row['documents'] or 0:,} | {row.get('settled') or 0:,} | {row['carried'] or 0:,} | "
-                     f"{row['recalled']:,} | {row['computed']:,} | {row['memo_mb']:.1f} |")
+                     f"{row['recalled']:,} | {row['computed']:,} | {row['memo_mb']:.1f} | "
+                     f"{row['iceberg_mb']:.3f} | {row['iceberg_files']:,} | {row['index_mb']:.1f} |")
     lines += ["", "(rerun - floor rerun) / (full - floor full): "
               f"no change {ratio('no change'):.3f}, 1 % {ratio('1 %'):.3f} "
               f"(target for 1 %: <= {TARGET}: {'met' if ratio('1 %') <= TARGET else 'not met'})"]

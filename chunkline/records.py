@@ -417,6 +417,51 @@ def chunk_schema(dim: int | None, vector_dtype: str = "float32", principals: boo
     )
 
 
+# A vector is a fixed-size list in memory (its length is part of its type: the stores and the
+# ranking take it from there) and a plain list in the Parquet files: Iceberg has no fixed-size
+# list (spec, "Nested Types"), and Polars' native Iceberg reader refuses a file whose Arrow schema
+# records one under a column the table calls a list. The length travels in the field's metadata.
+VECTOR_SIZE_KEY = b"chunkline.vector_size"
+
+
+def parquet_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` as its Parquet files store it: a fixed-size ``embedding`` as a list with its
+    length in the field's metadata (:func:`with_fixed_vectors` undoes it)."""
+    at = schema.get_field_index("embedding")
+    if at < 0 or not pa.types.is_fixed_size_list(schema.field(at).type):
+        return schema
+    field = schema.field(at)
+    metadata = {**(field.metadata or {}), VECTOR_SIZE_KEY: str(field.type.list_size).encode()}
+    return schema.set(at, pa.field(field.name, pa.list_(field.type.value_field), field.nullable, metadata))
+
+
+def in_memory_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` as read from a Parquet file, with its vector's fixed size restored (a file
+    written before vectors were stored as lists is returned as it is)."""
+    at = schema.get_field_index("embedding")
+    if at < 0:
+        return schema
+    field = schema.field(at)
+    size = (field.metadata or {}).get(VECTOR_SIZE_KEY)
+    if size is None or not pa.types.is_list(field.type):
+        return schema
+    metadata = {k: v for k, v in field.metadata.items() if k != VECTOR_SIZE_KEY}
+    fixed = pa.list_(field.type.value_field, int(size))
+    return schema.set(at, pa.field(field.name, fixed, field.nullable, metadata or None))
+
+
+def to_parquet(table: pa.Table) -> pa.Table:
+    """``table`` in the types its Parquet file stores (:func:`parquet_schema`)."""
+    stored = parquet_schema(table.schema)
+    return table if stored is table.schema else table.cast(stored)
+
+
+def with_fixed_vectors(table: pa.Table) -> pa.Table:
+    """A table read from a Parquet file, its vectors fixed-size again (:func:`in_memory_schema`)."""
+    schema = in_memory_schema(table.schema)
+    return table if schema is table.schema else table.cast(schema)
+
+
 def _principals_field(wanted: bool, nullable: bool) -> list[pa.Field]:
     return [pa.field("principals", pa.list_(pa.string()), nullable=nullable)] if wanted else []
 

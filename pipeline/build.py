@@ -49,7 +49,7 @@ from chunkline.transforms.carry import (CarriedRows, CarriedShards, CarryIndex, 
                                         VerifyPairs)
 from chunkline.transforms.spill import spill_dir
 from chunkline.transforms.split import FlattenChunks, SplitDocuments
-from chunkline.transforms.write import Sidecar, WriteParquetShards, shard_of
+from chunkline.transforms.write import Compaction, Sidecar, WriteParquetShards, shard_of
 
 
 # Each run keeps the per-document state table (chunkline/state.py), and a rerun under the same
@@ -281,6 +281,8 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
             to_row=state_to_row, record_type=StateRow,
             previous=(carry.signature, plan.previous_state) if carry is not None else None,
             keep=settled.state_ids if settled is not None else None,
+            # Its rows name documents (places, ids): an erasing run keeps no dead one.
+            compactable=Compaction(purge=True) if plan.erase else None,
         )
         (pipeline
          | "SettleSignature" >> beam.Create([plan.settle_signature])

@@ -175,7 +175,7 @@ def _run_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     try:
         with RunProgress(err, progress_mode(err, args.quiet), args.progress_interval) as progress:
             summary = run(config, args.beam_args, allow_shrink=args.allow_shrink,
-                          start_over=args.start_over)
+                          start_over=args.start_over, purge=args.purge)
             progress.settle(summary.counts)
     except LeaseHeld as exc:
         print(f"chunkline run: {redacted(str(exc))}", file=err)
@@ -191,6 +191,14 @@ def _run_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     print(format_summary(summary), file=out)
     if not summary.published:
         return 1
+    if args.purge:
+        # The purged run is published: every other run (and the snapshots, memo and files only
+        # they reference) goes, so no byte of a removed document stays under the output.
+        from chunkline.pipeline.runs import collect_and_report
+
+        status = collect_and_report(config.output.path, 1, False, out, err, "chunkline run --purge")
+        if status:
+            return status
     if config.sink is None:
         return 0
     # The index is published either way; a store left behind is its own status (not "not
@@ -255,6 +263,10 @@ def build_parser() -> argparse.ArgumentParser:
     run_parser.add_argument("--start-over", action="store_true",
                             help="the output has runs but no LATEST (it was lost): index from "
                             "nothing, reusing no vector and comparing with no run")
+    run_parser.add_argument("--purge", action="store_true",
+                            help="erase what is no longer live: rewrite every file holding a "
+                            "removed row, write the memo anew, empty OUTPUT/_cache, then remove "
+                            "every other run (gc --keep 1); for an erasure request")
     run_parser.add_argument("--quiet", action="store_true",
                             help="no live display and no progress lines; the summary only")
     run_parser.add_argument("--progress-interval", type=float, default=10.0, metavar="SECONDS",

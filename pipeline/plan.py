@@ -26,6 +26,7 @@ from chunkline.carry import CARRY_TABLE
 from chunkline.context import context_reserve, resolve_api_key
 from chunkline.index.layout import CACHE, LATEST, PROBE, format_run_id
 from chunkline.index.tables import Deletions, has_table, live_files
+from chunkline.records import in_memory_schema
 from chunkline.memo import MEMO_DIR, Listed, MemoSource, retired, shares_for
 from chunkline.sizers import model_fingerprint
 from chunkline.splitting.options import split_budget
@@ -34,7 +35,7 @@ from chunkline.pipeline.manifest import (ManifestError, complete_runs, latest_ru
                                table_files)
 from chunkline.pipeline.options import StageOptions, stage_options
 from chunkline.transforms.carry import CarrySource
-from chunkline.transforms.write import compaction_allowed, same_output
+from chunkline.transforms.write import Compaction, compaction_allowed, same_output
 
 log = logging.getLogger("chunkline.run")
 
@@ -81,6 +82,9 @@ class Plan:
     # rerun passes its unchanged documents by (transforms/settle.py); None: it processes all.
     settle_signature: str = ""
     settle_from: str | None = None
+    # Whether this run erases what is no longer live (:func:`erases`): every previous file
+    # holding a dead row rewritten, every memo segment retired.
+    erase: bool = False
 
 
 SETTLE_SIGNATURE = "settle-signature"
@@ -276,12 +280,14 @@ def memo_settings() -> str:
     return json.dumps({"code": source_fingerprint(), "libraries": versions}, sort_keys=True)
 
 
-def memo_source(config: Config, run_dir: str) -> MemoSource | None:
+def memo_source(config: Config, run_dir: str, erase: bool = False) -> MemoSource | None:
     """This run's memo folder, and the segments the previous run (the run carry follows) lists
     in its manifest's ``memo`` table, at any size: each reader loads only the shares of what it
     reads (``chunkline.memo``). This run's memo is cut into shares for the listed segments'
     size (``shares_for``); the segments it will not list again are ``retired``
-    (``chunkline.memo.retired``)."""
+    (``chunkline.memo.retired``); with ``erase``, every one: what this run recalls is written
+    again, and an entry no document of this run asks for (one of a document gone, or kept under
+    other credential settings) is in no segment this run lists."""
     if not config.output.carry:
         return None
     write_dir = FileSystems.join(run_dir, MEMO_DIR)
@@ -302,13 +308,13 @@ def memo_source(config: Config, run_dir: str) -> MemoSource | None:
     shares = shares_for(sum(segment.bytes for segment in listed))
     # A manifest lists only its own output's files (by paths relative to it).
     same = root == run_dir.rstrip("/").rsplit("/", 1)[0]
-    return MemoSource(write_dir, paths, memo_settings(), shares, tuple(listed),
-                      retired(listed, shares, same_output=same))
+    gone = frozenset(range(len(listed))) if erase else retired(listed, shares, same_output=same)
+    return MemoSource(write_dir, paths, memo_settings(), shares, tuple(listed), gone)
 
 
-def carry_pairs(config: Config, signature: str
+def carry_pairs(config: Config, signature: str, erase: bool = False
                 ) -> tuple[list[tuple[str, str]], list[tuple[str, Deletions]], str | None,
-                           list[tuple[Deletions, Deletions]], frozenset[str]]:
+                           list[tuple[Deletions, Deletions]], Compaction]:
     """(the (chunk shard, carry sidecar) pairs of the run this one follows whose rows may be
     carried, that run's documents shards with their deleted rows, why there are no pairs, each
     pair's deleted rows, of the shard and of the sidecar, the chunk and documents shards this
@@ -320,21 +326,21 @@ def carry_pairs(config: Config, signature: str
     driver reads none (the worker that reads a shard reads its). Every row is checked again in
     the job; the documents tell an edited document from one only a corpus-wide change moved."""
     if not config.output.carry:
-        return [], [], None, [], frozenset()
+        return [], [], None, [], Compaction()
     if not (config.output.previous or config.output.reuse_latest):
-        return [], [], None, [], frozenset()
+        return [], [], None, [], Compaction()
     try:
         run_dir = (resolve_run(config.output.previous) if config.output.previous
                    else latest_run(config.output.path))
         manifest = load_manifest(run_dir) if run_dir is not None else None
     except ManifestError:
-        return [], [], None, [], frozenset()  # reuse and the publish guard say what is wrong with it
+        return [], [], None, [], Compaction()  # reuse and the publish guard say what is wrong with it
     if run_dir is None or manifest is None:
-        return [], [], None, [], frozenset()
+        return [], [], None, [], Compaction()
     name = run_dir.rstrip("/").rsplit("/", 1)[-1]
     shards = live_files(run_dir, manifest, "documents")
     documents = [(file.path, file.deletions) for file in shards]
-    compactable = compaction_allowed(shards)
+    compactable = compaction_allowed(shards, purge=erase)
     sidecars = live_files(run_dir, manifest, CARRY_TABLE)
     if not sidecars:
         return [], documents, (f"{name} has no carry sidecars (an older chunkline): every document "
@@ -355,16 +361,16 @@ def carry_pairs(config: Config, signature: str
         if side is not None and side.deletions.count == chunks.deletions.count:
             pairs.append((chunks.path, side.path))
             deleted.append((chunks.deletions, side.deletions))
-    return pairs, documents, None, deleted, compactable | compaction_allowed(chunk_files)
+    return pairs, documents, None, deleted, compactable | compaction_allowed(chunk_files, purge=erase)
 
 
-def carry_source(config: Config, signature: str, dim: int | None, normalize: bool
+def carry_source(config: Config, signature: str, dim: int | None, normalize: bool, erase: bool = False
                  ) -> tuple[CarrySource, str | None]:
     """What the carry stage is handed (:func:`carry_pairs`, as a :class:`CarrySource`), and why
     nothing may be carried. It holds paths and, for deleted rows, references to the shards'
     deletion files, never positions: pickled into every carry worker, it stays the size of the
     previous run's file list whatever it deletes."""
-    pairs, documents, note, deleted, compactable = carry_pairs(config, signature)
+    pairs, documents, note, deleted, compactable = carry_pairs(config, signature, erase)
     return CarrySource(tuple(pairs), signature,
                        tuple(config.output.chunk_metadata) if config.output.chunk_metadata is not None else None,
                        dim, normalize, documents=tuple(path for path, _ in documents),
@@ -427,7 +433,7 @@ def reusable_files(run_dir: str, signature: str, dim: int) -> tuple[list[str], l
     for path in table_files(run_dir, manifest, "chunks"):
         try:
             with FileSystems.open(path) as handle:
-                schema = pq.read_schema(handle)
+                schema = in_memory_schema(pq.read_schema(handle))
         except Exception as exc:  # noqa: BLE001 - missing, truncated or not Parquet: all the same here
             skipped.append(f"{path}: unreadable ({type(exc).__name__}: {exc}); its chunks are re-embedded")
             continue
@@ -593,9 +599,10 @@ def warn_truncation(options, cache: tuple[str, str] | None = None) -> float:
     return agreement
 
 
-def plan(config: Config, run_id: str) -> Plan:
+def plan(config: Config, run_id: str, purge: bool = False) -> Plan:
     """Decide the split tokenizer and budget from the embedder, on the driver, before the job:
-    budget = model max input - its special tokens - the heading reserve."""
+    budget = model max input - its special tokens - the heading reserve. With ``purge``, the
+    run erases what is no longer live (:func:`erases`)."""
     from chunkline.embedder import EmbedOptions, model_info, resolve_dtype, resolve_model_dir
     from chunkline.transforms.model_cache import local_model_dir
 
@@ -641,14 +648,43 @@ def plan(config: Config, run_id: str) -> Plan:
     stored_dim = dim if config.embed is not None else None
     normalize = config.embed.normalize if config.embed is not None else False
     carry_key_signature = carry_signature(config, tokenizer_spec, max_tokens, signature, stored_dim)
-    carry, carry_note = carry_source(config, carry_key_signature, stored_dim, normalize)
+    erase = erases(config, purge)
+    carry, carry_note = carry_source(config, carry_key_signature, stored_dim, normalize, erase)
     state = previous_state(config)
     settling = settle_signature(config, carry_key_signature)
+    # A purge passes no document by: a settled document's memo entries include those of its
+    # older texts, which a purge must not write again.
     return Plan(run_dir, tokenizer_spec, max_tokens, stored_dim,
                 signature, previous, tuple(files), tuple(skipped), normalize, stages,
-                reference, reference_note, carry, carry_note, memo_source(config, run_dir),
+                reference, reference_note, carry, carry_note, memo_source(config, run_dir, erase),
                 access_policy(config), join_shares(config), previous_terms(config),
-                state, settling, settle_from(config, settling, state, carry))
+                state, settling, None if purge else settle_from(config, settling, state, carry), erase)
+
+
+def erases(config: Config, purge: bool) -> bool:
+    """Whether this run leaves no byte of a row no longer live in a file its snapshot references
+    (every previous file holding a dead row rewritten, :class:`Compaction`'s ``purge``) nor of
+    a document gone in its memo (every segment retired): asked for (``chunkline run --purge``),
+    or when the credential settings (mode, options, detection rules) differ from those of the
+    run this one follows and credentials are screened now, since rows and memo entries written
+    under the old settings may then hold what the new ones reject or redact."""
+    if purge:
+        return True
+    if config.secrets.mode == "allow" or not (config.output.previous or config.output.reuse_latest):
+        return False
+    try:
+        run_dir = (resolve_run(config.output.previous) if config.output.previous
+                   else latest_run(config.output.path))
+        manifest = load_manifest(run_dir) if run_dir is not None else None
+    except ManifestError:
+        return False
+    if manifest is None:
+        return False
+    from chunkline.credentials import rules_digest
+
+    rules = (manifest.credentials or {}).get("rules")
+    return manifest.config.get("secrets") != to_dict(config).get("secrets") or (
+        rules is not None and rules != rules_digest())
 
 
 # Documents per share of a per-document grouping: a share's keys are grouped in one worker's

@@ -8,6 +8,7 @@ import gc
 import json
 import logging
 import os
+import shutil
 import time
 from datetime import datetime, timezone
 from typing import Any, NamedTuple, Sequence
@@ -30,7 +31,7 @@ from chunkline.index.manifest_types import (FORMAT, INLINE_FORMAT, Listing, Mani
                                             bm25_from, parse_listing, to_json)
 from chunkline.index.tables import listed_deletions, read_table, relative_path
 from chunkline.pipeline.runners import IN_PROCESS, job_runner
-from chunkline.pipeline.build import build
+from chunkline.pipeline.build import build, context_cache_dir, ocr_cache_dir
 from chunkline.pipeline.config import Config, to_dict
 from chunkline.pipeline.lease import OutputLease
 from chunkline.pipeline.manifest import ManifestError, latest_run, load_manifest, resolve_run
@@ -300,6 +301,7 @@ def table_names(sparse: bool) -> tuple[str, ...]:
 def _credentials(result, mode: str) -> dict[str, Any]:
     """What the credentials stage found: documents flagged, rejected and redacted, credentials
     found, and how many of each kind (never a value: the counters hold names and numbers)."""
+    from chunkline.credentials import rules_digest
     from chunkline.transforms.credentials import KIND_PREFIX, NAMESPACE, outcomes
 
     found: dict[str, int] = {}
@@ -313,8 +315,11 @@ def _credentials(result, mode: str) -> dict[str, Any]:
         found[name] = found.get(name, 0) + committed(counter)
     kinds = {name.removeprefix(KIND_PREFIX): n for name, n in sorted(found.items())
              if name.startswith(KIND_PREFIX) and n}
-    # What became of each kind: in a rejected document, or masked in an indexed one.
-    return {"mode": mode, "kinds": kinds, **outcomes(found), **{
+    # What became of each kind: in a rejected document, or masked in an indexed one. The rules'
+    # digest: a later run under other rules erases what these may have let through
+    # (pipeline/plan.py erases).
+    rules = {} if mode == "allow" else {"rules": rules_digest()}
+    return {"mode": mode, **rules, "kinds": kinds, **outcomes(found), **{
         name: found.get(name, 0) for name in ("documents_flagged", "documents_rejected",
                                               "documents_redacted", "found")}}
 
@@ -473,11 +478,32 @@ def publish(output: str, run_id: str) -> None:
     FileSystems.rename([staged], [latest])
 
 
+def empty_caches(config: Config) -> None:
+    """Remove the contextual headers and OCR pages cached under OUTPUT/_cache: they are keyed
+    by content (a chunk's text, a page's image), so which entries a removed document made is
+    not known; the purging run fills them again with what its documents ask for."""
+    for folder in (context_cache_dir(config), ocr_cache_dir(config)):
+        try:
+            if "://" not in folder:
+                shutil.rmtree(folder, ignore_errors=False)
+            else:
+                found = FileSystems.match([FileSystems.join(folder, "**")])[0].metadata_list
+                if found:
+                    FileSystems.delete([m.path for m in found])
+        except FileNotFoundError:
+            continue
+        except Exception as exc:  # noqa: BLE001 - each filesystem raises its own
+            raise RuntimeError(f"purge: could not empty {folder} ({type(exc).__name__}: {exc})") from None
+        log.info("purge: emptied %s", folder)
+
+
 def run(config: Config, beam_args: Sequence[str] = (), allow_shrink: bool = False,
-        start_over: bool = False) -> RunSummary:
+        start_over: bool = False, purge: bool = False) -> RunSummary:
     """Run the job to completion under the output's lease; the manifest is written only after
     every shard exists, and LATEST switched only for a run that reconciles and passes the
-    publish guard (:func:`shrink_guard`; ``allow_shrink`` overrides the guard, nothing else)."""
+    publish guard (:func:`shrink_guard`; ``allow_shrink`` overrides the guard, nothing else).
+    ``purge``: the run erases what is no longer live (``pipeline/plan.py`` erases), and the
+    caches under OUTPUT/_cache are emptied first (they are keyed by content, not by document)."""
     started = time.monotonic()
     # First: a runner that cannot start here (no Prism binary) is one line before any work.
     runner, options = job_runner(config.runner.name, list(config.runner.options) + list(beam_args))
@@ -485,12 +511,14 @@ def run(config: Config, beam_args: Sequence[str] = (), allow_shrink: bool = Fals
     run_id = new_run_id(config)
     preflight(config, run_id, start_over)
     with OutputLease(config.output.path, run_id, config.output.lease_timeout_s) as lease:
-        return _run_leased(config, runner, options, allow_shrink, run_id, lease, started)
+        return _run_leased(config, runner, options, allow_shrink, run_id, lease, started, purge)
 
 
 def _run_leased(config: Config, runner: PipelineRunner | str, options: PipelineOptions, allow_shrink: bool,
-                run_id: str, lease: OutputLease, started: float) -> RunSummary:
-    job = plan(config, run_id)
+                run_id: str, lease: OutputLease, started: float, purge: bool = False) -> RunSummary:
+    job = plan(config, run_id, purge)
+    if purge:
+        empty_caches(config)
     try:
         if removed := remove_dead_spills(config.output.path):
             log.info("removed %d parts left by a run that died", removed)

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, TextIO
 
 from chunkline.index.layout import LATEST, MANIFEST, PROBE, RUN_ID, STAGED_LATEST
+from chunkline.records import in_memory_schema
 from chunkline.pipeline import exits
 from chunkline.pipeline.lease import Holder, LeaseHeld, LeaseLost, OutputLease
 
@@ -106,12 +107,16 @@ class Run:
     # Bytes of every file the run's manifest references, wherever it lies (a rerun's rows mostly
     # lie in earlier runs' folders): what the run is, as an index; None without a manifest.
     referenced: int | None = None
+    # The run's Iceberg snapshot of each table (chunkline.index.iceberg), while the tables keep
+    # it: what `chunkline publish` makes current again, and gc expires with the run.
+    snapshots: dict[str, int] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "path": self.path, "status": self.status,
                 "started": self.started.isoformat() if self.started else None,
                 "finished": self.finished, "counts": self.counts, "bytes": self.size,
-                "referenced_bytes": self.referenced, "reasons": list(self.reasons)}
+                "referenced_bytes": self.referenced, "snapshots": self.snapshots,
+                "reasons": list(self.reasons)}
 
 
 def open_output(output: str) -> LocalOutput | BucketOutput:
@@ -434,7 +439,14 @@ def list_runs(output: str) -> tuple[list[Run], list[str]]:
     """(every run of ``output``, newest first, notes on what is wrong with LATEST), the
     running one told by the output's lease as it is now."""
     tree = open_output(output)
-    return runs_of(output, tree, live_writer(output))
+    runs, notes = runs_of(output, tree, live_writer(output))
+    from chunkline.index import iceberg
+
+    try:
+        snapshots = iceberg.run_snapshots(output)
+    except iceberg.IcebergError as exc:
+        return runs, [*notes, str(exc)]
+    return [dataclasses.replace(run, snapshots=snapshots.get(run.run_id, {})) for run in runs], notes
 
 
 def runs_of(output: str, tree: LocalOutput | BucketOutput,
@@ -532,7 +544,7 @@ def file_problems(run_dir: str, manifest: Manifest) -> list[str]:
                 problems.append(f"{name}: the manifest deletes row {deleted[-1]:,} of {metadata.num_rows:,}")
             rows += metadata.num_rows - len(deleted)
             if table == "chunks" and dim is not None:
-                schema = metadata.schema.to_arrow_schema()
+                schema = in_memory_schema(metadata.schema.to_arrow_schema())
                 vector = schema.field("embedding").type if "embedding" in schema.names else None
                 if vector is None or getattr(vector, "list_size", dim) != dim:
                     problems.append(f"{name} has no {dim}-d embedding column")
@@ -899,10 +911,12 @@ def size_text(size: int) -> str:
 
 def _table(runs: list[Run]) -> Iterator[str]:
     # SIZE: what the run's folder holds on disk; INDEX: what the run references, wherever it lies.
-    header = ("RUN", "STARTED (UTC)", "STATUS", "DOCUMENTS", "KEPT", "CHUNKS", "SIZE", "INDEX")
+    # SNAPSHOT: the chunks table's Iceberg snapshot of the run (`--json`: every table's).
+    header = ("RUN", "STARTED (UTC)", "STATUS", "DOCUMENTS", "KEPT", "CHUNKS", "SIZE", "INDEX", "SNAPSHOT")
     rows = [(r.run_id, r.started.strftime("%Y-%m-%d %H:%M:%S") if r.started else "-", r.status,
              *(f"{r.counts[k]:,}" if r.counts else "-" for k in ("documents", "kept", "chunks")),
-             size_text(r.size), size_text(r.referenced) if r.referenced is not None else "-") for r in runs]
+             size_text(r.size), size_text(r.referenced) if r.referenced is not None else "-",
+             str(r.snapshots["chunks"]) if "chunks" in r.snapshots else "-") for r in runs]
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     for row in [header, *rows]:
         yield "  ".join(cell.ljust(w) if i < 3 else cell.rjust(w)
@@ -1034,27 +1048,33 @@ def add_gc_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def gc_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    return collect_and_report(args.output, args.keep, args.dry_run, out, err)
+
+
+def collect_and_report(output: str, keep: int, dry_run: bool, out: TextIO, err: TextIO,
+                       command: str = "chunkline gc") -> int:
+    """:func:`collect`, each removal and kept run printed, and gc's exit status."""
     try:
-        result = collect(args.output, args.keep, args.dry_run)
+        result = collect(output, keep, dry_run)
     except OutputBusy as exc:
-        print(f"chunkline gc: nothing removed: {exc}", file=err)
+        print(f"{command}: nothing removed: {exc}", file=err)
         return exits.BUSY
     except (RunsError, OSError) as exc:
-        print(f"chunkline gc: {' '.join(str(exc).split())}", file=err)
+        print(f"{command}: {' '.join(str(exc).split())}", file=err)
         return exits.USAGE
     for note in result.notes:
-        print(f"chunkline gc: {note}", file=err)
-    verb = "would remove" if args.dry_run else "removed"
-    listed = result.pending if args.dry_run else result.removed
+        print(f"{command}: {note}", file=err)
+    verb = "would remove" if dry_run else "removed"
+    listed = result.pending if dry_run else result.removed
     for removal in listed:
         print(f"{verb:<12} {removal.name}  {removal.what}  {size_text(removal.size)}", file=out)
     for kept in result.kept:
         print(f"{'kept':<12} {kept.name}  {kept.why}", file=out)
     total = sum(r.size for r in listed)
-    print(f"{'would free' if args.dry_run else 'freed'} {size_text(total)} ({total:,} bytes) in "
+    print(f"{'would free' if dry_run else 'freed'} {size_text(total)} ({total:,} bytes) in "
           f"{len(listed)} entr{'y' if len(listed) == 1 else 'ies'}", file=out)
     if result.stopped:
-        print(f"chunkline gc: {result.stopped}; left: {', '.join(r.name for r in result.pending)}",
+        print(f"{command}: {result.stopped}; left: {', '.join(r.name for r in result.pending)}",
               file=err)
         return exits.BUSY
     return exits.OK

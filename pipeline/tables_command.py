@@ -26,7 +26,7 @@ def reads(output: str, metadata: str, identifier: str) -> dict[str, str]:
         "pyiceberg": (f"SqlCatalog('{CATALOG_NAME}', uri='sqlite:///{root / CATALOG_FILE}', "
                       f"warehouse='{root.as_uri()}').load_table('{identifier}').scan().to_arrow()"),
         # Polars' native reader does not map the vector's fixed-size list (docs/engines.md).
-        "polars": f"pl.scan_iceberg('{metadata}', reader_override='pyiceberg')",
+        "polars": f"pl.scan_iceberg('{metadata}')",
         "spark": f"spark.read.format('iceberg').load('{metadata}')",
     }
 

@@ -35,9 +35,8 @@ def rows(table: pa.Table, name: str, columns: list[str]) -> list[tuple]:
 
 
 def engine_tables(output: str | Path, name: str, columns: list[str]) -> dict[str, pa.Table]:
-    """Table ``name`` of ``output`` as each engine reads it now, ``columns`` only. Polars reads
-    natively (no pyiceberg fallback) every column but the vector: chunkline's files store it as
-    Arrow's fixed-size list, which Polars' native reader does not map to Iceberg's list."""
+    """Table ``name`` of ``output`` as each engine reads it now, ``columns`` only; Polars with
+    its native reader (no pyiceberg fallback), the vectors included."""
     import polars as pl
 
     from chunkline.index import iceberg
@@ -50,10 +49,9 @@ def engine_tables(output: str | Path, name: str, columns: list[str]) -> dict[str
         found["duckdb"] = found["duckdb"].read_all()
     table = iceberg.catalog(str(output)).load_table((iceberg.NAMESPACE, name))
     found["pyiceberg"] = table.scan(selected_fields=tuple(columns)).to_arrow()
-    native = [c for c in columns if c != "embedding"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the planner's note that polars_iceberg is absent
-        found["polars"] = pl.scan_iceberg(state.metadata, reader_override="native").select(native).collect().to_arrow()
+        found["polars"] = pl.scan_iceberg(state.metadata, reader_override="native").select(columns).collect().to_arrow()
     return found
 
 
@@ -65,5 +63,5 @@ def assert_engines_read(output: str | Path, expected: dict[str, pa.Table | None]
             continue
         columns = want.column_names
         for engine, got in engine_tables(output, name, columns).items():
-            picked = [c for c in columns if c in got.column_names]
-            assert rows(got, name, picked) == rows(want, name, picked), (name, engine)
+            assert got.column_names == columns, (name, engine)
+            assert rows(got, name, columns) == rows(want, name, columns), (name, engine)

@@ -39,7 +39,7 @@ from chunkline.context.writer import CACHED, FAILED, OK
 from chunkline.index.tables import Deletions
 from chunkline.index.layout import shard_name, shard_of
 from chunkline.quantize import UNIT_TOLERANCE, dequantized
-from chunkline.records import KEPT, DocumentChunks
+from chunkline.records import KEPT, DocumentChunks, parquet_schema, with_fixed_vectors
 from chunkline.sparse import CorpusStats, SparseOptions
 from chunkline.transforms.progress import progress_counter
 from chunkline.transforms.counters import (
@@ -56,7 +56,7 @@ from chunkline.transforms.reuse import stored_dtype
 from chunkline.transforms.elementwise import MapWith
 from chunkline.transforms.shares import GroupInShares
 from chunkline.transforms import write as shard_writer  # the compaction bounds, read where applied
-from chunkline.transforms.write import SHARD_DIGEST_KEY, file_digest, same_output
+from chunkline.transforms.write import SHARD_DIGEST_KEY, Compaction, file_digest, same_output
 
 log = logging.getLogger("chunkline.carry")
 
@@ -81,7 +81,7 @@ class CarrySource(NamedTuple):
     deleted: tuple[tuple[Deletions, Deletions], ...] = ()
     # The previous files (chunk shards and documents shards, full paths) this run may compact
     # (chunkline.transforms.write.compaction_allowed, per table); None: every one.
-    compactable: frozenset[str] | None = None
+    compactable: Compaction | None = None
 
     def deleted_of(self, pair: int) -> tuple[int, ...]:
         """The deleted row positions of pair ``pair`` (its shard's deletion file read, once per
@@ -209,7 +209,7 @@ def verify_pair(chunk_path: str, side_path: str, dim: int | None, normalize: boo
         checked = _INTACT_COLUMNS if intact else _CHECKED_COLUMNS
         wanted = list(checked) + [name for name in ("embedding", "embedding_scale")
                                   if dim is not None and name in names]
-        chunks = pq.read_table(handle, columns=wanted)
+        chunks = with_fixed_vectors(pq.read_table(handle, columns=wanted))
     if chunks.num_rows != sides.num_rows:
         raise ValueError(f"the chunk shard has {chunks.num_rows} rows and its sidecar {sides.num_rows}")
     if deleted and deleted[-1] >= chunks.num_rows:
@@ -676,7 +676,9 @@ class CarriedRows:
             return None  # another shard (the shard count changed): its rows move
         try:
             with FileSystems.open(chunk_path) as handle:
-                if pq.read_schema(handle) != self.schema:
+                # Stored as this run stores it: a file of an older layout (vectors as Arrow's
+                # fixed-size list, which Polars' Iceberg reader refuses) is written anew.
+                if pq.read_schema(handle) != parquet_schema(self.schema):
                     return None
                 handle.seek(0)
                 chunks = pq.read_table(handle, columns=["doc_id", "chunk_index", "context_status",

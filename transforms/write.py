@@ -16,6 +16,7 @@ holds a shard), one shard at a time, and the parts are deleted once every shard 
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 import hashlib
 import heapq
 import json
@@ -37,7 +38,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from chunkline.index.layout import shard_of  # noqa: F401 - where the writers and readers share it
 from chunkline.index.tables import SORT_ORDER, Deletions, LiveFile, relative_path, shard_deletion_file
-from chunkline.records import as_row, framed_state
+from chunkline.records import as_row, framed_state, parquet_schema, to_parquet, with_fixed_vectors
 from chunkline.transforms.progress import WRITTEN, tally
 from chunkline.transforms.match import is_local
 from chunkline.transforms.memory import release_after
@@ -161,22 +162,40 @@ def listing_path(directory: str, table: str, index: int) -> str:
     return FileSystems.join(directory, LISTING_DIR, f"{table}-{index:05d}.json")
 
 
-def compacted(path: str, dead: int, rows: int, allowed: frozenset[str] | None) -> bool:
+@dataclass(frozen=True)
+class Compaction:
+    """Which previous files a run may compact: ``files`` (full paths) past :data:`MOST_DEAD`,
+    chosen by :func:`compaction_allowed` within the run's budget; with ``purge``, every file
+    holding a dead row, whatever its share or the budget, so that no byte of a row no longer
+    live remains in a file the run's snapshot references (an erasure: ``chunkline run --purge``,
+    or a change of the credential settings, which may turn rows already written into rows of a
+    rejected document)."""
+
+    files: frozenset[str] = frozenset()
+    purge: bool = False
+
+    def __or__(self, other: Compaction) -> Compaction:
+        return Compaction(self.files | other.files, self.purge or other.purge)
+
+
+def compacted(path: str, dead: int, rows: int, allowed: Compaction | None) -> bool:
     """Whether a previous file ``path`` of ``rows`` rows, ``dead`` of them deleted once this run
     is written, is compacted (its live rows written into this run's file) rather than
-    referenced: past :data:`MOST_DEAD` when ``allowed`` holds it (None: every file, no budget),
-    past :data:`HARD_MOST_DEAD` always."""
+    referenced: any dead row under a purge; past :data:`MOST_DEAD` when ``allowed`` holds it
+    (None: every file, no budget); past :data:`HARD_MOST_DEAD` always."""
+    if dead and allowed is not None and allowed.purge:
+        return True
     if dead > HARD_MOST_DEAD * rows:
         return True
-    return dead > MOST_DEAD * rows and (allowed is None or path in allowed)
+    return dead > MOST_DEAD * rows and (allowed is None or path in allowed.files)
 
 
-def compaction_allowed(files: Sequence[LiveFile]) -> frozenset[str]:
+def compaction_allowed(files: Sequence[LiveFile], purge: bool = False) -> Compaction:
     """The paths of the previous run's ``files`` (one table's) a run may compact: the most dead
     first (by the share of their rows the previous manifest deletes: counts, no deletion file
     read), while their bytes fit :data:`REWRITE_SHARE` of the table's, or :data:`REWRITE_FLOOR`
-    when that is more; the last taken may pass it, so each run makes progress. Whether one is compacted is still :func:`compacted`'s, as
-    the shard writer finds it."""
+    when that is more; the last taken may pass it, so each run makes progress. Whether one is
+    compacted is still :func:`compacted`'s, as the shard writer finds it."""
     budget = max(REWRITE_FLOOR, REWRITE_SHARE * sum(f.bytes or 0 for f in files))
     ranked = sorted(files, key=lambda f: (-(f.deletions.count / f.rows) if f.rows else 0.0, f.path))
     allowed = set()
@@ -185,7 +204,7 @@ def compaction_allowed(files: Sequence[LiveFile]) -> frozenset[str]:
             break
         budget -= file.bytes or 0
         allowed.add(file.path)
-    return frozenset(allowed)
+    return Compaction(frozenset(allowed), purge)
 
 
 def same_output(path: str, other: str) -> bool:
@@ -476,7 +495,7 @@ class _WriteShard(beam.DoFn):
                  sort_columns: tuple[str, ...] = (),
                  previous: tuple[str, tuple[tuple[str, Deletions], ...]] | None = None,
                  to_table: Callable[[list[bytes], pa.Schema], pa.Table | None] | None = None,
-                 compactable: frozenset[str] | None = None, keep_mode: bool = False) -> None:
+                 compactable: Compaction | None = None, keep_mode: bool = False) -> None:
         self.keep_mode = keep_mode
         self.carried_rows, self.sort_columns = carried_rows, sort_columns
         self.previous, self.compactable = previous, compactable
@@ -577,7 +596,7 @@ class _WriteShard(beam.DoFn):
             with FileSystems.create(unlinked(path)) as handle:
                 digesting = _DigestingFile(handle)
                 # Page checksums on every table: a reader verifying them refuses a changed page.
-                with pq.ParquetWriter(digesting, self.schema, compression="zstd",
+                with pq.ParquetWriter(digesting, parquet_schema(self.schema), compression="zstd",
                                       write_page_checksum=True) as writer:
                     if digest is not None:
                         writer.add_key_value_metadata({ROWS_DIGEST_KEY: digest})
@@ -585,7 +604,7 @@ class _WriteShard(beam.DoFn):
                         table = (self.to_table(group, self.schema)
                                  if self.to_table is not None and side_writer is None else None)
                         if table is not None:
-                            writer.write_table(table)
+                            writer.write_table(to_parquet(table))
                             continue
                         if side_writer is not None and sidecar is not None:
                             # Before ``finish``: the sidecar keeps what the finished row no
@@ -593,9 +612,9 @@ class _WriteShard(beam.DoFn):
                             side_writer.write_table(_table_of(
                                 group, self.coder, sidecar.schema,
                                 lambda record: sidecar.to_row(record, together[self.shard_key(record)])))
-                        writer.write_table(_table_of(
+                        writer.write_table(to_parquet(_table_of(
                             group, self.coder, self.schema,
-                            lambda record: self.to_row(self._finished(record, side), self.schema)))
+                            lambda record: self.to_row(self._finished(record, side), self.schema))))
                     if digest is not None:  # every row group is written: the footer comes next
                         writer.add_key_value_metadata(
                             {DATA_DIGEST_KEY: f"{digesting.written}:{digesting.hexdigest()}"})
@@ -674,8 +693,10 @@ class _WriteShard(beam.DoFn):
                     # Page checksums (written with every such shard): a damaged page is a
                     # shard written whole, never a row kept from garbage.
                     held = pq.read_table(handle, page_checksum_verification=True)
-                if held.schema.remove_metadata() != self.schema.remove_metadata():
+                # Stored as this run stores it (a file of an older layout is written anew).
+                if held.schema.remove_metadata() != parquet_schema(self.schema).remove_metadata():
                     return None
+                held = with_fixed_vectors(held)
                 previous.append((shard, held, deleted))
         except Exception:  # noqa: BLE001 - unreadable now: the shard is written whole
             return None
@@ -754,7 +775,8 @@ class _WriteShard(beam.DoFn):
         rows = max(1, min(ROW_GROUP, ROW_GROUP_BYTES * table.num_rows // max(1, table.nbytes)))
         with FileSystems.create(unlinked(path)) as handle:
             digesting = _DigestingFile(handle)
-            pq.write_table(table, digesting, row_group_size=rows, compression="zstd", write_page_checksum=True)
+            pq.write_table(to_parquet(table), digesting, row_group_size=rows, compression="zstd",
+                           write_page_checksum=True)
         tally(WRITTEN.format(table=self.table), table.num_rows)
         yield (self.table, path, table.num_rows, ())
         if side is not None and self.sidecar is not None:
@@ -811,7 +833,7 @@ class WriteParquetShards(beam.PTransform):
                  previous: tuple[str, Sequence[str | tuple[str, Deletions | Sequence[int]]]] | None = None,
                  keep: PCollection | None = None,
                  to_table: Callable[[list[bytes], pa.Schema], pa.Table | None] | None = None,
-                 compactable: frozenset[str] | None = None) -> None:
+                 compactable: Compaction | None = None) -> None:
         super().__init__()
         self.compactable = compactable
         if keep is not None and previous is None:

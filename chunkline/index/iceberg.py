@@ -286,7 +286,6 @@ def commit_table(table: Any, run_id: str, files: Iterable[LiveData], *, make_cur
     """Commit the snapshot of ``run_id`` holding exactly ``files`` (each with its deleted rows)
     and, with ``make_current``, make it the ``main`` branch's; its snapshot id. A data or delete
     file the current snapshot already lists keeps its entry; only what changed is written."""
-    from pyiceberg.io.pyarrow import parquet_file_to_data_file
     from pyiceberg.manifest import ManifestEntry, ManifestEntryStatus, write_manifest, write_manifest_list
     from pyiceberg.table.snapshots import Operation, Snapshot, Summary
     from pyiceberg.table.update import AddSnapshotUpdate, AssertRefSnapshotId
@@ -311,7 +310,7 @@ def commit_table(table: Any, run_id: str, files: Iterable[LiveData], *, make_cur
                 writer.existing(entry)
                 data_file = entry.data_file
             else:
-                data_file = parquet_file_to_data_file(table.io, metadata, live.path)
+                data_file = _data_file(table, metadata, live.path)
                 writer.add_entry(ManifestEntry.from_args(status=ManifestEntryStatus.ADDED,
                                                          snapshot_id=snapshot_id, data_file=data_file))
                 added_files += 1
@@ -362,6 +361,23 @@ def commit_table(table: Any, run_id: str, files: Iterable[LiveData], *, make_cur
     table.catalog.commit_table(table, (AssertRefSnapshotId(snapshot_id=parent.snapshot_id if parent else None,
                                                            ref="main"),), updates)
     return snapshot_id
+
+
+def _data_file(table: Any, metadata: Any, path: str) -> Any:
+    """pyiceberg's entry for a Parquet data file: its row count, sizes and column bounds from
+    the footer. pyiceberg logs a warning for each column the footer has no statistics of (an
+    empty file, an all-null column): expected here, and not a user's concern on every run."""
+    import logging
+
+    from pyiceberg.io.pyarrow import parquet_file_to_data_file
+
+    quiet = logging.getLogger("pyiceberg.io.pyarrow")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        return parquet_file_to_data_file(table.io, metadata, path)
+    finally:
+        quiet.setLevel(level)
 
 
 def _new_snapshot_id(metadata: Any) -> int:
@@ -475,6 +491,24 @@ def _trim_metadata(table: Any) -> None:
     for path in folder.glob("*.metadata.json"):
         if str(path) not in kept:
             path.unlink(missing_ok=True)
+
+
+def run_snapshots(output: str) -> dict[str, dict[str, int]]:
+    """Each run's snapshot id per table, of the snapshots the tables keep (the run's id is in
+    each one's summary); empty for an output without Iceberg tables."""
+    if not supported(output) or not (_root(output) / CATALOG_FILE).is_file():
+        return {}
+    found: dict[str, dict[str, int]] = {}
+    try:
+        for name, table in _own_tables(catalog(output, create=False), output):
+            for snapshot in table.metadata.snapshots:
+                run_id = (snapshot.summary or {}).get(RUN_ID_PROPERTY)
+                if run_id is not None:
+                    found.setdefault(run_id, {})[name] = snapshot.snapshot_id
+    except Exception as exc:  # noqa: BLE001 - SQLAlchemy's, pyiceberg's or the filesystem's
+        raise IcebergError(f"{output}: the Iceberg tables cannot be read ({type(exc).__name__}: "
+                           f"{' '.join(str(exc).split())})") from None
+    return found
 
 
 @dataclasses.dataclass(frozen=True)

@@ -64,6 +64,7 @@ import pyarrow.parquet as pq
 
 from chunkline.index import storage
 from chunkline.memo import MEMO_TABLE
+from chunkline.records import with_fixed_vectors
 from chunkline.index.manifest_types import FORMAT as FORMAT  # the formats are the manifest's: re-exported
 from chunkline.index.manifest_types import INLINE_FORMAT, DeletionFile, Listing, Manifest, TableFile
 
@@ -429,7 +430,7 @@ def read_shard(path: str, read: Callable[[pq.ParquetFile], pa.Table], *, size: i
                 raise TableFileError(f"{path}: its bytes are not those the run's manifest recorded "
                                      "(replaced or damaged since the run wrote it)")
             with pq.ParquetFile(source, page_checksum_verification=True) as shard:
-                return read(shard)
+                return with_fixed_vectors(read(shard))
     except FileNotFoundError:
         raise TableFileError(f"{path}: no such file, though the run's manifest lists it") from None
     except TableFileError:

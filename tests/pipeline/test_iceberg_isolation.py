@@ -63,9 +63,9 @@ def test_a_reader_polling_while_runs_commit_sees_one_whole_run_each_time(tmp_pat
     reader = threading.Thread(target=poll)
     reader.start()
     try:
-        for night in range(4):  # edits, deletes and adds: each run keeps rows in earlier files
+        for night in range(10):  # edits, deletes, re-adds and adds: each run keeps rows in earlier files
             (corpus / f"doc{night:03d}.md").write_text(tiny_document(50 + night), encoding="utf-8")
-            (corpus / f"doc{11 - night:03d}.md").unlink()
+            (corpus / f"doc{11 - night:03d}.md").unlink(missing_ok=True)
             (corpus / f"new{night:03d}.md").write_text(tiny_document(80 + night), encoding="utf-8")
             assert job(corpus, output).published
     finally:
@@ -117,3 +117,42 @@ def test_a_run_killed_during_its_commit_leaves_the_previous_snapshot_current(tmp
     assert {state.run_id for state in iceberg.tables(str(output))} == {Path(again.run_dir).name}
     assert_engines_read(output, {name: read_table(again.run_dir, load_manifest(again.run_dir), name)
                                  for name in ("chunks", "documents", "rejected", "terms")})
+
+
+def test_an_output_of_the_previous_layout_is_converted_by_the_next_run(tmp_path, monkeypatch) -> None:
+    """An output written before the Iceberg tables (no ``_iceberg``) and with its vectors stored
+    as Arrow's fixed-size list: the first run after the upgrade registers its files, rewrites
+    the chunk files of the old layout (their vectors reused, not embedded again) and every
+    engine, Polars' native reader included, reads exactly chunkline's rows."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from chunkline.pipeline.config import load_config
+    from chunkline.pipeline.run import run
+    from chunkline.index.tables import live_files
+    from tests.helpers import run_table
+
+    corpus, output = tmp_path / "corpus", tmp_path / "index"
+    corpus.mkdir()
+    for n in range(8):
+        (corpus / f"doc{n:03d}.md").write_text(tiny_document(n), encoding="utf-8")
+    config = load_config(ROOT / "configs" / "local.yaml", [
+        f"input.pattern={corpus}/**", f"output.path={output}", "output.chunk_shards=2"])
+    with monkeypatch.context() as old:  # the writer of the previous release: vectors as written
+        old.setattr("chunkline.transforms.write.parquet_schema", lambda schema: schema)
+        old.setattr("chunkline.transforms.write.to_parquet", lambda table: table)
+        first = run(config)
+    import shutil
+
+    shutil.rmtree(output / iceberg.ICEBERG_DIR)
+    (chunk_file,) = [f for f in live_files(first.run_dir, load_manifest(first.run_dir), "chunks") if f.rows][:1]
+    assert pa.types.is_fixed_size_list(pq.read_schema(chunk_file.path).field("embedding").type)
+
+    (corpus / "doc000.md").write_text(tiny_document(0) + "\nOne more line.\n", encoding="utf-8")
+    second = run(config)
+    manifest = load_manifest(second.run_dir)
+    assert manifest.counts["embedded"] < manifest.counts["chunks"] / 2, manifest.counts
+    for file in live_files(second.run_dir, manifest, "chunks"):
+        assert pa.types.is_list(pq.read_schema(file.path).field("embedding").type), file.path
+    assert_engines_read(output, {name: run_table(second.run_dir, name)
+                                 for name in ("chunks", "documents", "rejected")})

@@ -160,6 +160,9 @@ def test_gc_keeps_exactly_the_files_the_published_run_references(outputs, tmp_pa
     # The base run's Iceberg snapshots expired with it; the published one reads as the run.
     from chunkline.index import iceberg
 
+    current = {state.name: state.snapshot_id for state in iceberg.tables(str(copy))}
+    assert described[MERGED]["snapshots"] == current and described[base]["snapshots"] == {}
+
     for table in iceberg.catalog(str(copy)).list_tables(iceberg.NAMESPACE):
         loaded = iceberg.catalog(str(copy)).load_table(table)
         assert {s.summary[iceberg.RUN_ID_PROPERTY] for s in loaded.metadata.snapshots} == {MERGED}

@@ -11,6 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from chunkline.records import in_memory_schema
+
 from chunkline.pipeline.config import load_config
 from chunkline.pipeline.query import search
 from chunkline.pipeline.run import run
@@ -93,7 +95,7 @@ def test_embed_dims_truncate_warn_and_sign(runs, tmp_path, caplog) -> None:
     assert any("embed.dims=128" in r.getMessage() and "Spearman" in r.getMessage() for r in caplog.records)
     # A different width is a different signature: nothing reused from the 384-d run.
     assert small.counts["reused"] == 0 and small.counts["embedded"] == small.counts["chunks"]
-    schema = pq.read_schema(sorted(Path(small.run_dir).glob("chunks-*.parquet"))[0])
+    schema = in_memory_schema(pq.read_schema(sorted(Path(small.run_dir).glob("chunks-*.parquet"))[0]))
     assert schema.field("embedding").type.list_size == 128
     full = vectors(done["float32"].run_dir)
     for chunk_id, vector in vectors(small.run_dir).items():

@@ -22,7 +22,7 @@ from chunkline.index.tables import read_table
 from chunkline.records import DocumentStatus, document_schema
 from tests.beam_helpers import fnapi_pipeline
 from chunkline.transforms.coders import statuses_table
-from chunkline.transforms.write import HARD_MOST_DEAD, ROWS_DIGEST_KEY, WriteParquetShards
+from chunkline.transforms.write import HARD_MOST_DEAD, ROWS_DIGEST_KEY, Compaction, WriteParquetShards
 
 pytestmark = pytest.mark.slow  # runs Beam pipelines or builds job graphs (make test-fast skips it)
 
@@ -37,7 +37,7 @@ def statuses(edited: int | None = None) -> list[DocumentStatus]:
 
 
 def write(directory: Path, records: list[DocumentStatus], previous_run: Path | None,
-          made_under: str = "signature-1", compactable: frozenset[str] | None = None) -> None:
+          made_under: str = "signature-1", compactable: Compaction | None = None) -> None:
     previous = None
     if previous_run is not None and (previous_run / "_listing").is_dir():
         # A run written here: the files its listings name (its own and earlier ones), with
@@ -221,15 +221,18 @@ def test_compaction_keeps_each_shard_in_few_mostly_live_files(first, tmp_path) -
     assert compacted and live(previous, 0).equals(pq.read_table(shard(tmp_path / "fresh2", 0)))
 
 
-@pytest.mark.parametrize("share, allowed, compacted", [
-    (0.3, False, False),  # past MOST_DEAD, not allowed this run: referenced, its deletions grow
-    (0.3, True, True),  # past MOST_DEAD and allowed: its live rows written again
-    (0.5, False, True),  # past HARD_MOST_DEAD: compacted, allowed or not
+@pytest.mark.parametrize("share, allowed, purge, compacted", [
+    (0.3, False, False, False),  # past MOST_DEAD, not allowed this run: referenced, its deletions grow
+    (0.3, True, False, True),  # past MOST_DEAD and allowed: its live rows written again
+    (0.5, False, False, True),  # past HARD_MOST_DEAD: compacted, allowed or not
+    (0.0, False, False, False),  # one row dead: referenced
+    (0.0, False, True, True),  # one row dead under a purge: no dead row stays in what the run lists
 ])
 def test_compaction_waits_for_the_runs_allowance_up_to_the_hard_bound(first, tmp_path, share, allowed,
-                                                                      compacted) -> None:
+                                                                      purge, compacted) -> None:
     """A file past MOST_DEAD is compacted by a run whose plan allows it (its budget), one past
-    HARD_MOST_DEAD by any run; either way the shard reads as a fresh write."""
+    HARD_MOST_DEAD by any run, one with any dead row by a purging run; either way the shard
+    reads as a fresh write."""
     from chunkline.transforms.write import HARD_MOST_DEAD, MOST_DEAD, shard_of
 
     assert MOST_DEAD < 0.3 < HARD_MOST_DEAD < 0.5
@@ -238,7 +241,7 @@ def test_compaction_waits_for_the_runs_allowance_up_to_the_hard_bound(first, tmp
     records = [status(r.doc_id, r.text + " edited") if r.doc_id in edited else r for r in statuses()]
     path = str(shard(first, 0))
     write(tmp_path / "second", records, previous_run=first,
-          compactable=frozenset({path} if allowed else ()))
+          compactable=Compaction(frozenset({path} if allowed else ()), purge))
     write(tmp_path / "fresh", records, previous_run=None)
     paths = [entry["path"] for entry in listing(tmp_path / "second", 0)]
     assert (f"first/{shard(first, 0).name}" not in paths) == compacted
@@ -255,7 +258,7 @@ def test_the_allowance_is_the_most_dead_files_within_the_budget(files) -> None:
 
     live = [LiveFile(f"/o/r/f{n}", f"r/f{n}", "r", rows, size, deletions=Deletions(min(dead, rows)))
             for n, (rows, dead, size) in enumerate(files)]
-    allowed = compaction_allowed(live)
+    allowed = compaction_allowed(live).files
     budget = max(REWRITE_FLOOR, REWRITE_SHARE * sum(f.bytes for f in live))
     taken = [f for f in live if f.path in allowed]
     share = {f.path: f.deletions.count / f.rows for f in live}
@@ -267,7 +270,7 @@ def test_the_allowance_is_the_most_dead_files_within_the_budget(files) -> None:
 
 
 def write_keeping(directory: Path, records: list[DocumentStatus], previous_run: Path,
-                  kept: list[str], compactable: frozenset[str] | None = None) -> None:
+                  kept: list[str], compactable: Compaction | None = None) -> None:
     """:func:`write` of ``records`` with ``keep``: the previous rows of the ``kept`` ids stay
     (a rerun's settled documents, transforms/settle.py)."""
     from chunkline.transforms.write import KeptIds, shard_of
@@ -310,7 +313,7 @@ def test_kept_ids_stay_where_they_lie_and_the_rest_is_this_runs(tmp_path_factory
                 for i in range(added)]
     # No compaction but the hard bound's: a kept row stays in its file unless that file is
     # mostly dead.
-    write_keeping(base / "second", records, first, kept, compactable=frozenset())
+    write_keeping(base / "second", records, first, kept, compactable=Compaction())
     fresh_rows = [row for row in original if row.doc_id in set(kept)] + records
     write(base / "fresh", fresh_rows, previous_run=None)
     for index in range(SHARDS):
