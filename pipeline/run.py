@@ -41,6 +41,7 @@ from chunkline.pipeline.summary import (
     RunSummary, access_lines, bm25_lines, credential_lines, ocr_lines, suggested_question,
 )
 from chunkline.pipeline.timing import stage_seconds
+from chunkline.transforms.dofn_specs import kept_dofn_specs
 from chunkline.transforms.memory import release_freed_memory
 from chunkline.transforms.spill import remove_dead_spills, remove_spill
 from chunkline.transforms.write import LISTING_DIR
@@ -526,13 +527,16 @@ def _run_leased(config: Config, runner: PipelineRunner | str, options: PipelineO
         log.warning("could not remove the parts of a dead run: %s", exc)
     if config.runner.name in IN_PROCESS:
         _keep_arrow_pages()
-    pipeline = beam.Pipeline(runner=runner, options=options)
-    build(pipeline, config, job)
-    log.info("running %s on %s into %s", run_id, config.runner.name, job.run_dir)
     try:
-        with _fewer_collections(), _worker_malloc_arenas():
-            result = pipeline.run()
-            state = result.wait_until_finish()
+        # Beam's state-and-timer search kept per DoFn class while this job is built and run
+        # in this process (transforms/dofn_specs.py): Beam's own again after.
+        with kept_dofn_specs():
+            pipeline = beam.Pipeline(runner=runner, options=options)
+            build(pipeline, config, job)
+            log.info("running %s on %s into %s", run_id, config.runner.name, job.run_dir)
+            with _fewer_collections(), _worker_malloc_arenas():
+                result = pipeline.run()
+                state = result.wait_until_finish()
     finally:
         # Each stage deletes its parts once read; a job that failed midway leaves the rest.
         try:

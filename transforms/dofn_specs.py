@@ -12,13 +12,21 @@ The answer depends on the methods' parameter defaults only (``DoFn.StateParam`` 
 ``DoFn.TimerParam`` defaults are how a DoFn declares state and timers), which belong to the
 class, unless an instance holds bound methods of its own: the key is the class plus those.
 What is kept is what Beam computed, returned as fresh sets so no caller can change it.
+
+Replacing a function of Beam's is not something importing a library may do to its user's
+process: :func:`kept_dofn_specs` applies it around one job's construction and in-process run
+(``chunkline run``, pipeline/run.py) and puts Beam's own back after. SDK workers in other
+processes (``--direct_running_mode=multi_processing``, Prism, Flink, Dataflow) search as Beam
+does. Upstream, the same cache belongs in ``userstate.get_dofn_specs`` itself (keyed by the
+DoFn's class and its instance's own bound methods, as here): docs/runners.md says so.
 """
 
 from __future__ import annotations
 
 import types
 import weakref
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 from apache_beam.transforms import userstate
 
@@ -51,10 +59,17 @@ def _remembering(search: Callable[[Any], _Specs]) -> Callable[[Any], _Specs]:
     return get_dofn_specs
 
 
-def remember_dofn_specs() -> None:
-    """Install the remembering search in ``userstate`` (its own callers and Beam's other
-    modules look it up there at each call); idempotent."""
+@contextmanager
+def kept_dofn_specs() -> Iterator[None]:
+    """The remembering search installed in ``userstate`` (its own callers and Beam's other
+    modules look it up there at each call) for the block, Beam's own put back after; nested
+    or already installed, it changes nothing."""
     current = getattr(userstate, "get_dofn_specs", None)
     if current is None or hasattr(current, "__wrapped__"):
+        yield
         return
     userstate.get_dofn_specs = _remembering(current)  # type: ignore[assignment]  # Beam types it as its own def
+    try:
+        yield
+    finally:
+        userstate.get_dofn_specs = current

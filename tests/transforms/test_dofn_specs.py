@@ -1,8 +1,12 @@
 """Beam's state-and-timer search kept per DoFn class (transforms/dofn_specs.py): the same answers
-as Beam's own search, never shared between DoFns that declare differently, and stateful DoFns
-still run as such."""
+as Beam's own search, never shared between DoFns that declare differently, stateful DoFns still
+run as such, installed only around a job (importing chunkline changes nothing of Beam's)."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
 
 import apache_beam as beam
 import pytest
@@ -11,8 +15,10 @@ from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms import userstate
 from apache_beam.transforms.timeutil import TimeDomain
 
-import chunkline.transforms  # noqa: F401 - installs the kept search
+from chunkline.transforms.dofn_specs import kept_dofn_specs
 from tests.beam_helpers import fnapi_pipeline
+
+ROOT = Path(__file__).resolve().parents[2]
 
 BAG = userstate.BagStateSpec("seen", VarIntCoder())
 TIMER = userstate.TimerSpec("flush", TimeDomain.WATERMARK)
@@ -53,13 +59,35 @@ def _beams_own(dofn):
     return userstate.get_dofn_specs.__wrapped__(dofn)
 
 
-def test_the_search_is_kept_in_beams_module_once_chunkline_transforms_is_imported() -> None:
-    assert hasattr(userstate.get_dofn_specs, "__wrapped__")
-    from chunkline.transforms.dofn_specs import remember_dofn_specs
+@pytest.fixture(autouse=True)
+def kept():
+    with kept_dofn_specs():
+        yield
 
+
+def test_importing_chunkline_changes_nothing_of_beams() -> None:
+    """In a fresh interpreter, as a user composing our transforms into their own pipeline."""
+    script = ("import apache_beam.transforms.userstate as u; f = u.get_dofn_specs\n"
+              "import chunkline, chunkline.transforms, chunkline.transforms.chunk, chunkline.pipeline.run\n"
+              "assert u.get_dofn_specs is f, 'replaced on import'\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_the_search_is_kept_around_a_job_and_beams_own_is_back_after() -> None:
     installed = userstate.get_dofn_specs
-    remember_dofn_specs()
-    assert userstate.get_dofn_specs is installed  # idempotent: never wrapped twice
+    assert hasattr(installed, "__wrapped__")
+    with kept_dofn_specs():
+        assert userstate.get_dofn_specs is installed  # nested: never wrapped twice
+    assert userstate.get_dofn_specs is installed
+    beams = installed.__wrapped__
+    userstate.get_dofn_specs = beams
+    try:
+        with kept_dofn_specs():
+            assert hasattr(userstate.get_dofn_specs, "__wrapped__")
+        assert userstate.get_dofn_specs is beams
+    finally:
+        userstate.get_dofn_specs = installed
 
 
 @pytest.mark.parametrize("make", [Plain, Stateful, Holder, lambda: Holder(Stateful().process),
