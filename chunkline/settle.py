@@ -172,15 +172,19 @@ class _Index:
         return marked
 
 
-def boilerplate_affected(state: SettledState, frequent_now: np.ndarray,
-                         frequent_before: np.ndarray) -> np.ndarray:
-    """(n,) bool: the settled documents whose stripped text changes, those holding a line key
+def boilerplate_affected(owners: np.ndarray, keys: np.ndarray, n: int, frequent_now: np.ndarray,
+                         frequent_before: np.ndarray | None) -> np.ndarray:
+    """(n,) bool: of ``n`` settled documents holding line ``keys`` (uint64, each owned by the
+    document at its place in ``owners``), those whose stripped text changes: holding a key
     that is frequent now and was not, or was and is not (the symmetric difference of the two
-    frequent sets, uint64 keys). That covers the floor moving with the document count
-    (``chunkline.boilerplate.frequency_floor``): only the set matters, not why it moved."""
+    frequent sets). That covers the floor moving with the document count
+    (``chunkline.boilerplate.frequency_floor``): only the set matters, not why it moved. With
+    no previous set (not kept), every document holding a key."""
+    owners = np.asarray(owners, np.int64)
+    if frequent_before is None:
+        return np.bincount(owners, minlength=n)[:n] > 0
     changed = np.setxor1d(np.asarray(frequent_now, np.uint64), np.asarray(frequent_before, np.uint64))
-    keys = state.line_keys
-    return holding(keys.owners(), keys.values, changed, len(state))
+    return holding(owners, np.asarray(keys, np.uint64), changed, n)
 
 
 def dedupe_affected(state: SettledState, touch: Touch, *, max_bucket_pairs: int,

@@ -364,7 +364,8 @@ def test_boilerplate_affected_are_the_documents_whose_stripped_text_may_change(c
         line_keys=Csr.of([as_values(keys) for keys in held]),
         frequent_keys=Csr.of([as_values(keys & before) for keys in held]))
 
-    affected = boilerplate_affected(state, as_values(now), as_values(before))
+    affected = boilerplate_affected(state.line_keys.owners(), state.line_keys.values, len(state),
+                                    as_values(now), as_values(before))
 
     for record, hit in zip(unchanged, affected, strict=True):
         if not hit:
@@ -389,8 +390,12 @@ def test_a_moving_floor_affects_the_documents_of_the_keys_it_passes() -> None:
         survivor=np.array([f"d{i}" for i in range(5)], dtype=object),
         line_keys=Csr.of([as_values(k) for k in keys]),
         frequent_keys=Csr.of([as_values(k & frequent_of(texts[:5])) for k in keys]))
-    affected = boilerplate_affected(state, as_values(frequent_of(texts)), as_values(frequent_of(texts[:5])))
+    affected = boilerplate_affected(state.line_keys.owners(), state.line_keys.values, len(state),
+                                    as_values(frequent_of(texts)), as_values(frequent_of(texts[:5])))
     assert affected.all()
+    # Without the previous run's set: every document holding a key.
+    assert boilerplate_affected(state.line_keys.owners(), state.line_keys.values, len(state),
+                                as_values(frequent_of(texts)), None).all()
 
 
 # --- The arrays --------------------------------------------------------------------------------

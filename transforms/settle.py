@@ -37,7 +37,7 @@ from chunkline.access import access_digest
 from chunkline.index.layout import shard_of
 from chunkline.key_sets import take
 from chunkline.records import Document, Rejected
-from chunkline.settle import Csr, SettledState, Touch, dedupe_affected, holding
+from chunkline.settle import Csr, SettledState, Touch, boilerplate_affected, dedupe_affected
 from chunkline.state import SettledBatch, StateSource, unpack
 from chunkline.transforms.dedupe import _ParkAndSummarize
 from chunkline.transforms.memo import recalled_doc_hash
@@ -83,12 +83,7 @@ class FlagBoilerplate(beam.DoFn):
             return
         keys = batch.keys
         owners = np.repeat(np.arange(len(batch), dtype=np.int64), np.diff(keys.offsets))
-        values = keys.keys.astype(np.uint64, copy=False)
-        if self.before is None:
-            hit = np.diff(keys.offsets) > 0
-        else:
-            changed = np.setxor1d(np.asarray(frequent, np.uint64), np.asarray(self.before, np.uint64))
-            hit = holding(owners, values, changed, len(batch))
+        hit = boilerplate_affected(owners, keys.keys, len(batch), frequent, self.before)
         flagged = np.flatnonzero(hit)
         if len(flagged):
             self.flagged.inc(len(flagged))
