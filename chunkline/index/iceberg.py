@@ -713,8 +713,6 @@ def _switch(place: Catalogued, targets: Sequence[tuple[Any, int]]) -> None:
     from the metadata (or snapshot) the switch was made from: IcebergError when another writer
     moved one meanwhile."""
     from pyiceberg.catalog.sql import SqlCatalog
-    from pyiceberg.exceptions import CommitFailedException
-    from pyiceberg.table.update import AssertRefSnapshotId
 
     targets = [(table.refresh(), snapshot_id) for table, snapshot_id in targets]  # as committed now
     targets = [(table, snapshot_id) for table, snapshot_id in targets
@@ -724,19 +722,29 @@ def _switch(place: Catalogued, targets: Sequence[tuple[Any, int]]) -> None:
     if isinstance(place.found, SqlCatalog):
         _switch_in_one_transaction(place, targets)
     else:
-        for table, snapshot_id in targets:
-            current = table.current_snapshot()
-            try:
-                table.catalog.commit_table(
-                    table, (AssertRefSnapshotId(snapshot_id=current.snapshot_id if current else None, ref="main"),),
-                    (_main_branch_at(snapshot_id),))
-            except CommitFailedException as exc:
-                raise IcebergError(f"{place.output}: the Iceberg table {'.'.join(table.name())} was changed by "
-                                   f"another writer meanwhile ({exc})") from None
+        _switch_table_by_table(place, targets)
     for table, _ in targets:
         table = table.refresh()
         place.committed(table)
         _trim_metadata(table)
+
+
+def _switch_table_by_table(place: Catalogued, targets: Sequence[tuple[Any, int]]) -> None:
+    """The switch of a catalog without multi-table transactions: each table through the
+    catalog's own commit, required to move from the snapshot it was read at (Iceberg's
+    ``assert-ref-snapshot-id``, which a REST catalog checks on its side)."""
+    from pyiceberg.exceptions import CommitFailedException
+    from pyiceberg.table.update import AssertRefSnapshotId
+
+    for table, snapshot_id in targets:
+        current = table.current_snapshot()
+        try:
+            table.catalog.commit_table(
+                table, (AssertRefSnapshotId(snapshot_id=current.snapshot_id if current else None, ref="main"),),
+                (_main_branch_at(snapshot_id),))
+        except CommitFailedException as exc:
+            raise IcebergError(f"{place.output}: the Iceberg table {'.'.join(table.name())} was changed by "
+                               f"another writer meanwhile ({' '.join(str(exc).split())})") from None
 
 
 def _switch_in_one_transaction(place: Catalogued, targets: Sequence[tuple[Any, int]]) -> None:
