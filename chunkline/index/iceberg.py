@@ -413,13 +413,28 @@ def _table(place: Catalogued, name: str, first_file: str) -> Any:
         # afresh here (the entry dropped, the other output's files left alone).
         place.found.drop_table(identifier)
     except NoSuchTableError:
-        pass
+        if not place.spec.embedded and (previous := _embedded_metadata(place.output, name)) is not None:
+            # Moving the output's tables into a configured catalog: registered as they are,
+            # every earlier run's snapshot with them (a rollback finds them there).
+            place.found.register_table(identifier, previous)
+            return place.found.load_table(identifier)
     schema = _iceberg_schema(_read_schema(first_file))
     table = place.found.create_table(identifier, schema=schema, location=_location(place.output, name),
                                      properties={"format-version": "2", **METADATA_RETENTION})
     with table.transaction() as transaction:
         transaction.set_properties({"schema.name-mapping.default": schema.name_mapping.model_dump_json()})
     return place.found.load_table(identifier)
+
+
+def _embedded_metadata(output: str, name: str) -> str | None:
+    """The current metadata file of this output's table ``name`` in its embedded catalog (the
+    SQLite file, or the bucket's hint), or None: none there, or not this output's."""
+    try:
+        place = _embedded(output, create=False)
+        table = place.found.load_table(place.identifier(name))
+    except Exception:  # noqa: BLE001 - no embedded table, or one unreadable: the table starts anew
+        return None
+    return table.metadata_location if table.metadata.location == _location(output, name) else None
 
 
 def _evolved(place: Catalogued, table: Any, first_file: str) -> Any:

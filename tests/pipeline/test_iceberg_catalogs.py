@@ -6,6 +6,7 @@ work."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 from pathlib import Path
@@ -243,3 +244,28 @@ def test_a_catalog_without_transactions_is_switched_table_by_table(tmp_path, pos
     assert place.found.load_table(place.identifier("terms")).current_snapshot().snapshot_id == theirs
     # Not atomic: the chunks table, committed before, stays at run2 (the window docs/engines.md states).
     assert place.found.load_table(place.identifier("chunks")).current_snapshot().snapshot_id == staged[0][1]
+
+
+def test_moving_to_a_configured_catalog_registers_the_embedded_tables(tmp_path, postgres) -> None:
+    """An output published with the embedded catalog, then with PostgreSQL's: the table is
+    registered there as it was (its earlier snapshots too), and the embedded catalog goes."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    output = tmp_path / "out"
+    path = output / "run1" / "terms.parquet"
+    path.parent.mkdir(parents=True)
+    pq.write_table(pa.table({"term_id": pa.array([1, 2, 3], pa.int32())}), path)
+    embedded = iceberg.open_catalog(str(output), iceberg.EMBEDDED)
+    first = iceberg.commit_table(iceberg._table(embedded, "terms", str(path)), "run1", [iceberg.LiveData(str(path), [])])
+    spec = iceberg.CatalogSpec(name="moved", properties={"type": "sql", "uri": postgres})
+    place = iceberg.open_catalog(str(output), spec)
+    table = iceberg._table(place, "terms", str(path))
+    assert iceberg.snapshot_of_run(table, "run1").snapshot_id == first
+    second = iceberg.commit_table(table, "run2", [iceberg.LiveData(str(path), [1])], make_current=False)
+    iceberg._switch(place, [(place.found.load_table(place.identifier("terms")), second)])
+    iceberg._record(str(output), spec)
+    assert not (output / iceberg.ICEBERG_DIR / iceberg.CATALOG_FILE).exists()
+    assert iceberg.recorded(str(output)) == dataclasses.replace(spec, withheld=frozenset())
+    (state,) = iceberg.tables(str(output))
+    assert (state.catalog, state.identifier, state.run_id, state.rows) == ("moved", "chunkline.terms", "run2", 2)
