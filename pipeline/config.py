@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Generic, Literal, Sequence, Ty
 
 import yaml
 from pydantic import (
-    BaseModel, ConfigDict, Field, StringConstraints, ValidationError, create_model, model_validator,
+    BaseModel, ConfigDict, Field, StringConstraints, ValidationError, create_model, model_serializer,
+    model_validator,
 )
 
 from chunkline.access import AccessOptions
@@ -105,6 +106,7 @@ class RunnerConfig(_Section):
 
 if TYPE_CHECKING:
     from chunkline.containers import ContainerOptions
+    from chunkline.index.iceberg import CatalogSpec
     from chunkline.ocr import OcrOptions
     from chunkline.readers.options import JsonlOptions, ParquetOptions
     from chunkline.splitting.semantic import SemanticOptions
@@ -265,6 +267,77 @@ class ReportConfig(_Section):
         return self
 
 
+class CatalogConfig(_Section):
+    """Secrets (a token, a password in the uri) are masked in the run's manifest and report and
+    never written under the output; better, keep them out of the config: pyiceberg merges its
+    own configuration for `name` (`PYICEBERG_CATALOG__<NAME>__<KEY>`, `~/.pyiceberg.yaml`),
+    and libpq reads `PGPASSWORD` or `~/.pgpass`. `chunkline publish`, `gc` and `tables` open
+    the catalog the last published run used (`OUTPUT/_iceberg/catalog.json`, its secrets left
+    out: those come from pyiceberg's configuration)."""
+
+    name: str = Field(
+        "chunkline", pattern=r"^[A-Za-z0-9_-]+$", description="The catalog's name: what "
+        "pyiceberg's own configuration (~/.pyiceberg.yaml, PYICEBERG_CATALOG__<NAME>__<KEY>) "
+        "knows it by; the keys given here are merged over it.")
+    type: Literal["sql", "rest", "glue", "hive", "dynamodb", "bigquery"] | None = Field(
+        None, description="pyiceberg's catalog type. null: pyiceberg's configuration names it, or "
+        "the uri tells (postgresql:// or sqlite:// sql, http(s):// rest, thrift:// hive).")
+    uri: str | None = Field(
+        None, min_length=1, description="The catalog's address: postgresql://user@host/db (a SQL "
+        "catalog; psycopg 3 drives it), https://host/api/catalog (REST), ...")
+    warehouse: str | None = Field(
+        None, min_length=1, description="The catalog's warehouse (a REST catalog's name for it, "
+        "or a location); the tables themselves lie under the output either way.")
+    namespace: str = Field(
+        "chunkline", pattern=r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$",
+        description="The namespace the tables are registered in (dotted for a nested one).")
+    table_prefix: str = Field(
+        "", pattern=r"^[A-Za-z0-9_]*$", description="Put before each table's name "
+        "(<prefix>chunks, ...): several outputs in one namespace each need their own.")
+    properties: dict[Annotated[str, StringConstraints(min_length=1)], str] = Field(
+        {}, description="Any other catalog property pyiceberg takes, e.g. "
+        "credential, token, s3.region, gcs.project-id, rest.sigv4-enabled (values as strings).")
+
+    @model_validator(mode="after")
+    def _one_home_per_key(self) -> "CatalogConfig":
+        doubled = sorted({"type", "uri", "warehouse"} & set(self.properties))
+        if doubled:
+            raise ValueError(f"{', '.join(doubled)}: a key of catalog itself (catalog.{doubled[0]}), "
+                             "not one of catalog.properties")
+        if "py-catalog-impl" in self.properties and self.type is not None:
+            raise ValueError("catalog: py-catalog-impl and type name the catalog twice; give one")
+        return self
+
+    def _given(self) -> dict[str, str]:
+        return {**{key: value for key, value in (("type", self.type), ("uri", self.uri),
+                                                 ("warehouse", self.warehouse)) if value is not None},
+                **self.properties}
+
+    def spec(self) -> "CatalogSpec":
+        """The library's :class:`chunkline.index.iceberg.CatalogSpec` this section names, its
+        secrets marked withheld (:func:`chunkline.pipeline.redact.secret_property`)."""
+        from chunkline.index.iceberg import CatalogSpec
+        from chunkline.pipeline.redact import secret_property
+
+        given = self._given()
+        return CatalogSpec(name=self.name, properties=given, namespace=self.namespace,
+                           table_prefix=self.table_prefix,
+                           withheld=frozenset(key for key, value in given.items() if secret_property(key, value)))
+
+    @model_serializer(mode="wrap")
+    def _masked(self, handler: Any) -> dict[str, Any]:
+        """What the run's manifest and report record: every secret masked (``***``)."""
+        from chunkline.pipeline.redact import MASK, redacted, secret_property
+
+        data = handler(self)
+        if isinstance(data, dict):
+            if data.get("uri"):
+                data["uri"] = redacted(data["uri"])
+            data["properties"] = {key: MASK if secret_property(key, value) else value
+                                  for key, value in (data.get("properties") or {}).items()}
+        return data
+
+
 class Config(_Section):
     runner: RunnerConfig = RunnerConfig()
     input: InputConfig = InputConfig()
@@ -293,6 +366,10 @@ class Config(_Section):
         "`chunkline query --as` and the stores' readers see only what a caller may read. null "
         "(the default): off, every row readable by whoever reads the index.")
     report: ReportConfig = ReportConfig()
+    catalog: CatalogConfig | None = Field(
+        None, description="The Iceberg catalog the index's tables are registered in, for a "
+        "cluster (pyiceberg's terms: type sql, rest, glue, ...). null (the default): embedded, no "
+        "server: a SQLite catalog under a local output, version hints in a bucket (docs/engines.md).")
 
     @model_validator(mode="after")
     def _modes_need_the_model(self) -> "Config":

@@ -578,6 +578,13 @@ def preflight(config: Config, run_id: str, start_over: bool = False) -> None:
         check_device(config.embed.device)
     check_output_writable(config.output.path, run_id)
     check_latest(config.output.path, config.output.previous, start_over)
+    if config.catalog is not None:  # reached, and its tables this output's, before any work
+        from chunkline.index.iceberg import IcebergError, check
+
+        try:
+            check(config.output.path, config.catalog.spec())
+        except IcebergError as exc:
+            raise PreflightError(str(exc)) from None
 
 
 def dims_probe_path(output: str, signature: str) -> str:

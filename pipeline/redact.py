@@ -21,6 +21,26 @@ _SECRET_PARAM = re.compile(
     r"signature|sig|credential|auth)[^=&#?;]*=)(?P<value>[^&#;]*)", re.IGNORECASE)
 
 
+# A catalog property that carries a credential, in pyiceberg's names: token, credential,
+# gcs.oauth2.token, s3.secret-access-key, s3.session-token, adls.account-key, adls.sas-token
+# (an access key's id, a Kerberos principal or a keytab's path are not secrets: they stay). The
+# value is a secret whatever its key when it is a URI holding one.
+_SECRET_PROPERTY = re.compile(r"pass(?:word|wd)?|pwd|token|secret|credential|api[_-]?key|account[_-]?key|"
+                              r"signature", re.IGNORECASE)
+
+
+def secret_property(key: str, value: str) -> bool:
+    """Whether the configuration property ``key: value`` holds a secret: its key names a
+    credential, or its value is a URI with a password or a credential parameter.
+
+    >>> secret_property("token", "abc"), secret_property("uri", "postgresql://me:pw@db/x")
+    (True, True)
+    >>> secret_property("uri", "postgresql://me@db/x"), secret_property("s3.region", "eu-west-1")
+    (False, False)
+    """
+    return bool(_SECRET_PROPERTY.search(key)) or ("://" in value and redacted(value) != value)
+
+
 def redacted(text: str) -> str:
     """``text`` (a URI, or a message holding one) fit for a message or a file: a userinfo
     password (``user:secret@``) and the value of every credential query parameter replaced

@@ -454,16 +454,26 @@ def _write_report(run_dir: str) -> str | None:
         return None
 
 
-def publish_tables(output: str, manifest: Manifest) -> None:
+def publish_tables(output: str, manifest: Manifest, catalog: Any = None) -> None:
     """Make the run ``manifest`` describes current in the output's Iceberg tables
-    (:mod:`chunkline.index.iceberg`); a failure is a RuntimeError naming the output, on one line."""
+    (:mod:`chunkline.index.iceberg`), in ``catalog`` (a ``CatalogSpec``: a run's config's; None:
+    the one the output records, as a rollback uses); a failure is a RuntimeError naming the
+    output, on one line."""
     from chunkline.index import iceberg
 
     try:
-        iceberg.publish_run(output, manifest)
+        iceberg.publish_run(output, manifest, catalog=catalog)
     except Exception as exc:  # noqa: BLE001 - any failure of the commit leaves LATEST as it was
         raise RuntimeError(f"{output}: the Iceberg tables could not be committed "
                            f"({type(exc).__name__}: {' '.join(str(exc).split())}); LATEST unchanged") from exc
+
+
+def catalog_spec(config: Config) -> Any:
+    """The Iceberg catalog ``config`` names (``chunkline.index.iceberg.CatalogSpec``): its
+    ``catalog`` section's, else the embedded default."""
+    from chunkline.index.iceberg import EMBEDDED
+
+    return EMBEDDED if config.catalog is None else config.catalog.spec()
 
 
 def publish(output: str, run_id: str) -> None:
@@ -653,7 +663,7 @@ def _run_leased(config: Config, runner: PipelineRunner | str, options: PipelineO
         # The tables' Iceberg snapshots before LATEST: an engine reading the index through Iceberg
         # and chunkline's readers through LATEST see this run from the same moment on (a crash
         # between leaves Iceberg ahead, and the next run or `chunkline publish` aligns them).
-        publish_tables(config.output.path, manifest)
+        publish_tables(config.output.path, manifest, catalog_spec(config))
         publish(config.output.path, run_id)
     paths = {table: [FileSystems.join(config.output.path, *entry["path"].split("/"))
                      for entry in entries] for table, entries in files.items()}

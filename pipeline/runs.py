@@ -648,7 +648,10 @@ def publish_run(output: str, run_id: str, allow_held_back: bool = False,
         if previous == run_id:
             return Published(run_id, previous, manifest, _sink(manifest), False)
         lease.check()  # fencing, as a run does: a lease taken over never switches LATEST
-        publish_tables(output, manifest)
+        try:  # in the catalog the output records (the last published run's config named it)
+            publish_tables(output, manifest)
+        except RuntimeError as exc:  # its one line: the catalog unreachable, a commit refused
+            raise RunsError(str(exc)) from None
         publish(output, run_id)
     return Published(run_id, previous, manifest, _sink(manifest) or _sink(before), True)
 
@@ -888,9 +891,13 @@ def collect(output: str, keep: int, dry_run: bool = False, timeout: float | None
 
             gone = {removal.name for removal in result.removed}
             kept_runs = {run.run_id for run in runs_of(output, tree, None)[0] if run.run_id not in gone}
-            if expired := iceberg.expire(output, kept_runs):
-                result.notes.append(f"{expired} Iceberg metadata and delete files no kept snapshot "
-                                    "reads removed (the expired runs' snapshots)")
+            try:
+                if expired := iceberg.expire(output, kept_runs):
+                    result.notes.append(f"{expired} Iceberg metadata and delete files no kept snapshot "
+                                        "reads removed (the expired runs' snapshots)")
+            except iceberg.IcebergError as exc:  # its catalog unreachable: the next gc expires them
+                result.notes.append(f"the removed runs' Iceberg snapshots were not expired ({exc}); "
+                                    "a later gc expires them")
     finally:
         exclusion.exit()
     return result

@@ -35,20 +35,27 @@ def rows(table: pa.Table, name: str, columns: list[str]) -> list[tuple]:
 
 
 def engine_tables(output: str | Path, name: str, columns: list[str]) -> dict[str, pa.Table]:
-    """Table ``name`` of ``output`` as each engine reads it now, ``columns`` only; Polars with
-    its native reader (no pyiceberg fallback), the vectors included."""
+    """Table ``name`` of ``output`` as each engine reads it now, ``columns`` only; pyiceberg
+    opens it by name in the output's catalog (the embedded one, or the one its config named).
+    Polars reads with its native reader (no pyiceberg fallback), the vectors included. A
+    ``gs://`` output (the storage emulator): DuckDB (no httpfs here) and Polars' native reader
+    (its own object store client) cannot reach the emulator, so pyiceberg's scan and Polars over
+    pyiceberg's FileIO read it."""
     import polars as pl
 
     from chunkline.index import iceberg
 
     (state,) = [s for s in iceberg.tables(str(output)) if s.name == name]
+    place = iceberg.open_catalog(str(output), create=False)
+    table = place.found.load_table(place.identifier(name))
+    found = {"pyiceberg": table.scan(selected_fields=tuple(columns)).to_arrow()}
+    if str(output).startswith("gs://"):
+        found["polars"] = pl.scan_iceberg(table, reader_override="pyiceberg").select(columns).collect().to_arrow()
+        return found
     quoted = ", ".join(f'"{c}"' for c in columns)
-    found = {"duckdb": duckdb_connection().execute(
-        f"SELECT {quoted} FROM iceberg_scan('{state.metadata}')").arrow()}
+    found["duckdb"] = duckdb_connection().execute(f"SELECT {quoted} FROM iceberg_scan('{state.metadata}')").arrow()
     if hasattr(found["duckdb"], "read_all"):
         found["duckdb"] = found["duckdb"].read_all()
-    table = iceberg.catalog(str(output)).load_table((iceberg.NAMESPACE, name))
-    found["pyiceberg"] = table.scan(selected_fields=tuple(columns)).to_arrow()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the planner's note that polars_iceberg is absent
         found["polars"] = pl.scan_iceberg(state.metadata, reader_override="native").select(columns).collect().to_arrow()

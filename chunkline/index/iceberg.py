@@ -28,25 +28,68 @@ snapshots are written here over its manifest writer, whose data-manifest class i
 content ``deletes`` (:class:`_DeleteManifestWriter`); ``tests/test_iceberg.py`` holds what this
 relies on of pyiceberg 0.12.
 
-Local outputs only in this release: an output on ``gs://`` has no Iceberg tables yet (its
-SQLite catalog cannot live in a bucket); :func:`supported` says so.
+Where the tables are catalogued (:class:`CatalogSpec`, the config's ``catalog:`` section):
+
+- **Embedded, a local output** (no ``catalog:``): a SQLite catalog beside the metadata
+  (``OUTPUT/_iceberg/catalog.db``, pyiceberg's ``SqlCatalog``), so that pyiceberg opens a
+  table by name and other engines by its current metadata file. No server.
+- **Embedded, a ``gs://`` output**: a SQLite file cannot be shared in a bucket (no locking, no
+  atomic update of a file many processes rewrite), so the bucket holds what the Iceberg
+  convention for a catalog-less table on an object store holds: each table's metadata files
+  and a ``metadata/version-hint.text`` naming the current one, which DuckDB's
+  ``iceberg_scan``, pyiceberg's ``StaticTable.from_metadata`` and Hadoop-style readers follow
+  from the table's folder. chunkline rebuilds an in-memory SQLite catalog from the four hints
+  each time it opens the output, so the same code commits and switches. The hints are switched
+  one after another: for the milliseconds between the first and the last, a reader resolving
+  two tables' hints can see one at the new run and one at the previous (each table itself is
+  always whole: one object write replaces its hint). chunkline's own readers go through
+  ``LATEST`` and never see it; a consumer needing every table at one run reads the metadata
+  files ``chunkline tables`` names.
+- **Configured** (``catalog:`` naming one, in pyiceberg's terms: ``load_catalog(name,
+  **properties)``, type ``sql``, ``rest``, ``glue``, ...): the same metadata under the output,
+  registered by name in that catalog (``<namespace>.<table_prefix><table>``). A SQL catalog
+  (PostgreSQL, SQLite) switches every table in one database transaction, as the embedded one
+  does. A catalog without multi-table transactions in pyiceberg 0.12 (REST: its
+  ``/transactions/commit`` is not exposed; Glue, Hive, DynamoDB, BigQuery) is switched one
+  table at a time through its own commit, each checked against the snapshot it moved from:
+  the same window as the bucket's hints, per table, between the first commit and the last.
+
+The catalog a run used is recorded in ``OUTPUT/_iceberg/catalog.json`` (its properties less
+any holding a secret: :attr:`CatalogSpec.withheld`), so that ``chunkline publish`` (rollback),
+``chunkline gc`` and ``chunkline tables``, which take the output alone, open the same one; a
+withheld value comes to them from pyiceberg's own configuration (``PYICEBERG_CATALOG__<NAME>__
+<KEY>``, ``~/.pyiceberg.yaml``), which ``load_catalog`` merges in.
+
+``gs://`` is read and written through pyiceberg's ``PyArrowFileIO`` (pyarrow's
+``GcsFileSystem``, the Google default credentials); against a storage emulator
+(``STORAGE_EMULATOR_HOST``) its endpoint is given as ``gcs.service.host`` (pyarrow ignores the
+variable) with a placeholder token, as the emulator checks none and google-cloud-cpp would
+otherwise look for real credentials.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import io
+import json
 import os
+import time
 import uuid
 from pathlib import Path
-from typing import Any, Final, Iterable, Iterator, Literal, Sequence
+from typing import Any, Final, Iterable, Iterator, Literal, Mapping, Sequence
 
 from chunkline.extras import require
+from chunkline.index import storage
 from chunkline.index.manifest_types import Manifest
 
 NAMESPACE = "chunkline"
 CATALOG_NAME = "chunkline"
 ICEBERG_DIR = "_iceberg"  # in OUTPUT: the catalog and each table's metadata and delete files
 CATALOG_FILE = "catalog.db"
+# Which catalog holds the output's tables when the config named one (CatalogSpec.recorded).
+CATALOG_RECORD = "catalog.json"
+# A bucket's embedded tables: the current metadata file of each, Hadoop tables' convention.
+VERSION_HINT = "version-hint.text"
 # The tables a consumer reads; the internal ones (memo, state, carry) are chunkline's own.
 TABLES = ("chunks", "documents", "rejected", "terms")
 RUN_ID_PROPERTY = "chunkline.run-id"
@@ -62,53 +105,279 @@ AVRO_CODEC: Final[Literal["deflate"]] = "deflate"
 PREVIOUS_METADATA_FILES = 10
 METADATA_RETENTION = {"write.metadata.delete-after-commit.enabled": "true",
                       "write.metadata.previous-versions-max": str(PREVIOUS_METADATA_FILES)}
+# pyiceberg's catalog types a run can commit to; "in-memory" holds nothing past the process.
+CATALOG_TYPES = ("sql", "rest", "glue", "hive", "dynamodb", "bigquery")
 
 
 class IcebergError(RuntimeError):
     """The Iceberg metadata of an output cannot be written or read; the message is one line."""
 
 
+class NoTablesYet(IcebergError):
+    """The output has no Iceberg tables in its catalog yet (no run of this chunkline published)."""
+
+
 def supported(output: str) -> bool:
-    """Whether ``output`` gets Iceberg tables: a local folder (not ``gs://``)."""
-    return "://" not in output
+    """Whether ``output`` gets Iceberg tables: a local folder or ``gs://``."""
+    return "://" not in output or storage.is_gcs(output)
 
 
-def _root(output: str) -> Path:
-    return Path(output).resolve() / ICEBERG_DIR
+@dataclasses.dataclass(frozen=True)
+class CatalogSpec:
+    """Where an output's tables are catalogued. ``name`` None: the embedded default (a SQLite
+    catalog under a local output, version hints in a bucket). Otherwise pyiceberg's
+    ``load_catalog(name, **properties)``: its ``type``, ``uri``, ``warehouse`` and any other
+    property, merged over what pyiceberg's own configuration holds for ``name``; each table is
+    ``<namespace>.<table_prefix><table>``. ``withheld``: the properties holding a secret (a
+    token, a password in the uri), never written to the record."""
+
+    name: str | None = None
+    properties: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    namespace: str = NAMESPACE
+    table_prefix: str = ""
+    withheld: frozenset[str] = frozenset()
+
+    @property
+    def embedded(self) -> bool:
+        return self.name is None
+
+    def identifier(self, table: str) -> tuple[str, ...]:
+        return (*self.namespace.split("."), self.table_prefix + table)
+
+    def readable(self) -> dict[str, str]:
+        """The properties fit for a file or a message: the withheld ones left out."""
+        return {key: value for key, value in self.properties.items() if key not in self.withheld}
+
+    def scrub(self, message: str) -> str:
+        """``message`` with every withheld value (and any password in one) masked."""
+        for key in self.withheld:
+            value = str(self.properties.get(key, ""))
+            secrets = [value]
+            if "://" in value and "@" in value.split("?", 1)[0]:  # user:password@host
+                secrets.append(value.split("://", 1)[1].split("@", 1)[0].partition(":")[2])
+            for secret in secrets:
+                if len(secret) >= 3:
+                    message = message.replace(secret, "***")
+        return " ".join(message.split())
+
+
+EMBEDDED = CatalogSpec()
+
+
+def _root(output: str) -> str:
+    """``OUTPUT/_iceberg``: an absolute local path, or the ``gs://`` prefix."""
+    if storage.is_gcs(output):
+        return storage.join(output, ICEBERG_DIR)
+    return str(Path(output).resolve() / ICEBERG_DIR)
 
 
 def _location(output: str, name: str) -> str:
     """Where this output's table ``name`` lies: what its metadata names as its location."""
-    return (_root(output) / name).as_uri()
+    if storage.is_gcs(output):
+        return storage.join(_root(output), name)
+    return (Path(_root(output)) / name).as_uri()
 
 
-def _own_tables(found: Any, output: str) -> Iterator[tuple[str, Any]]:
-    """(name, table) of each consumer table the catalog ``found`` holds for this output; an entry
-    of another output, whose catalog was copied here with this one, is not this output's."""
-    for name in TABLES:
-        identifier = (NAMESPACE, name)
-        if found.table_exists(identifier):
-            table = found.load_table(identifier)
-            if table.metadata.location == _location(output, name):
-                yield name, table
+def _plain(path: str) -> str:
+    """A location as chunkline's storage names it: a local path without ``file://``."""
+    return path.removeprefix("file://")
 
 
-def catalog(output: str, *, create: bool = True) -> Any:
-    """The output's embedded catalog (pyiceberg's ``SqlCatalog`` on ``OUTPUT/_iceberg/catalog.db``),
-    its namespace created when ``create``."""
+def _io_properties(output: str) -> dict[str, str]:
+    """FileIO properties an output needs before any the user gives: against a storage emulator,
+    its endpoint (pyarrow's GcsFileSystem ignores ``STORAGE_EMULATOR_HOST``) and a placeholder
+    token (the emulator checks none; without one google-cloud-cpp looks for real credentials,
+    the metadata server first, and waits offline)."""
+    emulator = os.environ.get(storage.EMULATOR_ENV)
+    if not storage.is_gcs(output) or not emulator:
+        return {}
+    host = emulator if "://" in emulator else f"http://{emulator}"
+    return {"gcs.service.host": host, "gcs.oauth2.token": "emulator",
+            "gcs.oauth2.token-expires-at": str(int((time.time() + 365 * 86400) * 1000))}
+
+
+def _file_io(output: str, properties: Mapping[str, str] = {}) -> Any:
+    from pyiceberg.io import load_file_io
+
+    return load_file_io({**_io_properties(output), **properties}, location=_location(output, TABLES[0]))
+
+
+def recorded(output: str) -> CatalogSpec:
+    """The catalog the output's last published run used: the record under ``_iceberg``, or the
+    embedded default when there is none."""
+    try:
+        found = json.loads(storage.read_bytes(storage.join(_root(output), CATALOG_RECORD)))
+    except FileNotFoundError:
+        return EMBEDDED
+    except ValueError as exc:
+        raise IcebergError(f"{output}: {ICEBERG_DIR}/{CATALOG_RECORD} is damaged ({exc})") from None
+    return CatalogSpec(name=found["name"], properties=dict(found["properties"]), namespace=found["namespace"],
+                       table_prefix=found["table_prefix"], withheld=frozenset(found["withheld"]))
+
+
+def _record(output: str, spec: CatalogSpec) -> None:
+    """Record ``spec`` as the output's catalog (the embedded default: no record), its secrets
+    left out; what an embedded catalog left behind goes once another holds the tables."""
+    path = storage.join(_root(output), CATALOG_RECORD)
+    io_ = _file_io(output)
+    if spec.embedded:
+        if io_.new_input(path).exists():
+            io_.delete(path)
+        return
+    data = {"name": spec.name, "namespace": spec.namespace, "table_prefix": spec.table_prefix,
+            "properties": spec.readable(), "withheld": sorted(spec.withheld)}
+    with io_.new_output(path).create(overwrite=True) as handle:
+        handle.write(json.dumps(data, indent=2, sort_keys=True).encode())
+    # The embedded catalog's pointers would go stale as the configured one moves on: a reader
+    # opening the SQLite file or following a hint would read an old run without knowing it.
+    stale = [storage.join(_root(output), CATALOG_FILE)] + [
+        storage.join(_root(output), name, "metadata", VERSION_HINT) for name in TABLES]
+    for leftover in stale:
+        if io_.new_input(leftover).exists():
+            io_.delete(leftover)
+
+
+@dataclasses.dataclass(frozen=True)
+class Catalogued:
+    """An output's tables as its catalog holds them: the pyiceberg catalog ``found`` and the
+    spec naming each table. ``hints``: the bucket's embedded default, whose in-memory catalog
+    is rebuilt from (and its switches written to) each table's version hint."""
+
+    output: str
+    spec: CatalogSpec
+    found: Any
+    hints: bool = False
+
+    def identifier(self, name: str) -> tuple[str, ...]:
+        return self.spec.identifier(name)
+
+    def own_tables(self) -> Iterator[tuple[str, Any]]:
+        """(name, table) of each consumer table the catalog holds for this output; an entry of
+        another output (a copied embedded catalog, or a shared catalog's) is not this one's."""
+        for name in TABLES:
+            identifier = self.identifier(name)
+            if self.found.table_exists(identifier):
+                table = self.found.load_table(identifier)
+                if table.metadata.location == _location(self.output, name):
+                    yield name, table
+
+    def committed(self, table: Any) -> None:
+        """Make ``table``'s current metadata durable where the catalog is rebuilt from hints."""
+        if self.hints:
+            hint = f"{table.metadata.location}/metadata/{VERSION_HINT}"
+            with table.io.new_output(hint).create(overwrite=True) as handle:
+                handle.write(table.metadata_location.rsplit("/", 1)[-1].removesuffix(".metadata.json").encode())
+
+
+def open_catalog(output: str, spec: CatalogSpec | None = None, *, create: bool = True) -> Catalogued:
+    """The output's tables in ``spec``'s catalog (None: the recorded one), its namespace created
+    when ``create``. IcebergError, one line without a secret, when it cannot be opened."""
     require("iceberg", "pyiceberg")
+    spec = recorded(output) if spec is None else spec
+    if spec.embedded:
+        return _embedded(output, create)
+    from pyiceberg.catalog import load_catalog
+
+    properties = {**_io_properties(output), **spec.properties}
+    uri = properties.get("uri", "")
+    if uri.startswith("postgresql://") and _psycopg3_only():
+        # SQLAlchemy's default PostgreSQL driver is psycopg2; chunkline's is psycopg 3 (its
+        # pgvector extra), which SQLAlchemy names postgresql+psycopg.
+        properties["uri"] = "postgresql+psycopg://" + uri.removeprefix("postgresql://")
+    try:
+        found = load_catalog(spec.name, **properties)
+        if create:
+            found.create_namespace_if_not_exists(spec.namespace)
+        else:
+            found.load_namespace_properties(spec.namespace)
+    except Exception as exc:  # noqa: BLE001 - any failure to reach it is the same one line
+        from pyiceberg.exceptions import NoSuchNamespaceError
+
+        if isinstance(exc, NoSuchNamespaceError):
+            raise NoTablesYet(f"{output}: no Iceberg tables yet in catalog {spec.name!r} "
+                               f"(no namespace {spec.namespace}): a run of this chunkline publishes them") from None
+        missing = [key for key in sorted(spec.withheld) if key not in spec.properties]
+        hint = (f"; its {', '.join(missing)} held a secret, which chunkline writes nowhere: give it as "
+                f"pyiceberg reads it (PYICEBERG_CATALOG__{str(spec.name).upper()}__<KEY> or ~/.pyiceberg.yaml)"
+                if missing else "")
+        raise IcebergError(spec.scrub(f"catalog {spec.name!r} cannot be opened "
+                                      f"({type(exc).__name__}: {exc}){hint}")) from None
+    return Catalogued(output, spec, found)
+
+
+def _psycopg3_only() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("psycopg2") is None and importlib.util.find_spec("psycopg") is not None
+
+
+def _embedded(output: str, create: bool) -> Catalogued:
+    """The embedded default: a SQLite file under a local output; for a bucket, an in-memory
+    SQLite catalog holding each table whose version hint the bucket has."""
     from pyiceberg.catalog.sql import SqlCatalog
 
     root = _root(output)
-    if create:
-        root.mkdir(parents=True, exist_ok=True)
-    elif not (root / CATALOG_FILE).is_file():
-        raise IcebergError(f"{output}: no Iceberg tables yet (no {ICEBERG_DIR}/{CATALOG_FILE}): "
-                           "a run of this chunkline publishes them")
-    found = SqlCatalog(CATALOG_NAME, uri=f"sqlite:///{root / CATALOG_FILE}", warehouse=root.as_uri())
-    if create:
-        found.create_namespace_if_not_exists(NAMESPACE)
-    return found
+    if not storage.is_gcs(output):
+        if create:
+            Path(root).mkdir(parents=True, exist_ok=True)
+        elif not (Path(root) / CATALOG_FILE).is_file():
+            raise NoTablesYet(f"{output}: no Iceberg tables yet (no {ICEBERG_DIR}/{CATALOG_FILE}): "
+                               "a run of this chunkline publishes them")
+        found = SqlCatalog(CATALOG_NAME, uri=f"sqlite:///{Path(root) / CATALOG_FILE}",
+                           warehouse=Path(root).as_uri())
+        if create:
+            found.create_namespace_if_not_exists(NAMESPACE)
+        return Catalogued(output, EMBEDDED, found)
+    found = SqlCatalog(CATALOG_NAME, uri="sqlite:///:memory:", warehouse=root, **_io_properties(output))
+    found.create_namespace_if_not_exists(NAMESPACE)
+    io_ = _file_io(output)
+    registered = 0
+    for name in TABLES:
+        folder = _location(output, name)
+        hint = f"{folder}/metadata/{VERSION_HINT}"
+        try:
+            with io_.new_input(hint).open() as handle:
+                current = handle.read().decode("utf-8").strip()
+        except FileNotFoundError:
+            continue
+        found.register_table(EMBEDDED.identifier(name), f"{folder}/metadata/{current}.metadata.json")
+        registered += 1
+    if not create and not registered:
+        raise NoTablesYet(f"{output}: no Iceberg tables yet (no {ICEBERG_DIR}/<table>/metadata/"
+                           f"{VERSION_HINT}): a run of this chunkline publishes them")
+    return Catalogued(output, EMBEDDED, found, hints=True)
+
+
+def catalog(output: str, *, create: bool = True) -> Any:
+    """The pyiceberg catalog holding the output's tables (the recorded one, else the embedded
+    default), its namespace created when ``create``."""
+    return open_catalog(output, create=create).found
+
+
+def check(output: str, spec: CatalogSpec) -> None:
+    """Before a run: ``spec``'s catalog opens, and no table it names belongs to another output
+    (a shared catalog's namespace and prefix must be this output's own). IcebergError, one line."""
+    if spec.embedded:
+        return
+    place = open_catalog(output, spec)
+    for name in TABLES:
+        identifier = place.identifier(name)
+        if place.found.table_exists(identifier):
+            _owned(place, name, place.found.load_table(identifier))
+
+
+def _owned(place: Catalogued, name: str, table: Any) -> bool:
+    """Whether ``table`` (the catalog's entry for ``name``) is this output's. An embedded
+    catalog's entry of another output was copied here with this one: not ours (it is replaced);
+    a configured catalog's belongs to another output: IcebergError, never touched."""
+    location = table.metadata.location
+    if location == _location(place.output, name):
+        return True
+    if place.spec.embedded:
+        return False
+    raise IcebergError(f"catalog {place.spec.name!r}: table {'.'.join(place.identifier(name))} holds "
+                       f"another output's table ({location}); give this output its own "
+                       "catalog.namespace or catalog.table_prefix")
 
 
 def _iceberg_schema(arrow_schema: Any) -> Any:
@@ -120,44 +389,64 @@ def _iceberg_schema(arrow_schema: Any) -> Any:
     return assign_fresh_schema_ids(visit_pyarrow(arrow_schema, _ConvertToIcebergWithoutIDs()))
 
 
-def _table(found: Any, output: str, name: str, first_file: str) -> Any:
+def _read_schema(path: str) -> Any:
+    """The Arrow schema of the Parquet file ``path`` (local or ``gs://``), from its footer."""
+    import pyarrow.parquet as pq
+
+    with storage.parquet_source(path) as source:
+        return pq.read_schema(source)
+
+
+def _table(place: Catalogued, name: str, first_file: str) -> Any:
     """The catalog's table ``name``, created from the schema of ``first_file`` when absent. The
     data files carry no Parquet field ids: their columns are found by name, through the name
     mapping every engine above honours (spec, "Column Projection")."""
     from pyiceberg.exceptions import NoSuchTableError
-    import pyarrow.parquet as pq
 
-    identifier = (NAMESPACE, name)
-    location = _location(output, name)
+    identifier = place.identifier(name)
     try:
-        table = found.load_table(identifier)
-        if table.metadata.location == location:
+        table = place.found.load_table(identifier)
+        if _owned(place, name, table):
             return table
         # The catalog of another output, copied or moved here with this one: its metadata
         # lies there, and a commit would write into that output. This output's table is made
         # afresh here (the entry dropped, the other output's files left alone).
-        found.drop_table(identifier)
+        place.found.drop_table(identifier)
     except NoSuchTableError:
-        pass
-    schema = _iceberg_schema(pq.read_schema(first_file))
-    table = found.create_table(identifier, schema=schema, location=location,
-                               properties={"format-version": "2", **METADATA_RETENTION})
+        if not place.spec.embedded and (previous := _embedded_metadata(place.output, name)) is not None:
+            # Moving the output's tables into a configured catalog: registered as they are,
+            # every earlier run's snapshot with them (a rollback finds them there).
+            place.found.register_table(identifier, previous)
+            return place.found.load_table(identifier)
+    schema = _iceberg_schema(_read_schema(first_file))
+    table = place.found.create_table(identifier, schema=schema, location=_location(place.output, name),
+                                     properties={"format-version": "2", **METADATA_RETENTION})
     with table.transaction() as transaction:
         transaction.set_properties({"schema.name-mapping.default": schema.name_mapping.model_dump_json()})
-    return found.load_table(identifier)
+    return place.found.load_table(identifier)
 
 
-def _evolved(found: Any, output: str, table: Any, first_file: str) -> Any:
+def _embedded_metadata(output: str, name: str) -> str | None:
+    """The current metadata file of this output's table ``name`` in its embedded catalog (the
+    SQLite file, or the bucket's hint), or None: none there, or not this output's."""
+    try:
+        place = _embedded(output, create=False)
+        table = place.found.load_table(place.identifier(name))
+    except Exception:  # noqa: BLE001 - no embedded table, or one unreadable: the table starts anew
+        return None
+    return table.metadata_location if table.metadata.location == _location(output, name) else None
+
+
+def _evolved(place: Catalogued, table: Any, first_file: str) -> Any:
     """``table`` able to hold ``first_file``'s columns: as it is when they match; its schema grown
     by name when the file adds columns (a config that adds one, e.g. ``embedding_scale`` of int8
     vectors), as pyiceberg evolves it; made anew when a column's type changed in a way Iceberg
     cannot evolve (float vectors stored as int8 now): the run's snapshot is then the new table's
     first, and ``chunkline publish`` of an earlier run registers that run again."""
-    import pyarrow.parquet as pq
     from pyiceberg.exceptions import ResolveError, ValidationError
     from pyiceberg.io.pyarrow import _check_pyarrow_schema_compatible
 
-    arrow = pq.read_schema(first_file)
+    arrow = _read_schema(first_file)
 
     def holds(candidate: Any) -> bool:
         try:
@@ -179,9 +468,9 @@ def _evolved(found: Any, output: str, table: Any, first_file: str) -> Any:
             return table
     except (ValueError, ValidationError, ResolveError):  # pyiceberg's refusal of the evolution
         pass
-    name = table.name()[-1]
-    found.drop_table((NAMESPACE, name))
-    return _table(found, output, name, first_file)
+    name = table.name()[-1].removeprefix(place.spec.table_prefix)
+    place.found.drop_table(place.identifier(name))
+    return _table(place, name, first_file)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -247,13 +536,18 @@ def _write_position_deletes(table: Any, path: str, positions: Sequence[int], whe
     ])
     rows = pa.table([pa.array([path] * len(positions), pa.string()),
                      pa.array(sorted(positions), pa.int64())], schema=schema)
-    Path(where).parent.mkdir(parents=True, exist_ok=True)
     # Page checksums on: a reader verifying them refuses a changed page instead of applying it.
-    pq.write_table(rows, where, compression="zstd", write_page_checksum=True)
+    # Written whole (a delete file is a few KB) through the table's FileIO: local or gs://.
+    buffer = io.BytesIO()
+    pq.write_table(rows, buffer, compression="zstd", write_page_checksum=True)
+    if "://" not in where:
+        Path(where).parent.mkdir(parents=True, exist_ok=True)
+    with table.io.new_output(where).create(overwrite=True) as handle:
+        handle.write(buffer.getvalue())
     encoded = path.encode("utf-8")
     return DataFile.from_args(
         content=DataFileContent.POSITION_DELETES, file_path=where, file_format=FileFormat.PARQUET,
-        partition=Record(), record_count=len(positions), file_size_in_bytes=os.path.getsize(where),
+        partition=Record(), record_count=len(positions), file_size_in_bytes=len(buffer.getvalue()),
         lower_bounds={DELETE_FILE_PATH_ID: encoded, DELETE_POS_ID: int(min(positions)).to_bytes(8, "little", signed=True)},
         upper_bounds={DELETE_FILE_PATH_ID: encoded, DELETE_POS_ID: int(max(positions)).to_bytes(8, "little", signed=True)},
         spec_id=table.metadata.default_spec_id, sort_order_id=None, equality_ids=None, key_metadata=None)
@@ -401,110 +695,156 @@ def _main_branch_at(snapshot_id: int) -> Any:
 def run_files(output: str, manifest: Manifest, table: str) -> list[LiveData]:
     """The data files of ``table`` the run ``manifest`` describes, with their deleted positions
     (read from the run's deletion files, one shard's at a time)."""
-    from chunkline.index import storage
     from chunkline.index.tables import live_files
 
     run_dir = storage.join(output, manifest.run_id)
-    return [LiveData(str(Path(found.path).resolve()), found.deleted)
+    return [LiveData(found.path if storage.is_gcs(found.path) else str(Path(found.path).resolve()), found.deleted)
             for found in live_files(run_dir, manifest, table)]
 
 
-def publish_run(output: str, manifest: Manifest) -> dict[str, int]:
+def publish_run(output: str, manifest: Manifest, *, catalog: CatalogSpec | None = None) -> dict[str, int]:
     """Make the run ``manifest`` describes current in every consumer table it lists, all at
-    once. Write-audit-publish: each table's snapshot is committed first without becoming current
-    (staged; an existing snapshot of the run, as a rollback finds it, is reused), then every
-    table's ``main`` branch is switched to it in one catalog transaction (:func:`switch`), so
-    a reader of the catalog never sees one table at this run and another at the previous one,
-    and a process killed before the switch leaves every table as it was. A run of an earlier
-    format is registered as it lies: nothing is rewritten. The snapshot ids by table."""
+    once, in ``catalog`` (None: the one the output records; a run passes its config's), which
+    is then recorded as the output's. Write-audit-publish: each table's snapshot is committed
+    first without becoming current (staged; an existing snapshot of the run, as a rollback
+    finds it, is reused), then every table's ``main`` branch is switched to it
+    (:func:`switch`), so a process killed before the switch leaves every table as it was. A run
+    of an earlier format is registered as it lies: nothing is rewritten. The snapshot ids by
+    table."""
     from chunkline.index.tables import has_table
 
     if not supported(output):
         return {}
-    found = catalog(output)
+    place = open_catalog(output, catalog)
     staged: dict[str, tuple[Any, int]] = {}
     for name in TABLES:
         if not has_table(manifest, name):
             continue
         files = run_files(output, manifest, name)
-        table = _evolved(found, output, _table(found, output, name, files[0].path), files[0].path)
+        table = _evolved(place, _table(place, name, files[0].path), files[0].path)
         existing = snapshot_of_run(table, manifest.run_id)
         snapshot_id = (existing.snapshot_id if existing is not None
                        else commit_table(table, manifest.run_id, files, make_current=False))
-        staged[name] = (found.load_table((NAMESPACE, name)), snapshot_id)
-    switch(output, list(staged.values()))
+        staged[name] = (place.found.load_table(place.identifier(name)), snapshot_id)
+    _switch(place, list(staged.values()))
+    _record(output, place.spec)
     return {name: snapshot_id for name, (_, snapshot_id) in staged.items()}
 
 
 def switch(output: str, targets: Sequence[tuple[Any, int]]) -> None:
-    """Point the ``main`` branch of each ``(table, snapshot id)`` at that snapshot, in one
-    transaction of the output's SQLite catalog: each table's new metadata file is written
-    first (immutable, unread until the catalog names it), then every catalog row moves at once,
-    each only if it still names the metadata the switch was made from (optimistic concurrency,
-    as pyiceberg's SqlCatalog commits one table). IcebergError when another writer moved one."""
-    import sqlite3
+    """Point the ``main`` branch of each ``(table, snapshot id)`` at that snapshot, all at once
+    in the output's recorded catalog (:func:`_switch`)."""
+    _switch(open_catalog(output), targets)
 
-    from pyiceberg.serializers import ToOutputFile
-    from pyiceberg.table.update import update_table_metadata
 
-    moves = []
+def _switch(place: Catalogued, targets: Sequence[tuple[Any, int]]) -> None:
+    """Point the ``main`` branch of each ``(table, snapshot id)`` at that snapshot. A SQL
+    catalog (the embedded ones, PostgreSQL's) in one transaction; any other one table at a time
+    through its own commit (the window the module's docstring states). Each table moves only
+    from the metadata (or snapshot) the switch was made from: IcebergError when another writer
+    moved one meanwhile."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
     targets = [(table.refresh(), snapshot_id) for table, snapshot_id in targets]  # as committed now
+    targets = [(table, snapshot_id) for table, snapshot_id in targets
+               if table.current_snapshot() is None or table.current_snapshot().snapshot_id != snapshot_id]
+    if not targets:
+        return
+    if isinstance(place.found, SqlCatalog):
+        _switch_in_one_transaction(place, targets)
+    else:
+        _switch_table_by_table(place, targets)
+    for table, _ in targets:
+        table = table.refresh()
+        place.committed(table)
+        _trim_metadata(table)
+
+
+def _switch_table_by_table(place: Catalogued, targets: Sequence[tuple[Any, int]]) -> None:
+    """The switch of a catalog without multi-table transactions: each table through the
+    catalog's own commit, required to move from the snapshot it was read at (Iceberg's
+    ``assert-ref-snapshot-id``, which a REST catalog checks on its side)."""
+    from pyiceberg.exceptions import CommitFailedException
+    from pyiceberg.table.update import AssertRefSnapshotId
+
     for table, snapshot_id in targets:
         current = table.current_snapshot()
-        if current is not None and current.snapshot_id == snapshot_id:
-            continue
+        try:
+            table.catalog.commit_table(
+                table, (AssertRefSnapshotId(snapshot_id=current.snapshot_id if current else None, ref="main"),),
+                (_main_branch_at(snapshot_id),))
+        except CommitFailedException as exc:
+            raise IcebergError(f"{place.output}: the Iceberg table {'.'.join(table.name())} was changed by "
+                               f"another writer meanwhile ({' '.join(str(exc).split())})") from None
+
+
+def _switch_in_one_transaction(place: Catalogued, targets: Sequence[tuple[Any, int]]) -> None:
+    """The switch of a SQL catalog: each table's new metadata file is written first (immutable,
+    unread until the catalog names it), then every catalog row moves in one transaction, each
+    only if it still names the metadata the switch was made from (optimistic concurrency, as
+    pyiceberg's ``SqlCatalog.commit_table`` moves one table: the same statement, on its own
+    ``iceberg_tables`` table, through its SQLAlchemy engine)."""
+    from pyiceberg.catalog.sql import IcebergTables
+    from pyiceberg.serializers import ToOutputFile
+    from pyiceberg.table.update import update_table_metadata
+    from sqlalchemy import update
+
+    moves = []
+    for table, snapshot_id in targets:
         before = table.metadata_location
         metadata = update_table_metadata(table.metadata, (_main_branch_at(snapshot_id),),
                                          metadata_location=before)
         version = int(before.rsplit("/", 1)[-1].split("-", 1)[0]) + 1
         after = table.location_provider().new_table_metadata_file_location(new_version=version)
         ToOutputFile.table_metadata(metadata, table.io.new_output(after))
-        moves.append((after, before, table.name()[-1]))
-    if not moves:
-        return
-    connection = sqlite3.connect(_root(output) / CATALOG_FILE, timeout=60, isolation_level=None)
-    try:
-        connection.execute("BEGIN IMMEDIATE")
-        for after, before, name in moves:
+        moves.append((after, before, table.name()))
+    with place.found.engine.begin() as connection:  # committed on leaving, rolled back on a raise
+        for after, before, identifier in moves:
             moved = connection.execute(
-                "UPDATE iceberg_tables SET metadata_location = ?, previous_metadata_location = ? "
-                "WHERE catalog_name = ? AND table_namespace = ? AND table_name = ? AND metadata_location = ?",
-                (after, before, CATALOG_NAME, NAMESPACE, name, before)).rowcount
+                update(IcebergTables)
+                .where(IcebergTables.catalog_name == place.found.name,
+                       IcebergTables.table_namespace == ".".join(identifier[:-1]),
+                       IcebergTables.table_name == identifier[-1],
+                       IcebergTables.metadata_location == before)
+                .values(metadata_location=after, previous_metadata_location=before)).rowcount
             if moved != 1:
-                connection.execute("ROLLBACK")
-                raise IcebergError(f"{output}: the Iceberg table {NAMESPACE}.{name} was changed by another "
-                                   "writer meanwhile; nothing was switched")
-        connection.execute("COMMIT")
-    finally:
-        connection.close()
-    for table, _ in targets:
-        _trim_metadata(table.refresh())
+                raise IcebergError(f"{place.output}: the Iceberg table {'.'.join(identifier)} was changed by "
+                                   "another writer meanwhile; nothing was switched")
+
+
+def _files_under(folder: str) -> list[str]:
+    """Every file under ``folder`` (a local path or a ``gs://`` prefix), by its plain path."""
+    return [path for path, _, _ in storage.list_files(folder.rstrip("/") + "/")]
 
 
 def _trim_metadata(table: Any) -> None:
     """Remove ``table``'s metadata files older than the last :data:`PREVIOUS_METADATA_FILES` its
     metadata log names (readers holding one of those still read it)."""
-    kept = {table.metadata_location.removeprefix("file://")}
-    kept |= {entry.metadata_file.removeprefix("file://")
-             for entry in table.metadata.metadata_log[-PREVIOUS_METADATA_FILES:]}
-    folder = Path(table.metadata.location.removeprefix("file://")) / "metadata"
-    for path in folder.glob("*.metadata.json"):
-        if str(path) not in kept:
-            path.unlink(missing_ok=True)
+    kept = {_plain(table.metadata_location)}
+    kept |= {_plain(entry.metadata_file) for entry in table.metadata.metadata_log[-PREVIOUS_METADATA_FILES:]}
+    for path in _files_under(_plain(table.metadata.location) + "/metadata"):
+        if path.endswith(".metadata.json") and path not in kept:
+            table.io.delete(path)
 
 
 def run_snapshots(output: str) -> dict[str, dict[str, int]]:
     """Each run's snapshot id per table, of the snapshots the tables keep (the run's id is in
     each one's summary); empty for an output without Iceberg tables."""
-    if not supported(output) or not (_root(output) / CATALOG_FILE).is_file():
+    if not supported(output):
+        return {}
+    try:
+        place = open_catalog(output, create=False)
+    except NoTablesYet:
         return {}
     found: dict[str, dict[str, int]] = {}
     try:
-        for name, table in _own_tables(catalog(output, create=False), output):
+        for name, table in place.own_tables():
             for snapshot in table.metadata.snapshots:
                 run_id = (snapshot.summary or {}).get(RUN_ID_PROPERTY)
                 if run_id is not None:
                     found.setdefault(run_id, {})[name] = snapshot.snapshot_id
+    except IcebergError:
+        raise
     except Exception as exc:  # noqa: BLE001 - SQLAlchemy's, pyiceberg's or the filesystem's
         raise IcebergError(f"{output}: the Iceberg tables cannot be read ({type(exc).__name__}: "
                            f"{' '.join(str(exc).split())})") from None
@@ -521,19 +861,21 @@ class TableState:
     snapshot_id: int | None
     run_id: str | None
     rows: int
+    catalog: str | None = None  # the configured catalog's name; None: the embedded default
 
 
 def tables(output: str) -> list[TableState]:
     """The output's Iceberg tables as they are now: current metadata file, snapshot, its run and
     live rows (records less position deletes, from the snapshot's summary)."""
+    place = open_catalog(output, create=False)
     states = []
-    for name, table in _own_tables(catalog(output, create=False), output):
+    for name, table in place.own_tables():
         snapshot = table.current_snapshot()
         summary = snapshot.summary if snapshot is not None and snapshot.summary is not None else {}
         rows = int(summary.get("total-records", 0)) - int(summary.get("total-position-deletes", 0))
-        states.append(TableState(name, f"{NAMESPACE}.{name}", table.metadata_location.removeprefix("file://"),
+        states.append(TableState(name, ".".join(place.identifier(name)), _plain(table.metadata_location),
                                  snapshot.snapshot_id if snapshot else None,
-                                 summary.get(RUN_ID_PROPERTY), rows))
+                                 summary.get(RUN_ID_PROPERTY), rows, place.spec.name))
     return states
 
 
@@ -546,11 +888,14 @@ def expire(output: str, keep_runs: set[str]) -> int:
     Data files lie in run folders: ``chunkline gc`` removes those."""
     from pyiceberg.table.update import AssertRefSnapshotId, RemoveSnapshotsUpdate
 
-    if not supported(output) or not (_root(output) / CATALOG_FILE).is_file():
+    if not supported(output):
         return 0
-    found = catalog(output, create=False)
+    try:
+        place = open_catalog(output, create=False)
+    except NoTablesYet:
+        return 0
     removed = 0
-    for name, table in _own_tables(found, output):
+    for name, table in place.own_tables():
         current = table.current_snapshot()
         dropped = [snapshot.snapshot_id for snapshot in table.metadata.snapshots
                    if (current is None or snapshot.snapshot_id != current.snapshot_id)
@@ -560,25 +905,27 @@ def expire(output: str, keep_runs: set[str]) -> int:
                 table, (AssertRefSnapshotId(snapshot_id=current.snapshot_id if current else None, ref="main"),),
                 (RemoveSnapshotsUpdate(snapshot_ids=dropped),))
             table = table.refresh()
-        removed += _remove_orphans(table, _root(output) / name)
+            place.committed(table)
+        removed += _remove_orphans(table, _plain(_location(output, name)))
     return removed
 
 
-def _remove_orphans(table: Any, folder: Path) -> int:
+def _remove_orphans(table: Any, folder: str | Path) -> int:
     """Remove the files under ``folder`` that ``table``'s current metadata does not reach."""
     from pyiceberg.manifest import DataFileContent
 
-    reached = {table.metadata_location.removeprefix("file://")}
+    reached = {_plain(table.metadata_location),
+               f"{_plain(table.metadata.location)}/metadata/{VERSION_HINT}"}
     for snapshot in table.metadata.snapshots:
-        reached.add(snapshot.manifest_list.removeprefix("file://"))
+        reached.add(_plain(snapshot.manifest_list))
         for manifest in snapshot.manifests(table.io):
-            reached.add(manifest.manifest_path.removeprefix("file://"))
+            reached.add(_plain(manifest.manifest_path))
             for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
                 if entry.data_file.content != DataFileContent.DATA:
-                    reached.add(entry.data_file.file_path.removeprefix("file://"))
+                    reached.add(_plain(entry.data_file.file_path))
     removed = 0
-    for path in sorted(folder.rglob("*")):
-        if path.is_file() and str(path) not in reached:
-            path.unlink()
+    for path in sorted(_files_under(str(folder))):
+        if path not in reached:
+            table.io.delete(path)
             removed += 1
     return removed
