@@ -873,6 +873,22 @@ def collect(output: str, keep: int, dry_run: bool = False, timeout: float | None
         result = gc_plan(output, tree, keep, exclusion.beside if not exclusion.holding else None,
                          exclusion.holding, timeout)
         pending, result.pending = result.pending, []
+        if exclusion.holding and pending:
+            # First the Iceberg snapshots of the runs gc removes, with every metadata and delete
+            # file only they reached, so that no snapshot a reader may open ever names a data
+            # file removed below (stopped midway, the runs left are still whole runs, and
+            # `publish` commits a snapshot anew for one it finds none of).
+            from chunkline.index import iceberg
+
+            gone = {removal.name for removal in pending}
+            kept_runs = {run.run_id for run in runs_of(output, tree, None)[0] if run.run_id not in gone}
+            try:
+                if expired := iceberg.expire(output, kept_runs):
+                    result.notes.append(f"{expired} Iceberg metadata and delete files no kept snapshot "
+                                        "reads removed (the expired runs' snapshots)")
+            except iceberg.IcebergError as exc:  # its catalog unreachable: the next gc expires them
+                result.notes.append(f"the removed runs' Iceberg snapshots were not expired ({exc}); "
+                                    "a later gc expires them")
         for index, removal in enumerate(pending):
             if not exclusion.still_safe():
                 result.stopped = (f"the lease on {output} changed hands while gc ran (a run or "
@@ -884,20 +900,6 @@ def collect(output: str, keep: int, dry_run: bool = False, timeout: float | None
             else:
                 tree.remove(removal.name)
             result.removed.append(removal)
-        if result.stopped is None and exclusion.holding:
-            # The Iceberg snapshots of the runs gc removed go too, with every metadata and
-            # delete file only they reached: a removed run leaves no byte behind.
-            from chunkline.index import iceberg
-
-            gone = {removal.name for removal in result.removed}
-            kept_runs = {run.run_id for run in runs_of(output, tree, None)[0] if run.run_id not in gone}
-            try:
-                if expired := iceberg.expire(output, kept_runs):
-                    result.notes.append(f"{expired} Iceberg metadata and delete files no kept snapshot "
-                                        "reads removed (the expired runs' snapshots)")
-            except iceberg.IcebergError as exc:  # its catalog unreachable: the next gc expires them
-                result.notes.append(f"the removed runs' Iceberg snapshots were not expired ({exc}); "
-                                    "a later gc expires them")
     finally:
         exclusion.exit()
     return result

@@ -11,6 +11,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
@@ -172,23 +173,45 @@ def test_gc_keeps_exactly_the_files_the_published_run_references(outputs, tmp_pa
     assert main(["publish", str(copy), base], out, err) != 0  # no longer a run
 
 
-def test_a_referenced_file_with_a_flipped_bit_is_refused_by_sync_and_query(outputs, tmp_path) -> None:
+@pytest.mark.parametrize("damage", ["flipped bit", "same rows rewritten"])
+def test_a_referenced_file_that_changed_is_refused_by_sync_query_index_and_publish(outputs, tmp_path,
+                                                                                   damage) -> None:
     """The published run reads rows kept in an earlier run's file; one bit of it flipped (its
-    size unchanged): its page checksums fail, and sync and query refuse it in one line naming it."""
+    size unchanged: its page checksums fail), or the file rewritten with the same rows, each
+    text and search text upper-cased alike (every row consistent, only its bytes tell): sync,
+    query and publish refuse it in one line naming it, and ``Index`` raises, never serving it."""
+    from chunkline.index.tables import TableFileError
+
     output, base, _ = outputs
     copy = tmp_path / "index"
     shutil.copytree(output, copy)
     (target,) = [Path(f.path) for f in live_files(str(copy / MERGED), load_manifest(str(copy / MERGED)), "chunks")
                  if f.folder == base][:1]
-    data = bytearray(target.read_bytes())
-    data[len(data) // 3] ^= 0x10
-    target.write_bytes(bytes(data))
+    if damage == "flipped bit":
+        data = bytearray(target.read_bytes())
+        data[len(data) // 3] ^= 0x10
+        target.write_bytes(bytes(data))
+    else:
+        table = pq.read_table(target)
+        for column in ("text", "search_text"):
+            table = table.set_column(table.schema.get_field_index(column), column,
+                                     pa.array([t.upper() for t in table.column(column).to_pylist()]))
+        pq.write_table(table, target, compression="zstd", write_page_checksum=True)
+    # A rollback to the run that wrote the file is refused ...
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["publish", str(copy), base], out, err) == 2
+    assert target.name in err.getvalue() and len(err.getvalue().splitlines()) == 1, err.getvalue()
+    # ... and, with that run published before the file changed (its manifest records each
+    # file's size and digest; MERGED, made by this test, records none), every reader refuses it.
+    (copy / "LATEST").write_text(base + "\n")
     out, err = io.StringIO(), io.StringIO()
     assert main(["sync", str(copy), "--to", f"lancedb://{tmp_path / 'store'}"], out, err) != 0
     assert len(err.getvalue().splitlines()) == 1 and str(target) in err.getvalue(), err.getvalue()
     out, err = io.StringIO(), io.StringIO()
     assert main(["query", str(copy), QUESTIONS[0], "--mode", "sparse"], out, err) == 2
     assert len(err.getvalue().splitlines()) == 1 and str(target) in err.getvalue(), err.getvalue()
+    with pytest.raises(TableFileError, match=target.name):
+        Index.open(str(copy)).search(QUESTIONS[0], 3, mode="sparse")
 
 
 # --- what the job writes: a property over sequences of changes ------------------------------
