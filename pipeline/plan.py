@@ -25,6 +25,7 @@ from chunkline.access import AccessPolicy, load_policy
 from chunkline.carry import CARRY_TABLE
 from chunkline.context import context_reserve, resolve_api_key
 from chunkline.index.layout import CACHE, LATEST, PROBE, format_run_id
+from chunkline.index.manifest_types import Manifest
 from chunkline.index.tables import Deletions, LiveFile, has_table, live_files
 from chunkline.records import in_memory_schema
 from chunkline.memo import MEMO_DIR, Listed, MemoSource, retired, shares_for
@@ -90,6 +91,41 @@ class Plan:
 SETTLE_SIGNATURE = "settle-signature"
 
 
+@dataclass(frozen=True)
+class Followed:
+    """The run this one follows (``output.previous``'s, else the output's LATEST), resolved and
+    its manifest validated once for every decision of the plan that reads it (what is reused,
+    carried, recalled, settled, referenced, erased). ``manifest`` None: no such run, or one whose
+    manifest does not validate (``problem``: why; reuse raises it, the rest start afresh, and the
+    publish guard reports it). Each decision keeps its own switch (``output.reuse_latest``,
+    ``output.carry``, ...)."""
+
+    run_dir: str | None = None
+    manifest: Manifest | None = None
+    problem: str | None = None
+
+
+def followed(config: Config) -> Followed:
+    """:class:`Followed` of ``config``."""
+    try:
+        run_dir = (resolve_run(config.output.previous) if config.output.previous
+                   else latest_run(config.output.path))
+    except ManifestError as exc:
+        return Followed(problem=str(exc))
+    if run_dir is None:
+        return Followed()
+    try:
+        return Followed(run_dir, load_manifest(run_dir))
+    except ManifestError as exc:
+        return Followed(run_dir, None, str(exc))
+
+
+def _follows_on(config: Config) -> bool:
+    """Whether the run follows one at all for its carried state: ``output.previous`` given, or
+    ``output.reuse_latest`` on."""
+    return bool(config.output.previous or config.output.reuse_latest)
+
+
 def settle_signature(config: Config, carry: str) -> str:
     """Digest of everything that decides a document's text and fate up to dedupe (read,
     clean, credentials, boilerplate, dedupe, the shard counts the state and documents tables
@@ -106,16 +142,16 @@ def settle_signature(config: Config, carry: str) -> str:
     return hashlib.blake2b(processing_signature(settings).encode(), digest_size=16).hexdigest()
 
 
-def settle_from(config: Config, signature: str, state: tuple, carry: CarrySource | None) -> str | None:
+def settle_from(config: Config, signature: str, state: tuple, carry: CarrySource | None,
+                follows: Followed | None = None) -> str | None:
     """The previous run's folder when its settled decisions hold for this run: it kept a state
     table, its chunks may be carried, it lies in this output, and it was made under
     ``signature``. Access control leaves it off (the mapping decides principals outside the
     config)."""
     if not state or carry is None or not carry.pairs or config.access is not None:
         return None
+    run_dir = (follows or followed(config)).run_dir
     try:
-        run_dir = (resolve_run(config.output.previous) if config.output.previous
-                   else latest_run(config.output.path))
         # A run of another output lends its decisions to none: this run's tables can only
         # reference files of its own output (WriteParquetShards(keep=)).
         def absolute(path: str) -> str:
@@ -125,7 +161,7 @@ def settle_from(config: Config, signature: str, state: tuple, carry: CarrySource
                                               storage.join(absolute(config.output.path), "run", "x")):
             return None
         kept = storage.read_bytes(storage.join(run_dir, SETTLE_SIGNATURE)).decode("ascii").strip()
-    except (OSError, ManifestError, UnicodeDecodeError):
+    except (OSError, UnicodeDecodeError):
         return None
     return run_dir if kept == signature else None
 
@@ -188,22 +224,25 @@ def embedding_signature(config: Config, model_dir: Path, max_seq_length: int) ->
     return json.dumps(signature, sort_keys=True)
 
 
-def previous_run(config: Config) -> str | None:
+def previous_run(config: Config, follows: Followed | None = None) -> str | None:
     """The run directory whose vectors may be reused: ``output.previous`` (an output root or a run
     directory; naming nothing is an error), else this output's LATEST run when ``reuse_latest``
     is on; None for a first run or with reuse off."""
     if config.embed is None:
         return None
-    if config.output.previous:
-        run_dir = resolve_run(config.output.previous)
-        if run_dir is None:
+    if not _follows_on(config):
+        return None
+    follows = follows or followed(config)
+    if follows.run_dir is None:
+        if follows.problem is not None:  # a LATEST naming no run with a manifest
+            raise ManifestError(follows.problem)
+        if config.output.previous:
             raise ManifestError(f"--previous / output.previous {config.output.previous}: no "
                                 f"manifest.json there and no LATEST naming a run")
-        return run_dir
-    return latest_run(config.output.path) if config.output.reuse_latest else None
+    return follows.run_dir
 
 
-def bm25_reference(config: Config) -> tuple[float | None, str | None]:
+def bm25_reference(config: Config, follows: Followed | None = None) -> tuple[float | None, str | None]:
     """(the reference mean length this run's BM25 weights carry on, why none is carried): the
     published run's (``output.previous``'s when given), so that an unchanged chunk's stored
     weights, and its row in every store synced from the index, stay as they were. Not carried
@@ -211,12 +250,10 @@ def bm25_reference(config: Config) -> tuple[float | None, str | None]:
     stored weights left IDF to the query; k1 and b may change (the rows change anyway)."""
     if config.sparse is None:
         return None, None
-    try:
-        run_dir = (resolve_run(config.output.previous) if config.output.previous
-                   else latest_run(config.output.path))
-        bm25 = load_manifest(run_dir).bm25 if run_dir else None
-    except ManifestError:
-        return None, None  # reuse and the publish guard say what is wrong with it
+    follows = follows or followed(config)
+    # Without a manifest that validates: reuse and the publish guard say what is wrong with it.
+    run_dir = follows.run_dir
+    bm25 = follows.manifest.bm25 if follows.manifest is not None else None
     if bm25 is None or run_dir is None:
         return None, None
     if bm25.weights != "tf":
@@ -280,7 +317,8 @@ def memo_settings() -> str:
     return json.dumps({"code": source_fingerprint(), "libraries": versions}, sort_keys=True)
 
 
-def memo_source(config: Config, run_dir: str, erase: bool = False) -> MemoSource | None:
+def memo_source(config: Config, run_dir: str, erase: bool = False,
+                follows: Followed | None = None) -> MemoSource | None:
     """This run's memo folder, and the segments the previous run (the run carry follows) lists
     in its manifest's ``memo`` table, at any size: each reader loads only the shares of what it
     reads (``chunkline.memo``). This run's memo is cut into shares for the listed segments'
@@ -293,14 +331,11 @@ def memo_source(config: Config, run_dir: str, erase: bool = False) -> MemoSource
     write_dir = FileSystems.join(run_dir, MEMO_DIR)
     listed: list[Listed] = []
     previous = None
-    if config.output.previous or config.output.reuse_latest:
-        try:
-            previous = (resolve_run(config.output.previous) if config.output.previous
-                        else latest_run(config.output.path))
-            if previous is not None:
-                listed = list(load_manifest(previous).listing.memo or ())
-        except ManifestError:
-            listed = []  # no memo (a run of an older version): everything is computed
+    if _follows_on(config):
+        follows = follows or followed(config)
+        previous = follows.run_dir
+        # No manifest that validates (or a run of an older version): everything is computed.
+        listed = list(follows.manifest.listing.memo or ()) if follows.manifest is not None else []
     if previous is None or not listed:
         return MemoSource(write_dir, settings=memo_settings(), shares=shares_for(0))
     root = previous.rstrip("/").rsplit("/", 1)[0]
@@ -312,7 +347,7 @@ def memo_source(config: Config, run_dir: str, erase: bool = False) -> MemoSource
     return MemoSource(write_dir, paths, memo_settings(), shares, tuple(listed), gone)
 
 
-def carry_pairs(config: Config, signature: str, erase: bool = False
+def carry_pairs(config: Config, signature: str, erase: bool = False, follows: Followed | None = None
                 ) -> tuple[list[tuple[str, str]], list[tuple[str, Deletions]], str | None,
                            list[tuple[Deletions, Deletions]], Compaction]:
     """(the (chunk shard, carry sidecar) pairs of the run this one follows whose rows may be
@@ -327,15 +362,11 @@ def carry_pairs(config: Config, signature: str, erase: bool = False
     the job; the documents tell an edited document from one only a corpus-wide change moved."""
     if not config.output.carry:
         return [], [], None, [], Compaction()
-    if not (config.output.previous or config.output.reuse_latest):
+    if not _follows_on(config):
         return [], [], None, [], Compaction()
-    try:
-        run_dir = (resolve_run(config.output.previous) if config.output.previous
-                   else latest_run(config.output.path))
-        manifest = load_manifest(run_dir) if run_dir is not None else None
-    except ManifestError:
-        return [], [], None, [], Compaction()  # reuse and the publish guard say what is wrong with it
-    if run_dir is None or manifest is None:
+    follows = follows or followed(config)
+    run_dir, manifest = follows.run_dir, follows.manifest
+    if run_dir is None or manifest is None:  # reuse and the publish guard say what is wrong with it
         return [], [], None, [], Compaction()
     name = run_dir.rstrip("/").rsplit("/", 1)[-1]
     shards = live_files(run_dir, manifest, "documents")
@@ -364,13 +395,13 @@ def carry_pairs(config: Config, signature: str, erase: bool = False
     return pairs, documents, None, deleted, compactable | compaction_allowed(chunk_files, purge=erase)
 
 
-def carry_source(config: Config, signature: str, dim: int | None, normalize: bool, erase: bool = False
-                 ) -> tuple[CarrySource, str | None]:
+def carry_source(config: Config, signature: str, dim: int | None, normalize: bool, erase: bool = False,
+                 follows: Followed | None = None) -> tuple[CarrySource, str | None]:
     """What the carry stage is handed (:func:`carry_pairs`, as a :class:`CarrySource`), and why
     nothing may be carried. It holds paths and, for deleted rows, references to the shards'
     deletion files, never positions: pickled into every carry worker, it stays the size of the
     previous run's file list whatever it deletes."""
-    pairs, documents, note, deleted, compactable = carry_pairs(config, signature, erase)
+    pairs, documents, note, deleted, compactable = carry_pairs(config, signature, erase, follows)
     return CarrySource(tuple(pairs), signature,
                        tuple(config.output.chunk_metadata) if config.output.chunk_metadata is not None else None,
                        dim, normalize, documents=tuple(path for path, _ in documents),
@@ -379,35 +410,29 @@ def carry_source(config: Config, signature: str, dim: int | None, normalize: boo
                        if any(gone.count for _, gone in documents) else (), compactable=compactable), note
 
 
-def previous_terms(config: Config) -> tuple[str, ...]:
+def previous_terms(config: Config, follows: Followed | None = None) -> tuple[str, ...]:
     """The BM25 terms files of the run carry follows (those with none of their rows deleted),
     each of which this run references where its share's terms are the same; none with carry or
     sparse vectors off."""
-    if not config.output.carry or config.sparse is None:
+    if not config.output.carry or config.sparse is None or not _follows_on(config):
         return ()
-    if not (config.output.previous or config.output.reuse_latest):
+    follows = follows or followed(config)
+    if follows.run_dir is None or follows.manifest is None:
         return ()
-    try:
-        run_dir = (resolve_run(config.output.previous) if config.output.previous
-                   else latest_run(config.output.path))
-        files = live_files(run_dir, load_manifest(run_dir), "terms") if run_dir is not None else []
-    except ManifestError:
-        return ()
+    files = live_files(follows.run_dir, follows.manifest, "terms")
     return tuple(file.path for file in files if not file.deletions.count)
 
 
-def previous_state(config: Config) -> tuple[tuple[str, Deletions], ...]:
+def previous_state(config: Config, follows: Followed | None = None) -> tuple[tuple[str, Deletions], ...]:
     """The state table of the run carry follows (``chunkline.state``), each file with its
     deleted rows (by reference: read where they are needed, never here); none with carry off,
     or before a run kept one."""
-    if not config.output.carry or not (config.output.previous or config.output.reuse_latest):
+    if not config.output.carry or not _follows_on(config):
         return ()
-    try:
-        run_dir = (resolve_run(config.output.previous) if config.output.previous
-                   else latest_run(config.output.path))
-        files = live_files(run_dir, load_manifest(run_dir), STATE_TABLE) if run_dir is not None else []
-    except ManifestError:
+    follows = follows or followed(config)
+    if follows.run_dir is None or follows.manifest is None:
         return ()
+    files = live_files(follows.run_dir, follows.manifest, STATE_TABLE)
     for file in files:
         problem = _state_file_problem(file)
         if problem is not None:
@@ -438,7 +463,8 @@ def _state_file_problem(file: LiveFile) -> str | None:
     return None
 
 
-def reusable_files(run_dir: str, signature: str, dim: int) -> tuple[list[str], list[str]]:
+def reusable_files(run_dir: str, signature: str, dim: int,
+                   manifest: Manifest | None = None) -> tuple[list[str], list[str]]:
     """(chunk shards of ``run_dir`` whose vectors may be reused, why others are not).
 
     The manifest is validated (ManifestError naming it when malformed); a run made with another
@@ -446,8 +472,9 @@ def reusable_files(run_dir: str, signature: str, dim: int) -> tuple[list[str], l
     has no content keys or vectors of ``dim`` is left out, named, and its chunks re-embedded.
     Every vector read is checked again in the job (``transforms/reuse.py``). A file listed with
     deleted rows (a format-2 manifest, ``chunkline.index.tables``) is offered whole: a deleted
-    row's vector is still the vector of its content key, made under the same signature."""
-    manifest = load_manifest(run_dir)
+    row's vector is still the vector of its content key, made under the same signature.
+    ``manifest``: the run's, when the caller has validated it already."""
+    manifest = manifest if manifest is not None else load_manifest(run_dir)
     if manifest.model is None or not has_table(manifest, "chunks"):
         return [], []
     if manifest.embedding_signature != signature:
@@ -670,32 +697,34 @@ def plan(config: Config, run_id: str, purge: bool = False) -> Plan:
     signature = embedding_signature(config, resolve_model_dir(local.model), max_seq_length)
     if stages.embed is not None and stages.embed.dims is not None:
         warn_truncation(local, (dims_probe_path(config.output.path, signature), signature))
+    follows = followed(config)  # the run this one follows, resolved once for every decision below
     try:
-        previous = previous_run(config)
-        files, skipped = reusable_files(previous, signature, dim) if previous else ([], [])
+        previous = previous_run(config, follows)
+        known = follows.manifest if previous == follows.run_dir else None
+        files, skipped = reusable_files(previous, signature, dim, known) if previous else ([], [])
     except ManifestError as exc:
         raise ManifestError(f"{exc}\n  the previous run's vectors cannot be trusted: pass "
                             f"--set output.reuse_latest=false (or --previous another run) to "
                             f"embed everything, and --allow-shrink if it is the published run "
                             f"(the publish guard cannot compare with it either)") from None
-    reference, reference_note = bm25_reference(config)
+    reference, reference_note = bm25_reference(config, follows)
     stored_dim = dim if config.embed is not None else None
     normalize = config.embed.normalize if config.embed is not None else False
     carry_key_signature = carry_signature(config, tokenizer_spec, max_tokens, signature, stored_dim)
-    erase = erases(config, purge)
-    carry, carry_note = carry_source(config, carry_key_signature, stored_dim, normalize, erase)
-    state = previous_state(config)
+    erase = erases(config, purge, follows)
+    carry, carry_note = carry_source(config, carry_key_signature, stored_dim, normalize, erase, follows)
+    state = previous_state(config, follows)
     settling = settle_signature(config, carry_key_signature)
     # A purge passes no document by: a settled document's memo entries include those of its
     # older texts, which a purge must not write again.
     return Plan(run_dir, tokenizer_spec, max_tokens, stored_dim,
                 signature, previous, tuple(files), tuple(skipped), normalize, stages,
-                reference, reference_note, carry, carry_note, memo_source(config, run_dir, erase),
-                access_policy(config), join_shares(config), previous_terms(config),
-                state, settling, None if purge else settle_from(config, settling, state, carry), erase)
+                reference, reference_note, carry, carry_note, memo_source(config, run_dir, erase, follows),
+                access_policy(config), join_shares(config), previous_terms(config, follows),
+                state, settling, None if purge else settle_from(config, settling, state, carry, follows), erase)
 
 
-def erases(config: Config, purge: bool) -> bool:
+def erases(config: Config, purge: bool, follows: Followed | None = None) -> bool:
     """Whether this run leaves no byte of a row no longer live in a file its snapshot references
     (every previous file holding a dead row rewritten, :class:`Compaction`'s ``purge``) nor of
     a document gone in its memo (every segment retired): asked for (``chunkline run --purge``),
@@ -704,14 +733,9 @@ def erases(config: Config, purge: bool) -> bool:
     under the old settings may then hold what the new ones reject or redact."""
     if purge:
         return True
-    if config.secrets.mode == "allow" or not (config.output.previous or config.output.reuse_latest):
+    if config.secrets.mode == "allow" or not _follows_on(config):
         return False
-    try:
-        run_dir = (resolve_run(config.output.previous) if config.output.previous
-                   else latest_run(config.output.path))
-        manifest = load_manifest(run_dir) if run_dir is not None else None
-    except ManifestError:
-        return False
+    manifest = (follows or followed(config)).manifest
     if manifest is None:
         return False
     from chunkline.credentials import rules_digest
