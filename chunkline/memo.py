@@ -59,6 +59,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from chunkline.index.compaction import rewrite_budget
 from chunkline.key_sets import span_positions
 from chunkline.records import framed_digest_bytes, text_digest
 
@@ -110,14 +111,14 @@ MAX_AGE = 16
 HARD_MIN_USED = 0.5
 HARD_MAX_AGE = 4 * MAX_AGE
 # What one run may rewrite of segments that are due (sparse or old) but not past the hard
-# bounds: a share of the listed memo's bytes, or REWRITE_FLOOR when that is more. A memo's
+# bounds: a share of the listed memo's bytes, or compaction's REWRITE_FLOOR when that is more
+# (chunkline.index.compaction.rewrite_budget, the tables' budget too). A memo's
 # segments age and thin out together (a nightly change is spread evenly over them), so without
 # a budget one night rewrites the whole memo; with it, that work spreads over about
-# REWRITE_SHARE**-1 nights (the partial progress of Iceberg's rewrite_data_files,
+# MEMO_REWRITE_SHARE**-1 nights (the partial progress of Iceberg's rewrite_data_files,
 # https://iceberg.apache.org/docs/latest/maintenance/#compact-data-files). 1/32 keeps up with
 # 1 % of the documents changing a night at about a quarter of a segment's rows dead.
-REWRITE_SHARE = 1 / 32
-REWRITE_FLOOR = 256 << 10
+MEMO_REWRITE_SHARE = 1 / 32
 
 
 def memo_schema() -> pa.Schema:
@@ -195,7 +196,7 @@ def retired(listed: Sequence[Listed], shares: int, *, same_output: bool = True) 
     rest is results of texts gone or changed: dead weight every reader of its share loads) or
     it would be older than :data:`MAX_AGE` runs (each run adds a few small segments per share:
     age bounds the segments a share is read from); the due ones are retired sparsest first,
-    then oldest, then smallest, while their bytes fit the run's budget (:func:`rewrite_budget`),
+    then oldest, then smallest, while their bytes fit the run's budget (:func:`memo_rewrite_budget`),
     so the memo is rewritten a little each night, never all in one. The log-structured merge of
     Iceberg's and Delta Lake's compaction: the live rows of a file gone sparse are rewritten,
     the file dropped from the next snapshot, and removed only once no kept snapshot lists it
@@ -210,7 +211,7 @@ def retired(listed: Sequence[Listed], shares: int, *, same_output: bool = True) 
             gone.add(ordinal)
         elif use < MIN_USED or segment.age + 1 > MAX_AGE:
             due.append((use, -segment.age, segment.bytes, ordinal))
-    budget = rewrite_budget(listed)
+    budget = memo_rewrite_budget(listed)
     for _, _, size, ordinal in sorted(due):
         if budget <= 0:  # the last one taken may pass it: each run makes progress
             break
@@ -219,10 +220,10 @@ def retired(listed: Sequence[Listed], shares: int, *, same_output: bool = True) 
     return frozenset(gone)
 
 
-def rewrite_budget(listed: Sequence[Listed]) -> int:
-    """The bytes of due segments one run may retire (and so write again): :data:`REWRITE_SHARE`
-    of the listed segments' bytes, at least :data:`REWRITE_FLOOR`."""
-    return max(REWRITE_FLOOR, int(REWRITE_SHARE * sum(segment.bytes for segment in listed)))
+def memo_rewrite_budget(listed: Sequence[Listed]) -> int:
+    """The bytes of due segments one run may retire (and so write again): :data:`MEMO_REWRITE_SHARE`
+    of the listed segments' bytes, at least compaction's ``REWRITE_FLOOR``."""
+    return rewrite_budget([segment.bytes for segment in listed], MEMO_REWRITE_SHARE)
 
 
 @dataclass(frozen=True)

@@ -49,7 +49,8 @@ from chunkline.transforms.carry import (CarriedRows, CarriedShards, CarryIndex, 
                                         VerifyPairs)
 from chunkline.transforms.spill import spill_dir
 from chunkline.transforms.split import FlattenChunks, SplitDocuments
-from chunkline.transforms.write import Compaction, Sidecar, WriteParquetShards, shard_of
+from chunkline.index.compaction import Compaction
+from chunkline.transforms.write import Sidecar, WriteParquetShards, shard_of
 
 
 # Each run keeps the per-document state table (chunkline/state.py), and a rerun under the same

@@ -36,7 +36,8 @@ from chunkline.pipeline.manifest import (ManifestError, complete_runs, latest_ru
                                table_files)
 from chunkline.pipeline.options import StageOptions, stage_options
 from chunkline.transforms.carry import CarrySource
-from chunkline.transforms.write import Compaction, compaction_allowed, same_output
+from chunkline.index.compaction import Compaction, compaction_allowed
+from chunkline.transforms.write import same_output
 
 log = logging.getLogger("chunkline.run")
 

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from chunkline.index.compaction import REWRITE_FLOOR
 from chunkline.memo import (
     BLOCK,
     CLEAN,
@@ -21,7 +22,6 @@ from chunkline.memo import (
     HARD_MAX_AGE,
     HARD_MIN_USED,
     MAX_AGE,
-    REWRITE_FLOOR,
     MAX_SHARES,
     MIN_USED,
     MIN_SHARES,
@@ -44,7 +44,7 @@ from chunkline.memo import (
     packed_value,
     parse_segment_name,
     retired,
-    rewrite_budget,
+    memo_rewrite_budget,
     segment_name,
     shares_for,
     unit_share,
@@ -244,7 +244,7 @@ def test_due_segments_are_retired_sparsest_first_within_the_budget(segments) -> 
            if i not in hard and (s.used < MIN_USED * 100 or s.age + 1 > MAX_AGE)}
     assert hard <= gone <= hard | due  # a segment neither due nor past a bound stays listed
     chosen = gone - hard
-    budget = rewrite_budget(listed)
+    budget = memo_rewrite_budget(listed)
     # Within the budget (the last one taken may pass it), and never a fresher one for a sparser
     # one left out: what is taken is a prefix of the due ones in order.
     assert sum(listed[i].bytes for i in chosen) < budget + max((listed[i].bytes for i in chosen), default=0) + 1
@@ -259,7 +259,7 @@ def test_a_memo_that_thins_out_together_is_rewritten_over_many_runs() -> None:
     size = REWRITE_FLOOR
     listed = [Listed(f"run/memo/{segment_name(CLEAN, i % 16, 16)}", 100, size, 17, 79) for i in range(320)]
     assert len(retired(listed, 16)) == 10  # a thirty-second of the bytes
-    assert sum(listed[i].bytes for i in retired(listed, 16)) <= rewrite_budget(listed)
+    assert sum(listed[i].bytes for i in retired(listed, 16)) <= memo_rewrite_budget(listed)
 
 
 def test_a_run_lists_the_segments_it_keeps_one_run_older_with_what_it_recalled() -> None:

@@ -55,8 +55,8 @@ from chunkline.transforms.counters import (
 from chunkline.transforms.reuse import stored_dtype
 from chunkline.transforms.elementwise import MapWith
 from chunkline.transforms.shares import GroupInShares
-from chunkline.transforms import write as shard_writer  # the compaction bounds, read where applied
-from chunkline.transforms.write import SHARD_DIGEST_KEY, Compaction, file_digest, same_output
+from chunkline.index.compaction import MOST_FILES, Compaction, compacted
+from chunkline.transforms.write import SHARD_DIGEST_KEY, file_digest, same_output
 
 log = logging.getLogger("chunkline.carry")
 
@@ -661,7 +661,7 @@ class CarriedRows:
                 again.append(CarriedPart(pair, tuple(sorted(doc_ids))))
             else:
                 kept.append(found)
-        if len(kept) + (1 if new_rows or again else 0) > shard_writer.MOST_FILES:
+        if len(kept) + (1 if new_rows or again else 0) > MOST_FILES:
             kept.sort(key=lambda ref: (-(ref.rows - len(ref.deleted)), ref.pair))
             for ref in kept[1:]:
                 again.append(CarriedPart(ref.pair, tuple(sorted(by_pair[ref.pair]))))
@@ -698,7 +698,7 @@ class CarriedRows:
         previously = self.source.deleted_of(pair)
         live[np.asarray(previously, dtype=np.int64)] = False
         deleted = tuple(np.flatnonzero(~live).tolist())
-        if shard_writer.compacted(chunk_path, len(deleted), chunks.num_rows, self.source.compactable):
+        if compacted(chunk_path, len(deleted), chunks.num_rows, self.source.compactable):
             return None  # compacted: its live rows are written again
         mask = pa.array(live)
         if pc.any(pc.equal(chunks.column("context_status").filter(mask), OK)).as_py():

@@ -16,7 +16,6 @@ holds a shard), one shard at a time, and the parts are deleted once every shard 
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
 import hashlib
 import heapq
 import json
@@ -36,8 +35,9 @@ from apache_beam.pvalue import AsSingleton, PCollection
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
+from chunkline.index.compaction import MOST_FILES, Compaction, compacted
 from chunkline.index.layout import shard_of  # noqa: F401 - where the writers and readers share it
-from chunkline.index.tables import SORT_ORDER, Deletions, LiveFile, relative_path, shard_deletion_file
+from chunkline.index.tables import SORT_ORDER, Deletions, relative_path, shard_deletion_file
 from chunkline.records import as_row, framed_state, parquet_schema, to_parquet, with_fixed_vectors
 from chunkline.transforms.progress import WRITTEN, tally
 from chunkline.transforms.match import is_local
@@ -131,28 +131,6 @@ def intact_with_digest(path: str, digest: str) -> bool:
         return False
 
 
-# Compaction (merge-on-read): a previous file is rewritten once more than this share of its rows
-# would be deleted (its dead rows cost every read; Iceberg's rewrite_data_files and Delta's
-# OPTIMIZE use the same kind of bound) ...
-MOST_DEAD = 0.2
-# ... by the runs its plan allows (compaction_allowed: a run rewrites at most about this share
-# of a table's bytes, its most dead files first), so that files written together (a full run's
-# shards, thinned out evenly by nightly changes) are compacted over several nights rather than
-# all in one, the partial progress of Iceberg's rewrite_data_files
-# (https://iceberg.apache.org/docs/latest/maintenance/#compact-data-files) and the memo's
-# rewrite budget (chunkline.memo.REWRITE_SHARE); 1/16 takes a table through in 16 runs, before
-# a file thinning by ~1 % a night passes the hard bound; a small table (up to REWRITE_FLOOR of
-# it, as for the memo) is compacted whole in the run that finds it ...
-REWRITE_SHARE = 1 / 16
-REWRITE_FLOOR = 256 << 10
-# ... past which a file is rewritten in the run that finds it, allowed or not.
-HARD_MOST_DEAD = 0.4
-# ... and a shard lists at most this many files (a base and a few small deltas): past it, every
-# file but the one with the most live rows is merged into the run's new file, so a read opens a
-# bounded number per shard.
-MOST_FILES = 4
-
-
 # Each shard writer lists the files that hold its shard's live rows here, one JSON file per
 # (table, shard): the run's manifest is made from them (pipeline/run.py).
 LISTING_DIR = "_listing"
@@ -160,51 +138,6 @@ LISTING_DIR = "_listing"
 
 def listing_path(directory: str, table: str, index: int) -> str:
     return FileSystems.join(directory, LISTING_DIR, f"{table}-{index:05d}.json")
-
-
-@dataclass(frozen=True)
-class Compaction:
-    """Which previous files a run may compact: ``files`` (full paths) past :data:`MOST_DEAD`,
-    chosen by :func:`compaction_allowed` within the run's budget; with ``purge``, every file
-    holding a dead row, whatever its share or the budget, so that no byte of a row no longer
-    live remains in a file the run's snapshot references (an erasure: ``chunkline run --purge``,
-    or a change of the credential settings, which may turn rows already written into rows of a
-    rejected document)."""
-
-    files: frozenset[str] = frozenset()
-    purge: bool = False
-
-    def __or__(self, other: Compaction) -> Compaction:
-        return Compaction(self.files | other.files, self.purge or other.purge)
-
-
-def compacted(path: str, dead: int, rows: int, allowed: Compaction | None) -> bool:
-    """Whether a previous file ``path`` of ``rows`` rows, ``dead`` of them deleted once this run
-    is written, is compacted (its live rows written into this run's file) rather than
-    referenced: any dead row under a purge; past :data:`MOST_DEAD` when ``allowed`` holds it
-    (None: every file, no budget); past :data:`HARD_MOST_DEAD` always."""
-    if dead and allowed is not None and allowed.purge:
-        return True
-    if dead > HARD_MOST_DEAD * rows:
-        return True
-    return dead > MOST_DEAD * rows and (allowed is None or path in allowed.files)
-
-
-def compaction_allowed(files: Sequence[LiveFile], purge: bool = False) -> Compaction:
-    """The paths of the previous run's ``files`` (one table's) a run may compact: the most dead
-    first (by the share of their rows the previous manifest deletes: counts, no deletion file
-    read), while their bytes fit :data:`REWRITE_SHARE` of the table's, or :data:`REWRITE_FLOOR`
-    when that is more; the last taken may pass it, so each run makes progress. Whether one is
-    compacted is still :func:`compacted`'s, as the shard writer finds it."""
-    budget = max(REWRITE_FLOOR, REWRITE_SHARE * sum(f.bytes or 0 for f in files))
-    ranked = sorted(files, key=lambda f: (-(f.deletions.count / f.rows) if f.rows else 0.0, f.path))
-    allowed = set()
-    for file in ranked:
-        if budget <= 0:
-            break
-        budget -= file.bytes or 0
-        allowed.add(file.path)
-    return Compaction(frozenset(allowed), purge)
 
 
 def same_output(path: str, other: str) -> bool:

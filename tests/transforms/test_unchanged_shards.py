@@ -22,7 +22,8 @@ from chunkline.index.tables import read_table
 from chunkline.records import DocumentStatus, document_schema
 from tests.beam_helpers import fnapi_pipeline
 from chunkline.transforms.coders import statuses_table
-from chunkline.transforms.write import HARD_MOST_DEAD, ROWS_DIGEST_KEY, Compaction, WriteParquetShards
+from chunkline.index.compaction import HARD_MOST_DEAD, Compaction
+from chunkline.transforms.write import ROWS_DIGEST_KEY, WriteParquetShards
 
 pytestmark = pytest.mark.slow  # runs Beam pipelines or builds job graphs (make test-fast skips it)
 
@@ -190,7 +191,8 @@ def test_compaction_keeps_each_shard_in_few_mostly_live_files(first, tmp_path) -
     more than MOST_FILES: then all but the largest are merged into the run's file. Reruns that
     each edit another document of shard 0 delete rows of the base file until more than MOST_DEAD
     of them are dead: then its live rows are written again. Every run reads as a fresh write."""
-    from chunkline.transforms.write import MOST_DEAD, MOST_FILES, shard_of
+    from chunkline.index.compaction import MOST_DEAD, MOST_FILES
+    from chunkline.transforms.write import shard_of
 
     records = statuses()
     added = [f"n{i:03d}" for i in range(300) if shard_of(f"n{i:03d}", SHARDS) == 0][:MOST_FILES + 1]
@@ -233,7 +235,8 @@ def test_compaction_waits_for_the_runs_allowance_up_to_the_hard_bound(first, tmp
     """A file past MOST_DEAD is compacted by a run whose plan allows it (its budget), one past
     HARD_MOST_DEAD by any run, one with any dead row by a purging run; either way the shard
     reads as a fresh write."""
-    from chunkline.transforms.write import HARD_MOST_DEAD, MOST_DEAD, shard_of
+    from chunkline.index.compaction import HARD_MOST_DEAD, MOST_DEAD
+    from chunkline.transforms.write import shard_of
 
     assert MOST_DEAD < 0.3 < HARD_MOST_DEAD < 0.5
     base = [r for r in statuses() if shard_of(r.doc_id, SHARDS) == 0]
@@ -251,15 +254,15 @@ def test_compaction_waits_for_the_runs_allowance_up_to_the_hard_bound(first, tmp
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.integers(1, 1000), st.integers(0, 1000), st.integers(1, 10**7)), max_size=12))
 def test_the_allowance_is_the_most_dead_files_within_the_budget(files) -> None:
-    """Most dead first, while the bytes taken stay under REWRITE_SHARE of the table's, or the
+    """Most dead first, while the bytes taken stay under TABLE_REWRITE_SHARE of the table's, or the
     floor (the last may pass it); no file left out is deader than one taken."""
     from chunkline.index.tables import Deletions, LiveFile
-    from chunkline.transforms.write import REWRITE_FLOOR, REWRITE_SHARE, compaction_allowed
+    from chunkline.index.compaction import REWRITE_FLOOR, TABLE_REWRITE_SHARE, compaction_allowed
 
     live = [LiveFile(f"/o/r/f{n}", f"r/f{n}", "r", rows, size, deletions=Deletions(min(dead, rows)))
             for n, (rows, dead, size) in enumerate(files)]
     allowed = compaction_allowed(live).files
-    budget = max(REWRITE_FLOOR, REWRITE_SHARE * sum(f.bytes for f in live))
+    budget = max(REWRITE_FLOOR, TABLE_REWRITE_SHARE * sum(f.bytes for f in live))
     taken = [f for f in live if f.path in allowed]
     share = {f.path: f.deletions.count / f.rows for f in live}
     assert all(share[t.path] >= share[f.path] for t in taken for f in live if f.path not in allowed)
