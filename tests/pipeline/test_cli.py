@@ -91,6 +91,28 @@ def test_console_script_is_installed(tmp_path) -> None:
     assert json.loads(result.stdout)["headings"] == ["Hello"]
 
 
+def _exit_now(body: str) -> subprocess.CompletedProcess:
+    """A process that ends through the console script's exit_now after ``body``."""
+    return subprocess.run([sys.executable, "-c", "import atexit, sys, threading, time\n"
+                           "from chunkline.pipeline.cli import exit_now\n" + body],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_exit_now_keeps_the_status_the_atexit_hooks_and_the_buffered_output() -> None:
+    done = _exit_now("atexit.register(lambda: print('hook ran', file=sys.stderr))\n"
+                     "sys.stdout.write('buffered, no newline')\n"
+                     "exit_now(3)")
+    assert (done.returncode, done.stdout, done.stderr) == (3, "buffered, no newline", "hook ran\n")
+
+
+def test_exit_now_waits_for_a_running_thread_as_python_does() -> None:
+    """A thread still working (not a daemon) finishes before the process ends, as it does on
+    Python's own exit."""
+    done = _exit_now("threading.Thread(target=lambda: (time.sleep(0.5), print('thread done'))).start()\n"
+                     "exit_now(0)")
+    assert (done.returncode, done.stdout) == (0, "thread done\n")
+
+
 @pytest.mark.slow
 def test_beams_runner_flag_names_the_runner_the_job_is_built_for(tmp_path) -> None:
     """`-- --runner=X` was passed to Beam's options and ignored: the job ran on the config's
