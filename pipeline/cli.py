@@ -22,7 +22,7 @@ from chunkline import (
     split_code,
 )
 
-from chunkline.extras import MissingExtra, missing_extra_line, require
+from chunkline.extras import MissingExtra, missing_extra_line, require, require_installed
 from chunkline.pipeline import exits
 
 DEFAULT_TOKENIZER = "hf:all-MiniLM-L6-v2"
@@ -118,8 +118,9 @@ def runner_option(beam_args: Sequence[str]) -> tuple[str | None, list[str]]:
 
 
 def config_extras(config) -> list[tuple[str, str]]:
-    """The extras (and a module each brings) that what ``config`` turns on needs, checked before
-    the job is built. The readers of HTML, PDF and Office files name theirs when they meet one."""
+    """The extras (and the modules each brings) that what ``config`` turns on needs, checked
+    before the job is built: installed, not imported (the stage that uses one imports it). The
+    readers of HTML, PDF and Office files name theirs when they meet one."""
     needed = []
     if config.context is not None:
         needed.append(("context", config.context.provider))
@@ -127,10 +128,11 @@ def config_extras(config) -> list[tuple[str, str]]:
         needed.append(("credentials", "detect_secrets"))
     if config.input.ocr.mode != "never":
         needed.append(("ocr", "rapidocr_onnxruntime"))
-    if config.embed is not None:  # last: the slowest to import (torch)
+    if config.embed is not None:
         if config.embed.backend == "onnx":
             needed.append(("onnx", "onnxruntime"))
-        needed.append(("embed", "sentence_transformers"))
+        # torch too: the plan imports it itself (embed.dtype auto asks torch what the CPU does).
+        needed += [("embed", "sentence_transformers"), ("embed", "torch")]
     return needed
 
 
@@ -168,7 +170,7 @@ def _run_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print(f"chunkline run: {redacted(str(exc))}", file=err)
         return exits.USAGE
     for extra, module in config_extras(config):  # before Beam starts: one line, exit 2
-        require(extra, module)
+        require_installed(extra, module)
     from chunkline.embedder import ModelNotAvailable
     from chunkline.pipeline.lease import LeaseHeld
     from chunkline.pipeline.progress import RunProgress, progress_mode
@@ -373,14 +375,15 @@ def exit_now(code: int) -> None:
     teardown: after a run it frees the modules of torch, transformers and Beam one object at a
     time, ~2 s that nothing needs (bench/RESULTS.md, "A run's fixed cost"). What an exit must
     still do is done first: the ``atexit`` functions (logging's flush, weakref finalizers'
-    temporary folders) and the standard streams' buffers. While any thread other than this one
-    may still be running (Python's own shutdown would wait for it), the ordinary exit. Instagram
-    ends its server processes the same way ("Dismissing Python Garbage Collection at Instagram",
-    2017: ``os._exit`` after the ``atexit`` hooks)."""
+    temporary folders) and the standard streams' buffers. The ordinary exit while any thread
+    other than this one may still be running (Python's own shutdown would wait for it), and
+    under a profiler or tracer (``python -m cProfile``, ``trace``), which writes its results
+    after the program returns. Instagram ends its server processes the same way ("Dismissing
+    Python Garbage Collection at Instagram", 2017: ``os._exit`` after the ``atexit`` hooks)."""
     others = [thread for thread in threading.enumerate()
               if thread is not threading.current_thread() and not thread.daemon]
     run_exitfuncs = getattr(atexit, "_run_exitfuncs", None)  # CPython's, the hooks os._exit skips
-    if others or run_exitfuncs is None:
+    if others or run_exitfuncs is None or sys.getprofile() is not None or sys.gettrace() is not None:
         sys.exit(code)
     run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
