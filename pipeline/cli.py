@@ -378,8 +378,9 @@ def exit_now(code: int) -> None:
     temporary folders) and the standard streams' buffers. The ordinary exit while any thread
     other than this one may still be running (Python's own shutdown would wait for it), and
     under a profiler or tracer (``python -m cProfile``, ``trace``), which writes its results
-    after the program returns. Instagram ends its server processes the same way ("Dismissing
-    Python Garbage Collection at Instagram", 2017: ``os._exit`` after the ``atexit`` hooks)."""
+    after the program returns. uWSGI ends its workers the same way (``--skip-atexit-teardown``:
+    the ``atexit`` hooks, then ``_exit``), as do Instagram's ("Dismissing Python Garbage
+    Collection at Instagram", 2017)."""
     others = [thread for thread in threading.enumerate()
               if thread is not threading.current_thread() and not thread.daemon]
     run_exitfuncs = getattr(atexit, "_run_exitfuncs", None)  # CPython's, the hooks os._exit skips
