@@ -8,8 +8,11 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 # The lock's own uv installs it (its version pinned there): parallel, from its cache, about a
-# third of pip's time for the same packages.
-UV     := $(PY) -m uv pip install --quiet --python $(PY)
+# third of pip's time for the same packages. --compile-bytecode: uv, unlike pip, writes no .pyc
+# by default, and where PYTHONDONTWRITEBYTECODE is set (CI images, containers) Python never
+# writes one either, so every process compiled torch, transformers and Beam from source: 13 of
+# a one-file run's 27 s (bench/RESULTS.md, "A run's fixed cost"). Compiled once here instead.
+UV     := $(PY) -m uv pip install --quiet --compile-bytecode --python $(PY)
 # torch is pinned by version only (torch==2.13.0): PEP 440 lets any local build satisfy it (+cpu,
 # +cu130, none), and which build a machine gets is a choice of source, made here in this order:
 # - TORCH_WHEELS, a folder holding a torch wheel of that version (a machine's own cache): that

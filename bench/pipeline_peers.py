@@ -93,6 +93,23 @@ def readme_corpus(directory: Path, megabytes: float) -> tuple[int, int]:
     return count, written
 
 
+def cpu_name() -> str:
+    """The CPU as /proc/cpuinfo names it, with what decides chunkline's ``dtype: auto``: AMX
+    and AVX512-BF16 (bfloat16 in hardware) or neither."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        import platform
+
+        return platform.processor() or "unknown CPU"
+    name = next((line.split(":", 1)[1].strip() for line in info.splitlines()
+                 if line.startswith("model name")), "unknown CPU")
+    flags = set(next((line.split(":", 1)[1].split() for line in info.splitlines()
+                      if line.startswith("flags")), []))
+    return (f"{name}, {os.cpu_count()} cores, AVX512-BF16 {'yes' if 'avx512_bf16' in flags else 'no'}, "
+            f"AMX {'yes' if 'amx_tile' in flags else 'no'}")
+
+
 def documents(directory: Path) -> list[tuple[str, str]]:
     return [(p.name, p.read_text(encoding="utf-8")) for p in sorted(directory.iterdir())]
 
@@ -280,7 +297,8 @@ def main(argv: list[str] | None = None) -> int:
         corpus = Path(tmp) / "corpus"
         docs, size = readme_corpus(corpus, args.mb)
         print(f"corpus: {docs} package READMEs, {size / 1e6:.2f} MB; {MODEL}, {args.threads} "
-              f"threads, batch {BATCH}, {BUDGET} tokens per text; {args.rounds} rounds\n", flush=True)
+              f"threads, batch {BATCH}, {BUDGET} tokens per text; {args.rounds} rounds\n"
+              f"CPU: {cpu_name()}\n", flush=True)
         seen: dict[str, list[dict]] = {s: [] for s in systems}
         for round_ in range(args.rounds):
             order = systems if round_ % 2 == 0 else systems[::-1]
@@ -301,7 +319,8 @@ def main(argv: list[str] | None = None) -> int:
                 result = json.loads(done.stdout.strip().splitlines()[-1])
                 result["wall"], result["cpu"] = wall, cpu
                 seen[system].append(result)
-                print(f"round {round_ + 1} {system}: {wall:.1f} s wall, {cpu:.1f} s cpu", flush=True)
+                print(f"round {round_ + 1} {system}: {wall:.1f} s wall, {cpu:.1f} s cpu "
+                      f"(load average {os.getloadavg()[0]:.1f})", flush=True)
         for system, runs in seen.items():  # untimed: the last round's texts of each system
             texts = json.loads((Path(tmp) / f"{system}.json").read_text(encoding="utf-8"))
             runs[-1]["truncated"] = truncated_share(texts)

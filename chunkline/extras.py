@@ -16,6 +16,7 @@ its import and names the package), as do datatrove's steps (``_requires_dependen
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import re
 from types import ModuleType
 
@@ -52,6 +53,21 @@ def require(extra: str, module: str) -> ModuleType:
         raise
     except ModuleNotFoundError as exc:
         raise MissingExtra(extra, exc.name or module) from exc
+
+
+def require_installed(extra: str, module: str) -> None:
+    """:class:`MissingExtra` naming the extra unless ``module`` is installed: found where an
+    import would look, not imported (a parent package of a dotted name is). For checks made
+    before the feature runs, which should cost nothing: importing sentence-transformers to see
+    that it is there took 4-6 s of a one-file run, and on a runner whose workers embed, the
+    process that checks never uses it. The feature's own :func:`require` imports it where it is
+    used, and names the extra then if a package it needs is missing."""
+    try:
+        found = importlib.util.find_spec(module)
+    except ModuleNotFoundError as exc:  # a parent of a dotted name, or a finder saying so
+        raise MissingExtra(extra, exc.name or module) from exc
+    if found is None:
+        raise MissingExtra(extra, module)
 
 
 def missing_extra_line(error: BaseException) -> str | None:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import logging
+import os
 import sys
+import threading
 from pathlib import Path
 from typing import Iterable, Sequence, TextIO
 
@@ -19,7 +22,7 @@ from chunkline import (
     split_code,
 )
 
-from chunkline.extras import MissingExtra, missing_extra_line, require
+from chunkline.extras import MissingExtra, missing_extra_line, require, require_installed
 from chunkline.pipeline import exits
 
 DEFAULT_TOKENIZER = "hf:all-MiniLM-L6-v2"
@@ -115,8 +118,9 @@ def runner_option(beam_args: Sequence[str]) -> tuple[str | None, list[str]]:
 
 
 def config_extras(config) -> list[tuple[str, str]]:
-    """The extras (and a module each brings) that what ``config`` turns on needs, checked before
-    the job is built. The readers of HTML, PDF and Office files name theirs when they meet one."""
+    """The extras (and the modules each brings) that what ``config`` turns on needs, checked
+    before the job is built: installed, not imported (the stage that uses one imports it). The
+    readers of HTML, PDF and Office files name theirs when they meet one."""
     needed = []
     if config.context is not None:
         needed.append(("context", config.context.provider))
@@ -124,10 +128,11 @@ def config_extras(config) -> list[tuple[str, str]]:
         needed.append(("credentials", "detect_secrets"))
     if config.input.ocr.mode != "never":
         needed.append(("ocr", "rapidocr_onnxruntime"))
-    if config.embed is not None:  # last: the slowest to import (torch)
+    if config.embed is not None:
         if config.embed.backend == "onnx":
             needed.append(("onnx", "onnxruntime"))
-        needed.append(("embed", "sentence_transformers"))
+        # torch too: the plan imports it itself (embed.dtype auto asks torch what the CPU does).
+        needed += [("embed", "sentence_transformers"), ("embed", "torch")]
     return needed
 
 
@@ -165,7 +170,7 @@ def _run_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print(f"chunkline run: {redacted(str(exc))}", file=err)
         return exits.USAGE
     for extra, module in config_extras(config):  # before Beam starts: one line, exit 2
-        require(extra, module)
+        require_installed(extra, module)
     from chunkline.embedder import ModelNotAvailable
     from chunkline.pipeline.lease import LeaseHeld
     from chunkline.pipeline.progress import RunProgress, progress_mode
@@ -377,5 +382,36 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
         return exits.INTERRUPTED
 
 
+def exit_now(code: int) -> None:
+    """End the process with ``code`` once the command is done, without the interpreter's
+    teardown: after a run it frees the modules of torch, transformers and Beam one object at a
+    time, ~2 s that nothing needs (bench/RESULTS.md, "A run's fixed cost"). What an exit must
+    still do is done first: the ``atexit`` functions (logging's flush, weakref finalizers'
+    temporary folders) and the standard streams' buffers. The ordinary exit while any thread
+    other than this one may still be running (Python's own shutdown would wait for it), and
+    under a profiler or tracer (``python -m cProfile``, ``trace``), which writes its results
+    after the program returns. uWSGI ends its workers the same way (``--skip-atexit-teardown``:
+    the ``atexit`` hooks, then ``_exit``), as do Instagram's ("Dismissing Python Garbage
+    Collection at Instagram", 2017)."""
+    others = [thread for thread in threading.enumerate()
+              if thread is not threading.current_thread() and not thread.daemon]
+    run_exitfuncs = getattr(atexit, "_run_exitfuncs", None)  # CPython's, the hooks os._exit skips
+    if others or run_exitfuncs is None or sys.getprofile() is not None or sys.gettrace() is not None:
+        sys.exit(code)
+    run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe (`| head`) or a closed stream: nothing to flush to
+            pass
+    os._exit(code)
+
+
+def command() -> None:
+    """The ``chunkline`` console script: :func:`main` on the process's arguments, its status the
+    process's."""
+    exit_now(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    command()

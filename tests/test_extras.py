@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from chunkline.extras import MissingExtra, missing_extra_line, require
+from chunkline.extras import MissingExtra, missing_extra_line, require, require_installed
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -188,6 +188,23 @@ def test_require_names_the_missing_module_and_keeps_other_import_errors() -> Non
     import pickle
 
     assert str(pickle.loads(pickle.dumps(caught.value))) == str(caught.value)
+
+
+def test_require_installed_finds_a_module_without_importing_it() -> None:
+    """The check before a run: an installed extra is found and left unimported (the stage that
+    uses it imports it), a missing one is the same line as require's."""
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys\nfrom chunkline.extras import require_installed\n"
+         "require_installed('ocr', 'rapidocr_onnxruntime')\n"
+         "require_installed('embed', 'sentence_transformers')\n"
+         "print(sorted({'rapidocr_onnxruntime', 'sentence_transformers', 'torch'} & set(sys.modules)))"],
+        capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout) == (0, "[]\n"), done.stderr[-2000:]
+    for module, named in (("chunkline_no_such_module", "chunkline_no_such_module"),
+                          ("chunkline_no_such_module.sub", "chunkline_no_such_module")):
+        with pytest.raises(MissingExtra) as caught:
+            require_installed("pdf", module)
+        assert str(caught.value) == line("pdf", named)
 
 
 def test_the_line_is_found_again_in_a_runner_s_wrapped_error() -> None:

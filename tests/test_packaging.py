@@ -45,4 +45,4 @@ def test_the_wheel_installs_only_the_chunkline_namespace(tmp_path) -> None:
     assert {"chunkline/pipeline/cli.py", "chunkline/transforms/write.py", "chunkline/pipeline/sync/lance.py",
             "chunkline/index/search.py"} <= set(names)
     entry_points = next(name for name in names if name.endswith(".dist-info/entry_points.txt"))
-    assert "chunkline = chunkline.pipeline.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "chunkline = chunkline.pipeline.cli:command" in zipfile.ZipFile(wheel).read(entry_points).decode()

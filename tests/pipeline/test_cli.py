@@ -91,6 +91,45 @@ def test_console_script_is_installed(tmp_path) -> None:
     assert json.loads(result.stdout)["headings"] == ["Hello"]
 
 
+def test_split_and_the_parser_load_no_heavy_package(tmp_path) -> None:
+    """`chunkline split` (and every command's parser, built for each command) imports none of
+    Beam, torch, transformers, pyarrow, Iceberg's or the stores' clients: a command imports
+    what it uses when it runs (bench/RESULTS.md, "A run's fixed cost")."""
+    path = tmp_path / "doc.md"
+    path.write_text("# Hello\nworld\n", encoding="utf-8")
+    heavy = ["apache_beam", "torch", "transformers", "sentence_transformers", "sklearn", "pyarrow",
+             "pyiceberg", "sqlalchemy", "detect_secrets", "rapidocr_onnxruntime", "lancedb", "psycopg",
+             "qdrant_client"]
+    done = subprocess.run(
+        [sys.executable, "-c", "import io, sys\nfrom chunkline.pipeline.cli import main\n"
+         f"assert main(['split', {str(path)!r}, '--tokenizer', 'words'], io.StringIO(), sys.stderr) == 0\n"
+         f"print(sorted(m for m in {heavy!r} if m in sys.modules))"],
+        capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout) == (0, "[]\n"), done.stderr[-2000:]
+
+
+def _exit_now(body: str) -> subprocess.CompletedProcess:
+    """A process that ends through the console script's exit_now after ``body``."""
+    return subprocess.run([sys.executable, "-c", "import atexit, sys, threading, time\n"
+                           "from chunkline.pipeline.cli import exit_now\n" + body],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_exit_now_keeps_the_status_the_atexit_hooks_and_the_buffered_output() -> None:
+    done = _exit_now("atexit.register(lambda: print('hook ran', file=sys.stderr))\n"
+                     "sys.stdout.write('buffered, no newline')\n"
+                     "exit_now(3)")
+    assert (done.returncode, done.stdout, done.stderr) == (3, "buffered, no newline", "hook ran\n")
+
+
+def test_exit_now_waits_for_a_running_thread_as_python_does() -> None:
+    """A thread still working (not a daemon) finishes before the process ends, as it does on
+    Python's own exit."""
+    done = _exit_now("threading.Thread(target=lambda: (time.sleep(0.5), print('thread done'))).start()\n"
+                     "exit_now(0)")
+    assert (done.returncode, done.stdout) == (0, "thread done\n")
+
+
 @pytest.mark.slow
 def test_beams_runner_flag_names_the_runner_the_job_is_built_for(tmp_path) -> None:
     """`-- --runner=X` was passed to Beam's options and ignored: the job ran on the config's
