@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, TextIO
 
 from chunkline.index.layout import LATEST, MANIFEST, PROBE, RUN_ID, STAGED_LATEST
-from chunkline.records import in_memory_schema
 from chunkline.pipeline import exits
 from chunkline.pipeline.lease import Holder, LeaseHeld, LeaseLost, OutputLease
 
@@ -544,6 +543,8 @@ def file_problems(run_dir: str, manifest: Manifest) -> list[str]:
                 problems.append(f"{name}: the manifest deletes row {deleted[-1]:,} of {metadata.num_rows:,}")
             rows += metadata.num_rows - len(deleted)
             if table == "chunks" and dim is not None:
+                from chunkline.records import in_memory_schema  # pyarrow: not at the parser's import
+
                 schema = in_memory_schema(metadata.schema.to_arrow_schema())
                 vector = schema.field("embedding").type if "embedding" in schema.names else None
                 if vector is None or getattr(vector, "list_size", dim) != dim:
