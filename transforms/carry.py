@@ -55,7 +55,8 @@ from chunkline.transforms.counters import (
 from chunkline.transforms.reuse import stored_dtype
 from chunkline.transforms.elementwise import MapWith
 from chunkline.transforms.shares import GroupInShares
-from chunkline.index.compaction import MOST_FILES, Compaction, compacted
+from chunkline.index import compaction  # its bounds read where applied (a test narrows them)
+from chunkline.index.compaction import Compaction, compacted
 from chunkline.transforms.write import SHARD_DIGEST_KEY, file_digest, same_output
 
 log = logging.getLogger("chunkline.carry")
@@ -647,7 +648,7 @@ class CarriedRows:
         whose rows would be deleted is written again when the plan allows it
         (``CarrySource.compactable``), past ``HARD_MOST_DEAD`` always
         (``chunkline.transforms.write.compacted``); and a
-        shard lists at most ``chunkline.transforms.write.MOST_FILES`` files: when it would list more,
+        shard lists at most ``chunkline.index.compaction.MOST_FILES`` files: when it would list more,
         every referenced pair but the one with the most live rows is merged into this run's
         file."""
         by_pair: dict[int, set[str]] = {}
@@ -661,7 +662,7 @@ class CarriedRows:
                 again.append(CarriedPart(pair, tuple(sorted(doc_ids))))
             else:
                 kept.append(found)
-        if len(kept) + (1 if new_rows or again else 0) > MOST_FILES:
+        if len(kept) + (1 if new_rows or again else 0) > compaction.MOST_FILES:
             kept.sort(key=lambda ref: (-(ref.rows - len(ref.deleted)), ref.pair))
             for ref in kept[1:]:
                 again.append(CarriedPart(ref.pair, tuple(sorted(by_pair[ref.pair]))))

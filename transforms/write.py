@@ -35,7 +35,8 @@ from apache_beam.pvalue import AsSingleton, PCollection
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
-from chunkline.index.compaction import MOST_FILES, Compaction, compacted
+from chunkline.index import compaction  # its bounds read where applied (a test narrows them)
+from chunkline.index.compaction import Compaction, compacted
 from chunkline.index.layout import shard_of  # noqa: F401 - where the writers and readers share it
 from chunkline.index.tables import SORT_ORDER, Deletions, relative_path, shard_deletion_file
 from chunkline.records import as_row, framed_state, parquet_schema, to_parquet, with_fixed_vectors
@@ -589,7 +590,7 @@ class _WriteShard(beam.DoFn):
             found.append((shard, rows, np.flatnonzero(keep), dead))
         again = [f for f in found if len(f[2]) and compacted(f[0], len(f[3]), f[1], self.compactable)]
         held_files = [f for f in found if len(f[2]) and f not in again]
-        if len(held_files) + (1 if count or again else 0) > MOST_FILES:
+        if len(held_files) + (1 if count or again else 0) > compaction.MOST_FILES:
             held_files.sort(key=lambda f: -len(f[2]))
             again += held_files[1:]
             held_files = held_files[:1]
@@ -653,7 +654,7 @@ class _WriteShard(beam.DoFn):
                 new_rows[at] = True
         again = [f for f in found if f[2] and compacted(f[0], len(f[3]), f[1].num_rows, self.compactable)]
         kept = [f for f in found if f[2] and f not in again]
-        if len(kept) + (1 if new_rows.any() or again else 0) > MOST_FILES:
+        if len(kept) + (1 if new_rows.any() or again else 0) > compaction.MOST_FILES:
             kept.sort(key=lambda f: -len(f[2]))
             again += kept[1:]
             kept = kept[:1]

@@ -282,7 +282,7 @@ def reruns_read_as_a_rebuild(changes, settled: bool = False) -> None:
     import tempfile
     from unittest import mock
 
-    from chunkline.transforms import write
+    from chunkline.index import compaction
 
     with tempfile.TemporaryDirectory(prefix="merge-on-read-") as scratch:
         root = Path(scratch)
@@ -307,7 +307,7 @@ def reruns_read_as_a_rebuild(changes, settled: bool = False) -> None:
             elif change == "rename":
                 path.rename(path.with_name(f"r{n:03d}-{path.name}"))
             # A compaction: every file with a deleted row rewritten, a shard kept in one file.
-            compacting = (mock.patch.multiple(write, MOST_DEAD=0.0, MOST_FILES=1) if change == "compact"
+            compacting = (mock.patch.multiple(compaction, MOST_DEAD=0.0, MOST_FILES=1) if change == "compact"
                           else contextlib.nullcontext())
             # Every deleted position in its shard's deletion file (format 4), none inline.
             with compacting, mock.patch("chunkline.index.tables.INLINE_DELETES", 0):

@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from chunkline.records import chunk_schema, document_schema, rejected_schema
+from chunkline.records import chunk_schema, document_schema, parquet_schema, rejected_schema
 from chunkline.pipeline.config import load_config
 from chunkline.pipeline.query import search
 from chunkline.pipeline.run import run
@@ -52,7 +52,7 @@ def first_run(demo_index):
 
 def test_schemas_are_the_defined_ones(first_run) -> None:
     for t in table(first_run.run_dir, "chunks"):
-        assert t.schema.equals(chunk_schema(384))
+        assert t.schema.equals(parquet_schema(chunk_schema(384)))  # vectors a plain list on disk
     for t in table(first_run.run_dir, "documents"):
         assert t.schema.equals(document_schema())
     for t in table(first_run.run_dir, "rejected"):
