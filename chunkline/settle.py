@@ -10,8 +10,10 @@ decisions stand unless a change elsewhere reaches it. Two corpus-wide stages can
   hash or an LSH bucket with it, or a component they shared loses or gains a member
   (:func:`dedupe_affected`).
 
-Both are numpy over the whole state, with no Python loop per document (string columns are
-digested by Python's own ``hash``, called from C). The re-processed
+Both are arrays with no Python step per document. Dedupe's closure reads the state in blocks,
+a pass per round (:func:`affected_in_passes`): between blocks it holds what it looks for
+(values of the touch and of the documents marked so far) and the marked rows, so a worker
+computing it at 100 M documents holds the change, not the corpus. The re-processed
 documents (the changed, new and affected ones), deduplicated alone, get the decisions a full
 run over the whole corpus gives them, and every settled document keeps its previous decision:
 ``tests/test_settle.py`` holds both to a full recomputation.
@@ -20,12 +22,12 @@ run over the whole corpus gives them, and every settled document keeps its previ
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
-from chunkline.key_sets import span_positions
-from chunkline.minhash import fold_bytes
 
 
 @dataclass(frozen=True)
@@ -106,33 +108,10 @@ class Touch:
     (``chunkline.minhash.band_digests``: the state table keeps them so) they have now (changed and new ones) and had in the previous run
     (changed and gone ones, from their state rows), and the survivors they had there."""
 
-    doc_id: np.ndarray  # str
-    doc_hash: np.ndarray
+    doc_id: np.ndarray | pa.Array  # str
+    doc_hash: np.ndarray | pa.Array
     band_keys: np.ndarray  # uint64, 1-D
-    survivor: np.ndarray  # str
-
-
-def _digests(*columns: np.ndarray) -> list[np.ndarray]:
-    """Each column's values as uint64, equal for equal values across the columns (taken at
-    their common dtype, so ``S32`` and ``S33`` copies of one hash agree): integers as they
-    are, fixed-width bytes folded (``chunkline.minhash.fold_bytes``), strings by Python's own ``hash`` (called from
-    C through ``map``: ~50 ns a string, where sorting them compares Python objects, ~8 s a
-    million). Two values that differ share a digest with probability ~2^-64, and that only
-    adds documents to an affected set, which stays closed."""
-    arrays = [np.asarray(column) for column in columns]
-    for array in arrays:
-        if array.ndim != 1:
-            raise ValueError(f"a column must be 1-D, not {array.shape}")
-    common = np.result_type(*arrays)
-    out = []
-    for array in (array.astype(common) for array in arrays):
-        if common.kind in "ui":
-            out.append(array.astype(np.uint64))
-        elif common.kind in "SV":
-            out.append(fold_bytes(array))
-        else:
-            out.append(np.fromiter(map(hash, array.tolist()), dtype=np.int64, count=len(array)).view(np.uint64))
-    return out
+    survivor: np.ndarray | pa.Array  # str
 
 
 def holding(owners: np.ndarray, values: np.ndarray, wanted: np.ndarray, n: int) -> np.ndarray:
@@ -144,32 +123,6 @@ def holding(owners: np.ndarray, values: np.ndarray, wanted: np.ndarray, n: int) 
         return np.zeros(n, bool)
     index = np.minimum(np.searchsorted(wanted, values), len(wanted) - 1)
     return np.bincount(owners[wanted[index] == values], minlength=n).astype(bool)
-
-
-class _Index:
-    """A column sorted once, with the document of each value: the holders of a few values are
-    then a binary search each (``np.searchsorted``) and a slice, not a pass over the column,
-    however many rounds ask."""
-
-    def __init__(self, values: np.ndarray, owners: np.ndarray) -> None:
-        order = np.argsort(values)
-        self.values, self.owners = values[order], owners[order]
-
-    def _spans(self, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return (np.searchsorted(self.values, wanted, "left"),
-                np.searchsorted(self.values, wanted, "right"))
-
-    def counts(self, wanted: np.ndarray) -> np.ndarray:
-        """How many values equal each of ``wanted``."""
-        low, high = self._spans(wanted)
-        return high - low
-
-    def mark(self, wanted: np.ndarray, n: int) -> np.ndarray:
-        """(n,) bool: the documents holding one of ``wanted``."""
-        low, high = self._spans(np.unique(wanted))
-        marked = np.zeros(n, bool)
-        marked[self.owners[span_positions(low, high - low)]] = True
-        return marked
 
 
 def boilerplate_affected(owners: np.ndarray, keys: np.ndarray, n: int, frequent_now: np.ndarray,
@@ -187,13 +140,162 @@ def boilerplate_affected(owners: np.ndarray, keys: np.ndarray, n: int, frequent_
     return holding(owners, np.asarray(keys, np.uint64), changed, n)
 
 
+@dataclass(frozen=True)
+class StateRows:
+    """A block of settled documents' state rows as one pass of :func:`affected_in_passes`
+    reads it: ``doc_id``, ``doc_hash`` (the exact key) and ``survivor`` as Arrow arrays of one
+    type per column across blocks and the :class:`Touch` (compared by value), the band keys as
+    in :class:`SettledState`, and ``extra``: documents processed again for a reason of the
+    caller's (None: none)."""
+
+    doc_id: pa.Array
+    doc_hash: pa.Array
+    survivor: pa.Array
+    band_keys: np.ndarray  # (n, bands) uint64
+    signed: np.ndarray  # (n,) bool
+    extra: np.ndarray | None = None
+    # What the block's other rows bring (documents changed or gone, read beside the settled
+    # ones): added to the touch as they are read.
+    touch: Touch | None = None
+
+    def __len__(self) -> int:
+        return len(self.doc_id)
+
+
+class _Values:
+    """The values of one column a pass looks for, grown as documents are marked; a lookup is
+    ``pyarrow.compute.is_in`` (a C++ hash set), never a Python step per row."""
+
+    def __init__(self, values: Iterable = ()) -> None:
+        self.values: set = set(values)
+        self._looked_up: tuple[int, pa.DataType, pa.Array] | None = None
+
+    def add(self, values: Iterable) -> bool:
+        before = len(self.values)
+        self.values.update(values)
+        return len(self.values) != before
+
+    def held(self, column: pa.Array) -> np.ndarray:
+        if not self.values or not len(column):
+            return np.zeros(len(column), bool)
+        cached = self._looked_up
+        if cached is None or cached[0] != len(self.values) or cached[1] != column.type:
+            cached = self._looked_up = (len(self.values), column.type,
+                                        pa.array(list(self.values), column.type))
+        return pc.is_in(column, value_set=cached[2]).to_numpy(zero_copy_only=False)
+
+
+class _Keys:
+    """Band keys a pass looks for (uint64, kept sorted and unique)."""
+
+    def __init__(self, keys: np.ndarray | None = None) -> None:
+        self.keys = np.unique(np.asarray(keys if keys is not None else [], np.uint64))
+
+    def add(self, keys: np.ndarray) -> bool:
+        merged = np.union1d(self.keys, np.asarray(keys, np.uint64))
+        grew = len(merged) != len(self.keys)
+        self.keys = merged
+        return grew
+
+    def held(self, rows: StateRows) -> np.ndarray:
+        """(n,) bool: the signed rows holding one of the keys."""
+        signed = np.flatnonzero(rows.signed)
+        if not len(self.keys) or not len(signed):
+            return np.zeros(len(rows), bool)
+        width = rows.band_keys.shape[1]
+        values = np.asarray(rows.band_keys, np.uint64)[signed].reshape(-1)
+        return holding(np.repeat(signed, width), values, self.keys, len(rows))
+
+
+def _band_values(rows: StateRows, chosen: np.ndarray) -> np.ndarray:
+    picked = chosen & np.asarray(rows.signed, bool)
+    return np.asarray(rows.band_keys, np.uint64)[picked].reshape(-1)
+
+
+def affected_in_passes(read: Callable[[], Iterable[StateRows]], touch: Touch, *,
+                       max_bucket_pairs: int,
+                       marked: Callable[[int, StateRows, np.ndarray], None] | None = None
+                       ) -> list[np.ndarray]:
+    """Per block of ``read()`` (the same blocks in the same order at every call), the rows the
+    touch may reach (sorted int64 positions in the block), closed as :func:`dedupe_affected`
+    says, reading the settled state block by block: what is held between blocks is the values
+    looked for (the touch's, and those of the documents marked so far) and the marked rows'
+    positions, so memory follows the change, not the corpus.
+
+    Each pass marks every row holding a value looked for and adds the marked rows' values
+    (hashes of those sharing an id with the touch; band keys of the moved ones; survivors,
+    ids and band keys to count of every affected one); a band key counted past
+    ``max_bucket_pairs`` holders over a pass is then looked for itself. The rules only add, so
+    passes until one adds no value reach the least closed set, the one the in-memory rounds
+    reach (a night whose touch reaches no settled document, and is known before the first
+    block, takes one pass). ``marked(block, rows, hit)`` is told each block's marked rows at
+    every pass: at the last, the answer's."""
+    if max_bucket_pairs < 1:
+        raise ValueError(f"max_bucket_pairs must be at least 1, not {max_bucket_pairs}")
+    ids_of_touch = _Values(_python_values(touch.doc_id))
+    moving_hashes = _Values(_python_values(touch.doc_hash))
+    moving_keys = _Keys(touch.band_keys)
+    survivors = _Values(_python_values(touch.survivor))
+    ids = _Values()
+    capped = _Keys()
+    counted = _Keys()
+    to_count = _Keys()
+    affected: list[np.ndarray] = []
+    while True:
+        counting = np.setdiff1d(to_count.keys, counted.keys)
+        counts = np.zeros(len(counting), np.int64)
+        grew = False
+        for block, rows in enumerate(read()):
+            if block == len(affected):
+                affected.append(np.zeros(0, np.int64))
+            if rows.touch is not None:
+                grew |= ids_of_touch.add(_python_values(rows.touch.doc_id))
+                grew |= moving_hashes.add(_python_values(rows.touch.doc_hash))
+                grew |= moving_keys.add(rows.touch.band_keys)
+                grew |= survivors.add(_python_values(rows.touch.survivor))
+            n = len(rows)
+            sharing = ids_of_touch.held(rows.doc_id)
+            moved = sharing | moving_hashes.held(rows.doc_hash)
+            hit = (moved | moving_keys.held(rows) | survivors.held(rows.survivor)
+                   | ids.held(rows.doc_id) | capped.held(rows))
+            if rows.extra is not None:
+                hit |= np.asarray(rows.extra, bool)
+            hit[affected[block]] = True
+            affected[block] = np.flatnonzero(hit)
+            if marked is not None:
+                marked(block, rows, hit)
+            if len(counting) and n:
+                values = _band_values(rows, np.ones(n, bool))
+                at = np.minimum(np.searchsorted(counting, values), len(counting) - 1)
+                counts += np.bincount(at[counting[at] == values], minlength=len(counting))
+            if not hit.any():
+                continue
+            grew |= moving_hashes.add(rows.doc_hash.filter(pa.array(sharing)).to_pylist())
+            grew |= moving_keys.add(_band_values(rows, moved))
+            chosen = pa.array(hit)
+            grew |= survivors.add(rows.survivor.filter(chosen).to_pylist())
+            grew |= ids.add(rows.doc_id.filter(chosen).to_pylist())
+            grew |= to_count.add(np.setdiff1d(_band_values(rows, hit), counted.keys))
+        counted.add(counting)
+        grew |= capped.add(counting[counts > max_bucket_pairs])
+        grew |= len(np.setdiff1d(to_count.keys, counted.keys)) > 0
+        if not grew:
+            return affected
+
+
+def _python_values(column: np.ndarray | pa.Array) -> list:
+    return column.to_pylist() if isinstance(column, (pa.Array, pa.ChunkedArray)) else np.asarray(column).tolist()
+
+
 def dedupe_affected(state: SettledState, touch: Touch, *, max_bucket_pairs: int,
                     extra: np.ndarray | None = None) -> np.ndarray:
     """(n,) bool: the settled documents ``touch`` may reach, closed so that the touched and
     affected documents deduplicated alone get the decisions a run over the whole corpus gives
     them, and every other settled document keeps its previous one (as ``transforms/dedupe.py``
     decides: one record per id, exact groups by doc_hash, LSH buckets of the exact survivors
-    with ``max_bucket_pairs``' cap, components of the verified pairs).
+    with ``max_bucket_pairs``' cap, components of the verified pairs). The state held in memory
+    as one block of :func:`affected_in_passes`, which a rerun runs over the state table's
+    blocks as it reads them.
 
     1. *Moved*: those sharing an id with the touch (which record holds the id may change) and
        those sharing a doc_hash with the touch or with them (which record of an exact group
@@ -201,13 +303,13 @@ def dedupe_affected(state: SettledState, touch: Touch, *, max_bucket_pairs: int,
        of the LSH graph (an exact survivor).
     2. Affected: the moved ones, and those sharing a band key with the touch or with a moved
        one: every holder of a bucket whose members may change.
-    3. Then, until nothing is added (a few numpy passes; no Python step per document), those
-       with the previous survivor of an affected or touched one (a previous component the
-       change may split or join), those with the id of an affected one (a record rejected
-       under an id has its own id as survivor, not the holder's), and those sharing with an
-       affected one a band key more than ``max_bucket_pairs`` settled documents hold (such a
-       bucket gives only the pairs of its smallest member, ``chunkline.minhash.bucket_pairs``;
-       a part of it alone would give others).
+    3. Then, until nothing is added, those with the previous survivor of an affected or
+       touched one (a previous component the change may split or join), those with the id of
+       an affected one (a record rejected under an id has its own id as survivor, not the
+       holder's), and those sharing with an affected one a band key more than
+       ``max_bucket_pairs`` settled documents hold (such a bucket gives only the pairs of its
+       smallest member, ``chunkline.minhash.bucket_pairs``; a part of it alone would give
+       others).
 
     Why that is exact: a bucket with no touched or moved holder has the same members, so the
     same candidate pairs and verified edges, as in the previous run; an edge between an
@@ -215,38 +317,18 @@ def dedupe_affected(state: SettledState, touch: Touch, *, max_bucket_pairs: int,
     same previous survivor) or its bucket is capped: neither is left. So each id, exact group
     and component of the new corpus lies wholly among the re-processed documents or wholly
     among the settled ones, and a wholly settled one is as it was."""
+    n = len(state)
     if max_bucket_pairs < 1:
         raise ValueError(f"max_bucket_pairs must be at least 1, not {max_bucket_pairs}")
-    n = len(state)
-    documents = np.arange(n)
-    ids, touch_ids = _digests(state.doc_id, touch.doc_id)
-    survivors, touch_survivors = _digests(state.survivor, touch.survivor)
-    hashes, touch_hashes = _digests(state.doc_hash, touch.doc_hash)
-    by_id, by_survivor, by_hash = _Index(ids, documents), _Index(survivors, documents), _Index(hashes, documents)
-    signed = np.asarray(state.signed, bool)
-    keys = np.asarray(state.band_keys, np.uint64)
-    signed_rows = np.flatnonzero(signed)
-    by_key = _Index(keys[signed_rows].reshape(-1), np.repeat(signed_rows, keys.shape[1]))
-
-    sharing_id = by_id.mark(touch_ids, n)
-    moved = sharing_id | by_hash.mark(np.concatenate((touch_hashes, hashes[sharing_id])), n)
-    affected = moved | by_key.mark(
-        np.concatenate((np.asarray(touch.band_keys, np.uint64), keys[moved & signed].reshape(-1))), n)
-    if extra is not None:  # processed again for a reason of the caller's: closed over like the rest
-        affected |= np.asarray(extra, bool)
-
-    # Each round takes the documents the last one added (the frontier): their survivors, ids
-    # and capped band keys mark the documents holding one. Every document is expanded once.
-    frontier = affected.copy()
-    wanted_survivors = np.concatenate((survivors[frontier], touch_survivors))
-    while True:
-        frontier_keys = np.unique(keys[frontier & signed].reshape(-1))
-        # A key held by more than the cap: its bucket pairs only its smallest member (a key a
-        # touched document holds made every holder affected already).
-        capped = frontier_keys[by_key.counts(frontier_keys) > max_bucket_pairs]
-        grown = by_survivor.mark(wanted_survivors, n) | by_id.mark(ids[frontier], n) | by_key.mark(capped, n)
-        frontier = grown & ~affected
-        if not frontier.any():
-            return affected
-        affected |= frontier
-        wanted_survivors = survivors[frontier]
+    if not n:
+        return np.zeros(0, bool)
+    rows = StateRows(pa.array(np.asarray(state.doc_id).tolist()), pa.array(np.asarray(state.doc_hash).tolist()),
+                     pa.array(np.asarray(state.survivor).tolist()), np.asarray(state.band_keys, np.uint64),
+                     np.asarray(state.signed, bool), extra)
+    touch = Touch(pa.array(_python_values(touch.doc_id), rows.doc_id.type),
+                  pa.array(_python_values(touch.doc_hash), rows.doc_hash.type),
+                  np.asarray(touch.band_keys, np.uint64),
+                  pa.array(_python_values(touch.survivor), rows.survivor.type))
+    affected = np.zeros(n, bool)
+    affected[affected_in_passes(lambda: [rows], touch, max_bucket_pairs=max_bucket_pairs)[0]] = True
+    return affected

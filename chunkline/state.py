@@ -211,6 +211,8 @@ class Found(NamedTuple):
     facts: str
     text_hash: bytes | None
     line_keys: np.ndarray | None  # uint64
+    file: int = -1  # the row's file, as an index of StateSource.files
+    row: int = -1  # ... and its position in that file
 
 
 class _Group(NamedTuple):
@@ -238,10 +240,11 @@ class _Group(NamedTuple):
         at = int(np.searchsorted(self.positions, position))
         return int(self.rows[at]) if at < len(self.positions) and self.positions[at] == position else None
 
-    def found(self, row: int) -> Found:
+    def found(self, row: int, file: int, first_row: int) -> Found:
         keys = (self.keys[self.key_offsets[row]:self.key_offsets[row + 1]]
                 if self.key_valid[row] else None)
-        return Found(self.doc_ids[row], self.digests[row], self.facts[row], self.text_hashes[row], keys)
+        return Found(self.doc_ids[row], self.digests[row], self.facts[row], self.text_hashes[row], keys,
+                     file, first_row + row)
 
 
 class _FileIndex(NamedTuple):
@@ -267,9 +270,9 @@ class PreviousState:
     def __init__(self, source: StateSource, open_file: Callable[[str], BinaryIO],
                  held: int = 8) -> None:
         self.source, self.open_file, self.held = source, open_file, held
-        self._by_shard: dict[int, list[tuple[str, Deletions]]] = {}
-        for path, deleted, shard in source.files:
-            self._by_shard.setdefault(shard, []).append((path, deleted))
+        self._by_shard: dict[int, list[tuple[int, str, Deletions]]] = {}
+        for file, (path, deleted, shard) in enumerate(source.files):
+            self._by_shard.setdefault(shard, []).append((file, path, deleted))
         self._indexes: dict[str, _FileIndex | None] = {}
         self._decoded: OrderedDict[tuple[str, int], _Group] = OrderedDict()
         self._deleted: dict[str, frozenset[int]] = {}
@@ -285,7 +288,7 @@ class PreviousState:
         """The previous run's row for the document read at ``position`` of ``uri`` (what
         :class:`Found` holds); None without one (or with a damaged file: then it is read as new)."""
         shard = shard_of(f"{position // BLOCK}\0{uri}", self.source.shards)
-        for path, deleted in self._by_shard.get(shard, ()):
+        for file, path, deleted in self._by_shard.get(shard, ()):
             index = self._index(path)
             if index is None:
                 continue
@@ -295,7 +298,7 @@ class PreviousState:
                 rows = self._rows(path, deleted, group, index)
                 row = rows.row(uri, position) if rows is not None else None
                 if row is not None and rows is not None:
-                    return rows.found(row)
+                    return rows.found(row, file, index.first_row[group])
         return None
 
     def _index(self, path: str) -> _FileIndex | None:
@@ -410,6 +413,9 @@ class SettledBatch(NamedTuple):
     offset: np.ndarray  # int64
     length: np.ndarray  # int64
     keys: KeySets | None
+    # Each one's previous state row: its file (an index of StateSource.files) and position there.
+    file: np.ndarray = np.zeros(0, np.int64)
+    row: np.ndarray = np.zeros(0, np.int64)
 
     def __len__(self) -> int:
         return len(self.doc_id)
@@ -419,7 +425,7 @@ class SettledBuilder:
     """A bundle's settled documents gathered into one :class:`SettledBatch`."""
 
     def __init__(self) -> None:
-        self._rows: list[tuple[str, str, int, int, int]] = []
+        self._rows: list[tuple[str, str, int, int, int, int, int]] = []
         self._hashes: list[bytes] = []
         self._keys: list[np.ndarray] = []
 
@@ -430,7 +436,7 @@ class SettledBuilder:
         place = unpack(counted) if counted else Counted()
         self._rows.append((doc_id, uri, position,
                            -1 if place.offset is None else place.offset,
-                           -1 if place.length is None else place.length))
+                           -1 if place.length is None else place.length, found.file, found.row))
         if found.text_hash is not None:
             self._hashes.append(text_hash(found.text_hash))
             self._keys.append(found.line_keys if found.line_keys is not None else np.empty(0, np.uint64))
@@ -440,7 +446,8 @@ class SettledBuilder:
         self._rows, self._hashes, self._keys = [], [], []
         if hashes and len(hashes) != len(rows):
             raise ValueError("settled documents with and without boilerplate's keys in one batch")
-        doc_ids, uris, positions, offsets, lengths = zip(*rows) if rows else ((), (), (), (), ())
+        doc_ids, uris, positions, offsets, lengths, files, at = zip(*rows) if rows else ((),) * 7
         return SettledBatch(tuple(doc_ids), tuple(uris), np.array(positions, np.int64),
                             np.array(offsets, np.int64), np.array(lengths, np.int64),
-                            from_arrays(hashes, keys) if hashes else None)
+                            from_arrays(hashes, keys) if hashes else None,
+                            np.array(files, np.int64), np.array(at, np.int64))

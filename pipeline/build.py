@@ -33,9 +33,9 @@ from chunkline.transforms.clean import (CleanDocuments, RemoveBoilerplate, Strip
 from chunkline.transforms.credentials import ScanCredentials
 from chunkline.transforms.dedupe import Dedupe, UniqueRejectedIds
 from chunkline.transforms.read import ReadDocuments, ReadPlaces
-from chunkline.transforms.settle import (DOCUMENT_IDS, PASSED, PLACES, STATE_IDS, Affected,
-                                         FlagBoilerplate, SettledOutputs, Touches, WriteSignature,
-                                         rejected_touch)
+from chunkline.transforms.settle import (DOCUMENT_IDS, PLACES, REACHED, REDECIDED, STATE_IDS, Affected,
+                                         FlagBoilerplate, ReachedPlaces, SettledOutputs, Touches,
+                                         WriteSignature, rejected_touch, settled_mask, settled_rows)
 from chunkline.pipeline.plan import SETTLE_SIGNATURE
 from apache_beam.pvalue import AsList, AsSingleton
 from chunkline.transforms.reuse import (
@@ -150,7 +150,7 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
                                      counting, cleaned, read_options, verified.damaged, previous_state)
     # The documents passed by leave the carry index as arrays per pair: only the others meet
     # a decision by id (transforms/carry.py).
-    carry_index = (verified.pairs | "CarryIndex" >> CarryIndex(carry, settled.passed if settled is not None else None)
+    carry_index = (verified.pairs | "CarryIndex" >> CarryIndex(carry, settled.redecided if settled is not None else None)
                    if verified is not None and carry is not None else None)
     # An id conflict's rejected row names its file relative to the input root, as every id does.
     # A kept document whose rows the previous run made under the same carry key is not
@@ -268,7 +268,7 @@ def build(pipeline: beam.Pipeline, config: Config, plan: Plan) -> None:
         previous=(carry.signature, carry.document_files()) if carry is not None else None,
         # Compaction spread over runs: the files the plan allows (its most dead, within a budget).
         compactable=carry.compactable if carry is not None else None,
-        # The documents passed by keep their rows where they lie.
+        # The documents passed by keep their rows where they lie: only the redecided ones' go.
         keep=settled.document_ids if settled is not None else None,
         # The text, most of the table, goes to Arrow as the UTF-8 its records hold.
         to_table=statuses_table,
@@ -333,17 +333,25 @@ def _settle(pipeline: beam.Pipeline, config: Config, plan: Plan, stages, read, d
         )
         | "AllTouches" >> beam.Flatten()
     )
+    # Where the settled documents' state rows lie, as a bit each per block of a state file:
+    # the closure reads the state table beside them a row group at a time, so no worker holds
+    # the settled documents or the table (transforms/settle.py).
+    masks = (remaining
+             | "SettledRows" >> beam.FlatMap(settled_rows)
+             | "ByStateBlock" >> beam.GroupByKey()
+             | "SettledMasks" >> beam.Map(settled_mask))
     decided = (
-        remaining
-        | "AllSettled" >> beam.combiners.ToList()
+        pipeline
+        | "Closure" >> beam.Create([None])
         | "Affected" >> beam.ParDo(
             Affected(previous_state, bands, max_pairs, config.output.document_shards,
                      config.output.chunk_shards),
-            AsList(touches), AsList(damaged))
-        .with_outputs(PLACES, DOCUMENT_IDS, STATE_IDS, PASSED)
+            AsList(masks), AsList(touches), AsList(damaged))
+        .with_outputs(REACHED, DOCUMENT_IDS, STATE_IDS, REDECIDED)
     )
-    reached = read_again(decided[PLACES], "Reached")
+    places = remaining | "ReachedPlaces" >> beam.ParDo(ReachedPlaces(), AsSingleton(decided[REACHED]))
+    reached = read_again(places, "Reached")
     everything = [*known, reached] | "ToDedupe" >> beam.Flatten().with_output_types(Document)
-    return SettledOutputs(decided[PLACES], decided[DOCUMENT_IDS], decided[STATE_IDS],
-                          decided[PASSED]), everything
+    return SettledOutputs(places, decided[DOCUMENT_IDS], decided[STATE_IDS],
+                          decided[REDECIDED]), everything
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -38,7 +39,9 @@ from chunkline.records import DUPLICATE, KEPT, doc_hash
 from chunkline.settle import (
     Csr,
     SettledState,
+    StateRows,
     Touch,
+    affected_in_passes,
     boilerplate_affected,
     dedupe_affected,
 )
@@ -198,6 +201,34 @@ def corpora(draw, contents: st.SearchStrategy[str]) -> tuple[list[Record], list[
     return old, new
 
 
+def in_blocks(state: SettledState, touch: Touch, cap: int, size: int) -> np.ndarray:
+    """:func:`affected_in_passes` over the state cut in blocks of ``size`` rows, as a rerun
+    reads the state table: the same set as in one block."""
+    def column(values) -> pa.Array:
+        return pa.array(np.asarray(values).tolist())
+
+    if not len(state):
+        return np.zeros(0, bool)
+    ids, hashes, survivors = column(state.doc_id), column(state.doc_hash), column(state.survivor)
+    blocks = [StateRows(ids[at:at + size], hashes[at:at + size], survivors[at:at + size],
+                        state.band_keys[at:at + size], state.signed[at:at + size])
+              for at in range(0, len(state), size)]
+    passes = []
+
+    def read() -> list[StateRows]:
+        passes.append(len(passes))
+        return blocks
+
+    rows = Touch(pa.array(np.asarray(touch.doc_id).tolist(), ids.type),
+                 pa.array(np.asarray(touch.doc_hash).tolist(), hashes.type),
+                 touch.band_keys, pa.array(np.asarray(touch.survivor).tolist(), survivors.type))
+    marked = np.zeros(len(state), bool)
+    for block, positions in enumerate(affected_in_passes(read, rows, max_bucket_pairs=cap)):
+        marked[block * size + positions] = True
+    assert 1 <= len(passes) <= 2 + 2 * marked.sum()  # a pass adds, or it is the last
+    return marked
+
+
 def check_rerun(old: list[Record], new: list[Record], facts_of: Callable[[list[Record]], dict[str, Facts]],
                 cap: int, threshold: float) -> int:
     """Properties (a) and (b) for one change; the number of settled documents."""
@@ -215,6 +246,7 @@ def check_rerun(old: list[Record], new: list[Record], facts_of: Callable[[list[R
     touch = touch_of(touched_old, touched_new, known_old, known_new, decided_old)
     affected = dedupe_affected(state, touch, max_bucket_pairs=cap)
     assert affected.dtype == bool and affected.shape == (len(unchanged),)
+    assert (in_blocks(state, touch, cap, 1 + len(unchanged) % 3) == affected).all()
 
     settled = [record for record, hit in zip(unchanged, affected, strict=True) if not hit]
     for record in settled:  # (a)

@@ -285,14 +285,6 @@ class PairIndex(NamedTuple):
     keys: pa.Array  # string: each one's carry key
 
 
-class Passed(NamedTuple):
-    """The documents a rerun passes by (``transforms/settle.py``): their ids, and whether each
-    is kept (its previous chunks are then carried as they lie)."""
-
-    doc_ids: pa.Array  # string
-    kept: pa.Array  # bool
-
-
 class _IndexPair(beam.DoFn):
     """A pair's index -> its :class:`PairIndex`: the documents whose rows pass their check; the
     others (and every document of a pair that cannot be read) are counted and computed again
@@ -332,17 +324,14 @@ class _IndexPair(beam.DoFn):
 CARRIED = "carried"
 
 
-def _passed_rows(doc_ids: pa.Array, passed: Passed | None) -> tuple[np.ndarray, np.ndarray]:
-    """(passed by, passed by and kept), bool per entry of ``doc_ids``: one hash lookup of the
-    whole column (``pyarrow.compute.index_in``), never a Python step per document."""
-    if passed is None or not len(passed.doc_ids) or not len(doc_ids):
-        return np.zeros(len(doc_ids), bool), np.zeros(len(doc_ids), bool)
-    at = pc.index_in(doc_ids, value_set=passed.doc_ids)
-    found = at.is_valid().to_numpy(zero_copy_only=False)
-    kept = np.zeros(len(doc_ids), bool)
-    if found.any():
-        kept[found] = passed.kept.take(at.drop_null()).to_numpy(zero_copy_only=False)
-    return found, kept
+def _passed_rows(doc_ids: pa.Array, redecided: pa.Array | None) -> np.ndarray:
+    """Per entry of ``doc_ids``, whether the run passes the document by: with ``redecided``
+    (the documents a rerun decides on again, ``transforms/settle.py``), every other one; one
+    hash lookup of the whole column (``pyarrow.compute.is_in``), never a Python step per
+    document. None: nothing is passed by."""
+    if redecided is None or not len(doc_ids):
+        return np.zeros(len(doc_ids), bool)
+    return ~pc.is_in(doc_ids, value_set=redecided).to_numpy(zero_copy_only=False)
 
 
 class _PairEntries(beam.DoFn):
@@ -355,10 +344,11 @@ class _PairEntries(beam.DoFn):
     def __init__(self) -> None:
         self.carried = progress_counter(*DOCUMENTS_CARRIED)
 
-    def process(self, index: PairIndex, passed: Passed | None = None) -> Iterable[Any]:
-        found, kept = _passed_rows(index.doc_ids, passed)
-        if kept.any():
-            carried = index.doc_ids.filter(pa.array(kept)).to_pylist()
+    def process(self, index: PairIndex, redecided: pa.Array | None = None) -> Iterable[Any]:
+        # A pair's rows are a kept document's chunks: one passed by is carried as it lies.
+        found = _passed_rows(index.doc_ids, redecided)
+        if found.any():
+            carried = index.doc_ids.filter(pa.array(found)).to_pylist()
             self.carried.inc(len(carried))
             yield beam.pvalue.TaggedOutput(CARRIED, (index.pair, tuple(carried)))
         ids, keys = index.doc_ids, index.keys
@@ -388,7 +378,7 @@ class _PreviousDocuments(beam.DoFn):
     shard only tells apart why documents were computed, so an unreadable one is logged and its
     documents counted as changed, never a failed run."""
 
-    def process(self, shard: tuple[str, Deletions], passed: Passed | None = None
+    def process(self, shard: tuple[str, Deletions], redecided: pa.Array | None = None
                 ) -> Iterable[tuple[str, PreviousDocument]]:
         path, deletions = shard
         try:
@@ -403,7 +393,8 @@ class _PreviousDocuments(beam.DoFn):
                         path, type(exc).__name__, exc)
             return
         # A document the run passes by is decided on by no one: its row is not wanted.
-        found, _ = _passed_rows(table.column("doc_id").combine_chunks(), passed)
+        found = _passed_rows(table.column("doc_id").combine_chunks(), redecided)
+        found &= pc.not_equal(table.column("status"), "rejected").to_numpy(zero_copy_only=False)
         if found.any():
             table = table.filter(pa.array(~found))
         digests = (table.column("input_digest").to_pylist() if "input_digest" in table.schema.names
@@ -442,13 +433,14 @@ class CarryIndexOutputs(NamedTuple):
 
 class CarryIndex(beam.PTransform):
     """:class:`PairIndex` per pair -> :class:`CarryIndexOutputs`: the previous run's carriable
-    documents, and what it read; with ``passed`` (a singleton :class:`Passed`), the documents
-    a rerun passes by leave the index as arrays per pair (``carried``), and only the others
-    meet this run's decisions, one element each."""
+    documents, and what it read; with ``redecided`` (a singleton: the ids of the documents a
+    rerun decides on again, ``transforms/settle.py``), every other document is passed by and
+    leaves the index as arrays per pair (``carried``), and only those meet this run's
+    decisions, one element each."""
 
-    def __init__(self, source: CarrySource, passed: PCollection | None = None) -> None:
+    def __init__(self, source: CarrySource, redecided: PCollection | None = None) -> None:
         super().__init__()
-        self.source, self.passed = source, passed
+        self.source, self.passed = source, redecided
 
     def expand(self, pairs):
         side = (AsSingleton(self.passed),) if self.passed is not None else ()

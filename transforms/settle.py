@@ -2,28 +2,32 @@
 
 ``ReadDocuments(settle=True)`` passes a document read as the previous run's state row holds it
 (same id, input and facts at the same place) on as a row of a
-:class:`~chunkline.state.SettledBatch`, not as a document. Two corpus-wide stages can still
-reach it (``chunkline/settle.py`` says how, and why the sets it computes are exact):
+:class:`~chunkline.state.SettledBatch`, not as a document, with where its state row lies. Two
+corpus-wide stages can still reach it (``chunkline/settle.py`` says how, and why the sets it
+computes are exact):
 
 1. :class:`FlagBoilerplate`: once the run's frequent line keys are known, a settled document
    holding a key that became or stopped being frequent is read again (:class:`Place`) and
    goes the whole way with the changed documents.
 2. :class:`Affected`: the changed (and 1.'s) documents' ids, exact hashes and band keys
    (:class:`Touches`), with the previous rows of everything no longer settled, mark the settled
-   documents dedupe may decide otherwise; they are read again too. Every other settled
-   document keeps its previous rows: ids per shard for the documents and state writers
-   (:class:`~chunkline.transforms.write.KeptIds`), their ids (:class:`~chunkline.transforms.carry.Passed`) for the carry of its
-   chunks.
+   documents dedupe may decide otherwise (:class:`ReachedPlaces`: read again too). Everything
+   else keeps its previous rows: the writers of the documents and state tables, and the
+   carry index, are told the documents decided again (:class:`~chunkline.transforms.write.Redecided`),
+   and keep every other row where it lies.
 
-Each step is one worker's numpy over the whole settled state (about 210 bytes a document:
-ids, hashes, survivors and band keys as 64-bit digests), so a worker holds that much at the
-corpus's size: 210 MB at 1 M documents.
+What a worker holds: the settled documents travel as bitmaps, a bit each per block of
+:data:`MASK_ROWS` rows of a state file (:func:`settled_rows`, :func:`settled_mask`, grouped by
+block); the closure reads the state table a row group at a time, a pass per round
+(``chunkline.settle.affected_in_passes``), holding the bitmaps (12.5 MB at 100 M documents),
+the values it looks for and the documents decided again: the change, not the corpus. The
+batches themselves are only ever held one at a time.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterable, NamedTuple, Sequence
+from typing import Any, Iterable, Iterator, NamedTuple, Sequence
 
 import apache_beam as beam
 import numpy as np
@@ -37,20 +41,20 @@ from chunkline.access import access_digest
 from chunkline.index.layout import shard_of
 from chunkline.key_sets import take
 from chunkline.records import Document, Rejected
-from chunkline.settle import Csr, SettledState, Touch, boilerplate_affected, dedupe_affected
+from chunkline.settle import StateRows, Touch, affected_in_passes, boilerplate_affected
 from chunkline.state import SettledBatch, StateSource, unpack
 from chunkline.transforms.dedupe import _ParkAndSummarize
 from chunkline.transforms.memo import recalled_doc_hash
 from chunkline.transforms.read import Place
-from chunkline.transforms.carry import Passed
-from chunkline.transforms.write import KeptIds
+from chunkline.transforms.write import Redecided
 
 log = logging.getLogger("chunkline.settle")
 
 PLACES = "places"
+REACHED = "reached"
 DOCUMENT_IDS = "document_ids"
 STATE_IDS = "state_ids"
-PASSED = "passed"
+REDECIDED = "redecided"
 
 
 def _places(batch: SettledBatch, rows: np.ndarray) -> Iterable[Place]:
@@ -64,7 +68,8 @@ def _subset(batch: SettledBatch, rows: np.ndarray) -> SettledBatch:
     return SettledBatch(tuple(batch.doc_id[i] for i in rows.tolist()),
                         tuple(batch.uri[i] for i in rows.tolist()),
                         batch.position[rows], batch.offset[rows], batch.length[rows],
-                        take(batch.keys, rows) if batch.keys is not None else None)
+                        take(batch.keys, rows) if batch.keys is not None else None,
+                        batch.file[rows], batch.row[rows])
 
 
 class FlagBoilerplate(beam.DoFn):
@@ -125,32 +130,129 @@ def rejected_touch(record: Rejected) -> tuple[str, None, None]:
     return record.doc_id, None, None
 
 
-_STATE_COLUMNS = ("doc_id", "uri", "position", "doc_hash", "bands", "status", "survivor")
+_STATE_COLUMNS = ("doc_id", "doc_hash", "bands", "status", "survivor")
+# Settled rows are sent to the closure as one bitmap per block of this many rows of a state
+# file: 8 KB a block, a bit a document, whatever batches they arrived in.
+MASK_ROWS = 1 << 16
 
 
-def _state_table(source: StateSource) -> pa.Table:
-    """Every live row of the previous state table, the columns dedupe's closure needs."""
-    tables = []
-    for path, deletions, shard in source.files:
-        with FileSystems.open(path) as handle:
-            held = pq.ParquetFile(handle)
-            names = held.schema_arrow.names
-            table = held.read(columns=list(_STATE_COLUMNS) + (["principals"] if "principals" in names else []))
-        gone = np.asarray(sorted(deletions.positions()), np.int64)
-        if len(gone):
-            live = np.ones(table.num_rows, bool)
-            live[gone] = False
-            table = table.filter(pa.array(live))
-        if "principals" not in table.schema.names:
-            table = table.append_column("principals", pa.nulls(table.num_rows, pa.list_(pa.string())))
-        tables.append(table.append_column("shard", pa.array(np.full(table.num_rows, shard, np.int64))))
-    if not tables:
-        return pa.table({**{name: pa.array([], pa.string()) for name in _STATE_COLUMNS},
-                         "principals": pa.array([], pa.list_(pa.string())), "shard": pa.array([], pa.int64())})
-    return pa.concat_tables(tables, promote_options="default")
+def settled_rows(batch: SettledBatch, mask_rows: int = MASK_ROWS
+                 ) -> Iterable[tuple[tuple[int, int], np.ndarray]]:
+    """A settled batch -> ``((file, block), rows)``: where its documents' state rows lie, per
+    block of ``mask_rows`` rows of a state file (positions within the block)."""
+    if not len(batch):
+        return
+    blocks = batch.file * (1 << 40) + batch.row // mask_rows
+    for code in np.unique(blocks).tolist():
+        mine = blocks == code
+        yield (code >> 40, code & ((1 << 40) - 1)), (batch.row[mine] % mask_rows).astype(np.int64)
 
 
-def _band_matrix(column: pa.ChunkedArray, bands: int) -> tuple[np.ndarray, np.ndarray]:
+def settled_mask(keyed: tuple[tuple[int, int], Iterable[np.ndarray]], mask_rows: int = MASK_ROWS
+                 ) -> tuple[int, int, bytes]:
+    """``((file, block), [rows])`` -> ``(file, block, bits)``: the block's settled rows as a
+    bitmap (``numpy.packbits``, big-endian bit order)."""
+    (file, block), parts = keyed
+    bits = np.zeros(mask_rows, bool)
+    for rows in parts:
+        bits[rows] = True
+    return file, block, np.packbits(bits).tobytes()
+
+
+def _row_codes(file: int, rows: np.ndarray) -> np.ndarray:
+    return np.int64(file) * (1 << 40) + np.asarray(rows, np.int64)
+
+
+def _exact_keys(table: pa.Table) -> pa.Array:
+    """What exact duplicates share (``transforms/dedupe.py``'s exact key): the access
+    digest of the principals, then the doc_hash."""
+    hashes = table.column("doc_hash").combine_chunks()
+    if "principals" not in table.schema.names or table.column("principals").null_count == table.num_rows:
+        return hashes
+    principals = table.column("principals").to_pylist()
+    return pa.array([(access_digest(p) if p is not None else "") + h
+                     for h, p in zip(hashes.to_pylist(), principals)], pa.string())
+
+
+class _StateBlocks:
+    """The previous state table read row group by row group, as :func:`affected_in_passes`
+    asks at every pass: each group's settled live rows as :class:`StateRows`, and (the first
+    time) its other live rows, those of documents changed or gone, as the touch they bring.
+    Held between groups: the settled bitmaps, a bit a document."""
+
+    def __init__(self, source: StateSource, masks: Sequence[tuple[int, int, bytes]], bands: int,
+                 damaged: Sequence[Any], chunk_shards: int, mask_rows: int = MASK_ROWS) -> None:
+        self.source, self.bands, self.chunk_shards, self.mask_rows = source, bands, chunk_shards, mask_rows
+        self.masks = {(file, block): bits for file, block, bits in masks}
+        self.named = {d for d in damaged if isinstance(d, str)}
+        self.damaged_shards = {d for d in damaged if isinstance(d, int)}
+        self.settled = 0
+        self.groups: list[tuple[int, np.ndarray]] = []  # (file, its rows) per block of a pass
+        self.gone: list[tuple[int, str]] = []  # (state shard, doc_id) of every changed or gone row
+        self._first = True
+
+    def _settled_bits(self, file: int, first: int, rows: int) -> np.ndarray:
+        size = self.mask_rows
+        settled = np.zeros(rows, bool)
+        for block in range(first // size, (first + rows - 1) // size + 1 if rows else 0):
+            bits = self.masks.get((file, block))
+            if bits is None:
+                continue
+            unpacked = np.unpackbits(np.frombuffer(bits, np.uint8)).astype(bool)
+            low, high = max(first, block * size), min(first + rows, (block + 1) * size)
+            settled[low - first:high - first] = unpacked[low - block * size:high - block * size]
+        return settled
+
+    def __call__(self) -> Iterator[StateRows]:
+        first_pass, self._first = self._first, False
+        block = 0
+        for file, (path, deletions, shard) in enumerate(self.source.files):
+            gone = np.asarray(sorted(deletions.positions()), np.int64)
+            with FileSystems.open(path) as handle:
+                held = pq.ParquetFile(handle)
+                names = held.schema_arrow.names
+                columns = list(_STATE_COLUMNS) + (["principals"] if "principals" in names else [])
+                first = 0
+                for group in range(held.num_row_groups):
+                    table = held.read_row_group(group, columns=columns)
+                    rows = table.num_rows
+                    live = np.ones(rows, bool)
+                    live[gone[(gone >= first) & (gone < first + rows)] - first] = False
+                    settled = self._settled_bits(file, first, rows) & live
+                    old = live & ~settled
+                    touch = None
+                    if first_pass:
+                        self.settled += int(settled.sum())
+                        touch = self._touch(table.filter(pa.array(old))) if old.any() else None
+                        self.gone.extend((shard, doc_id) for doc_id in
+                                         table.column("doc_id").filter(pa.array(old)).to_pylist())
+                    mine = table.filter(pa.array(settled))
+                    if first_pass:
+                        self.groups.append((file, first + np.flatnonzero(settled)))
+                    band_keys, signed = _band_matrix(mine.column("bands"), self.bands)
+                    yield StateRows(mine.column("doc_id").combine_chunks(), _exact_keys(mine),
+                                    mine.column("survivor").combine_chunks(), band_keys, signed,
+                                    self._extra(mine), touch)
+                    block += 1
+                    first += rows
+
+    def _touch(self, old: pa.Table) -> Touch:
+        band_keys, signed = _band_matrix(old.column("bands"), self.bands)
+        return Touch(old.column("doc_id").combine_chunks(), _exact_keys(old),
+                     band_keys[signed].reshape(-1), old.column("survivor").combine_chunks())
+
+    def _extra(self, rows: pa.Table) -> np.ndarray | None:
+        """The settled kept documents whose previous chunks cannot be carried: a doc_id named
+        damaged, or a chunk shard (int) whose previous file could not be read."""
+        if not self.named and not self.damaged_shards:
+            return None
+        kept = pc.equal(rows.column("status"), "kept").to_numpy(zero_copy_only=False)
+        return np.array([bool(is_kept) and (doc_id in self.named
+                                            or shard_of(doc_id, self.chunk_shards) in self.damaged_shards)
+                         for doc_id, is_kept in zip(rows.column("doc_id").to_pylist(), kept.tolist())], bool)
+
+
+def _band_matrix(column: pa.ChunkedArray | pa.Array, bands: int) -> tuple[np.ndarray, np.ndarray]:
     """``(n, bands)`` uint64 and the rows that have them (a text without shingles has none)."""
     array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     n = len(array)
@@ -167,127 +269,89 @@ def _band_matrix(column: pa.ChunkedArray, bands: int) -> tuple[np.ndarray, np.nd
 
 
 class Affected(beam.DoFn):
-    """All the run's settled batches (one list) -> the places of those dedupe may decide
-    otherwise (tagged ``places``), and for every other one: ``(shard, KeptIds)`` for the
-    documents (``document_ids``) and state (``state_ids``) writers and, once, all their ids
-    with whether each is kept (``passed``, :class:`~chunkline.transforms.carry.Passed`: the
-    carry index takes their chunks per pair, as arrays). Side inputs: the touches of the documents the
-    run processes (:class:`Touches`, :func:`rejected_touch`) and the doc_ids or chunk shards
-    whose previous rows cannot be carried (``damaged``)."""
+    """Once (an impulse) -> the settled documents dedupe may decide otherwise, as their state
+    rows (one sorted int64 array of ``file << 40 | row``, tagged ``reached``), and what every
+    shard's writers do not keep: ``(shard, Redecided)`` for each documents shard
+    (``document_ids``) and each state shard (``state_ids``), and all those ids once
+    (``redecided``, for the carry index).
+
+    Side inputs: the settled bitmaps (:func:`settled_mask`), the touches of the documents the
+    run processes (:class:`Touches`, :func:`rejected_touch`), and the doc_ids or chunk shards
+    whose previous rows cannot be carried (``damaged``). The state table is read a row group at
+    a time, a pass per round of the closure (``chunkline.settle.affected_in_passes``): what
+    this worker holds grows with the change and a bit per settled document, not with the
+    corpus."""
 
     def __init__(self, state: StateSource, bands: int, max_bucket_pairs: int,
-                 document_shards: int, chunk_shards: int) -> None:
+                 document_shards: int, chunk_shards: int, mask_rows: int = MASK_ROWS) -> None:
         self.state, self.bands, self.max_bucket_pairs = state, bands, max_bucket_pairs
+        self.mask_rows = mask_rows
         self.document_shards, self.chunk_shards = document_shards, chunk_shards
         self.passed = Metrics.counter("settle", "passed")
         self.affected = Metrics.counter("settle", "dedupe_affected")
+        self.passes = Metrics.counter("settle", "passes")
 
-    def process(self, batches: Sequence[SettledBatch], touches: Sequence[tuple], damaged: Sequence[Any]):
-        batches = [batch for batch in batches if len(batch)]
-        table = _state_table(self.state)
-        settled_ids = pa.array([doc_id for batch in batches for doc_id in batch.doc_id], pa.string())
-        uris = [uri for batch in batches for uri in batch.uri]
-        positions = (np.concatenate([batch.position for batch in batches]) if batches
-                     else np.zeros(0, np.int64))
-        rows = self._rows(table, settled_ids, uris, positions)
-        settled_rows = np.zeros(table.num_rows, bool)
-        settled_rows[rows] = True
-        keys = self._keys(table)
-        bands, signed = _band_matrix(table.column("bands"), self.bands)
-        survivors = table.column("survivor").to_numpy(zero_copy_only=False).astype(object)
-        ids = table.column("doc_id").to_numpy(zero_copy_only=False).astype(object)
-        old = np.flatnonzero(~settled_rows)
-        new_ids = [t[0] for t in touches]
-        new_keys = [t[1] for t in touches if t[1] is not None]
-        new_bands = [t[2] for t in touches if t[2] is not None]
-        touch = Touch(
-            np.array(new_ids + ids[old].tolist(), dtype=object),
-            np.array(new_keys + keys[old].tolist(), dtype=object),
-            np.concatenate([np.zeros(0, np.uint64), *new_bands, bands[old][signed[old]].reshape(-1)]),
-            survivors[old])
-        state = SettledState(ids[rows], keys[rows], bands[rows], signed[rows], survivors[rows],
-                             Csr(np.zeros(len(rows) + 1, np.int64), np.zeros(0, np.uint64)),
-                             Csr(np.zeros(len(rows) + 1, np.int64), np.zeros(0, np.uint64)))
-        kept = pc.equal(table.column("status"), "kept").to_numpy(zero_copy_only=False)[rows]
-        extra = self._damaged(ids[rows], kept, damaged)
-        affected = dedupe_affected(state, touch, max_bucket_pairs=self.max_bucket_pairs, extra=extra)
-        self.affected.inc(int(affected.sum()))
-        self.passed.inc(int((~affected).sum()))
-        at = 0
-        for batch in batches:
-            mine = affected[at:at + len(batch)]
-            if mine.any():
-                yield from (beam.pvalue.TaggedOutput(PLACES, place) for place in _places(batch, np.flatnonzero(mine)))
-            at += len(batch)
-        passing = np.flatnonzero(~affected)
-        passed_ids = settled_ids.take(pa.array(passing)) if len(passing) else pa.array([], pa.string())
-        held = passed_ids.to_pylist()
-        # The documents writer keeps their rows by id in the shard the id hashes to; the state
-        # writer in the shard of the file each row was found in (the same count of shards:
-        # the settle signature holds it).
-        for shard, members in _by_shard(held, [shard_of(doc_id, self.document_shards) for doc_id in held]
-                                        if self.document_shards > 1 else [0] * len(held)):
-            yield beam.pvalue.TaggedOutput(DOCUMENT_IDS, (shard, KeptIds(tuple(members))))
-        state_shards = table.column("shard").to_numpy()[rows][passing]
-        for shard, members in _by_shard(held, state_shards.tolist()):
-            yield beam.pvalue.TaggedOutput(STATE_IDS, (shard, KeptIds(tuple(members))))
-        yield beam.pvalue.TaggedOutput(PASSED, Passed(passed_ids, pa.array(kept[passing], pa.bool_())))
+    def process(self, _: Any, masks: Sequence[tuple[int, int, bytes]], touches: Sequence[tuple],
+                damaged: Sequence[Any]):
+        blocks = _StateBlocks(self.state, masks, self.bands, damaged, self.chunk_shards, self.mask_rows)
+        touch = Touch(pa.array([t[0] for t in touches], pa.string()),
+                      pa.array([t[1] for t in touches if t[1] is not None], pa.string()),
+                      np.concatenate([np.zeros(0, np.uint64), *(t[2] for t in touches if t[2] is not None)]),
+                      pa.array([], pa.string()))
+        passes = [0]
+        reached_ids: dict[int, list[str]] = {}  # per block, the ids its rows marked at the last pass
 
-    @staticmethod
-    def _rows(table: pa.Table, settled_ids: pa.Array, uris: list[str], positions: np.ndarray) -> np.ndarray:
-        """Each settled document's row of the previous state table, found by its place (as Read
-        found it) and checked to hold its id."""
-        if not len(settled_ids):
-            return np.zeros(0, np.int64)
-        places = pa.table({"uri": pa.array(uris, pa.string()), "position": pa.array(positions, pa.int64()),
-                           "settled": pa.array(np.arange(len(uris), dtype=np.int64))})
-        rows = pa.table({"uri": table.column("uri"), "position": table.column("position").cast(pa.int64()),
-                         "row": pa.array(np.arange(table.num_rows, dtype=np.int64))})
-        joined = places.join(rows, ["uri", "position"], join_type="left outer").sort_by("settled")
-        found = joined.column("row")
-        if found.null_count:
-            # Read found each by its place in this very table: a missing one is a bug, never
-            # a document passed by without its rows.
-            raise RuntimeError(f"{found.null_count} settled documents have no state row")
-        at = found.to_numpy()
-        if len(joined) != len(settled_ids) or not table.column("doc_id").take(pa.array(at)).combine_chunks().equals(settled_ids):
-            raise RuntimeError("a settled document's state row holds another id")
-        return at
+        def read() -> Iterator[StateRows]:
+            passes[0] += 1
+            return blocks()
 
-    @staticmethod
-    def _keys(table: pa.Table) -> np.ndarray:
-        """What exact duplicates share (``transforms/dedupe.py``'s exact key): the access
-        digest of the principals, then the doc_hash."""
-        if table.column("principals").null_count == table.num_rows:
-            return table.column("doc_hash").to_numpy(zero_copy_only=False).astype(object)
-        hashes = table.column("doc_hash").to_pylist()
-        principals = table.column("principals").to_pylist()
-        return np.array([(access_digest(p) if p is not None else "") + h
-                         for h, p in zip(hashes, principals)], dtype=object)
+        def seen(block: int, rows: StateRows, hit: np.ndarray) -> None:
+            if hit.any():
+                reached_ids[block] = rows.doc_id.filter(pa.array(hit)).to_pylist()
 
-    def _damaged(self, ids: np.ndarray, kept: np.ndarray, damaged: Sequence[Any]) -> np.ndarray:
-        """The settled kept documents whose previous chunks cannot be carried: a doc_id named
-        damaged, or a chunk shard (int) whose previous file could not be read."""
-        if not damaged:
-            return np.zeros(len(ids), bool)
-        named = {d for d in damaged if isinstance(d, str)}
-        shards = {d for d in damaged if isinstance(d, int)}
-        return np.array([bool(is_kept) and (doc_id in named or shard_of(doc_id, self.chunk_shards) in shards)
-                         for doc_id, is_kept in zip(ids.tolist(), kept.tolist())], bool)
+        marked = affected_in_passes(read, touch, max_bucket_pairs=self.max_bucket_pairs, marked=seen)
+        self.passes.inc(passes[0])
+        codes = np.sort(np.concatenate([np.zeros(0, np.int64)] + [
+            _row_codes(file, rows[at]) for (file, rows), at in zip(blocks.groups, marked)]))
+        self.affected.inc(len(codes))
+        self.passed.inc(blocks.settled - len(codes))
+        yield beam.pvalue.TaggedOutput(REACHED, codes)
+        yield from self._redecided(blocks, reached_ids)
+
+    def _redecided(self, blocks: _StateBlocks, reached_ids: dict[int, list[str]]) -> Iterable[Any]:
+        by_state: dict[int, list[str]] = {shard: [] for shard in range(self.state.shards)}
+        for shard, doc_id in blocks.gone:
+            by_state[shard].append(doc_id)
+        for block, ids in reached_ids.items():
+            by_state[self.state.files[blocks.groups[block][0]][2]].extend(ids)
+        every = sorted({doc_id for ids in by_state.values() for doc_id in ids})
+        by_documents: dict[int, list[str]] = {shard: [] for shard in range(self.document_shards)}
+        for doc_id in every:
+            by_documents[shard_of(doc_id, self.document_shards) if self.document_shards > 1 else 0].append(doc_id)
+        for shard, ids in sorted(by_documents.items()):
+            yield beam.pvalue.TaggedOutput(DOCUMENT_IDS, (shard, Redecided(tuple(ids))))
+        for shard, ids in sorted(by_state.items()):
+            yield beam.pvalue.TaggedOutput(STATE_IDS, (shard, Redecided(tuple(sorted(set(ids))))))
+        yield beam.pvalue.TaggedOutput(REDECIDED, pa.array(every, pa.string()))
 
 
-def _by_shard(doc_ids: list[str], shards: Sequence[int]) -> Iterable[tuple[int, list[str]]]:
-    grouped: dict[int, list[str]] = {}
-    for doc_id, shard in zip(doc_ids, shards):
-        grouped.setdefault(int(shard), []).append(doc_id)
-    return sorted(grouped.items())
+class ReachedPlaces(beam.DoFn):
+    """A settled batch, with the reached state rows (:class:`Affected`) -> the places of its
+    documents among them: they are read again."""
+
+    def process(self, batch: SettledBatch, reached: np.ndarray) -> Iterable[Place]:
+        if not len(batch) or not len(reached):
+            return
+        hit = np.isin(batch.file.astype(np.int64) * (1 << 40) + batch.row, reached)
+        if hit.any():
+            yield from _places(batch, np.flatnonzero(hit))
 
 
 class SettledOutputs(NamedTuple):
     places: Any  # PCollection[Place]: settled documents dedupe may decide otherwise
-    document_ids: Any  # PCollection[(shard, KeptIds)]
-    state_ids: Any  # PCollection[(shard, KeptIds)]
-    passed: Any  # PCollection[Passed], one element: every other settled document
+    document_ids: Any  # PCollection[(shard, Redecided)]
+    state_ids: Any  # PCollection[(shard, Redecided)]
+    redecided: Any  # PCollection[pa.Array], one element: every document decided again
 
 
 class WriteSignature(beam.DoFn):

@@ -69,9 +69,12 @@ class Sidecar(NamedTuple):
     to_row: Callable[[Any, int], dict]
 
 
-class KeptIds(NamedTuple):
-    """Documents whose previous rows in one shard stay as they lie (a rerun's settled
-    documents, ``chunkline.state.SettledBatch``): their ids, in no order."""
+class Redecided(NamedTuple):
+    """Documents a rerun decides on again (changed, gone, or reached by a change,
+    ``transforms/settle.py``): their previous rows in one shard are replaced or dropped, and
+    every other previous row of the shard stays where it lies (rows kept by id), a rejection
+    excepted, which every run decides again. Empty for a shard of which nothing is decided
+    again; a shard given none keeps no previous row."""
 
     doc_ids: tuple[str, ...]
 
@@ -449,9 +452,9 @@ class _WriteShard(beam.DoFn):
         index, values = keyed
         values = list(values)
         parts = sorted(value for value in values if isinstance(value, str))
-        kept_ids = [value for value in values if isinstance(value, KeptIds)]
+        redecided = [value for value in values if isinstance(value, Redecided)]
         carried = [value for value in values
-                   if value is not None and not isinstance(value, (str, KeptIds))]
+                   if value is not None and not isinstance(value, (str, Redecided))]
         # One pass over the parts, a block at a time: how many records there are, their bytes,
         # and how many share each shard key (a document's chunks: the sidecar row says so).
         together: Counter = Counter()
@@ -466,7 +469,7 @@ class _WriteShard(beam.DoFn):
         # records are never in memory together.
         encoded = _MergedParts(parts, self.coder, self.sort_key)
         if self.keep_mode:
-            written = list(self._keep_previous(index, encoded, count, kept_ids))
+            written = list(self._keep_previous(index, encoded, count, redecided))
         else:
             written = list(self._write(index, encoded, count, together, carried, side))
         for table in dict.fromkeys(table for table, *_ in written):
@@ -559,19 +562,22 @@ class _WriteShard(beam.DoFn):
         if sidecar is not None and side_path is not None:
             yield (sidecar.table, side_path, count, ())
 
-    def _keep_previous(self, index: int, encoded: Iterable[bytes], count: int, kept: list[KeptIds]
+    def _keep_previous(self, index: int, encoded: Iterable[bytes], count: int, redecided: list[Redecided]
                        ) -> Iterable[tuple[str, str, int, tuple[int, ...]]]:
-        """The shard as the previous files' live rows of the ``kept`` documents, where they lie,
-        and this run's file with its records (and the kept rows of a file compacted now):
-        every other previous row is deleted. Only the previous files' ids (and statuses) are
-        read: a rerun that passes settled documents by never has their rows in hand. A rejected
-        row is never kept by id (a rejection is decided again by every run)."""
+        """The shard as the previous files' live rows of every document but the ``redecided``
+        ones, where they lie, and this run's file with its records (and the kept rows of a file
+        compacted now): the redecided documents' previous rows are deleted. Only the previous
+        files' ids (and statuses) are read, and the ids decided again held: a rerun that passes
+        settled documents by never has their rows, or their ids, in hand. A rejected row is
+        never kept by id (a rejection is decided again by every run); nor is any row of a shard
+        given no :class:`Redecided` (nothing was settled)."""
         path = shard_path(self.directory, self.table, index, self.shards)
         name = path.rsplit("/", 1)[-1]
         made_under, previous_files = self.previous if self.previous is not None else ("", ())
         mine = [(shard, deleted) for shard, deleted in previous_files
                 if shard.rsplit("/", 1)[-1] == name and same_output(shard, path)]
-        wanted = pa.array(sorted({doc_id for ids in kept for doc_id in ids.doc_ids}), pa.string())
+        settling = bool(redecided)
+        dead_ids = pa.array(sorted({doc_id for ids in redecided for doc_id in ids.doc_ids}), pa.string())
         found = []  # path, rows, kept positions, dead positions
         for shard, deletions in mine:
             before = np.asarray(sorted(deletions.positions()), np.int64)
@@ -582,7 +588,8 @@ class _WriteShard(beam.DoFn):
                 names = held.schema_arrow.names
                 table = held.read(columns=["doc_id"] + (["status"] if "status" in names else []))
             rows = table.num_rows
-            keep = pc.is_in(table.column("doc_id"), value_set=wanted).to_numpy(zero_copy_only=False)
+            keep = (np.zeros(rows, bool) if not settling else
+                    ~pc.is_in(table.column("doc_id"), value_set=dead_ids).to_numpy(zero_copy_only=False))
             if "status" in names:
                 keep &= pc.not_equal(table.column("status"), "rejected").to_numpy(zero_copy_only=False)
             keep[before] = False
@@ -750,7 +757,7 @@ class WriteParquetShards(beam.PTransform):
     one, as without it). ``compactable``: the previous files (full paths) this run may compact
     past :data:`MOST_DEAD` (:func:`compaction_allowed`; None: every one), any past
     :data:`HARD_MOST_DEAD` compacted whatever it holds. ``keep`` (with ``previous``):
-    ``(shard, KeptIds)`` elements: the previous rows of those documents stay where they lie, every
+    ``(shard, Redecided)`` elements: the previous rows of every other document stay where they lie, every
     other previous row is deleted and the records are written beside them (a rerun that passes
     its settled documents by, docs/ARCHITECTURE.md)."""
 

@@ -275,16 +275,19 @@ def test_the_allowance_is_the_most_dead_files_within_the_budget(files) -> None:
 def write_keeping(directory: Path, records: list[DocumentStatus], previous_run: Path,
                   kept: list[str], compactable: Compaction | None = None) -> None:
     """:func:`write` of ``records`` with ``keep``: the previous rows of the ``kept`` ids stay
-    (a rerun's settled documents, transforms/settle.py)."""
-    from chunkline.transforms.write import KeptIds, shard_of
+    (a rerun's settled documents passed by), those of every other previous id are redecided
+    (transforms/settle.py)."""
+    from chunkline.transforms.write import Redecided, shard_of
 
     previous = ("signature-1", [(str(previous_run.parent / entry["path"]), tuple(entry["deleted"]))
                                 for index in range(SHARDS) for entry in listing(previous_run, index)])
-    by_shard: dict[int, list[str]] = {}
-    for doc_id in kept:
-        by_shard.setdefault(shard_of(doc_id, SHARDS), []).append(doc_id)
+    before = {row["doc_id"] for index in range(SHARDS) for entry in listing(previous_run, index)
+              for row in pq.read_table(previous_run.parent / entry["path"], columns=["doc_id"]).to_pylist()}
+    by_shard: dict[int, list[str]] = {index: [] for index in range(SHARDS)}
+    for doc_id in sorted(before - set(kept)):
+        by_shard[shard_of(doc_id, SHARDS)].append(doc_id)
     with fnapi_pipeline() as p:
-        keep = p | "Keep" >> beam.Create([(index, KeptIds(tuple(ids))) for index, ids in by_shard.items()])
+        keep = p | "Keep" >> beam.Create([(index, Redecided(tuple(ids))) for index, ids in by_shard.items()])
         (p | beam.Create(list(reversed(records)))
            | WriteParquetShards(str(directory), "documents", document_schema(), SHARDS,
                                 record_type=DocumentStatus, shard_key=lambda r: r.doc_id,
