@@ -163,48 +163,70 @@ class StateRows:
 
 
 class _Values:
-    """The values of one column a pass looks for, grown as documents are marked; a lookup is
-    ``pyarrow.compute.is_in`` (a C++ hash set), never a Python step per row."""
+    """The values of one column a pass looks for. What is added during a pass is looked for
+    from the next one: a pass asks one Arrow value set (``pyarrow.compute.is_in``, a C++ hash
+    set), built once, never a Python step per row or a set rebuilt per block."""
 
     def __init__(self, values: Iterable = ()) -> None:
         self.values: set = set(values)
-        self._looked_up: tuple[int, pa.DataType, pa.Array] | None = None
+        self.added = False
+        self._frozen: dict[pa.DataType, pa.Array] = {}
 
-    def add(self, values: Iterable) -> bool:
+    def add(self, values: Iterable) -> None:
         before = len(self.values)
         self.values.update(values)
-        return len(self.values) != before
+        self.added |= len(self.values) != before
+
+    def next_pass(self) -> bool:
+        """Whether values were added since the last pass; they are looked for from now on."""
+        added, self.added = self.added, False
+        if added:
+            self._frozen = {}
+        return added
 
     def held(self, column: pa.Array) -> np.ndarray:
         if not self.values or not len(column):
             return np.zeros(len(column), bool)
-        cached = self._looked_up
-        if cached is None or cached[0] != len(self.values) or cached[1] != column.type:
-            cached = self._looked_up = (len(self.values), column.type,
-                                        pa.array(list(self.values), column.type))
-        return pc.is_in(column, value_set=cached[2]).to_numpy(zero_copy_only=False)
+        if column.type not in self._frozen:
+            self._frozen[column.type] = pa.array(list(self.values), column.type)
+        return pc.is_in(column, value_set=self._frozen[column.type]).to_numpy(zero_copy_only=False)
 
 
 class _Keys:
-    """Band keys a pass looks for (uint64, kept sorted and unique)."""
+    """Band keys a pass looks for (uint64), as :class:`_Values`."""
 
     def __init__(self, keys: np.ndarray | None = None) -> None:
         self.keys = np.unique(np.asarray(keys if keys is not None else [], np.uint64))
+        self._pending: list[np.ndarray] = []
+        self._frozen: pa.Array | None = None
 
-    def add(self, keys: np.ndarray) -> bool:
-        merged = np.union1d(self.keys, np.asarray(keys, np.uint64))
-        grew = len(merged) != len(self.keys)
-        self.keys = merged
-        return grew
+    def add(self, keys: np.ndarray) -> None:
+        if len(keys):
+            self._pending.append(np.asarray(keys, np.uint64))
+
+    def next_pass(self) -> bool:
+        if not self._pending:
+            return False
+        merged = np.union1d(self.keys, np.concatenate(self._pending))
+        self._pending = []
+        added = len(merged) != len(self.keys)
+        if added:
+            self.keys, self._frozen = merged, None
+        return added
 
     def held(self, rows: StateRows) -> np.ndarray:
         """(n,) bool: the signed rows holding one of the keys."""
         signed = np.flatnonzero(rows.signed)
         if not len(self.keys) or not len(signed):
             return np.zeros(len(rows), bool)
+        if self._frozen is None:
+            self._frozen = pa.array(self.keys, pa.uint64())
         width = rows.band_keys.shape[1]
-        values = np.asarray(rows.band_keys, np.uint64)[signed].reshape(-1)
-        return holding(np.repeat(signed, width), values, self.keys, len(rows))
+        values = pa.array(np.asarray(rows.band_keys, np.uint64)[signed].reshape(-1))
+        found = pc.is_in(values, value_set=self._frozen).to_numpy(zero_copy_only=False)
+        hit = np.zeros(len(rows), bool)
+        hit[signed[found.reshape(-1, width).any(axis=1)]] = True
+        return hit
 
 
 def _band_values(rows: StateRows, chosen: np.ndarray) -> np.ndarray:
@@ -224,12 +246,13 @@ def affected_in_passes(read: Callable[[], Iterable[StateRows]], touch: Touch, *,
 
     Each pass marks every row holding a value looked for and adds the marked rows' values
     (hashes of those sharing an id with the touch; band keys of the moved ones; survivors,
-    ids and band keys to count of every affected one); a band key counted past
-    ``max_bucket_pairs`` holders over a pass is then looked for itself. The rules only add, so
-    passes until one adds no value reach the least closed set, the one the in-memory rounds
-    reach (a night whose touch reaches no settled document, and is known before the first
-    block, takes one pass). ``marked(block, rows, hit)`` is told each block's marked rows at
-    every pass: at the last, the answer's."""
+    ids and band keys to count of every affected one), looked for from the next pass on (a
+    pass asks one frozen set per column); a band key counted past ``max_bucket_pairs``
+    holders over a pass is then looked for itself. The rules only add, so passes until one
+    adds no value reach the least closed set, the one the in-memory rounds reach. A night
+    whose touch reaches no settled document takes two passes (one, with no touch found in
+    the blocks); one that reaches a few, three. ``marked(block, rows, hit)`` is told each
+    block's marked rows at every pass: at the last, the answer's."""
     if max_bucket_pairs < 1:
         raise ValueError(f"max_bucket_pairs must be at least 1, not {max_bucket_pairs}")
     ids_of_touch = _Values(_python_values(touch.doc_id))
@@ -238,21 +261,22 @@ def affected_in_passes(read: Callable[[], Iterable[StateRows]], touch: Touch, *,
     survivors = _Values(_python_values(touch.survivor))
     ids = _Values()
     capped = _Keys()
-    counted = _Keys()
+    counted = np.zeros(0, np.uint64)  # sorted: keys whose holders a pass counted
     to_count = _Keys()
+    looked_for = (ids_of_touch, moving_hashes, moving_keys, survivors, ids, capped)
     affected: list[np.ndarray] = []
     while True:
-        counting = np.setdiff1d(to_count.keys, counted.keys)
+        counting = np.setdiff1d(to_count.keys, counted)
         counts = np.zeros(len(counting), np.int64)
-        grew = False
+        counting_set = pa.array(counting, pa.uint64()) if len(counting) else None
         for block, rows in enumerate(read()):
             if block == len(affected):
                 affected.append(np.zeros(0, np.int64))
             if rows.touch is not None:
-                grew |= ids_of_touch.add(_python_values(rows.touch.doc_id))
-                grew |= moving_hashes.add(_python_values(rows.touch.doc_hash))
-                grew |= moving_keys.add(rows.touch.band_keys)
-                grew |= survivors.add(_python_values(rows.touch.survivor))
+                ids_of_touch.add(_python_values(rows.touch.doc_id))
+                moving_hashes.add(_python_values(rows.touch.doc_hash))
+                moving_keys.add(rows.touch.band_keys)
+                survivors.add(_python_values(rows.touch.survivor))
             n = len(rows)
             sharing = ids_of_touch.held(rows.doc_id)
             moved = sharing | moving_hashes.held(rows.doc_hash)
@@ -264,22 +288,23 @@ def affected_in_passes(read: Callable[[], Iterable[StateRows]], touch: Touch, *,
             affected[block] = np.flatnonzero(hit)
             if marked is not None:
                 marked(block, rows, hit)
-            if len(counting) and n:
-                values = _band_values(rows, np.ones(n, bool))
-                at = np.minimum(np.searchsorted(counting, values), len(counting) - 1)
-                counts += np.bincount(at[counting[at] == values], minlength=len(counting))
+            if counting_set is not None and n:
+                values = pa.array(_band_values(rows, np.ones(n, bool)))
+                at = pc.index_in(values, value_set=counting_set).drop_null().to_numpy()
+                counts += np.bincount(at.astype(np.int64), minlength=len(counting))
             if not hit.any():
                 continue
-            grew |= moving_hashes.add(rows.doc_hash.filter(pa.array(sharing)).to_pylist())
-            grew |= moving_keys.add(_band_values(rows, moved))
+            moving_hashes.add(rows.doc_hash.filter(pa.array(sharing)).to_pylist())
+            moving_keys.add(_band_values(rows, moved))
             chosen = pa.array(hit)
-            grew |= survivors.add(rows.survivor.filter(chosen).to_pylist())
-            grew |= ids.add(rows.doc_id.filter(chosen).to_pylist())
-            grew |= to_count.add(np.setdiff1d(_band_values(rows, hit), counted.keys))
-        counted.add(counting)
-        grew |= capped.add(counting[counts > max_bucket_pairs])
-        grew |= len(np.setdiff1d(to_count.keys, counted.keys)) > 0
-        if not grew:
+            survivors.add(rows.survivor.filter(chosen).to_pylist())
+            ids.add(rows.doc_id.filter(chosen).to_pylist())
+            to_count.add(_band_values(rows, hit))
+        counted = np.union1d(counted, counting)
+        capped.add(counting[counts > max_bucket_pairs])
+        grew = [values.next_pass() for values in looked_for]  # every set moves on, each asked
+        to_count.next_pass()
+        if not any(grew) and not len(np.setdiff1d(to_count.keys, counted)):
             return affected
 
 

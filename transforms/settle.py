@@ -134,6 +134,10 @@ _STATE_COLUMNS = ("doc_id", "doc_hash", "bands", "status", "survivor")
 # Settled rows are sent to the closure as one bitmap per block of this many rows of a state
 # file: 8 KB a block, a bit a document, whatever batches they arrived in.
 MASK_ROWS = 1 << 16
+# The closure reads the state table this many rows at a time (whole row groups, 8,192 rows as
+# the writer makes them): each block asks every set it looks for once, so fewer, larger blocks
+# cost less; one holds ~25 MB of columns (23 band keys a document).
+BLOCK_ROWS = 1 << 16
 
 
 def settled_rows(batch: SettledBatch, mask_rows: int = MASK_ROWS
@@ -174,20 +178,37 @@ def _exact_keys(table: pa.Table) -> pa.Array:
                      for h, p in zip(hashes.to_pylist(), principals)], pa.string())
 
 
+def _blocks_of_groups(metadata: pq.FileMetaData, block_rows: int) -> Iterator[list[int]]:
+    """A file's row groups, consecutive ones together up to ``block_rows`` rows (at least one)."""
+    groups: list[int] = []
+    rows = 0
+    for group in range(metadata.num_row_groups):
+        groups.append(group)
+        rows += metadata.row_group(group).num_rows
+        if rows >= block_rows:
+            yield groups
+            groups, rows = [], 0
+    if groups:
+        yield groups
+
+
 class _StateBlocks:
-    """The previous state table read row group by row group, as :func:`affected_in_passes`
-    asks at every pass: each group's settled live rows as :class:`StateRows`, and (the first
-    time) its other live rows, those of documents changed or gone, as the touch they bring.
-    Held between groups: the settled bitmaps, a bit a document."""
+    """The previous state table read a block of row groups at a time, as
+    :func:`affected_in_passes` asks at every pass: each block's settled live rows as
+    :class:`StateRows`, and (the first time) its other live rows, those of documents changed or
+    gone, as the touch they bring. Held between blocks: the settled bitmaps, a bit a document."""
 
     def __init__(self, source: StateSource, masks: Sequence[tuple[int, int, bytes]], bands: int,
-                 damaged: Sequence[Any], chunk_shards: int, mask_rows: int = MASK_ROWS) -> None:
+                 damaged: Sequence[Any], chunk_shards: int, mask_rows: int = MASK_ROWS,
+                 block_rows: int = BLOCK_ROWS) -> None:
         self.source, self.bands, self.chunk_shards, self.mask_rows = source, bands, chunk_shards, mask_rows
+        self.block_rows = block_rows
         self.masks = {(file, block): bits for file, block, bits in masks}
         self.named = {d for d in damaged if isinstance(d, str)}
         self.damaged_shards = {d for d in damaged if isinstance(d, int)}
         self.settled = 0
-        self.groups: list[tuple[int, np.ndarray]] = []  # (file, its rows) per block of a pass
+        # Per block of a pass: its file, first row and settled rows (a bit each).
+        self.groups: list[tuple[int, int, np.ndarray]] = []
         self.gone: list[tuple[int, str]] = []  # (state shard, doc_id) of every changed or gone row
         self._first = True
 
@@ -205,7 +226,6 @@ class _StateBlocks:
 
     def __call__(self) -> Iterator[StateRows]:
         first_pass, self._first = self._first, False
-        block = 0
         for file, (path, deletions, shard) in enumerate(self.source.files):
             gone = np.asarray(sorted(deletions.positions()), np.int64)
             with FileSystems.open(path) as handle:
@@ -213,28 +233,31 @@ class _StateBlocks:
                 names = held.schema_arrow.names
                 columns = list(_STATE_COLUMNS) + (["principals"] if "principals" in names else [])
                 first = 0
-                for group in range(held.num_row_groups):
-                    table = held.read_row_group(group, columns=columns)
-                    rows = table.num_rows
-                    live = np.ones(rows, bool)
-                    live[gone[(gone >= first) & (gone < first + rows)] - first] = False
-                    settled = self._settled_bits(file, first, rows) & live
-                    old = live & ~settled
-                    touch = None
-                    if first_pass:
-                        self.settled += int(settled.sum())
-                        touch = self._touch(table.filter(pa.array(old))) if old.any() else None
-                        self.gone.extend((shard, doc_id) for doc_id in
-                                         table.column("doc_id").filter(pa.array(old)).to_pylist())
-                    mine = table.filter(pa.array(settled))
-                    if first_pass:
-                        self.groups.append((file, first + np.flatnonzero(settled)))
-                    band_keys, signed = _band_matrix(mine.column("bands"), self.bands)
-                    yield StateRows(mine.column("doc_id").combine_chunks(), _exact_keys(mine),
-                                    mine.column("survivor").combine_chunks(), band_keys, signed,
-                                    self._extra(mine), touch)
-                    block += 1
-                    first += rows
+                for groups in _blocks_of_groups(held.metadata, self.block_rows):
+                    table = held.read_row_groups(groups, columns=columns)
+                    yield self._block(file, shard, first, table, gone, first_pass)
+                    first += table.num_rows
+
+    def _block(self, file: int, shard: int, first: int, table: pa.Table, gone: np.ndarray,
+               first_pass: bool) -> StateRows:
+        rows = table.num_rows
+        live = np.ones(rows, bool)
+        live[gone[(gone >= first) & (gone < first + rows)] - first] = False
+        settled = self._settled_bits(file, first, rows) & live
+        touch = None
+        if first_pass:
+            old = live & ~settled
+            self.settled += int(settled.sum())
+            self.groups.append((file, first, np.packbits(settled)))
+            if old.any():
+                mine_old = table.filter(pa.array(old))
+                touch = self._touch(mine_old)
+                self.gone.extend((shard, doc_id) for doc_id in mine_old.column("doc_id").to_pylist())
+        mine = table.filter(pa.array(settled))
+        band_keys, signed = _band_matrix(mine.column("bands"), self.bands)
+        return StateRows(mine.column("doc_id").combine_chunks(), _exact_keys(mine),
+                         mine.column("survivor").combine_chunks(), band_keys, signed,
+                         self._extra(mine), touch)
 
     def _touch(self, old: pa.Table) -> Touch:
         band_keys, signed = _band_matrix(old.column("bands"), self.bands)
@@ -283,9 +306,10 @@ class Affected(beam.DoFn):
     corpus."""
 
     def __init__(self, state: StateSource, bands: int, max_bucket_pairs: int,
-                 document_shards: int, chunk_shards: int, mask_rows: int = MASK_ROWS) -> None:
+                 document_shards: int, chunk_shards: int, mask_rows: int = MASK_ROWS,
+                 block_rows: int = BLOCK_ROWS) -> None:
         self.state, self.bands, self.max_bucket_pairs = state, bands, max_bucket_pairs
-        self.mask_rows = mask_rows
+        self.mask_rows, self.block_rows = mask_rows, block_rows
         self.document_shards, self.chunk_shards = document_shards, chunk_shards
         self.passed = Metrics.counter("settle", "passed")
         self.affected = Metrics.counter("settle", "dedupe_affected")
@@ -293,7 +317,8 @@ class Affected(beam.DoFn):
 
     def process(self, _: Any, masks: Sequence[tuple[int, int, bytes]], touches: Sequence[tuple],
                 damaged: Sequence[Any]):
-        blocks = _StateBlocks(self.state, masks, self.bands, damaged, self.chunk_shards, self.mask_rows)
+        blocks = _StateBlocks(self.state, masks, self.bands, damaged, self.chunk_shards, self.mask_rows,
+                              self.block_rows)
         touch = Touch(pa.array([t[0] for t in touches], pa.string()),
                       pa.array([t[1] for t in touches if t[1] is not None], pa.string()),
                       np.concatenate([np.zeros(0, np.uint64), *(t[2] for t in touches if t[2] is not None)]),
@@ -312,7 +337,8 @@ class Affected(beam.DoFn):
         marked = affected_in_passes(read, touch, max_bucket_pairs=self.max_bucket_pairs, marked=seen)
         self.passes.inc(passes[0])
         codes = np.sort(np.concatenate([np.zeros(0, np.int64)] + [
-            _row_codes(file, rows[at]) for (file, rows), at in zip(blocks.groups, marked)]))
+            _row_codes(file, first + np.flatnonzero(np.unpackbits(bits).astype(bool))[at])
+            for (file, first, bits), at in zip(blocks.groups, marked) if len(at)]))
         self.affected.inc(len(codes))
         self.passed.inc(blocks.settled - len(codes))
         yield beam.pvalue.TaggedOutput(REACHED, codes)

@@ -2,8 +2,8 @@
 bitmaps per block of a state file, the state table read a row group at a time, a pass per
 round, against the in-memory rule (``chunkline.settle.dedupe_affected``) over the same rows.
 
-The state files are written with row groups of three rows and the bitmaps cut every five rows,
-so a block spans groups and a group spans blocks; rows are deleted, ids, hashes, band keys and
+The state files are written with row groups of three rows, read three groups at a time, and
+the bitmaps cut every five rows, so a bitmap spans groups and a group spans bitmaps; rows are deleted, ids, hashes, band keys and
 survivors drawn from small pools so that every clause of the rule is reached.
 """
 
@@ -27,6 +27,7 @@ from tests.beam_helpers import fnapi_pipeline
 
 BANDS = 2
 MASK_ROWS = 5
+BLOCK_ROWS = 7  # blocks of three row groups of three rows
 SHARDS = 2
 
 
@@ -132,7 +133,7 @@ def test_the_closure_read_by_blocks_is_the_rule_in_memory(tmp_path_factory, draw
         touch = p | "Touches" >> beam.Create([(t[0], t[1], None if t[2] is None else np.array(t[2], np.uint64))
                                               for t in touches])
         decided = (p | beam.Create([None])
-                   | beam.ParDo(Affected(source, BANDS, cap, 1, 4, MASK_ROWS), AsList(masks), AsList(touch),
+                   | beam.ParDo(Affected(source, BANDS, cap, 1, 4, MASK_ROWS, BLOCK_ROWS), AsList(masks), AsList(touch),
                                 AsList(p | "NoDamage" >> beam.Create([])))
                    .with_outputs(REACHED, DOCUMENT_IDS, STATE_IDS, REDECIDED))
         assert_that(decided[REACHED] | beam.Map(lambda codes: sorted(codes.tolist())), equal_to([reached]),
