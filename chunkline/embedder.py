@@ -40,7 +40,7 @@ class ModelNotAvailable(RuntimeError):
 
 @dataclass(frozen=True)
 class EmbedOptions:
-    """How chunks are embedded (sentence-transformers; nothing is ever fetched from a hub)."""
+    """How chunks are embedded (a sentence-transformers model; nothing is ever fetched from a hub)."""
 
     model: Annotated[str, MinLen(1)] = field(default="all-MiniLM-L6-v2", metadata=help_text(
         "A packaged model name (see PACKAGED_HF_MODELS) or a local sentence-transformers model "
@@ -48,8 +48,10 @@ class EmbedOptions:
     device: Annotated[str, MinLen(1)] = field(default="cpu", metadata=help_text(
         "A torch device: cpu, cuda, cuda:1, mps."))
     backend: Literal["torch", "onnx"] = field(default="torch", metadata=help_text(
-        "torch: sentence-transformers on PyTorch. onnx: ONNX Runtime's CPU provider, the model "
-        "exported here from its directory on first use and cached beside it."))
+        "torch: PyTorch; a BERT-family model (all-MiniLM-L6-v2 among them) through chunkline's "
+        "own encoder, the same vectors as sentence-transformers', which runs every other model. "
+        "onnx: ONNX Runtime's CPU provider, the model exported here from its directory on first "
+        "use and cached beside it."))
     dtype: Literal["auto", "float32", "bfloat16", "int8"] = field(default="auto", metadata=help_text(
         "Weights and activations; vectors come out float32 either way. torch: float32 or "
         "bfloat16 (~3x faster on CPUs with AMX); onnx: float32 or int8 (dynamic quantization). "
