@@ -503,7 +503,9 @@ def load_light(plan: LightPlan, *, max_seq_length: int, device: str = "cpu") -> 
     bert = BertModel(plan.config)
     state = _state_dict(plan.weights)
     try:
-        bert.load_state_dict(state, strict=True)
+        # assign: the loaded tensors become the parameters, where a copy into the freshly built
+        # ones would write 90 MB again (~0.2 s of a one-file run on 2 loaded cores).
+        bert.load_state_dict(state, strict=True, assign=True)
     except RuntimeError as exc:
         raise NotLight(f"{plan.weights}: {exc}") from None
     modules: list[nn.Module] = [Transformer(bert), Pooling(plan.pooling)]
