@@ -194,7 +194,11 @@ def _tokenizer_agrees(model_dir: Path) -> bool:
         if field in settings and settings[field] is not None:
             if normalizer.get("type") != "BertNormalizer" or normalizer.get(key) != settings[field]:
                 return False
-    return True
+    # transformers adds the tokens tokenizer_config.json declares to those of tokenizer.json; one
+    # missing there, or under another id, would be split into word pieces here.
+    added = {token["content"]: token["id"] for token in tokenizer.get("added_tokens") or []}
+    declared = settings.get("added_tokens_decoder") or {}
+    return all(added.get(token.get("content")) == int(token_id) for token_id, token in declared.items())
 
 
 def _weights(model_dir: Path) -> Path | None:

@@ -209,6 +209,8 @@ EDITS: dict[str, Callable[[Path], None]] = {
                                        default_prompt_name="query"),
     "a cased tokenizer config over an uncased tokenizer.json":
         lambda m: edit(m / "tokenizer_config.json", do_lower_case=False),
+    "a token declared beside tokenizer.json's": lambda m: edit(
+        m / "tokenizer_config.json", added_tokens_decoder={"30522": {"content": "<doc>", "special": True}}),
     "no tokenizer.json": lambda m: (m / "tokenizer.json").unlink(),
     "no weights file": lambda m: (m / "model.safetensors").unlink(),
 }
@@ -259,3 +261,12 @@ def test_loading_the_default_model_imports_neither_transformers_nor_sentence_tra
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_tokens_declared_as_tokenizer_json_declares_them_keep_it_light(tmp_path) -> None:
+    """What newer tokenizer_config.json files hold: the special tokens again, by id."""
+    model = model_copy(tmp_path)
+    added = json.loads((model / "tokenizer.json").read_text())["added_tokens"]
+    edit(model / "tokenizer_config.json",
+         added_tokens_decoder={str(token["id"]): {"content": token["content"], "special": True} for token in added})
+    assert light_plan(model) is not None
