@@ -179,59 +179,74 @@ def load_model(options: EmbedOptions) -> "SentenceTransformer":
     is sentence-transformers' (:func:`load_sentence_transformer`). With ``backend: onnx`` an
     :class:`chunkline.onnx_encoder.OnnxSentenceEncoder`. All three answer the calls chunkline
     makes of a ``SentenceTransformer``."""
-    if options.backend == "torch":
-        require("embed", "torch")
-        model_dir = resolve_model_dir(options.model)
-        from chunkline.bert_encoder import NotLight, light_plan, load_light
+    if options.backend == "onnx":
+        return _load_onnx(options)
+    require("embed", "torch")
+    model_dir = resolve_model_dir(options.model)
+    from chunkline.bert_encoder import NotLight, light_plan, load_light
 
-        plan = light_plan(model_dir)
-        if plan is not None:
-            _set_threads(options)
-            try:
-                light = load_light(plan, max_seq_length=_max_seq_length(model_dir, options),
-                                   device=options.device)
-            except NotLight:
-                pass  # sentence-transformers reads what this module does not
-            else:
-                return _finish_model(light, options)  # answers the calls chunkline makes
+    plan = light_plan(model_dir)
+    if plan is not None:
+        _set_threads(options)
+        try:
+            light = load_light(plan, max_seq_length=_max_seq_length(model_dir, options),
+                               device=options.device)
+        except NotLight:
+            pass  # sentence-transformers reads what this module does not
+        else:
+            return _finish_model(light, options)  # answers the calls chunkline makes
     return load_sentence_transformer(options)
 
 
 def load_sentence_transformer(options: EmbedOptions) -> "SentenceTransformer":
-    """:func:`load_model` through sentence-transformers whatever the model (the ONNX export
-    traces its module chain; the tests compare the light encoder with it)."""
-    if options.backend == "onnx":
-        require("onnx", "onnxruntime")
+    """:func:`load_model` with ``backend: torch`` through sentence-transformers, whatever the
+    model (the ONNX export traces its module chain; the tests compare the light encoder with
+    it)."""
+    if options.backend != "torch":
+        raise ValueError(f"load_sentence_transformer loads backend torch, not {options.backend!r}")
     require("embed", "sentence_transformers")  # brings torch and transformers
     model_dir = resolve_model_dir(options.model)
     max_seq_length = _max_seq_length(model_dir, options)
-    # Belt and braces against a hub call: the offline switches (read by huggingface_hub when it
-    # is first imported, so set before the import below) plus local_files_only on the load.
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    _offline()
     from sentence_transformers import SentenceTransformer
-
-    _set_threads(options)
-    dtype = resolve_dtype(options)
-    if options.backend == "onnx":
-        from chunkline.onnx_encoder import OnnxSentenceEncoder
-
-        dim = _dim_from_configs(model_dir)
-        if dim is None:
-            dim = _dimension(load_sentence_transformer(
-                dataclasses.replace(options, backend="torch", dtype="float32")), options.model)
-        def torch_model() -> "SentenceTransformer":
-            return load_sentence_transformer(EmbedOptions(model=str(model_dir), dtype="float32"))
-
-        return OnnxSentenceEncoder(  # type: ignore[return-value]  # a stand-in: it answers the calls chunkline makes
-            model_dir, dtype, max_seq_length, dim, torch_model, options.threads)
     from transformers.utils import logging as transformers_logging
 
+    _set_threads(options)
     # Its "Loading weights" bar would print from every worker into the run's own display.
     transformers_logging.disable_progress_bar()
     model = SentenceTransformer(str(model_dir), device=options.device, local_files_only=True)
     model.max_seq_length = max_seq_length
     return _finish_model(model, options)
+
+
+def _load_onnx(options: EmbedOptions) -> "SentenceTransformer":
+    """The ONNX Runtime encoder; sentence-transformers is imported only to export the model, the
+    first time (and, for a BERT-family model's tokenizer, not at all: chunkline.onnx_encoder)."""
+    require("onnx", "onnxruntime")
+    require("embed", "torch")
+    model_dir = resolve_model_dir(options.model)
+    max_seq_length = _max_seq_length(model_dir, options)
+    _offline()
+    _set_threads(options)
+    from chunkline.onnx_encoder import OnnxSentenceEncoder
+
+    dim = _dim_from_configs(model_dir)
+    if dim is None:
+        dim = _dimension(load_sentence_transformer(
+            dataclasses.replace(options, backend="torch", dtype="float32")), options.model)
+
+    def torch_model() -> "SentenceTransformer":
+        return load_sentence_transformer(EmbedOptions(model=str(model_dir), dtype="float32"))
+
+    return OnnxSentenceEncoder(  # type: ignore[return-value]  # a stand-in: it answers the calls chunkline makes
+        model_dir, resolve_dtype(options), max_seq_length, dim, torch_model, options.threads)
+
+
+def _offline() -> None:
+    """Belt and braces against a hub call: the offline switches (read by huggingface_hub when it
+    is first imported, so set before transformers is) plus local_files_only on every load."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
 
 def _set_threads(options: EmbedOptions) -> None:
