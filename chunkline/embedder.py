@@ -40,7 +40,7 @@ class ModelNotAvailable(RuntimeError):
 
 @dataclass(frozen=True)
 class EmbedOptions:
-    """How chunks are embedded (sentence-transformers; nothing is ever fetched from a hub)."""
+    """How chunks are embedded (a sentence-transformers model; nothing is ever fetched from a hub)."""
 
     model: Annotated[str, MinLen(1)] = field(default="all-MiniLM-L6-v2", metadata=help_text(
         "A packaged model name (see PACKAGED_HF_MODELS) or a local sentence-transformers model "
@@ -48,8 +48,10 @@ class EmbedOptions:
     device: Annotated[str, MinLen(1)] = field(default="cpu", metadata=help_text(
         "A torch device: cpu, cuda, cuda:1, mps."))
     backend: Literal["torch", "onnx"] = field(default="torch", metadata=help_text(
-        "torch: sentence-transformers on PyTorch. onnx: ONNX Runtime's CPU provider, the model "
-        "exported here from its directory on first use and cached beside it."))
+        "torch: PyTorch; a BERT-family model (all-MiniLM-L6-v2 among them) through chunkline's "
+        "own encoder, the same vectors as sentence-transformers', which runs every other model. "
+        "onnx: ONNX Runtime's CPU provider, the model exported here from its directory on first "
+        "use and cached beside it."))
     dtype: Literal["auto", "float32", "bfloat16", "int8"] = field(default="auto", metadata=help_text(
         "Weights and activations; vectors come out float32 either way. torch: float32 or "
         "bfloat16 (~3x faster on CPUs with AMX); onnx: float32 or int8 (dynamic quantization). "
@@ -168,44 +170,99 @@ def model_info(options: EmbedOptions) -> ModelInfo:
 
 def load_model(options: EmbedOptions) -> "SentenceTransformer":
     """The model, from local files only, on ``options.device`` in ``options.dtype``, in eval mode,
-    reading at most ``options.max_seq_length`` tokens of a text when that is set. With
-    ``backend: onnx`` an :class:`chunkline.onnx_encoder.OnnxSentenceEncoder`, which answers the
-    same calls."""
+    reading at most ``options.max_seq_length`` tokens of a text when that is set.
+
+    A BERT-family checkpoint that :mod:`chunkline.bert_encoder` runs exactly (all-MiniLM-L6-v2
+    among them) is a :class:`chunkline.bert_encoder.BertSentenceEncoder` on torch alone: what it
+    saves is importing transformers and sentence-transformers, ~4.7 s of a one-file run
+    (bench/RESULTS.md). Every other model, and one whose weights do not load into it key for key,
+    is sentence-transformers' (:func:`load_sentence_transformer`). With ``backend: onnx`` an
+    :class:`chunkline.onnx_encoder.OnnxSentenceEncoder`. All three answer the calls chunkline
+    makes of a ``SentenceTransformer``."""
     if options.backend == "onnx":
-        require("onnx", "onnxruntime")
+        return _load_onnx(options)
+    require("embed", "torch")
+    model_dir = resolve_model_dir(options.model)
+    from chunkline.bert_encoder import NotLight, light_plan, load_light
+
+    plan = light_plan(model_dir)
+    if plan is not None:
+        _set_threads(options)
+        try:
+            light = load_light(plan, max_seq_length=_max_seq_length(model_dir, options),
+                               device=options.device)
+        except NotLight:
+            pass  # sentence-transformers reads what this module does not
+        else:
+            return _finish_model(light, options)  # answers the calls chunkline makes
+    return load_sentence_transformer(options)
+
+
+def load_sentence_transformer(options: EmbedOptions) -> "SentenceTransformer":
+    """:func:`load_model` with ``backend: torch`` through sentence-transformers, whatever the
+    model (the ONNX export traces its module chain; the tests compare the light encoder with
+    it)."""
+    if options.backend != "torch":
+        raise ValueError(f"load_sentence_transformer loads backend torch, not {options.backend!r}")
     require("embed", "sentence_transformers")  # brings torch and transformers
     model_dir = resolve_model_dir(options.model)
     max_seq_length = _max_seq_length(model_dir, options)
-    # Belt and braces against a hub call: the offline switches (read by huggingface_hub when it
-    # is first imported, so set before the import below) plus local_files_only on the load.
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    os.environ["TRANSFORMERS_OFFLINE"] = "1"
-    import torch
+    _offline()
     from sentence_transformers import SentenceTransformer
-
-    if options.threads is not None:
-        torch.set_num_threads(options.threads)
-    dtype = resolve_dtype(options)
-    if options.backend == "onnx":
-        from chunkline.onnx_encoder import OnnxSentenceEncoder
-
-        dim = _dim_from_configs(model_dir)
-        if dim is None:
-            dim = _dimension(load_model(dataclasses.replace(options, backend="torch", dtype="float32")),
-                             options.model)
-        def torch_model() -> "SentenceTransformer":
-            return load_model(EmbedOptions(model=str(model_dir), dtype="float32"))
-
-        return OnnxSentenceEncoder(  # type: ignore[return-value]  # a stand-in: it answers the calls chunkline makes
-            model_dir, dtype, max_seq_length, dim, torch_model, options.threads)
     from transformers.utils import logging as transformers_logging
 
+    _set_threads(options)
     # Its "Loading weights" bar would print from every worker into the run's own display.
     transformers_logging.disable_progress_bar()
     model = SentenceTransformer(str(model_dir), device=options.device, local_files_only=True)
-    if dtype == "bfloat16":
-        model.to(torch.bfloat16)
     model.max_seq_length = max_seq_length
+    return _finish_model(model, options)
+
+
+def _load_onnx(options: EmbedOptions) -> "SentenceTransformer":
+    """The ONNX Runtime encoder; sentence-transformers is imported only to export the model, the
+    first time (and, for a BERT-family model's tokenizer, not at all: chunkline.onnx_encoder)."""
+    require("onnx", "onnxruntime")
+    require("embed", "torch")
+    model_dir = resolve_model_dir(options.model)
+    max_seq_length = _max_seq_length(model_dir, options)
+    _offline()
+    _set_threads(options)
+    from chunkline.onnx_encoder import OnnxSentenceEncoder
+
+    dim = _dim_from_configs(model_dir)
+    if dim is None:
+        dim = _dimension(load_sentence_transformer(
+            dataclasses.replace(options, backend="torch", dtype="float32")), options.model)
+
+    def torch_model() -> "SentenceTransformer":
+        return load_sentence_transformer(EmbedOptions(model=str(model_dir), dtype="float32"))
+
+    return OnnxSentenceEncoder(  # type: ignore[return-value]  # a stand-in: it answers the calls chunkline makes
+        model_dir, resolve_dtype(options), max_seq_length, dim, torch_model, options.threads)
+
+
+def _offline() -> None:
+    """Belt and braces against a hub call: the offline switches (read by huggingface_hub when it
+    is first imported, so set before transformers is) plus local_files_only on every load."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+
+
+def _set_threads(options: EmbedOptions) -> None:
+    if options.threads is not None:
+        import torch
+
+        torch.set_num_threads(options.threads)
+
+
+def _finish_model(model: Any, options: EmbedOptions) -> Any:
+    """``model`` in ``options``' dtype (sentence-transformers' way, ``model.to``: every
+    parameter, LayerNorms included), in eval mode."""
+    import torch
+
+    if resolve_dtype(options) == "bfloat16":
+        model.to(torch.bfloat16)
     model.eval()
     return model
 

@@ -11,7 +11,9 @@ float32 vectors fell to 0.94 on all-MiniLM-L6-v2, against 0.99 per channel.
 
 :class:`OnnxSentenceEncoder` answers the part of ``SentenceTransformer``'s interface that
 ``chunkline.embedder`` calls (``tokenizer``, ``max_seq_length``, ``device``, ``forward``,
-``get_embedding_dimension``), so passes by padded tokens work unchanged.
+``get_embedding_dimension``), so passes by padded tokens work unchanged. Once the export is
+cached, a BERT-family model (``chunkline.bert_encoder.light_plan``) runs without importing
+transformers or sentence-transformers.
 """
 
 from __future__ import annotations
@@ -149,7 +151,7 @@ class OnnxSentenceEncoder:
     def __init__(self, model_dir: Path, dtype: str, max_seq_length: int, dim: int,
                  torch_model: Callable[[], Any], threads: int | None = None) -> None:
         onnxruntime = require("onnx", "onnxruntime")
-        from transformers import AutoTokenizer
+        from chunkline.bert_encoder import WordPieceTokenizer, light_plan
 
         path = exported_model(model_dir, dtype, torch_model)
         session_options = onnxruntime.SessionOptions()
@@ -160,7 +162,15 @@ class OnnxSentenceEncoder:
         self.session = onnxruntime.InferenceSession(
             str(path), session_options, providers=["CPUExecutionProvider"])
         self.inputs = [i.name for i in self.session.get_inputs()]
-        self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+        self.tokenizer: Any
+        if light_plan(model_dir) is not None:
+            # A model chunkline's BERT encoder reads: its tokenizer gives transformers' ids
+            # (tests/test_bert_encoder.py) without importing transformers, ~4 s of a process.
+            self.tokenizer = WordPieceTokenizer(model_dir / "tokenizer.json", max_seq_length)
+        else:
+            from transformers import AutoTokenizer
+
+            self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
         self.max_seq_length = max_seq_length
         self.dim = dim
         self.path = path

@@ -195,3 +195,21 @@ def test_auto_dtype_is_decided_once_on_the_driver_and_recorded(tmp_path) -> None
     decided = plan(config, "run-1")
     assert decided.options.embed.dtype == expected  # what every worker is handed
     assert f'"dtype": "{expected}"' in decided.embedding_signature
+
+
+def test_a_cached_export_runs_without_transformers_or_sentence_transformers() -> None:
+    import subprocess
+    import sys
+
+    load_model(EmbedOptions(backend="onnx", dtype="float32"))  # exported here if it is not yet
+    script = (
+        "import sys\n"
+        "from chunkline.embedder import EmbedOptions, embed_by_tokens, load_model\n"
+        "options = EmbedOptions(backend='onnx', dtype='float32')\n"
+        "vectors, _ = embed_by_tokens(load_model(options), ['warm the arm up first'], options)\n"
+        "assert vectors.shape == (1, 384), vectors.shape\n"
+        "print(sorted(m for m in ('transformers', 'sentence_transformers') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"
