@@ -26,7 +26,7 @@ from chunkline.carry import CARRY_TABLE
 from chunkline.context import context_reserve, resolve_api_key
 from chunkline.index.layout import CACHE, LATEST, PROBE, format_run_id
 from chunkline.index.manifest_types import Manifest
-from chunkline.index.tables import Deletions, LiveFile, has_table, live_files
+from chunkline.index.tables import Deletions, has_table, listed_file_problem, live_files
 from chunkline.records import in_memory_schema
 from chunkline.memo import MEMO_DIR, Listed, MemoSource, retired, shares_for
 from chunkline.sizers import model_fingerprint
@@ -435,7 +435,7 @@ def previous_state(config: Config, follows: Followed | None = None) -> tuple[tup
         return ()
     files = live_files(follows.run_dir, follows.manifest, STATE_TABLE)
     for file in files:
-        problem = _state_file_problem(file)
+        problem, _ = listed_file_problem(file, digest=False)  # its size, footer and rows
         if problem is not None:
             # Settled documents are decided from this table: without the whole of it, none is
             # passed by, and every document is computed (a rerun costs more, never fails).
@@ -443,25 +443,6 @@ def previous_state(config: Config, follows: Followed | None = None) -> tuple[tup
                         "computed again", problem)
             return ()
     return tuple((file.path, file.deletions) for file in files)
-
-
-def _state_file_problem(file: LiveFile) -> str | None:
-    """Why a state file the previous manifest lists cannot be read as it was written (missing,
-    another size, a footer that does not read, other rows), checked before the job from its
-    size and footer; None when it can."""
-    try:
-        with storage.parquet_source(file.path) as source:
-            size = storage.source_size(source)
-            rows = pq.read_metadata(source).num_rows
-    except FileNotFoundError:
-        return f"{file.name} is missing"
-    except Exception as exc:  # noqa: BLE001 - truncated or not Parquet: each library its own error
-        return f"{file.name} is unreadable ({type(exc).__name__})"
-    if file.bytes is not None and size != file.bytes:
-        return f"{file.name} is {size:,} bytes, the manifest says {file.bytes:,}"
-    if file.rows is not None and rows != file.rows:
-        return f"{file.name} holds {rows:,} rows, the manifest says {file.rows:,}"
-    return None
 
 
 def reusable_files(run_dir: str, signature: str, dim: int,

@@ -498,10 +498,7 @@ def file_problems(run_dir: str, manifest: Manifest) -> list[str]:
     table whose files hold other row counts than the manifest states, chunk shards without
     vectors of the model's width. Footers and digests only: the rows themselves are checked by
     every reader (reuse, carry) as it reads them."""
-    import pyarrow.parquet as pq
-
-    from chunkline.index import storage
-    from chunkline.index.tables import TableFileError, live_files, table_names
+    from chunkline.index.tables import TableFileError, listed_file_problem, live_files, table_names
     from chunkline.memo import MEMO_TABLE
 
     problems = []
@@ -513,25 +510,12 @@ def file_problems(run_dir: str, manifest: Manifest) -> list[str]:
         rows, unread = 0, False
         for file in live_files(run_dir, manifest, table):
             name = file.name
-            try:
-                with storage.parquet_source(file.path) as source:
-                    held = storage.source_size(source)
-                    changed = file.digest is not None and storage.source_digest(source) != file.digest
-                    metadata = pq.read_metadata(source)
-            except Exception as exc:  # noqa: BLE001 - truncated or not Parquet: each library its own error
-                if _not_found(exc):
-                    problems.append(f"{name} is missing")
-                    continue
-                problems.append(f"{name} is unreadable ({type(exc).__name__}: {exc})")
+            # A file changed since its run wrote it is never published, whatever its footer says.
+            problem, metadata = listed_file_problem(file)
+            if problem is not None:
+                problems.append(problem)
+            if metadata is None:
                 continue
-            if file.bytes is not None and held != file.bytes:
-                # Changed since its run wrote it (the same rows rewritten, a flipped bit): never
-                # published, whatever its footer says.
-                problems.append(f"{name} is {held:,} bytes, the manifest says {file.bytes:,}")
-            elif changed:
-                problems.append(f"{name} is not the file its run wrote (its digest differs from the manifest's)")
-            if file.rows is not None and metadata.num_rows != file.rows:
-                problems.append(f"{name} holds {metadata.num_rows:,} rows, the manifest says {file.rows:,}")
             try:
                 deleted = file.deleted  # its shard's deletion file, checked against the manifest
             except TableFileError as exc:  # missing or damaged: once for its shard's files

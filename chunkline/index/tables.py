@@ -158,6 +158,42 @@ class LiveFile:
         return None if self.rows is None else self.rows - self.deletions.count
 
 
+def _not_found(exc: BaseException) -> bool:
+    """Whether ``exc`` says a file is not there: Beam's GCS reads raise google-cloud-storage's
+    NotFound where a local read raises FileNotFoundError."""
+    if isinstance(exc, FileNotFoundError):
+        return True
+    try:
+        from google.api_core.exceptions import NotFound
+    except ImportError:  # without google-cloud-storage: no gs:// output to read
+        return False
+    return isinstance(exc, NotFound)
+
+
+def listed_file_problem(file: LiveFile, digest: bool = True) -> tuple[str | None, pq.FileMetaData | None]:
+    """Why a listed file is not the file its run wrote (missing, unreadable, another size, with
+    ``digest`` another digest, other rows than the manifest states), from its size, footer and
+    digest alone, and its footer when it reads: ``(None, footer)`` for a file as written."""
+    try:
+        with storage.parquet_source(file.path) as source:
+            held = storage.source_size(source)
+            changed = digest and file.digest is not None and storage.source_digest(source) != file.digest
+            metadata = pq.read_metadata(source)
+    except Exception as exc:  # noqa: BLE001 - truncated or not Parquet: each library its own error
+        if _not_found(exc):
+            return f"{file.name} is missing", None
+        return f"{file.name} is unreadable ({type(exc).__name__}: {exc})", None
+    if file.bytes is not None and held != file.bytes:
+        # Changed since its run wrote it (the same rows rewritten, a flipped bit): never read
+        # as that run's, whatever its footer says.
+        return f"{file.name} is {held:,} bytes, the manifest says {file.bytes:,}", metadata
+    if changed:
+        return f"{file.name} is not the file its run wrote (its digest differs from the manifest's)", metadata
+    if file.rows is not None and metadata.num_rows != file.rows:
+        return f"{file.name} holds {metadata.num_rows:,} rows, the manifest says {file.rows:,}", metadata
+    return None, metadata
+
+
 def listing_of(manifest: Manifest | Listing) -> Listing:
     """The file listing of ``manifest`` (a listing is its own)."""
     return manifest.listing if isinstance(manifest, Manifest) else manifest
