@@ -136,8 +136,9 @@ _STATE_COLUMNS = ("doc_id", "doc_hash", "bands", "status", "survivor")
 MASK_ROWS = 1 << 16
 # The closure reads the state table this many rows at a time (whole row groups, 8,192 rows as
 # the writer makes them): each block asks every set it looks for once, so fewer, larger blocks
-# cost less; one holds ~25 MB of columns (23 band keys a document).
-BLOCK_ROWS = 1 << 16
+# cost less, and more memory (bench/settle_closure_bench.py at 1 M documents: 65,536 rows a
+# block, 258 MB above the start and 12.2 s; 16,384 rows, 157 MB and 11.4 s).
+BLOCK_ROWS = 1 << 14
 
 
 def settled_rows(batch: SettledBatch, mask_rows: int = MASK_ROWS
