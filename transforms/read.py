@@ -61,6 +61,15 @@ from chunkline.transforms.shares import GroupInShares, share_of
 log = logging.getLogger("chunkline.read")
 
 SETTLED: Final = "settled"
+# Settled documents a batch holds before it is sent: a runner's bundle may be a worker's whole
+# share of the corpus (FnApiRunner's is), and a batch of it one element every later stage
+# decodes whole (~0.5 KB a document with its line keys: 32 MB at this size).
+SETTLED_BATCH: Final = 65_536
+
+
+def _settled_output(batch: SettledBatch) -> Any:
+    """The ``settled`` output of a batch (ReadDocuments names its type)."""
+    return TaggedOutput(SETTLED, batch)
 REJECTED: Final = "rejected"  # Final: a Literal type, as the TaggedOutput[Literal[...]] outputs name it
 
 
@@ -210,6 +219,8 @@ class _DecodeFile(beam.DoFn):
                     if self._settle:
                         self._batch.add(record.doc_id, record.uri, record.position, record.counted, row)
                         self._settled_entries.add(record.uri, record.position)
+                        if len(self._batch) >= SETTLED_BATCH:
+                            yield _settled_output(self._batch.take())
                         continue
                 # A document whose input is not the one its place held (an edit) asks nothing
                 # of the previous memo: its entries are of texts it no longer has (a change of

@@ -162,6 +162,19 @@ def test_a_rerun_carries_what_no_change_touches_and_equals_a_rebuild(carried) ->
     assert earlier == {e["path"] for e in memo_listing(first.run_dir)}
 
 
+def test_settled_documents_sent_in_many_batches_give_the_same_rerun(carried, tmp_path, monkeypatch) -> None:
+    """A reader sends its settled documents a few at a time (as it does past
+    ``SETTLED_BATCH``, a bundle's worth never one element): the rerun is the same."""
+    from chunkline.transforms import read
+
+    _, corpus, first, second, rebuild = carried
+    copy_published(first, tmp_path / "index")
+    monkeypatch.setattr(read, "SETTLED_BATCH", 3)
+    again = job(corpus, tmp_path / "index")
+    assert again.counts["documents_carried"] == second.counts["documents_carried"] == 23
+    assert_tables_equal(again.run_dir, rebuild.run_dir)
+
+
 def test_the_state_table_holds_what_the_corpus_wide_stages_decided_on(carried) -> None:
     """One state row per kept or duplicate document, by its place: the decision and survivor
     the documents table states, the exact hash, and, for a text boilerplate left alone, the
