@@ -510,11 +510,45 @@ def _flat_ints(column: pa.ChunkedArray) -> np.ndarray:
     return pc.list_flatten(column).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
 
 
-def _read_pair_sides(side_path: str, wanted: Sequence[str], columns: Sequence[str],
-                     deleted: Sequence[int] = ()) -> pa.Table:
+# Sidecar rows a carried pair is read by at a time: a pair is a previous chunk shard, a
+# share of the corpus, whose term lists are most of its bytes.
+SIDE_BATCH_ROWS = 65_536
+
+
+def _pair_stats(side_path: str, wanted: Sequence[str], deleted: Sequence[int] = ()
+                ) -> tuple[CorpusStats, int]:
+    """The carried chunks' partial CorpusStats (their rows, summed term counts and each term's
+    df) and how many of ``wanted`` the sidecar holds, read :data:`SIDE_BATCH_ROWS` rows at a
+    time: the pair's term lists are never held whole."""
+    value_set = pa.array(wanted, pa.string())
+    gone = np.asarray(deleted, np.int64)
+    rows = length = 0
+    found: list[pa.Array] = []
+    terms: list[np.ndarray] = []
+    frequencies: list[np.ndarray] = []
+    first = 0
     with FileSystems.open(side_path) as handle:
-        side = _live(pq.read_table(handle, columns=list(columns)), deleted)
-    return side.filter(pc.is_in(side.column("doc_id"), value_set=pa.array(wanted, pa.string())))
+        for batch in pq.ParquetFile(handle).iter_batches(
+                batch_size=SIDE_BATCH_ROWS, columns=["doc_id", "term_ids", "term_counts"]):
+            keep = pc.is_in(batch.column("doc_id"), value_set=value_set).to_numpy(zero_copy_only=False)
+            if len(gone):
+                keep[gone[(gone >= first) & (gone < first + batch.num_rows)] - first] = False
+            first += batch.num_rows
+            if not keep.any():
+                continue
+            mine = batch.filter(pa.array(keep))
+            rows += mine.num_rows
+            length += int(_flat_ints(mine.column("term_counts")).sum())
+            found.append(pc.unique(mine.column("doc_id")))
+            ids, counts = np.unique(_flat_ints(mine.column("term_ids")), return_counts=True)
+            terms.append(ids)
+            frequencies.append(counts)
+    held = len(pc.unique(pa.concat_arrays(found))) if found else 0
+    if not terms:
+        return CorpusStats(rows, length, {}), held
+    every, at = np.unique(np.concatenate(terms), return_inverse=True)
+    df = np.bincount(at, weights=np.concatenate(frequencies), minlength=len(every)).astype(np.int64)
+    return CorpusStats(rows, length, dict(zip(every.tolist(), df.tolist()))), held
 
 
 class _CarryFromPair(beam.DoFn):
@@ -533,17 +567,12 @@ class _CarryFromPair(beam.DoFn):
         wanted = sorted({doc_id for held in carried
                          for doc_id in ((held,) if isinstance(held, str) else held)})
         _, side_path = self.source.pairs[pair]
-        side = _read_pair_sides(side_path, wanted, ("doc_id", "doc_chunks", "term_ids", "term_counts"),
-                                self.source.deleted_of(pair))
-        found = pc.value_counts(side.column("doc_id").combine_chunks())
-        if len(found) != len(wanted):
-            raise RuntimeError(f"carry: {len(wanted) - len(found)} documents of {side_path} are "
+        stats, found = _pair_stats(side_path, wanted, self.source.deleted_of(pair))
+        if found != len(wanted):
+            raise RuntimeError(f"carry: {len(wanted) - found} documents of {side_path} are "
                                f"gone from it: the previous run changed during this one")
-        self.chunks.inc(side.num_rows)
-        counts = _flat_ints(side.column("term_counts"))
-        terms, df = np.unique(_flat_ints(side.column("term_ids")), return_counts=True)
-        yield beam.pvalue.TaggedOutput("stats", CorpusStats(
-            side.num_rows, int(counts.sum()), dict(zip(terms.tolist(), df.tolist()))))
+        self.chunks.inc(stats.documents)
+        yield beam.pvalue.TaggedOutput("stats", stats)
         named = shard_name(self.source.pairs[pair][0])
         if (named is not None and named[2] == self.shards and self.shard_of is shard_of and wanted
                 and shard_of(wanted[0], self.shards) == named[1]):

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-from hypothesis import given
+import pyarrow.parquet as pq
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chunkline.sparse import SparseOptions, document_weights
@@ -62,3 +63,28 @@ def test_a_run_of_rows_is_not_copied() -> None:
     assert merged.num_rows == 9_900
     source = table.column("text").chunk(0).buffers()[2].address
     assert merged.column("text").chunk(0).buffers()[2].address == source
+
+
+@given(st.lists(st.tuples(st.sampled_from(["a", "b", "c", "d"]),
+                          st.lists(st.integers(0, 9), max_size=4, unique=True)), max_size=12),
+       st.sets(st.sampled_from(["a", "b", "c", "d"])), st.integers(1, 4), st.data())
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_a_pair_read_by_batches_gives_its_whole_stats(tmp_path, monkeypatch, rows, wanted, size, data) -> None:
+    """A carried pair's sidecar read a few rows at a time (``SIDE_BATCH_ROWS``), its deleted
+    rows skipped: the stats of the wanted documents' live rows, as read whole."""
+    from chunkline.transforms import carry
+
+    deleted = sorted(data.draw(st.sets(st.integers(0, max(0, len(rows) - 1)), max_size=3))) if rows else []
+    path = tmp_path / f"side-{len(rows)}-{size}.parquet"
+    pq.write_table(pa.table({"doc_id": pa.array([r[0] for r in rows], pa.string()),
+                             "term_ids": pa.array([r[1] for r in rows], pa.list_(pa.int64())),
+                             "term_counts": pa.array([[2] * len(r[1]) for r in rows], pa.list_(pa.int64()))}), path)
+    live = [r for n, r in enumerate(rows) if n not in set(deleted) and r[0] in wanted]
+    df: dict[int, int] = {}
+    for _, terms in live:
+        for term in terms:
+            df[term] = df.get(term, 0) + 1
+    monkeypatch.setattr(carry, "SIDE_BATCH_ROWS", size)
+    stats, found = carry._pair_stats(str(path), sorted(wanted), deleted)
+    assert (stats.documents, stats.total_length, dict(stats.df)) == (len(live), 2 * sum(len(t) for _, t in live), df)
+    assert found == len({doc_id for doc_id, _ in live})
