@@ -164,8 +164,9 @@ def settled_mask(keyed: tuple[tuple[int, int], Iterable[np.ndarray]], mask_rows:
     return file, block, np.packbits(bits).tobytes()
 
 
-def _row_codes(file: int, rows: np.ndarray) -> np.ndarray:
-    return np.int64(file) * (1 << 40) + np.asarray(rows, np.int64)
+def _row_codes(file: int | np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """A state row as one int64: its file (an index of StateSource.files) above its position."""
+    return np.asarray(file, np.int64) * (1 << 40) + np.asarray(rows, np.int64)
 
 
 def _exact_keys(table: pa.Table) -> pa.Array:
@@ -369,7 +370,7 @@ class ReachedPlaces(beam.DoFn):
     def process(self, batch: SettledBatch, reached: np.ndarray) -> Iterable[Place]:
         if not len(batch) or not len(reached):
             return
-        hit = np.isin(batch.file.astype(np.int64) * (1 << 40) + batch.row, reached)
+        hit = np.isin(_row_codes(batch.file, batch.row), reached)
         if hit.any():
             yield from _places(batch, np.flatnonzero(hit))
 
